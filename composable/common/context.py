@@ -1,0 +1,28 @@
+"""Request context: who is asking, and the policy checks made for them."""
+
+from oslo_context import context
+
+
+class RequestContext(context.RequestContext):
+    """The oslo.context RequestContext, with the admin flag filled from
+    policy so the database layer can scope queries without a policy call."""
+
+    def __init__(self, is_admin=None, **kwargs):
+        super().__init__(is_admin=bool(is_admin), **kwargs)
+
+    def to_policy_values(self):
+        values = super().to_policy_values()
+        values['project_id'] = self.project_id
+        return values
+
+    @classmethod
+    def from_dict(cls, values, **kwargs):
+        kwargs.setdefault('is_admin', values.get('is_admin', False))
+        return super().from_dict(values, **kwargs)
+
+
+def get_admin_context():
+    """A context for the service's own work (periodic tasks, start-up)."""
+    return RequestContext(is_admin=True, user_id='composable',
+                          project_id=None, roles=['admin', 'service'],
+                          overwrite=False)

@@ -1,0 +1,50 @@
+import datetime
+import re
+
+from oslo_utils import timeutils
+from oslo_utils import uuidutils
+
+_SECRET_KEY = re.compile(r'(password|secret|token|credential|key)', re.I)
+MASK = '***'
+
+
+def utcnow():
+    """Naive UTC now, as stored in the database."""
+    return timeutils.utcnow().replace(tzinfo=None, microsecond=0)
+
+
+def to_naive_utc(value):
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def isotime(value):
+    if value is None:
+        return None
+    return value.replace(microsecond=0).isoformat() + 'Z'
+
+
+def is_uuid_like(value):
+    return uuidutils.is_uuid_like(value)
+
+
+def mask_secrets(info):
+    """Copy of a driver_info dict with every secret-looking value masked.
+
+    Used for API output and logs: fabric credentials are stored but never
+    shown back.
+    """
+    if not isinstance(info, dict):
+        return info
+    masked = {}
+    for key, value in info.items():
+        if isinstance(value, dict):
+            masked[key] = mask_secrets(value)
+        elif _SECRET_KEY.search(str(key)) and value not in (None, ''):
+            masked[key] = MASK
+        else:
+            masked[key] = value
+    return masked

@@ -1,0 +1,165 @@
+"""The lease state machine: declared here once, used for every transition.
+
+Every change of ``leases.status`` goes through :func:`next_state` (the
+conductor) or :func:`check` (the API, to refuse early with 409). A state
+not in this module does not exist; a transition not declared here is
+refused.
+
+::
+
+  requested --allocate--> allocating --done--> reserved --bind--> binding
+      |                       |fail                |               |done \\fail
+      |                       v                    |               v      v
+      |                  alloc_failed              |             bound  bind_failed
+      |                                            |               |unbind   |unbind
+      |                                            |<--done-- unbinding <----'
+      '-- delete / expire (from any resting state, bound too) --> releasing --done--> released
+                                                               |fail
+                                                               v
+                                                             error --delete--> releasing
+
+``requested`` is where a lease with a future ``start_at`` waits; the
+conductor allocates it when that time comes.
+"""
+
+from automaton import machines
+
+# Resting states: nothing is running for the lease.
+REQUESTED = 'requested'
+RESERVED = 'reserved'
+BOUND = 'bound'
+ALLOC_FAILED = 'alloc_failed'
+BIND_FAILED = 'bind_failed'
+RELEASED = 'released'
+ERROR = 'error'
+
+# Transient states: an operation is under way. A conductor that dies in one
+# of these leaves work for another conductor to resume.
+ALLOCATING = 'allocating'
+BINDING = 'binding'
+UNBINDING = 'unbinding'
+RELEASING = 'releasing'
+
+TRANSIENT_STATES = frozenset([ALLOCATING, BINDING, UNBINDING, RELEASING])
+RESTING_STATES = frozenset([REQUESTED, RESERVED, BOUND, ALLOC_FAILED,
+                            BIND_FAILED, RELEASED, ERROR])
+ALL_STATES = TRANSIENT_STATES | RESTING_STATES
+
+# States in which a lease holds capacity in its pools.
+HOLDS_CAPACITY = frozenset([RESERVED, BINDING, BOUND, BIND_FAILED, UNBINDING,
+                            RELEASING, ERROR])
+
+# Events.
+ALLOCATE = 'allocate'
+BIND = 'bind'
+UNBIND = 'unbind'
+DELETE = 'delete'
+EXPIRE = 'expire'
+DONE = 'done'
+FAIL = 'fail'
+
+EVENTS = (ALLOCATE, BIND, UNBIND, DELETE, EXPIRE, DONE, FAIL)
+
+# (state, event, next state)
+TRANSITIONS = (
+    (REQUESTED, ALLOCATE, ALLOCATING),
+    (REQUESTED, DELETE, RELEASING),
+    (REQUESTED, EXPIRE, RELEASING),
+    # A conductor that died while allocating left nothing committed (the
+    # claim and the move to reserved are one transaction): allocate again.
+    (ALLOCATING, ALLOCATE, ALLOCATING),
+    (ALLOCATING, DONE, RESERVED),
+    (ALLOCATING, FAIL, ALLOC_FAILED),
+    (ALLOC_FAILED, DELETE, RELEASING),
+    (ALLOC_FAILED, EXPIRE, RELEASING),
+    (RESERVED, BIND, BINDING),
+    (RESERVED, DELETE, RELEASING),
+    (RESERVED, EXPIRE, RELEASING),
+    (BINDING, BIND, BINDING),
+    (BINDING, DONE, BOUND),
+    (BINDING, FAIL, BIND_FAILED),
+    (BIND_FAILED, BIND, BINDING),
+    (BIND_FAILED, UNBIND, UNBINDING),
+    (BIND_FAILED, DELETE, RELEASING),
+    (BIND_FAILED, EXPIRE, RELEASING),
+    (BOUND, UNBIND, UNBINDING),
+    # Releasing tears down whatever is bound first (swapoff, logout,
+    # unexport, fabric unbind), so a bound lease is deleted in one step.
+    (BOUND, DELETE, RELEASING),
+    (BOUND, EXPIRE, RELEASING),
+    (UNBINDING, UNBIND, UNBINDING),
+    (UNBINDING, DONE, RESERVED),
+    (UNBINDING, FAIL, ERROR),
+    (ERROR, UNBIND, UNBINDING),
+    (ERROR, DELETE, RELEASING),
+    (RELEASING, DELETE, RELEASING),
+    (RELEASING, DONE, RELEASED),
+    (RELEASING, FAIL, ERROR),
+)
+
+# Hints for a user whose request is refused in a state.
+_HINTS = {
+    (BINDING, DELETE): ' Wait until binding ends, then delete it.',
+    (UNBINDING, DELETE): ' Wait until unbinding ends, then delete it.',
+    (ALLOCATING, DELETE): ' Wait until allocation ends, then delete it.',
+    (RELEASED, DELETE): ' It is released already.',
+    (BINDING, UNBIND): ' Wait until binding ends.',
+    (RESERVED, UNBIND): ' It is not bound.',
+    (BOUND, BIND): ' It is bound already; unbind it first.',
+    (ALLOC_FAILED, BIND): ' It holds no resources; delete it and create a '
+                          'new lease.',
+    (REQUESTED, BIND): ' It has not started yet (see start_at).',
+}
+
+
+def _build():
+    machine = machines.FiniteMachine()
+    for state in sorted(ALL_STATES):
+        machine.add_state(state, terminal=(state == RELEASED))
+    for source, event, target in TRANSITIONS:
+        machine.add_transition(source, target, event)
+    machine.freeze()
+    return machine
+
+
+_MACHINE = _build()
+
+
+class InvalidTransition(Exception):
+    def __init__(self, status, event):
+        self.status = status
+        self.event = event
+        self.hint = _HINTS.get((status, event), '')
+        super().__init__('%s is not possible in state %s' % (event, status))
+
+
+def next_state(status, event):
+    """The state a lease in ``status`` moves to on ``event``.
+
+    Raises InvalidTransition when the machine declares no such transition.
+    """
+    machine = _MACHINE.copy(shallow=True)
+    machine.initialize(status)
+    try:
+        machine.process_event(event)
+    except Exception:
+        raise InvalidTransition(status, event)
+    return machine.current_state
+
+
+def check(status, event):
+    """True when ``event`` may happen to a lease in ``status``."""
+    try:
+        next_state(status, event)
+    except InvalidTransition:
+        return False
+    return True
+
+
+def hint(status, event):
+    return _HINTS.get((status, event), '')
+
+
+def machine():
+    """The frozen automaton, for rendering into the docs."""
+    return _MACHINE

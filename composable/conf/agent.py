@@ -1,0 +1,32 @@
+from oslo_config import cfg
+
+group = cfg.OptGroup('agent', title='Agent options')
+
+opts = [
+    cfg.ListOpt('roles',
+                default=['memory_node', 'compute_node'],
+                item_type=cfg.types.String(
+                    choices=['memory_node', 'compute_node']),
+                help='What this agent does: export memory from this node '
+                     '(memory_node), use leased memory and devices on this '
+                     'node (compute_node), or both.'),
+    cfg.StrOpt('memory_exporter',
+               default='noop',
+               help='Memory exporter driver, by its name on the '
+                    'composable.memory.exporters entry point. "noop" exports '
+                    'nothing and says so in the log.'),
+    cfg.IntOpt('report_interval',
+               default=30,
+               min=1,
+               help='Seconds between two reports of this agent to the '
+                    'conductor.'),
+]
+
+
+def register_opts(conf):
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)
+
+
+def list_opts():
+    return {group: opts}

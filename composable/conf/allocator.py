@@ -1,0 +1,42 @@
+from oslo_config import cfg
+
+group = cfg.OptGroup('allocator', title='Allocator options')
+
+opts = [
+    cfg.IntOpt('memory_extent_mb',
+               default=1024,
+               min=4,
+               help='Default extent size (MiB) of new memory pools: a memory '
+                    'lease is carved into extents of this size, each one '
+                    'exported as one LUN from one memory node. Coarse '
+                    'extents keep the number of iSCSI sessions and swap '
+                    'devices small. A pool\'s own step_size overrides it, '
+                    'and memory leases must be a multiple of it.'),
+    cfg.StrOpt('memory_placement',
+               default='spread',
+               choices=[('spread', 'Place each extent on the memory node with '
+                                   'the most free memory, so a lease is '
+                                   'striped over many nodes (Linux '
+                                   'round-robins swap devices of equal '
+                                   'priority).'),
+                        ('pack', 'Fill the fullest node that still has room '
+                                 'first, so a lease touches as few nodes as '
+                                 'possible and large free blocks stay '
+                                 'available.')],
+               help='How extents of a memory lease are placed on the memory '
+                    'nodes of a pool.'),
+    cfg.IntOpt('claim_retries',
+               default=5,
+               min=0,
+               help='Times a claim is retried after a database deadlock or a '
+                    'lost race for a device.'),
+]
+
+
+def register_opts(conf):
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)
+
+
+def list_opts():
+    return {group: opts}

@@ -1,0 +1,25 @@
+from oslo_config import cfg
+
+group = cfg.OptGroup('fabric', title='Fabric driver options')
+
+opts = [
+    cfg.ListOpt('enabled_drivers',
+                default=['fake'],
+                help='Fabric drivers, by name on the composable.fabric.drivers '
+                     'entry point, that fabrics may use. "fake" simulates a '
+                     'PCIe fabric and says so loudly.'),
+    cfg.IntOpt('operation_timeout',
+               default=60,
+               min=1,
+               help='Seconds one fabric operation (bind or unbind of a '
+                    'device) may take before it is failed.'),
+]
+
+
+def register_opts(conf):
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)
+
+
+def list_opts():
+    return {group: opts}

@@ -1,0 +1,34 @@
+"""Options for oslo-config-generator and for the sample configuration."""
+
+import collections
+
+from oslo_log import log
+from oslo_middleware import cors
+
+from composable.conf import agent
+from composable.conf import allocator
+from composable.conf import api
+from composable.conf import conductor
+from composable.conf import database
+from composable.conf import default
+from composable.conf import fabric
+
+_MODULES = (default, api, conductor, allocator, agent, fabric, database)
+
+
+def list_opts():
+    grouped = collections.defaultdict(list)
+    for module in _MODULES:
+        for group, opts in module.list_opts().items():
+            grouped[group].extend(opts)
+    return [(group, opts) for group, opts in grouped.items()]
+
+
+def set_config_defaults():
+    log.set_defaults(default_log_levels=log.get_default_log_levels() + [
+        'pecan=WARN', 'routes=WARN', 'stevedore=INFO'])
+    cors.set_defaults(
+        allow_headers=['X-Auth-Token', 'X-OpenStack-Request-ID',
+                       'OpenStack-API-Version'],
+        expose_headers=['X-OpenStack-Request-ID', 'OpenStack-API-Version'],
+        allow_methods=['GET', 'PUT', 'POST', 'DELETE', 'PATCH'])

@@ -1,0 +1,754 @@
+"""Database queries. Every function opens its own transaction through
+oslo.db's enginefacade, or joins the caller's when given a ``context`` that
+is already inside one (``with writer(context): ...``).
+
+Objects are looked up by UUID or by name (``ident``). Project scoping of
+leases happens here as well as in policy: a non-admin context never sees
+another project's lease, whatever the caller forgot.
+"""
+
+import sqlite3
+import threading
+
+from oslo_db import api as oslo_db_api
+from oslo_db import exception as db_exc
+from oslo_db.sqlalchemy import enginefacade
+from oslo_db.sqlalchemy import utils as db_utils
+from oslo_log import log as logging
+from oslo_utils import uuidutils
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy import orm
+
+from composable.common import exception
+from composable.common import utils
+from composable.conductor import states
+from composable.db import models
+
+LOG = logging.getLogger(__name__)
+
+_FACADE = None
+_FACADE_LOCK = threading.Lock()
+
+
+@event.listens_for(sa.pool.Pool, 'connect')
+def _sqlite_on_connect(dbapi_conn, record):
+    if not isinstance(dbapi_conn, sqlite3.Connection):
+        return
+    # pysqlite starts transactions lazily and as DEFERRED, which lets two
+    # writers deadlock (both hold SHARED, both want RESERVED); we issue
+    # BEGIN IMMEDIATE ourselves (below), so SQLite writers queue instead.
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute('PRAGMA busy_timeout = 30000')
+    cursor.execute('PRAGMA foreign_keys = ON')
+    cursor.close()
+
+
+@event.listens_for(sa.engine.Engine, 'begin')
+def _sqlite_on_begin(conn):
+    if conn.dialect.name == 'sqlite':
+        conn.exec_driver_sql('BEGIN IMMEDIATE')
+
+
+def _facade():
+    global _FACADE
+    if _FACADE is None:
+        with _FACADE_LOCK:
+            if _FACADE is None:
+                facade = enginefacade.transaction_context()
+                facade.configure(sqlite_fk=True)
+                _FACADE = facade
+    return _FACADE
+
+
+def get_engine():
+    return _facade().writer.get_engine()
+
+
+def reset_facade():
+    """Forget engines (tests, and after the connection option changed)."""
+    global _FACADE
+    with _FACADE_LOCK:
+        if _FACADE is not None:
+            try:
+                _FACADE.dispose_pool()
+            except Exception:
+                pass
+        _FACADE = None
+
+
+def writer(context):
+    """A read-write transaction; nested calls with the same context join
+    the outer transaction."""
+    return _facade().writer.using(context)
+
+
+def reader(context):
+    return _facade().reader.using(context)
+
+
+def retry_on_deadlock(f):
+    return oslo_db_api.wrap_db_retry(max_retries=5, retry_on_deadlock=True,
+                                     retry_interval=0.05,
+                                     inc_retry_interval=True,
+                                     max_retry_interval=1)(f)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _by_ident(query, model, ident):
+    if uuidutils.is_uuid_like(ident):
+        return query.filter(model.uuid == ident)
+    if hasattr(model, 'name'):
+        return query.filter(model.name == ident)
+    return query.filter(sa.false())
+
+
+def _paginate(session, query, model, limit=None, marker=None,
+              sort_key='created_at', sort_dir='asc', marker_error=None):
+    marker_obj = None
+    if marker is not None:
+        marker_obj = session.query(model).filter(
+            model.uuid == marker).first()
+        if marker_obj is None:
+            raise exception.Invalid(
+                reason='marker %s was not found in this list' % marker)
+    sort_keys = [sort_key]
+    if sort_key != 'id':
+        sort_keys.append('id')
+    try:
+        query = db_utils.paginate_query(query, model, limit, sort_keys,
+                                        marker=marker_obj,
+                                        sort_dir=sort_dir)
+    except db_exc.InvalidSortKey:
+        raise exception.Invalid(reason='cannot sort by %s' % sort_key)
+    return query.all()
+
+
+_NOT_FOUND = {
+    models.Fabric: (exception.FabricNotFound, 'fabric'),
+    models.Host: (exception.HostNotFound, 'host'),
+    models.MemoryNode: (exception.MemoryNodeNotFound, 'memory_node'),
+    models.Pool: (exception.PoolNotFound, 'pool'),
+    models.Device: (exception.DeviceNotFound, 'device'),
+    models.Lease: (exception.LeaseNotFound, 'lease'),
+}
+
+_RESOURCE_NAMES = {
+    models.Fabric: 'fabric',
+    models.Host: 'host',
+    models.MemoryNode: 'memory node',
+    models.Pool: 'pool',
+    models.Device: 'device',
+    models.Lease: 'lease',
+}
+
+
+def _get(session, model, ident):
+    obj = _by_ident(session.query(model), model, ident).first()
+    if obj is None:
+        exc, key = _NOT_FOUND[model]
+        raise exc(**{key: ident})
+    return obj
+
+
+def _create(context, model, values):
+    values = dict(values)
+    values.setdefault('uuid', uuidutils.generate_uuid())
+    obj = model()
+    obj.update(values)
+    try:
+        with writer(context) as session:
+            session.add(obj)
+            session.flush()
+    except db_exc.DBDuplicateEntry:
+        raise exception.DuplicateName(resource=_RESOURCE_NAMES[model],
+                                      name=values.get('name') or
+                                      values.get('address'))
+    return obj
+
+
+def _update(context, model, ident, values):
+    try:
+        with writer(context) as session:
+            obj = _get(session, model, ident)
+            obj.update(values)
+            session.flush()
+            return obj
+    except db_exc.DBDuplicateEntry:
+        raise exception.DuplicateName(resource=_RESOURCE_NAMES[model],
+                                      name=values.get('name'))
+
+
+def _list(context, model, filters=None, limit=None, marker=None,
+          sort_key='created_at', sort_dir='asc'):
+    filters = filters or {}
+    with reader(context) as session:
+        query = session.query(model)
+        for key, value in filters.items():
+            if value is None:
+                continue
+            query = query.filter(getattr(model, key) == value)
+        return _paginate(session, query, model, limit, marker, sort_key,
+                         sort_dir)
+
+
+# ---------------------------------------------------------------- fabrics
+
+def fabric_create(context, values):
+    return _create(context, models.Fabric, values)
+
+
+def fabric_get(context, ident):
+    with reader(context) as session:
+        return _get(session, models.Fabric, ident)
+
+
+def fabric_list(context, **kwargs):
+    return _list(context, models.Fabric, **kwargs)
+
+
+def fabric_update(context, ident, values):
+    return _update(context, models.Fabric, ident, values)
+
+
+def fabric_delete(context, ident):
+    with writer(context) as session:
+        fabric = _get(session, models.Fabric, ident)
+        for model, what in ((models.Host, 'hosts'), (models.Pool, 'pools')):
+            count = session.query(model).filter(
+                model.fabric_id == fabric.id).count()
+            if count:
+                raise exception.InUse(
+                    resource='Fabric', name=fabric.name,
+                    reason='%d %s are on it; delete them first' %
+                    (count, what))
+        session.delete(fabric)
+
+
+# ---------------------------------------------------------------- hosts
+
+def host_create(context, values):
+    return _create(context, models.Host, values)
+
+
+def host_get(context, ident):
+    with reader(context) as session:
+        return _get(session, models.Host, ident)
+
+
+def host_list(context, **kwargs):
+    return _list(context, models.Host, **kwargs)
+
+
+def host_update(context, ident, values):
+    return _update(context, models.Host, ident, values)
+
+
+def host_delete(context, ident):
+    with writer(context) as session:
+        host = _get(session, models.Host, ident)
+        count = session.query(models.Lease).filter(
+            models.Lease.host_id == host.id,
+            models.Lease.status != states.RELEASED).count()
+        if count:
+            raise exception.InUse(
+                resource='Host', name=host.name,
+                reason='%d leases are bound to it; unbind them first' % count)
+        session.delete(host)
+
+
+# ---------------------------------------------------------------- pools
+
+def _recompute_pool_total(session, pool):
+    """Pool total follows its inventory; called in the transaction that
+    changed the inventory, after locking the pool row."""
+    if pool.kind == 'memory':
+        total = session.query(sa.func.coalesce(sa.func.sum(
+            models.MemoryNode.capacity_mb - models.MemoryNode.reserved_mb),
+            0)).filter(models.MemoryNode.pool_id == pool.id,
+                       models.MemoryNode.enabled.is_(True)).scalar()
+    else:
+        total = session.query(sa.func.count(models.Device.id)).filter(
+            models.Device.pool_id == pool.id,
+            models.Device.state.in_(['available', 'reserved',
+                                     'attached'])).scalar()
+    pool.total = int(total or 0)
+
+
+def lock_pool(session, pool_id):
+    """Row-lock a pool (no-op on SQLite, whose writers are serialized)."""
+    return session.query(models.Pool).filter(
+        models.Pool.id == pool_id).with_for_update().one()
+
+
+def pool_create(context, values):
+    return _create(context, models.Pool, values)
+
+
+def pool_get(context, ident):
+    with reader(context) as session:
+        return _get(session, models.Pool, ident)
+
+
+def pool_list(context, **kwargs):
+    return _list(context, models.Pool, **kwargs)
+
+
+def pool_update(context, ident, values):
+    return _update(context, models.Pool, ident, values)
+
+
+def pool_delete(context, ident):
+    with writer(context) as session:
+        pool = _get(session, models.Pool, ident)
+        pool = lock_pool(session, pool.id)
+        for model, what in ((models.MemoryNode, 'memory nodes'),
+                            (models.Device, 'devices')):
+            count = session.query(model).filter(
+                model.pool_id == pool.id).count()
+            if count:
+                raise exception.InUse(
+                    resource='Pool', name=pool.name,
+                    reason='%d %s are in it; delete them first' %
+                    (count, what))
+        count = session.query(models.Lease).filter(
+            sa.or_(models.Lease.memory_pool_id == pool.id,
+                   models.Lease.device_pool_id == pool.id),
+            models.Lease.status != states.RELEASED).count()
+        if count:
+            raise exception.InUse(
+                resource='Pool', name=pool.name,
+                reason='%d leases use it; delete them first' % count)
+        # Released leases keep their history but not the pool.
+        session.query(models.Lease).filter(
+            models.Lease.memory_pool_id == pool.id).update(
+                {'memory_pool_id': None}, synchronize_session=False)
+        session.query(models.Lease).filter(
+            models.Lease.device_pool_id == pool.id).update(
+                {'device_pool_id': None}, synchronize_session=False)
+        session.delete(pool)
+
+
+# ---------------------------------------------------------------- memory nodes
+
+def memory_node_create(context, values):
+    with writer(context) as session:
+        node = _create(context, models.MemoryNode, values)
+        pool = lock_pool(session, node.pool_id)
+        _recompute_pool_total(session, pool)
+        return node
+
+
+def memory_node_get(context, ident):
+    with reader(context) as session:
+        return _get(session, models.MemoryNode, ident)
+
+
+def memory_node_list(context, **kwargs):
+    return _list(context, models.MemoryNode, **kwargs)
+
+
+def memory_node_update(context, ident, values):
+    """Capacity changes may not take away memory that leases hold."""
+    with writer(context) as session:
+        node = _get(session, models.MemoryNode, ident)
+        pool = lock_pool(session, node.pool_id)
+        node = session.query(models.MemoryNode).filter(
+            models.MemoryNode.id == node.id).with_for_update().one()
+        capacity = values.get('capacity_mb', node.capacity_mb)
+        reserved = values.get('reserved_mb', node.reserved_mb)
+        if capacity - reserved < node.allocated_mb:
+            raise exception.InUse(
+                resource='Memory node', name=node.name,
+                reason='leases hold %d MiB of it; capacity_mb - reserved_mb '
+                       'may not go below that' % node.allocated_mb)
+        node.update(values)
+        session.flush()
+        _recompute_pool_total(session, pool)
+        if pool.total - pool.reserved < pool.used:
+            raise exception.InUse(
+                resource='Memory node', name=node.name,
+                reason='pool %s would hold less than its leases use' %
+                pool.name)
+        return node
+
+
+def memory_node_delete(context, ident):
+    with writer(context) as session:
+        node = _get(session, models.MemoryNode, ident)
+        pool = lock_pool(session, node.pool_id)
+        count = session.query(models.MemoryExtent).filter(
+            models.MemoryExtent.memory_node_id == node.id).count()
+        if count:
+            raise exception.InUse(
+                resource='Memory node', name=node.name,
+                reason='%d lease extents are on it; delete those leases '
+                       'first' % count)
+        session.delete(node)
+        session.flush()
+        _recompute_pool_total(session, pool)
+
+
+# ---------------------------------------------------------------- devices
+
+def device_create(context, values):
+    with writer(context) as session:
+        device = _create(context, models.Device, values)
+        pool = lock_pool(session, device.pool_id)
+        _recompute_pool_total(session, pool)
+        return device
+
+
+def device_get(context, ident):
+    with reader(context) as session:
+        return _get(session, models.Device, ident)
+
+
+def device_list(context, **kwargs):
+    return _list(context, models.Device, **kwargs)
+
+
+def device_update(context, ident, values):
+    """Operators may set name, model, traits and move a device between
+    available and maintenance/faulty; a leased device keeps its state."""
+    with writer(context) as session:
+        device = _get(session, models.Device, ident)
+        pool = lock_pool(session, device.pool_id)
+        device = session.query(models.Device).filter(
+            models.Device.id == device.id).with_for_update().one()
+        new_state = values.get('state')
+        if new_state and new_state != device.state:
+            if device.lease_id is not None:
+                raise exception.InUse(
+                    resource='Device', name=device.uuid,
+                    reason='it is in a lease; its state follows the lease')
+        device.update(values)
+        session.flush()
+        _recompute_pool_total(session, pool)
+        if pool.total - pool.reserved < pool.used:
+            raise exception.InUse(
+                resource='Device', name=device.uuid,
+                reason='pool %s would hold less than its leases use' %
+                pool.name)
+        return device
+
+
+def device_delete(context, ident):
+    with writer(context) as session:
+        device = _get(session, models.Device, ident)
+        pool = lock_pool(session, device.pool_id)
+        if device.lease_id is not None:
+            raise exception.InUse(resource='Device', name=device.uuid,
+                                  reason='it is in a lease')
+        session.delete(device)
+        session.flush()
+        _recompute_pool_total(session, pool)
+
+
+# ---------------------------------------------------------------- leases
+
+def _lease_query(context, session):
+    query = session.query(models.Lease)
+    if not getattr(context, 'is_admin', False):
+        query = query.filter(models.Lease.project_id == context.project_id)
+    return query
+
+
+def lease_get(context, ident, session=None):
+    """A lease by UUID or name, scoped to the caller's project unless the
+    context is admin. A name that several leases of a project share is
+    refused with 409."""
+    with reader(context) as session:
+        query = _by_ident(_lease_query(context, session), models.Lease,
+                          ident)
+        found = query.limit(2).all()
+        if not found:
+            raise exception.LeaseNotFound(lease=ident)
+        if len(found) > 1:
+            raise exception.Conflict(
+                reason='more than one lease is named %s; use its UUID' %
+                ident)
+        return found[0]
+
+
+def lease_list(context, filters=None, limit=None, marker=None,
+               sort_key='created_at', sort_dir='asc'):
+    """Filters: project_id, status, pool (pool id), kind
+    (memory|gpu|pci), host_id, instance_uuid, name."""
+    filters = dict(filters or {})
+    with reader(context) as session:
+        query = _lease_query(context, session)
+        pool_id = filters.pop('pool_id', None)
+        if pool_id is not None:
+            query = query.filter(sa.or_(
+                models.Lease.memory_pool_id == pool_id,
+                models.Lease.device_pool_id == pool_id))
+        kind = filters.pop('kind', None)
+        if kind == 'memory':
+            query = query.filter(models.Lease.memory_mb > 0)
+        elif kind is not None:
+            query = query.filter(models.Lease.device_count > 0,
+                                 models.Lease.device_kind == kind)
+        status = filters.pop('status', None)
+        if isinstance(status, (list, tuple, set)):
+            query = query.filter(models.Lease.status.in_(list(status)))
+        elif status is not None:
+            query = query.filter(models.Lease.status == status)
+        for key, value in filters.items():
+            if value is not None:
+                query = query.filter(getattr(models.Lease, key) == value)
+        return _paginate(session, query, models.Lease, limit, marker,
+                         sort_key, sort_dir)
+
+
+def lease_create(context, values, action=None, message=None):
+    """Insert a lease (status from ``values``) and its first action."""
+    values = dict(values)
+    values.setdefault('uuid', uuidutils.generate_uuid())
+    values.setdefault('status', states.REQUESTED)
+    with writer(context) as session:
+        lease = models.Lease()
+        lease.update(values)
+        session.add(lease)
+        session.flush()
+        if action:
+            action_start(context, lease.id, action, session=session,
+                         message=message)
+        return lease
+
+
+def lease_update(context, lease_id, values, expected_status=None,
+                 reservation=None):
+    """Update a lease by id. With ``expected_status`` (a state or a set),
+    the update happens only if the lease is in it, and LeaseLocked... is
+    not raised; instead False is returned when nothing matched."""
+    with writer(context) as session:
+        query = session.query(models.Lease).filter(
+            models.Lease.id == lease_id)
+        if expected_status is not None:
+            if isinstance(expected_status, str):
+                expected_status = [expected_status]
+            query = query.filter(
+                models.Lease.status.in_(list(expected_status)))
+        if reservation is not None:
+            query = query.filter(models.Lease.reservation == reservation)
+        values = dict(values)
+        values['updated_at'] = utils.utcnow()
+        count = query.update(values, synchronize_session=False)
+        return count == 1
+
+
+def lease_get_by_id(context, lease_id):
+    with reader(context) as session:
+        lease = session.query(models.Lease).filter(
+            models.Lease.id == lease_id).first()
+        if lease is None:
+            raise exception.LeaseNotFound(lease=lease_id)
+        return lease
+
+
+def lease_purge(context, lease_id):
+    """Delete a released lease row and what hangs off it (admin tooling)."""
+    with writer(context) as session:
+        for model in (models.LeaseAction, models.Attachment,
+                      models.MemoryExtent):
+            session.query(model).filter(
+                model.lease_id == lease_id).delete(synchronize_session=False)
+        session.query(models.Lease).filter(
+            models.Lease.id == lease_id).delete(synchronize_session=False)
+
+
+# ---------------------------------------------------------------- reservations
+
+def lease_reserve(context, lease_id, conductor):
+    """Take the per-lease lock for ``conductor``. True when taken (or
+    already held by it), False when another conductor holds it."""
+    with writer(context) as session:
+        count = session.query(models.Lease).filter(
+            models.Lease.id == lease_id,
+            models.Lease.reservation.is_(None)).update(
+                {'reservation': conductor}, synchronize_session=False)
+        if count:
+            return True
+        holder = session.query(models.Lease.reservation).filter(
+            models.Lease.id == lease_id).scalar()
+        return holder == conductor
+
+
+def lease_release_reservation(context, lease_id, conductor):
+    with writer(context) as session:
+        session.query(models.Lease).filter(
+            models.Lease.id == lease_id,
+            models.Lease.reservation == conductor).update(
+                {'reservation': None}, synchronize_session=False)
+
+
+def conductor_heartbeat(context, hostname):
+    """Register or refresh a conductor's heartbeat."""
+    now = utils.utcnow()
+    with writer(context) as session:
+        count = session.query(models.Conductor).filter(
+            models.Conductor.hostname == hostname).update(
+                {'heartbeat_at': now, 'online': True},
+                synchronize_session=False)
+        if not count:
+            try:
+                with session.begin_nested():
+                    session.add(models.Conductor(hostname=hostname,
+                                                 heartbeat_at=now,
+                                                 online=True))
+            except db_exc.DBDuplicateEntry:
+                pass
+
+
+def conductor_offline(context, hostname):
+    with writer(context) as session:
+        session.query(models.Conductor).filter(
+            models.Conductor.hostname == hostname).update(
+                {'online': False}, synchronize_session=False)
+        session.query(models.Lease).filter(
+            models.Lease.reservation == hostname).update(
+                {'reservation': None}, synchronize_session=False)
+
+
+def conductor_list(context):
+    with reader(context) as session:
+        return session.query(models.Conductor).all()
+
+
+def break_dead_reservations(context, timeout):
+    """Clear the lease reservations of conductors whose heartbeat is older
+    than ``timeout`` seconds, and mark those conductors offline. Returns the
+    hostnames found dead."""
+    import datetime
+    limit = utils.utcnow() - datetime.timedelta(seconds=timeout)
+    with writer(context) as session:
+        dead = [row.hostname for row in session.query(
+            models.Conductor.hostname).filter(
+                models.Conductor.heartbeat_at < limit)]
+        # Reservations held by a hostname with no conductor row at all are
+        # dead too (a row removed by an operator).
+        alive = [row.hostname for row in session.query(
+            models.Conductor.hostname).filter(
+                models.Conductor.heartbeat_at >= limit)]
+        query = session.query(models.Lease).filter(
+            models.Lease.reservation.isnot(None))
+        if alive:
+            query = query.filter(models.Lease.reservation.notin_(alive))
+        orphans = {row.reservation for row in query.with_entities(
+            models.Lease.reservation)}
+        stale = sorted(set(dead) | orphans)
+        if stale:
+            session.query(models.Lease).filter(
+                models.Lease.reservation.in_(stale)).update(
+                    {'reservation': None}, synchronize_session=False)
+            session.query(models.Conductor).filter(
+                models.Conductor.hostname.in_(dead)).update(
+                    {'online': False}, synchronize_session=False)
+        return stale
+
+
+# ---------------------------------------------------------------- actions
+
+def action_start(context, lease_id, action, session=None, message=None):
+    values = dict(lease_id=lease_id, action=action,
+                  request_id=getattr(context, 'request_id', None),
+                  user_id=getattr(context, 'user_id', None),
+                  project_id=getattr(context, 'project_id', None),
+                  start_time=utils.utcnow(), result='running',
+                  message=message)
+    with writer(context) as session:
+        row = models.LeaseAction(**values)
+        session.add(row)
+        session.flush()
+        return row
+
+
+def action_finish(context, lease_id, action, result, message=None):
+    """Finish the newest running ``action`` of a lease."""
+    with writer(context) as session:
+        row = session.query(models.LeaseAction).filter(
+            models.LeaseAction.lease_id == lease_id,
+            models.LeaseAction.action == action,
+            models.LeaseAction.result == 'running').order_by(
+                models.LeaseAction.id.desc()).first()
+        if row is None:
+            row = action_start(context, lease_id, action)
+        row.result = result
+        row.finish_time = utils.utcnow()
+        if message is not None:
+            row.message = message
+        return row
+
+
+def action_list(context, lease_id, limit=None, marker=None):
+    with reader(context) as session:
+        query = session.query(models.LeaseAction).filter(
+            models.LeaseAction.lease_id == lease_id).order_by(
+                models.LeaseAction.id.asc())
+        if marker is not None:
+            query = query.filter(models.LeaseAction.id > int(marker))
+        if limit:
+            query = query.limit(limit)
+        return query.all()
+
+
+# ---------------------------------------------------------------- attachments
+
+def attachment_create(context, values):
+    values = dict(values)
+    values.setdefault('uuid', uuidutils.generate_uuid())
+    with writer(context) as session:
+        row = models.Attachment(**values)
+        session.add(row)
+        session.flush()
+        return row
+
+
+def attachment_list(context, lease_id, states_=None):
+    with reader(context) as session:
+        query = session.query(models.Attachment).filter(
+            models.Attachment.lease_id == lease_id)
+        if states_:
+            query = query.filter(models.Attachment.state.in_(states_))
+        return query.order_by(models.Attachment.id).all()
+
+
+def attachment_update(context, attachment_id, values):
+    with writer(context) as session:
+        session.query(models.Attachment).filter(
+            models.Attachment.id == attachment_id).update(
+                values, synchronize_session=False)
+
+
+def extent_update(context, extent_id, values):
+    with writer(context) as session:
+        session.query(models.MemoryExtent).filter(
+            models.MemoryExtent.id == extent_id).update(
+                values, synchronize_session=False)
+
+
+def extent_list(context, lease_id):
+    with reader(context) as session:
+        return session.query(models.MemoryExtent).filter(
+            models.MemoryExtent.lease_id == lease_id).order_by(
+                models.MemoryExtent.index).all()
+
+
+def device_set_state(context, device_id, values):
+    with writer(context) as session:
+        session.query(models.Device).filter(
+            models.Device.id == device_id).update(
+                values, synchronize_session=False)
+
+
+# ---------------------------------------------------------------- schema
+
+def create_schema_for_tests(engine=None):
+    models.Base.metadata.create_all(engine or get_engine())
+
+
+def orm_session_class():
+    return orm.Session
