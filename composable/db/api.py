@@ -35,10 +35,7 @@ _FACADE_LOCK = threading.Lock()
 def _sqlite_on_connect(dbapi_conn, record):
     if not isinstance(dbapi_conn, sqlite3.Connection):
         return
-    # pysqlite starts transactions lazily and as DEFERRED, which lets two
-    # writers deadlock (both hold SHARED, both want RESERVED); we issue
-    # BEGIN IMMEDIATE ourselves (below), so SQLite writers queue instead.
-    dbapi_conn.isolation_level = None
+    # Writers wait for the lock instead of failing at once.
     cursor = dbapi_conn.cursor()
     cursor.execute('PRAGMA busy_timeout = 30000')
     cursor.execute('PRAGMA foreign_keys = ON')
@@ -47,8 +44,15 @@ def _sqlite_on_connect(dbapi_conn, record):
 
 @event.listens_for(sa.engine.Engine, 'begin')
 def _sqlite_on_begin(conn):
-    if conn.dialect.name == 'sqlite':
+    # oslo.db turns off pysqlite's own BEGIN and emits a plain (DEFERRED)
+    # one unless the connection is marked as in a transaction. A DEFERRED
+    # transaction lets two writers deadlock (both hold SHARED, both want
+    # RESERVED); BEGIN IMMEDIATE takes the write lock first, so SQLite
+    # writers queue instead. This class-level listener runs before the
+    # engine's own.
+    if conn.dialect.name == 'sqlite' and 'in_transaction' not in conn.info:
         conn.exec_driver_sql('BEGIN IMMEDIATE')
+        conn.info['in_transaction'] = True
 
 
 def _facade():
