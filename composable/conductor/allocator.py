@@ -1,0 +1,477 @@
+"""The allocator: claims and returns pool capacity, atomically.
+
+Why it cannot over-commit
+-------------------------
+Every claim is one database transaction that moves the lease from
+``allocating`` to ``reserved`` and changes the capacity counters with
+*conditional* UPDATEs::
+
+    UPDATE pools SET used = used + :n
+     WHERE id = :pool AND used + :n <= total - reserved
+
+    UPDATE memory_nodes SET allocated_mb = allocated_mb + :mb
+     WHERE id = :node AND allocated_mb + :mb <= capacity_mb - reserved_mb
+
+    UPDATE devices SET state = 'reserved', lease_id = :lease
+     WHERE id = :device AND state = 'available' AND lease_id IS NULL
+
+A row that no longer satisfies its condition is simply not updated (the
+row count says so), whatever runs at the same time: on MariaDB/InnoDB and
+PostgreSQL the UPDATE waits for the row lock and re-checks the condition
+against the committed row; on SQLite writers are serialized (BEGIN
+IMMEDIATE, see composable/db/api.py). A device has a single ``lease_id``
+column, so it can never be in two leases. The capacity claim and the
+lease's move to ``reserved`` commit together or not at all, so a conductor
+that dies mid-claim leaves the lease in ``allocating`` with nothing held;
+allocating it again is safe.
+
+Rows are always locked in the same order (lease, memory pool, memory nodes
+by id, device pool, devices by id) so concurrent claims and releases do not
+deadlock; the rare deadlock a database still reports is retried.
+
+Placement of memory extents
+---------------------------
+A memory lease of M MiB from a pool with step size S becomes M/S extents of
+S MiB. ``[allocator] memory_placement`` chooses where they go:
+
+* ``spread`` (default): each extent on the node with the most free memory,
+  so a lease is striped over the pool's nodes; Linux round-robins swap
+  devices of equal priority, so striping spreads the paging load.
+* ``pack``: fill the node with the least free memory that still has room,
+  so a lease touches few nodes and large free blocks stay whole.
+"""
+
+import collections
+
+from oslo_log import log as logging
+from oslo_utils import uuidutils
+import sqlalchemy as sa
+
+from composable.common import exception
+from composable import conf
+from composable.conductor import states
+from composable.db import api as dbapi
+from composable.db import models
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+DEVICE_AVAILABLE = 'available'
+DEVICE_RESERVED = 'reserved'
+
+
+class _LostRace(Exception):
+    """A conditional UPDATE matched nothing although the rows were locked
+    (a database without row locks, or inventory changed underneath):
+    the whole transaction is rolled back and tried again."""
+
+
+def pool_kind_for_device_kind(device_kind):
+    """(pool kind, resource class) that serves devices of ``device_kind``."""
+    if device_kind in (None, 'gpu'):
+        return 'gpu', 'CUSTOM_COMPOSABLE_GPU'
+    return 'pci', 'CUSTOM_COMPOSABLE_PCI_%s' % device_kind.upper()
+
+
+def _free(pool):
+    return max(0, pool.total - pool.reserved - pool.used)
+
+
+def _claim_pool(session, pool, amount):
+    count = session.query(models.Pool).filter(
+        models.Pool.id == pool.id,
+        models.Pool.used + amount <= models.Pool.total - models.Pool.reserved
+    ).update({'used': models.Pool.used + amount},
+             synchronize_session=False)
+    return count == 1
+
+
+def _unclaim_pool(session, pool_id, amount):
+    if amount:
+        session.query(models.Pool).filter(models.Pool.id == pool_id).update(
+            {'used': models.Pool.used - amount}, synchronize_session=False)
+
+
+def _plan_extents(nodes, count, step, policy):
+    """{node: extents} placing ``count`` extents of ``step`` MiB, or None
+    when the nodes cannot hold them (fragmentation)."""
+    free = {node.id: node.capacity_mb - node.reserved_mb - node.allocated_mb
+            for node in nodes}
+    by_id = {node.id: node for node in nodes}
+    plan = collections.Counter()
+    for _ in range(count):
+        fitting = [nid for nid, mb in free.items() if mb >= step]
+        if not fitting:
+            return None
+        if policy == 'pack':
+            # Least free first; ties by id so the plan is stable.
+            chosen = min(fitting, key=lambda nid: (free[nid], nid))
+        else:
+            chosen = max(fitting, key=lambda nid: (free[nid], -nid))
+        free[chosen] -= step
+        plan[chosen] += 1
+    return {by_id[nid]: n for nid, n in sorted(plan.items())}
+
+
+def _memory_candidates(session, lease, fabric_id=None):
+    query = session.query(models.Pool).filter(models.Pool.kind == 'memory')
+    if lease.requested_pools:
+        query = query.filter(models.Pool.uuid.in_(lease.requested_pools))
+    if fabric_id is not None:
+        query = query.filter(models.Pool.fabric_id == fabric_id)
+    pools = query.all()
+    # Most free first, then by id so equal pools are tried in a fixed order.
+    return sorted(pools, key=lambda p: (-_free(p), p.id))
+
+
+def _claim_memory(session, lease):
+    step_reasons = []
+    pools = _memory_candidates(session, lease)
+    if not pools:
+        raise exception.InsufficientCapacity(
+            reason='There is no memory pool%s to take %d MiB from.' % (
+                ' among the pools asked for' if lease.requested_pools
+                else '', lease.memory_mb))
+    for pool in pools:
+        step = pool.step_size or 1
+        if lease.memory_mb % step:
+            step_reasons.append('%s takes multiples of %d MiB' %
+                                (pool.name, step))
+            continue
+        if not _claim_pool(session, pool, lease.memory_mb):
+            step_reasons.append('%s has %d MiB free' % (pool.name,
+                                                         _free(pool)))
+            continue
+        nodes = session.query(models.MemoryNode).filter(
+            models.MemoryNode.pool_id == pool.id,
+            models.MemoryNode.enabled.is_(True)).order_by(
+                models.MemoryNode.id).with_for_update().all()
+        plan = _plan_extents(nodes, lease.memory_mb // step, step,
+                             CONF.allocator.memory_placement)
+        if plan is None:
+            _unclaim_pool(session, pool.id, lease.memory_mb)
+            step_reasons.append(
+                '%s has memory free but not %d whole extents of %d MiB on '
+                'its nodes' % (pool.name, lease.memory_mb // step, step))
+            continue
+        index = 0
+        for node, n in plan.items():
+            amount = n * step
+            count = session.query(models.MemoryNode).filter(
+                models.MemoryNode.id == node.id,
+                models.MemoryNode.enabled.is_(True),
+                models.MemoryNode.allocated_mb + amount <=
+                models.MemoryNode.capacity_mb - models.MemoryNode.reserved_mb
+            ).update({'allocated_mb': models.MemoryNode.allocated_mb +
+                      amount}, synchronize_session=False)
+            if count != 1:
+                raise _LostRace('memory node %s' % node.name)
+            for _ in range(n):
+                session.add(models.MemoryExtent(
+                    uuid=uuidutils.generate_uuid(), lease_id=lease.id,
+                    memory_node_id=node.id, size_mb=step, index=index,
+                    export_state='allocated'))
+                index += 1
+        return pool
+    raise exception.InsufficientCapacity(
+        reason='No memory pool can hold %d MiB now: %s. Delete leases you '
+               'no longer need, ask for less memory, or try again later.' %
+               (lease.memory_mb, '; '.join(step_reasons)))
+
+
+def _device_candidates(session, lease, fabric_id):
+    kind, resource_class = pool_kind_for_device_kind(lease.device_kind)
+    query = session.query(models.Pool).filter(
+        models.Pool.kind == kind,
+        models.Pool.resource_class == resource_class)
+    if lease.requested_pools:
+        query = query.filter(models.Pool.uuid.in_(lease.requested_pools))
+    if fabric_id is not None:
+        query = query.filter(models.Pool.fabric_id == fabric_id)
+    return sorted(query.all(), key=lambda p: (-_free(p), p.id))
+
+
+def _take_devices(session, lease, devices):
+    for device in devices:
+        count = session.query(models.Device).filter(
+            models.Device.id == device.id,
+            models.Device.state == DEVICE_AVAILABLE,
+            models.Device.lease_id.is_(None)).update(
+                {'state': DEVICE_RESERVED, 'lease_id': lease.id},
+                synchronize_session=False)
+        if count != 1:
+            raise _LostRace('device %s' % device.uuid)
+
+
+def _claim_requested_devices(session, lease, fabric_id):
+    devices = session.query(models.Device).filter(
+        models.Device.uuid.in_(lease.requested_devices)).order_by(
+            models.Device.id).with_for_update().all()
+    missing = set(lease.requested_devices) - {d.uuid for d in devices}
+    if missing:
+        raise exception.InsufficientCapacity(
+            reason='Device %s no longer exists.' % sorted(missing)[0])
+    pool_ids = {d.pool_id for d in devices}
+    if len(pool_ids) != 1:
+        raise exception.InsufficientCapacity(
+            reason='The devices asked for are in different pools; a lease '
+                   'takes devices from one pool.')
+    for device in devices:
+        if device.lease_id is not None or device.state != DEVICE_AVAILABLE:
+            raise exception.InsufficientCapacity(
+                reason='Device %s was taken by another lease or went to '
+                       '%s meanwhile; ask for another device.' %
+                (device.uuid, device.state))
+    pool = session.query(models.Pool).filter(
+        models.Pool.id == pool_ids.pop()).one()
+    if fabric_id is not None and pool.fabric_id != fabric_id:
+        raise exception.InsufficientCapacity(
+            reason='The devices asked for are on another fabric than the '
+                   'lease\'s memory.')
+    if not _claim_pool(session, pool, len(devices)):
+        raise exception.InsufficientCapacity(
+            reason='Pool %s keeps its remaining devices as headroom '
+                   '(reserved %d).' % (pool.name, pool.reserved))
+    _take_devices(session, lease, devices)
+    return pool
+
+
+def _matches_traits(device, traits):
+    return set(traits or []) <= set(device.traits or [])
+
+
+def _claim_devices(session, lease, fabric_id):
+    if lease.requested_devices:
+        return _claim_requested_devices(session, lease, fabric_id)
+    count = lease.device_count
+    reasons = []
+    pools = _device_candidates(session, lease, fabric_id)
+    what = '%d %s device%s%s' % (
+        count, lease.device_kind or 'gpu', 's' if count != 1 else '',
+        ' of model %s' % lease.device_model if lease.device_model else '')
+    if not pools:
+        raise exception.InsufficientCapacity(
+            reason='There is no pool of %s devices%s%s.' % (
+                lease.device_kind or 'gpu',
+                ' among the pools asked for' if lease.requested_pools
+                else '',
+                ' on the fabric of the lease\'s memory'
+                if fabric_id is not None else ''))
+    for pool in pools:
+        if not _claim_pool(session, pool, count):
+            reasons.append('%s has %d free' % (pool.name, _free(pool)))
+            continue
+        query = session.query(models.Device).filter(
+            models.Device.pool_id == pool.id,
+            models.Device.state == DEVICE_AVAILABLE,
+            models.Device.lease_id.is_(None))
+        if lease.device_model:
+            query = query.filter(models.Device.model == lease.device_model)
+        candidates = [d for d in query.order_by(models.Device.id)
+                      .with_for_update().all()
+                      if _matches_traits(d, lease.device_traits)]
+        if len(candidates) < count:
+            _unclaim_pool(session, pool.id, count)
+            reasons.append('%s has %d matching free' %
+                           (pool.name, len(candidates)))
+            continue
+        _take_devices(session, lease, candidates[:count])
+        return pool
+    raise exception.InsufficientCapacity(
+        reason='No pool can give %s now: %s. Delete leases you no longer '
+               'need, relax the model or traits, or try again later.' %
+               (what, '; '.join(reasons)))
+
+
+def check_requested_devices(context, device_uuids):
+    """Refuse, before a lease exists, devices that cannot be leased.
+
+    Raises DeviceNotFound, DeviceAlreadyLeased, DeviceUnavailable or
+    Invalid (devices from several pools). Returns the devices' pool uuid.
+    """
+    with dbapi.reader(context) as session:
+        devices = session.query(models.Device).filter(
+            models.Device.uuid.in_(device_uuids)).all()
+        found = {d.uuid: d for d in devices}
+        for ident in device_uuids:
+            if ident not in found:
+                raise exception.DeviceNotFound(device=ident)
+        for device in devices:
+            if device.lease_id is not None:
+                holder = session.query(models.Lease.uuid).filter(
+                    models.Lease.id == device.lease_id).scalar()
+                raise exception.DeviceAlreadyLeased(device=device.uuid,
+                                                    lease=holder)
+            if device.state != DEVICE_AVAILABLE:
+                raise exception.DeviceUnavailable(device=device.uuid,
+                                                  state=device.state)
+        pools = {d.pool.uuid for d in devices}
+        if len(pools) > 1:
+            raise exception.Invalid(
+                reason='the devices asked for are in different pools; a '
+                       'lease takes devices from one pool')
+        return pools.pop() if pools else None
+
+
+def _allocate_once(context, lease_id):
+    with dbapi.writer(context) as session:
+        # The lease row first: moving it to reserved here both locks it
+        # and makes the claim and the state change one commit.
+        target = states.next_state(states.ALLOCATING, states.DONE)
+        moved = session.query(models.Lease).filter(
+            models.Lease.id == lease_id,
+            models.Lease.status == states.ALLOCATING).update(
+                {'status': target, 'fault': None},
+                synchronize_session=False)
+        if moved != 1:
+            status = session.query(models.Lease.status).filter(
+                models.Lease.id == lease_id).scalar()
+            if status == target:
+                return False  # Claimed already: allocate is idempotent.
+            raise exception.InvalidState(lease=lease_id, status=status,
+                                         action='allocate')
+        lease = session.query(models.Lease).filter(
+            models.Lease.id == lease_id).one()
+        memory_pool = None
+        if lease.memory_mb:
+            memory_pool = _claim_memory(session, lease)
+            lease.memory_pool_id = memory_pool.id
+        if lease.device_count or lease.requested_devices:
+            device_pool = _claim_devices(
+                session, lease,
+                memory_pool.fabric_id if memory_pool is not None else None)
+            lease.device_pool_id = device_pool.id
+        session.flush()
+        return True
+
+
+def allocate(context, lease_id):
+    """Claim what the lease asks for and move it to ``reserved``.
+
+    All or nothing, in one transaction. Raises InsufficientCapacity (its
+    message is the fault to show the user) and leaves the lease in
+    ``allocating`` with nothing claimed; the caller moves it on to
+    ``alloc_failed``. Returns True when it claimed, False when the lease
+    was claimed already.
+    """
+    attempts = CONF.allocator.claim_retries + 1
+    for attempt in range(attempts):
+        try:
+            return dbapi.retry_on_deadlock(_allocate_once)(context, lease_id)
+        except _LostRace as race:
+            LOG.info('Lost a race for %s while allocating lease %s '
+                     '(attempt %d of %d); retrying.', race, lease_id,
+                     attempt + 1, attempts)
+    raise exception.InsufficientCapacity(
+        reason='The pools changed too fast to place this lease; try again.')
+
+
+def _release_once(context, lease_id):
+    with dbapi.writer(context) as session:
+        target = states.next_state(states.RELEASING, states.DONE)
+        moved = session.query(models.Lease).filter(
+            models.Lease.id == lease_id,
+            models.Lease.status == states.RELEASING).update(
+                {'status': target, 'reservation': None},
+                synchronize_session=False)
+        if moved != 1:
+            status = session.query(models.Lease.status).filter(
+                models.Lease.id == lease_id).scalar()
+            if status == target:
+                return False
+            raise exception.InvalidState(lease=lease_id, status=status,
+                                         action='release')
+        lease = session.query(models.Lease).filter(
+            models.Lease.id == lease_id).one()
+        extents = session.query(models.MemoryExtent).filter(
+            models.MemoryExtent.lease_id == lease_id).all()
+        if extents:
+            by_node = collections.Counter()
+            for extent in extents:
+                by_node[extent.memory_node_id] += extent.size_mb
+            total = sum(by_node.values())
+            if lease.memory_pool_id is not None:
+                lock = dbapi.lock_pool(session, lease.memory_pool_id)
+                _unclaim_pool(session, lock.id, total)
+            for node_id in sorted(by_node):
+                session.query(models.MemoryNode).filter(
+                    models.MemoryNode.id == node_id).update(
+                        {'allocated_mb': models.MemoryNode.allocated_mb -
+                         by_node[node_id]}, synchronize_session=False)
+            session.query(models.MemoryExtent).filter(
+                models.MemoryExtent.lease_id == lease_id).delete(
+                    synchronize_session=False)
+        devices = session.query(models.Device).filter(
+            models.Device.lease_id == lease_id).order_by(
+                models.Device.id).all()
+        if devices:
+            per_pool = collections.Counter(d.pool_id for d in devices)
+            for pool_id in sorted(per_pool):
+                dbapi.lock_pool(session, pool_id)
+                _unclaim_pool(session, pool_id, per_pool[pool_id])
+            session.query(models.Device).filter(
+                models.Device.lease_id == lease_id).update(
+                    {'lease_id': None, 'pci_address': None,
+                     'state': sa.case(
+                         (models.Device.state.in_(
+                             [DEVICE_RESERVED, 'attached']),
+                          DEVICE_AVAILABLE),
+                         else_=models.Device.state)},
+                    synchronize_session=False)
+        return True
+
+
+def release_capacity(context, lease_id):
+    """Return everything the lease holds to its pools and move it from
+    ``releasing`` to ``released``, in one transaction.
+
+    The caller must have torn down exports, attachments and fabric
+    bindings and scrubbed the extents first: capacity comes back only
+    when nothing of the lease is live any more. Idempotent.
+    """
+    return dbapi.retry_on_deadlock(_release_once)(context, lease_id)
+
+
+def check_consistency(context):
+    """Compare the counters with what leases hold. Returns a list of
+    problems (empty when pools, nodes and devices agree with leases)."""
+    problems = []
+    with dbapi.reader(context) as session:
+        live = [s for s in states.ALL_STATES if s != states.RELEASED]
+        for pool in session.query(models.Pool).all():
+            if pool.kind == 'memory':
+                held = session.query(sa.func.coalesce(sa.func.sum(
+                    models.MemoryExtent.size_mb), 0)).join(
+                        models.MemoryNode,
+                        models.MemoryExtent.memory_node_id ==
+                        models.MemoryNode.id).filter(
+                            models.MemoryNode.pool_id == pool.id).scalar()
+            else:
+                held = session.query(sa.func.count(models.Device.id)).filter(
+                    models.Device.pool_id == pool.id,
+                    models.Device.lease_id.isnot(None)).scalar()
+            if int(held) != pool.used:
+                problems.append('pool %s: used %d but leases hold %d' %
+                                (pool.name, pool.used, held))
+            if pool.used > pool.total - pool.reserved:
+                problems.append('pool %s: over-committed, used %d of %d '
+                                '(reserved %d)' % (pool.name, pool.used,
+                                                   pool.total,
+                                                   pool.reserved))
+        for node in session.query(models.MemoryNode).all():
+            held = session.query(sa.func.coalesce(sa.func.sum(
+                models.MemoryExtent.size_mb), 0)).filter(
+                    models.MemoryExtent.memory_node_id == node.id).scalar()
+            if int(held) != node.allocated_mb:
+                problems.append('memory node %s: allocated %d but extents '
+                                'hold %d' % (node.name, node.allocated_mb,
+                                             held))
+            if node.allocated_mb > node.capacity_mb - node.reserved_mb:
+                problems.append('memory node %s: over-committed' %
+                                node.name)
+        stale = session.query(models.Device.uuid).join(
+            models.Lease, models.Device.lease_id == models.Lease.id).filter(
+                models.Lease.status.notin_(live)).all()
+        for (uuid,) in stale:
+            problems.append('device %s is held by a released lease' % uuid)
+    return problems

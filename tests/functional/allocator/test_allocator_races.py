@@ -1,0 +1,95 @@
+"""Racing claims on the real databases: no over-commit, no device in two
+leases, counters equal to what leases hold, on SQLite, MariaDB and
+PostgreSQL. Each worker thread has its own connection, so the races happen
+inside the database server, as between several conductors."""
+
+import random
+import threading
+
+from composable.common import exception
+from composable.conductor import allocator
+from composable.conductor import states
+from composable.db import api as dbapi
+from tests.unit.allocator import inventory as inv
+
+
+def _race(leases, action, workers=16):
+    results = {}
+    lock = threading.Lock()
+    queue = list(leases)
+    barrier = threading.Barrier(workers)
+
+    def run():
+        barrier.wait()
+        while True:
+            with lock:
+                if not queue:
+                    return
+                lease = queue.pop()
+            try:
+                outcome = action(lease)
+            except exception.InsufficientCapacity:
+                outcome = False
+            with lock:
+                results[lease.uuid] = outcome
+
+    threads = [threading.Thread(target=run) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_memory_claims_race(db_backend):
+    inv.memory_inventory(nodes=(4096, 4096, 2048), step=512)
+    # 20 GiB asked for from 10 GiB: exactly 20 of 40 half-GiB leases win.
+    leases = [inv.new_lease(memory_mb=512) for _ in range(40)]
+    results = _race(leases, inv.allocate)
+    assert sum(1 for ok in results.values() if ok) == 20
+    assert dbapi.pool_get(inv.admin(), 'mem').used == 10240
+    assert allocator.check_consistency(inv.admin()) == []
+
+
+def test_device_claims_race_never_share_a_device(db_backend):
+    fabric, _ = inv.memory_inventory(nodes=(8192,))
+    inv.gpu_inventory(fabric, models_=['A'] * 6)
+    leases = [inv.new_lease(device_count=random.choice((1, 2)),
+                            device_kind='gpu') for _ in range(24)]
+    _race(leases, inv.allocate)
+    taken = []
+    granted = 0
+    for lease in leases:
+        got = dbapi.lease_get(inv.admin(), lease.uuid)
+        if got.status == states.RESERVED:
+            assert len(got.devices) == got.device_count
+            granted += got.device_count
+            taken.extend(d.uuid for d in got.devices)
+    assert len(taken) == len(set(taken)), 'a device is in two leases'
+    assert granted == len(taken) <= 6
+    assert dbapi.pool_get(inv.admin(), 'gpu').used == granted
+    assert allocator.check_consistency(inv.admin()) == []
+
+
+def test_claims_and_releases_interleaved(db_backend):
+    fabric, _ = inv.memory_inventory(nodes=(4096, 4096), step=1024)
+    inv.gpu_inventory(fabric, models_=['A'] * 4)
+    first = [inv.new_lease(memory_mb=1024, device_count=1,
+                           device_kind='gpu') for _ in range(4)]
+    for lease in first:
+        inv.allocate(lease)
+    second = [inv.new_lease(memory_mb=1024, device_count=1,
+                            device_kind='gpu') for _ in range(12)]
+
+    def act(lease):
+        if lease in first:
+            return inv.release(lease)
+        return inv.allocate(lease)
+
+    _race(first + second, act, workers=8)
+    assert allocator.check_consistency(inv.admin()) == []
+    live = [dbapi.lease_get(inv.admin(), lease.uuid) for lease in second]
+    granted = [lease for lease in live if lease.status == states.RESERVED]
+    assert len(granted) <= 4
+    assert dbapi.pool_get(inv.admin(), 'gpu').used == len(granted)
+    assert dbapi.pool_get(inv.admin(), 'mem').used == 1024 * len(granted)
