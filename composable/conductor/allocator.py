@@ -139,8 +139,8 @@ def _claim_memory(session, lease):
                                 (pool.name, step))
             continue
         if not _claim_pool(session, pool, lease.memory_mb):
-            step_reasons.append('%s has %d MiB free' % (pool.name,
-                                                         _free(pool)))
+            step_reasons.append(
+                '%s has %d MiB free' % (pool.name, _free(pool)))
             continue
         nodes = session.query(models.MemoryNode).filter(
             models.MemoryNode.pool_id == pool.id,

@@ -7,16 +7,19 @@ refused.
 
 ::
 
-  requested --allocate--> allocating --done--> reserved --bind--> binding
-      |                       |fail                |               |done \\fail
-      |                       v                    |               v      v
-      |                  alloc_failed              |             bound  bind_failed
-      |                                            |               |unbind   |unbind
-      |                                            |<--done-- unbinding <----'
-      '-- delete / expire (from any resting state, bound too) --> releasing --done--> released
-                                                               |fail
-                                                               v
-                                                             error --delete--> releasing
+  requested -allocate-> allocating -done-> reserved -bind-> binding
+                            | fail            ^               | done  | fail
+                            v                 |               v       v
+                      alloc_failed           |             bound  bind_failed
+                                              |               |unbind  |unbind
+                                              +-- done -- unbinding <---+
+
+  any resting state (bound too) -delete/expire-> releasing -done-> released
+                                                     | fail
+                                                     v
+                                                   error -delete-> releasing
+
+The full table is rendered into the documentation from TRANSITIONS.
 
 ``requested`` is where a lease with a future ``start_at`` waits; the
 conductor allocates it when that time comes.
@@ -139,8 +142,9 @@ def next_state(status, event):
     Raises InvalidTransition when the machine declares no such transition.
     """
     machine = _MACHINE.copy(shallow=True)
-    machine.initialize(status)
     try:
+        # initialize() refuses a terminal state (released) itself.
+        machine.initialize(status)
         machine.process_event(event)
     except Exception:
         raise InvalidTransition(status, event)

@@ -10,11 +10,14 @@ from oslo_config import cfg
 from composable.conf import agent
 from composable.conf import allocator
 from composable.conf import api
+from composable.conf import compute
 from composable.conf import conductor
 from composable.conf import database
 from composable.conf import default
 from composable.conf import fabric
+from composable.conf import memory
 from composable.conf import messaging
+from composable.conf import placement
 
 CONF = cfg.CONF
 
@@ -23,6 +26,9 @@ api.register_opts(CONF)
 conductor.register_opts(CONF)
 allocator.register_opts(CONF)
 agent.register_opts(CONF)
+compute.register_opts(CONF)
 fabric.register_opts(CONF)
+memory.register_opts(CONF)
 database.register_opts(CONF)
 messaging.register_opts(CONF)
+placement.register_opts(CONF)

@@ -12,7 +12,8 @@ opts = [
                     'registered in the API.'),
     cfg.StrOpt('auth_strategy',
                default='keystone',
-               choices=[('keystone', 'Validate tokens with keystonemiddleware'),
+               choices=[('keystone',
+                         'Validate tokens with keystonemiddleware'),
                         ('noauth', 'No authentication: every request is an '
                                    'admin of the project named in '
                                    'X-Project-Id (default "demo"). Only for '

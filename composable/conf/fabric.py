@@ -5,9 +5,10 @@ group = cfg.OptGroup('fabric', title='Fabric driver options')
 opts = [
     cfg.ListOpt('enabled_drivers',
                 default=['fake'],
-                help='Fabric drivers, by name on the composable.fabric.drivers '
-                     'entry point, that fabrics may use. "fake" simulates a '
-                     'PCIe fabric and says so loudly.'),
+                help='Fabric drivers, by name on the '
+                     'composable.fabric.drivers entry point, that fabrics '
+                     'may use. "fake" simulates a PCIe fabric and says so '
+                     'loudly.'),
     cfg.IntOpt('operation_timeout',
                default=60,
                min=1,

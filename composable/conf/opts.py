@@ -8,12 +8,16 @@ from oslo_middleware import cors
 from composable.conf import agent
 from composable.conf import allocator
 from composable.conf import api
+from composable.conf import compute
 from composable.conf import conductor
 from composable.conf import database
 from composable.conf import default
 from composable.conf import fabric
+from composable.conf import memory
+from composable.conf import placement
 
-_MODULES = (default, api, conductor, allocator, agent, fabric, database)
+_MODULES = (default, api, conductor, allocator, agent, compute, fabric,
+            memory, database, placement)
 
 
 def list_opts():

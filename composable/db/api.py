@@ -260,6 +260,17 @@ def host_delete(context, ident):
             raise exception.InUse(
                 resource='Host', name=host.name,
                 reason='%d leases are bound to it; unbind them first' % count)
+        attachments = session.query(models.Attachment).filter(
+            models.Attachment.host_id == host.id)
+        count = attachments.filter(
+            models.Attachment.state != 'detached').count()
+        if count:
+            raise exception.InUse(
+                resource='Host', name=host.name,
+                reason='%d attachments on it are not detached; unbind their '
+                       'leases first' % count)
+        # Detached attachments are history that would keep the host.
+        attachments.delete(synchronize_session=False)
         session.delete(host)
 
 
@@ -283,7 +294,9 @@ def _recompute_pool_total(session, pool):
 
 def lock_pool(session, pool_id):
     """Row-lock a pool (no-op on SQLite, whose writers are serialized)."""
-    return session.query(models.Pool).filter(
+    # populate_existing: the locked row's values replace those the session
+    # read before the lock (else a concurrent claim would go unseen).
+    return session.query(models.Pool).populate_existing().filter(
         models.Pool.id == pool_id).with_for_update().one()
 
 
@@ -359,7 +372,7 @@ def memory_node_update(context, ident, values):
     with writer(context) as session:
         node = _get(session, models.MemoryNode, ident)
         pool = lock_pool(session, node.pool_id)
-        node = session.query(models.MemoryNode).filter(
+        node = session.query(models.MemoryNode).populate_existing().filter(
             models.MemoryNode.id == node.id).with_for_update().one()
         capacity = values.get('capacity_mb', node.capacity_mb)
         reserved = values.get('reserved_mb', node.reserved_mb)
@@ -420,7 +433,7 @@ def device_update(context, ident, values):
     with writer(context) as session:
         device = _get(session, models.Device, ident)
         pool = lock_pool(session, device.pool_id)
-        device = session.query(models.Device).filter(
+        device = session.query(models.Device).populate_existing().filter(
             models.Device.id == device.id).with_for_update().one()
         new_state = values.get('state')
         if new_state and new_state != device.state:

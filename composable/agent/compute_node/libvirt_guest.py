@@ -1,0 +1,523 @@
+"""Guest-mode memory: leased extents hot-plugged into a running guest.
+
+Each extent of a lease is an iSCSI LUN on a memory node. In guest mode
+QEMU's own iSCSI initiator (libiscsi) logs in to it: the extent becomes a
+``<disk type='network'>`` with ``protocol='iscsi'`` hot-plugged into the
+running domain, and the guest turns the new virtio disk into swap. The
+host's kernel initiator is not involved.
+
+- The CHAP secret of an extent goes into a libvirt secret of its own
+  (usage ``composable-extent-<extent uuid>``), ephemeral and private, so
+  it is neither written to disk by libvirtd nor readable back through the
+  libvirt API. It is never logged.
+- Disks are plugged into the live domain only, never into its persistent
+  definition: Nova owns the domain XML and regenerates it on hard reboot,
+  resize, migration...; the libvirt hook plugs the disks again at every
+  start.
+- A disk carries the user alias ``ua-composable-<extent uuid>`` (how it is
+  found again) and the serial ``<extent uuid without dashes>[:20]`` (how
+  the guest can tell which extent a disk is, /sys/block/vdX/serial).
+- attach() and detach() are idempotent: a disk already there, or already
+  gone, is fine. A failed attach removes what it added.
+"""
+
+import threading
+import time
+from xml.etree import ElementTree
+
+from oslo_concurrency import lockutils
+from oslo_log import log as logging
+from oslo_utils import importutils
+
+from composable.common import exception
+from composable import conf
+
+libvirt = importutils.try_import('libvirt')
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+SECRET_USAGE_PREFIX = 'composable-extent-'
+ALIAS_PREFIX = 'ua-composable-'
+DEFAULT_ISCSI_PORT = 3260
+VIRTIO_SERIAL_LEN = 20
+# How often the live XML is read while waiting for a disk to go away, and
+# how often the unplug request is repeated: a guest that is still booting
+# can miss the first ACPI eject request.
+POLL_INTERVAL = 0.5
+DETACH_RETRY_INTERVAL = 10.0
+
+# libvirt error codes (virErrorNumber), so that this module can be
+# imported, and tested, without the libvirt binding.
+VIR_ERR_OPERATION_FAILED = 9
+VIR_ERR_NO_DOMAIN = 42
+VIR_ERR_OPERATION_INVALID = 55
+VIR_ERR_NO_SECRET = 66
+VIR_ERR_DEVICE_MISSING = 99
+VIR_DOMAIN_AFFECT_LIVE = 1
+VIR_SECRET_USAGE_TYPE_ISCSI = 3
+
+# What QEMU's initiator (libiscsi) reports when a login is refused: tgt
+# answers "Authentication failure" to wrong CHAP credentials and "Target
+# not found" to an initiator the export is not bound to.
+AUTH_FAILURE_HINTS = ('authentication failure', 'authorization failure')
+NOT_EXPORTED_HINTS = ('target not found', 'not found(515)')
+
+
+def secret_usage(extent_uuid):
+    return SECRET_USAGE_PREFIX + extent_uuid
+
+
+def disk_alias(extent_uuid):
+    return ALIAS_PREFIX + extent_uuid
+
+
+def disk_serial(extent_uuid):
+    return extent_uuid.replace('-', '')[:VIRTIO_SERIAL_LEN]
+
+
+def parse_portal(portal):
+    """'host', 'host:port', '[v6]' or '[v6]:port' -> (host, port)."""
+    if not portal:
+        raise exception.Invalid(reason='the extent has no portal')
+    portal = portal.strip()
+    if portal.startswith('['):
+        host, _, rest = portal[1:].partition(']')
+        port = rest[1:] if rest.startswith(':') else ''
+    elif portal.count(':') == 1:
+        host, port = portal.split(':')
+    else:
+        host, port = portal, ''
+    try:
+        port = int(port) if port else DEFAULT_ISCSI_PORT
+    except ValueError:
+        raise exception.Invalid(reason='bad iSCSI portal %r' % portal)
+    if not host:
+        raise exception.Invalid(reason='bad iSCSI portal %r' % portal)
+    return host, port
+
+
+def target_devs():
+    """vdb, vdc, ... vdz, vdaa, vdab, ... (vda is the root disk)."""
+    letters = 'abcdefghijklmnopqrstuvwxyz'
+    for c in letters[1:]:
+        yield 'vd' + c
+    for c1 in letters:
+        for c2 in letters:
+            yield 'vd' + c1 + c2
+
+
+def disk_xml(extent, initiator_iqn, target_dev):
+    """The <disk> element that hot-plugs one extent."""
+    host, port = parse_portal(extent.get('portal'))
+    disk = ElementTree.Element('disk', type='network', device='disk')
+    ElementTree.SubElement(disk, 'driver', name='qemu', type='raw',
+                           cache='none')
+    source = ElementTree.SubElement(
+        disk, 'source', protocol='iscsi',
+        name='%s/%s' % (extent['target_iqn'], extent['lun']))
+    ElementTree.SubElement(source, 'host', name=host, port=str(port))
+    if initiator_iqn:
+        initiator = ElementTree.SubElement(source, 'initiator')
+        ElementTree.SubElement(initiator, 'iqn', name=initiator_iqn)
+    if extent.get('chap_username'):
+        auth = ElementTree.SubElement(source, 'auth',
+                                      username=extent['chap_username'])
+        ElementTree.SubElement(auth, 'secret', type='iscsi',
+                               usage=secret_usage(extent['uuid']))
+    ElementTree.SubElement(disk, 'target', dev=target_dev, bus='virtio')
+    ElementTree.SubElement(disk, 'serial').text = disk_serial(extent['uuid'])
+    ElementTree.SubElement(disk, 'alias', name=disk_alias(extent['uuid']))
+    return ElementTree.tostring(disk, encoding='unicode')
+
+
+def secret_xml(extent_uuid):
+    secret = ElementTree.Element('secret', ephemeral='yes', private='yes')
+    ElementTree.SubElement(secret, 'description').text = (
+        'CHAP secret of composable memory extent %s' % extent_uuid)
+    usage = ElementTree.SubElement(secret, 'usage', type='iscsi')
+    ElementTree.SubElement(usage, 'target').text = secret_usage(extent_uuid)
+    return ElementTree.tostring(secret, encoding='unicode')
+
+
+class LiveDisk(object):
+    """A disk of the live domain XML."""
+
+    def __init__(self, element):
+        self.element = element
+        target = element.find('target')
+        self.target_dev = target.get('dev') if target is not None else None
+        alias = element.find('alias')
+        self.alias = alias.get('name') if alias is not None else None
+        source = element.find('source')
+        self.protocol = source.get('protocol') if source is not None \
+            else None
+        self.source_name = source.get('name') if source is not None \
+            else None
+
+    def xml(self):
+        return ElementTree.tostring(self.element, encoding='unicode')
+
+
+def live_disks(domain_xml):
+    root = ElementTree.fromstring(domain_xml)
+    return [LiveDisk(d) for d in root.findall('./devices/disk')]
+
+
+def find_disk(disks, extent):
+    """The live disk of an extent: by its alias, else by its LUN."""
+    alias = disk_alias(extent['uuid'])
+    for disk in disks:
+        if disk.alias == alias:
+            return disk
+    if extent.get('target_iqn') is not None and extent.get('lun') is not None:
+        name = '%s/%s' % (extent['target_iqn'], extent['lun'])
+        for disk in disks:
+            if disk.protocol == 'iscsi' and disk.source_name == name:
+                return disk
+    return None
+
+
+def _error_code(exc):
+    try:
+        return exc.get_error_code()
+    except Exception:
+        return None
+
+
+def _scrub(text, secrets):
+    text = str(text)
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, '***')
+    return text
+
+
+class GuestMemoryAttacher(object):
+    """Hot-plugs memory extents into running libvirt domains.
+
+    ``connect`` (a callable taking the URI and returning a libvirt
+    connection) and the timeouts can be injected; by default they come
+    from the [compute_node] options.
+    """
+
+    def __init__(self, uri=None, connect=None, attach_timeout=None,
+                 detach_timeout=None, poll_interval=POLL_INTERVAL,
+                 detach_retry_interval=DETACH_RETRY_INTERVAL):
+        self.uri = uri or CONF.compute_node.libvirt_uri
+        self._connect = connect
+        self.attach_timeout = (attach_timeout if attach_timeout is not None
+                               else CONF.compute_node.attach_timeout)
+        self.detach_timeout = (detach_timeout if detach_timeout is not None
+                               else CONF.compute_node.detach_timeout)
+        self.poll_interval = poll_interval
+        self.detach_retry_interval = detach_retry_interval
+        self._conn = None
+
+    # ---------------------------------------------------------- libvirt
+
+    def _connection(self):
+        if self._conn is not None:
+            try:
+                if self._conn.isAlive():
+                    return self._conn
+            except Exception:
+                pass
+            self._conn = None
+        connect = self._connect
+        if connect is None:
+            if libvirt is None:
+                raise exception.DriverError(
+                    reason='the libvirt Python binding (libvirt-python) is '
+                           'not installed, so guest-mode memory cannot be '
+                           'attached on this host')
+            connect = libvirt.open
+        try:
+            self._conn = connect(self.uri)
+        except Exception as exc:
+            raise exception.DriverError(
+                reason='cannot connect to libvirt at %s: %s; check that '
+                       'libvirtd runs and [compute_node]libvirt_uri' %
+                       (self.uri, exc))
+        return self._conn
+
+    def _domain(self, instance_uuid, missing_ok=False):
+        conn = self._connection()
+        try:
+            return conn.lookupByUUIDString(instance_uuid)
+        except Exception as exc:
+            if _error_code(exc) == VIR_ERR_NO_DOMAIN:
+                if missing_ok:
+                    return None
+                raise exception.DriverError(
+                    reason='instance %s has no libvirt domain on this host '
+                           '(%s); guest-mode memory goes to a running guest '
+                           'on the host the lease is bound to' %
+                           (instance_uuid, self.uri))
+            raise
+
+    def _live_disks(self, domain):
+        return live_disks(domain.XMLDesc(0))
+
+    # ---------------------------------------------------------- secrets
+
+    def _lookup_secret(self, extent_uuid):
+        conn = self._connection()
+        try:
+            return conn.secretLookupByUsage(VIR_SECRET_USAGE_TYPE_ISCSI,
+                                            secret_usage(extent_uuid))
+        except Exception as exc:
+            if _error_code(exc) == VIR_ERR_NO_SECRET:
+                return None
+            raise
+
+    def _ensure_secret(self, extent):
+        """Define (or refresh) the extent's secret; True if defined now."""
+        secret = self._lookup_secret(extent['uuid'])
+        created = secret is None
+        if created:
+            secret = self._connection().secretDefineXML(
+                secret_xml(extent['uuid']), 0)
+        try:
+            secret.setValue(extent['chap_secret'].encode('utf-8'), 0)
+        except Exception:
+            if created:
+                self._undefine_secret(extent['uuid'])
+            raise
+        return created
+
+    def _undefine_secret(self, extent_uuid):
+        secret = self._lookup_secret(extent_uuid)
+        if secret is None:
+            return False
+        try:
+            secret.undefine()
+        except Exception as exc:
+            if _error_code(exc) != VIR_ERR_NO_SECRET:
+                raise
+        return True
+
+    # ----------------------------------------------------------- attach
+
+    def attach(self, instance_uuid, extents, initiator_iqn=None):
+        """Hot-plug the extents into the running domain instance_uuid.
+
+        Returns {extent_uuid: {"target_dev": "vdb", ...}}. Extents whose
+        disk is already there are reported as they are. If one extent
+        fails, the disks and secrets this call added are removed and
+        DriverError (DriverTimeout) is raised.
+        """
+        initiator_iqn = initiator_iqn or CONF.compute_node.initiator_iqn
+        with lockutils.lock('composable-guest-%s' % instance_uuid):
+            return self._attach(instance_uuid, extents, initiator_iqn)
+
+    def _attach(self, instance_uuid, extents, initiator_iqn):
+        domain = self._domain(instance_uuid)
+        if not domain.isActive():
+            raise exception.DriverError(
+                reason='instance %s is not running; guest-mode memory is '
+                       'hot-plugged into running guests only (the libvirt '
+                       'hook attaches it when the guest starts)' %
+                       instance_uuid)
+        disks = self._live_disks(domain)
+        used = {d.target_dev for d in disks if d.target_dev}
+        details = {}
+        added = []    # extents this call plugged in
+        touched = []  # extents this call defined or refreshed a secret for
+        secrets = [e.get('chap_secret') for e in extents]
+        try:
+            for extent in extents:
+                existing = find_disk(disks, extent)
+                if existing is not None:
+                    LOG.info('Extent %(extent)s is already plugged into '
+                             'instance %(instance)s as %(dev)s',
+                             {'extent': extent['uuid'],
+                              'instance': instance_uuid,
+                              'dev': existing.target_dev})
+                    details[extent['uuid']] = self._details(
+                        extent, instance_uuid, existing.target_dev)
+                    continue
+                dev = next(d for d in target_devs() if d not in used)
+                if extent.get('chap_username'):
+                    touched.append(extent)
+                    self._ensure_secret(extent)
+                xml = disk_xml(extent, initiator_iqn, dev)
+                self._plug(domain, instance_uuid, extent, xml, dev,
+                           initiator_iqn, secrets)
+                added.append(extent)
+                used.add(dev)
+                details[extent['uuid']] = self._details(extent,
+                                                        instance_uuid, dev)
+        except Exception:
+            self._roll_back(domain, instance_uuid, added, touched)
+            raise
+        return details
+
+    @staticmethod
+    def _details(extent, instance_uuid, dev):
+        return {'mode': 'guest', 'instance_uuid': instance_uuid,
+                'target_dev': dev, 'alias': disk_alias(extent['uuid']),
+                'target_iqn': extent.get('target_iqn'),
+                'lun': extent.get('lun')}
+
+    def _plug(self, domain, instance_uuid, extent, xml, dev, initiator_iqn,
+              secrets):
+        what = ('memory extent %s (target %s lun %s at %s) as %s of '
+                'instance %s' % (extent['uuid'], extent.get('target_iqn'),
+                                 extent.get('lun'), extent.get('portal'),
+                                 dev, instance_uuid))
+        LOG.info('Hot-plugging %s', what)
+        start = time.monotonic()
+        try:
+            _call_with_timeout(
+                lambda: domain.attachDeviceFlags(xml,
+                                                 VIR_DOMAIN_AFFECT_LIVE),
+                self.attach_timeout, 'hot-plug of ' + what)
+        except exception.DriverTimeout:
+            raise
+        except Exception as exc:
+            msg = _scrub(exc, secrets)
+            lower = msg.lower()
+            if any(h in lower for h in AUTH_FAILURE_HINTS):
+                hint = ('the target refused the CHAP login: the CHAP '
+                        'credentials of the extent do not match its export')
+            elif any(h in lower for h in NOT_EXPORTED_HINTS):
+                hint = ('the memory node does not export this target to '
+                        'initiator %s (not exported, or exported to another '
+                        'initiator: [compute_node]initiator_iqn must be the '
+                        'initiator_iqn registered for this host)' %
+                        initiator_iqn)
+            else:
+                hint = ('check that the memory node exports the extent to '
+                        'initiator %s with the CHAP credentials of the '
+                        'lease, and that this host reaches the portal' %
+                        initiator_iqn)
+            raise exception.DriverError(
+                reason='could not hot-plug %s: %s; %s' % (what, msg, hint))
+        LOG.info('Hot-plugged extent %(extent)s into instance %(instance)s '
+                 'as %(dev)s in %(secs).1fs',
+                 {'extent': extent['uuid'], 'instance': instance_uuid,
+                  'dev': dev, 'secs': time.monotonic() - start})
+
+    def _roll_back(self, domain, instance_uuid, added, touched):
+        if added:
+            try:
+                self._unplug(domain, instance_uuid, added)
+            except Exception:
+                LOG.exception('Could not remove the disks of instance %s '
+                              'added by a failed attach; detach the lease '
+                              'to retry', instance_uuid)
+                return
+        for extent in touched:
+            try:
+                self._undefine_secret(extent['uuid'])
+            except Exception:
+                LOG.exception('Could not remove the libvirt secret of '
+                              'extent %s', extent['uuid'])
+
+    # ----------------------------------------------------------- detach
+
+    def detach(self, instance_uuid, extents):
+        """Unplug the extents' disks, wait for them to go, drop secrets.
+
+        A domain that does not exist or is not running has no live disks:
+        only the secrets are removed. Raises DriverTimeout if the guest
+        does not release a disk within the detach timeout (the secrets of
+        those disks are kept, so a retry finds everything consistent).
+        """
+        with lockutils.lock('composable-guest-%s' % instance_uuid):
+            domain = self._domain(instance_uuid, missing_ok=True)
+            if domain is not None and domain.isActive():
+                self._unplug(domain, instance_uuid, extents)
+            for extent in extents:
+                if self._undefine_secret(extent['uuid']):
+                    LOG.info('Removed the libvirt secret of extent %s',
+                             extent['uuid'])
+
+    def _request_unplug(self, domain, disk):
+        try:
+            if disk.alias and disk.alias.startswith('ua-'):
+                domain.detachDeviceAlias(disk.alias, VIR_DOMAIN_AFFECT_LIVE)
+            else:
+                domain.detachDeviceFlags(disk.xml(), VIR_DOMAIN_AFFECT_LIVE)
+        except Exception as exc:
+            code = _error_code(exc)
+            if code == VIR_ERR_DEVICE_MISSING:
+                return
+            if code in (VIR_ERR_OPERATION_FAILED, VIR_ERR_OPERATION_INVALID):
+                # e.g. an unplug already in progress: keep waiting.
+                LOG.debug('Unplug request for %s: %s', disk.target_dev, exc)
+                return
+            raise
+
+    def _unplug(self, domain, instance_uuid, extents):
+        live = self._live_disks(domain)
+        pending = {}
+        for extent in extents:
+            disk = find_disk(live, extent)
+            if disk is not None:
+                pending[extent['uuid']] = (extent, disk)
+        if not pending:
+            return
+        for extent_uuid, (extent, disk) in pending.items():
+            LOG.info('Unplugging extent %(extent)s (%(dev)s) from instance '
+                     '%(instance)s', {'extent': extent_uuid,
+                                      'dev': disk.target_dev,
+                                      'instance': instance_uuid})
+            self._request_unplug(domain, disk)
+        start = time.monotonic()
+        deadline = start + self.detach_timeout
+        last_request = start
+        while True:
+            if not domain.isActive():
+                return
+            live = self._live_disks(domain)
+            pending = {uuid: (extent, disk)
+                       for uuid, (extent, disk) in pending.items()
+                       if find_disk(live, extent) is not None}
+            if not pending:
+                LOG.info('Instance %(instance)s released its leased disks '
+                         'in %(secs).1fs', {'instance': instance_uuid,
+                                            'secs': time.monotonic() - start})
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                raise exception.DriverTimeout(
+                    what='Instance %s releasing the hot-unplugged disks %s '
+                         '(extents %s)' % (
+                             instance_uuid,
+                             ', '.join(d.target_dev or '?'
+                                       for _e, d in pending.values()),
+                             ', '.join(sorted(pending))),
+                    timeout=self.detach_timeout)
+            if now - last_request >= self.detach_retry_interval:
+                last_request = now
+                for _extent, disk in pending.values():
+                    self._request_unplug(domain, disk)
+            time.sleep(self.poll_interval)
+
+
+def _call_with_timeout(func, timeout, what):
+    """Run func in a thread; DriverTimeout if it takes longer than timeout.
+
+    libvirt calls release the GIL and the connection is thread-safe. A
+    call that times out keeps running: the caller rolls back or the
+    conductor retries (attach and detach are idempotent).
+    """
+    result = {}
+
+    def run():
+        try:
+            result['value'] = func()
+        except BaseException as exc:  # re-raised in the caller
+            result['error'] = exc
+
+    thread = threading.Thread(target=run, daemon=True,
+                              name='composable-libvirt-call')
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise exception.DriverTimeout(what=what, timeout=timeout)
+    if 'error' in result:
+        raise result['error']
+    return result.get('value')

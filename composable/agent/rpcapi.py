@@ -1,0 +1,65 @@
+"""Client side of the agent RPC API, used by the conductor.
+
+Every call goes to one node (``server`` = the host or memory node name as
+registered) and waits at most ``[DEFAULT]rpc_response_timeout_bind``
+seconds. Every method on the agent side is idempotent, so the conductor may
+repeat any call after a timeout.
+
+Version history:
+    1.0 - Initial version.
+"""
+
+from composable.common import rpc
+from composable import conf
+
+CONF = conf.CONF
+
+
+class AgentAPI(object):
+    RPC_API_VERSION = '1.0'
+
+    def __init__(self):
+        self.client = rpc.get_client(rpc.AGENT_TOPIC, self.RPC_API_VERSION)
+
+    def _call(self, context, node, method, **kwargs):
+        cctxt = self.client.prepare(
+            server=node, version='1.0',
+            timeout=CONF.rpc_response_timeout_bind)
+        return cctxt.call(context, method, **kwargs)
+
+    # memory_node role
+
+    def export_extent(self, context, node, extent, initiator_iqn,
+                      chap_username, chap_secret):
+        return self._call(context, node, 'export_extent', extent=extent,
+                          initiator_iqn=initiator_iqn,
+                          chap_username=chap_username,
+                          chap_secret=chap_secret)
+
+    def unexport_extent(self, context, node, extent):
+        return self._call(context, node, 'unexport_extent', extent=extent)
+
+    def scrub_extent(self, context, node, extent):
+        return self._call(context, node, 'scrub_extent', extent=extent)
+
+    # compute_node role
+
+    def attach_memory(self, context, node, lease, extents, mode,
+                      instance_uuid=None):
+        return self._call(context, node, 'attach_memory', lease=lease,
+                          extents=extents, mode=mode,
+                          instance_uuid=instance_uuid)
+
+    def detach_memory(self, context, node, lease, extents, mode,
+                      instance_uuid=None):
+        return self._call(context, node, 'detach_memory', lease=lease,
+                          extents=extents, mode=mode,
+                          instance_uuid=instance_uuid)
+
+    def attach_devices(self, context, node, lease, devices):
+        return self._call(context, node, 'attach_devices', lease=lease,
+                          devices=devices)
+
+    def detach_devices(self, context, node, lease, devices):
+        return self._call(context, node, 'detach_devices', lease=lease,
+                          devices=devices)

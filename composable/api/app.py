@@ -1,0 +1,79 @@
+"""The WSGI application of composable-api."""
+
+from keystonemiddleware import auth_token
+from oslo_log import log as logging
+from oslo_middleware import http_proxy_to_wsgi
+from oslo_middleware import request_id
+import pecan
+
+from composable.api.controllers import root
+from composable.api import hooks
+from composable import conf
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+# Version discovery needs no token (keystoneauth reads it before it has
+# one).
+PUBLIC_PATHS = frozenset(['', '/', '/v1', '/v1/'])
+
+
+def register_auth_opts(conf_=None):
+    """The [keystone_authtoken] options, as keystonemiddleware declares
+    them."""
+    conf_ = conf_ or CONF
+    for group, opts in auth_token.list_opts():
+        conf_.register_opts(opts, group=group)
+
+
+class AuthTokenExceptVersions(object):
+    """keystonemiddleware's auth_token on every path but the version
+    documents."""
+
+    def __init__(self, app, conf_):
+        self.public_app = app
+        self.auth_app = auth_token.AuthProtocol(
+            app, {'oslo_config_config': conf_,
+                  'oslo_config_project': 'composable'})
+
+    def __call__(self, environ, start_response):
+        if environ.get('PATH_INFO', '') in PUBLIC_PATHS:
+            return self.public_app(environ, start_response)
+        return self.auth_app(environ, start_response)
+
+
+def setup_app(auth_strategy=None):
+    """Build the WSGI application.
+
+    ``auth_strategy`` defaults to [DEFAULT]auth_strategy: "keystone" wraps
+    the application in keystonemiddleware.auth_token (configured from
+    [keystone_authtoken]), "noauth" trusts the X-Project-Id and X-Roles
+    headers and must only listen on a loopback address.
+    """
+    auth_strategy = auth_strategy or CONF.auth_strategy
+    app_hooks = [
+        hooks.ErrorHook(),
+        hooks.MicroversionHook(),
+        hooks.ContextHook(auth_strategy),
+        hooks.ConductorHook(),
+    ]
+    app = pecan.make_app(
+        root.RootController(),
+        hooks=app_hooks,
+        force_canonical=False,
+        guess_content_type_from_ext=False,
+        debug=False,
+        logging=False,
+    )
+    if auth_strategy == 'keystone':
+        register_auth_opts()
+        app = AuthTokenExceptVersions(app, CONF)
+    elif auth_strategy == 'noauth':
+        LOG.warning('composable-api runs with auth_strategy=noauth: every '
+                    'request is trusted. Only use it on a loopback '
+                    'address.')
+    else:
+        raise ValueError('Unknown auth_strategy %s' % auth_strategy)
+    app = request_id.RequestId(app)
+    app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, CONF)
+    return app

@@ -1,0 +1,448 @@
+"""/v1/leases: a project's claims on pooled memory and devices.
+
+The API validates, resolves references and checks the state machine so
+that most mistakes are refused at once with a clear message; every change
+of a lease's status is then made by the conductor (create, bind, unbind,
+delete). Only name, description and end_at are changed here directly.
+
+A lease of another project is reported as not found, never as forbidden:
+its existence is not the caller's business.
+"""
+
+import copy
+
+from oslo_utils import uuidutils
+
+from composable.api.controllers.v1 import pools as pools_controller
+from composable.api.schemas import lease as schema
+from composable.api import utils
+from composable.common import context as composable_context
+from composable.common import exception
+from composable.common import utils as common_utils
+from composable.conductor import states
+from composable.db import api as db_api
+from composable import policies
+
+SORT_KEYS = utils.COMMON_SORT_KEYS + ('status', 'memory_mb', 'device_count',
+                                      'start_at', 'end_at')
+LIST_FILTERS = ('project_id', 'all_projects', 'status', 'pool', 'kind',
+                'host', 'instance_uuid', 'name')
+# Released leases are history: listed only when asked for by status.
+DEFAULT_LIST_STATES = sorted(states.ALL_STATES - {states.RELEASED})
+
+
+def _render_extent(extent, admin):
+    item = {
+        'uuid': extent.uuid,
+        'index': extent.index,
+        'memory_node': extent.memory_node.name,
+        'size_mb': extent.size_mb,
+        'export_state': extent.export_state,
+    }
+    if admin:
+        # Where the memory is exported; the CHAP secret never leaves.
+        item.update(target_iqn=extent.target_iqn, lun=extent.lun)
+    return item
+
+
+def _render_device(device, admin):
+    item = {
+        'uuid': device.uuid,
+        'kind': device.kind,
+        'model': device.model,
+        'state': device.state,
+        'pci_address': device.pci_address,
+    }
+    if admin:
+        item['address'] = device.address
+    return item
+
+
+def render(request, lease):
+    admin = utils.context(request).is_admin
+    return {
+        'uuid': lease.uuid,
+        'name': lease.name,
+        'description': lease.description,
+        'project_id': lease.project_id,
+        'user_id': lease.user_id,
+        'status': lease.status,
+        'fault': lease.fault,
+        'memory_mb': lease.memory_mb,
+        'device_count': lease.device_count,
+        'device_kind': lease.device_kind,
+        'device_model': lease.device_model,
+        'device_traits': lease.device_traits or [],
+        'attach_mode': lease.attach_mode,
+        'start_at': utils.isotime(lease.start_at),
+        'end_at': utils.isotime(lease.end_at),
+        'host': lease.host.name if lease.host is not None else None,
+        'instance_uuid': lease.instance_uuid,
+        'memory_pool_uuid': (lease.memory_pool.uuid
+                             if lease.memory_pool is not None else None),
+        'device_pool_uuid': (lease.device_pool.uuid
+                             if lease.device_pool is not None else None),
+        'extents': [_render_extent(e, admin) for e in lease.extents],
+        'devices': [_render_device(d, admin) for d in lease.devices],
+        'created_at': utils.isotime(lease.created_at),
+        'updated_at': utils.isotime(lease.updated_at),
+        'links': utils.self_link(request, 'leases', lease.uuid),
+    }
+
+
+def _admin_context():
+    return composable_context.get_admin_context()
+
+
+def _get_lease(ctx, ident, rule):
+    """The lease ``ident`` if ``ctx`` may read it, else LeaseNotFound; then
+    Forbidden unless ``ctx`` may also do ``rule`` on it."""
+    if uuidutils.is_uuid_like(ident):
+        lease = db_api.lease_get(_admin_context(), ident)
+    else:
+        # A name is looked up in the caller's own project (every project
+        # for admins): names are only unique by convention.
+        lease = db_api.lease_get(ctx, ident)
+    target = {'project_id': lease.project_id}
+    if not policies.check('composable:lease:get', ctx, target):
+        raise exception.LeaseNotFound(lease=ident)
+    if rule != 'composable:lease:get':
+        policies.authorize(rule, ctx, target)
+    return lease
+
+
+def _rpc_context(ctx, lease):
+    """The context to send to the conductor for ``lease``.
+
+    Policy has allowed the caller this operation on this lease; a service
+    acting on another project's lease (Nova for an instance) needs the
+    conductor to find it outside the caller's own project.
+    """
+    if ctx.is_admin or lease.project_id == ctx.project_id:
+        return ctx
+    rpc_ctx = copy.copy(ctx)
+    rpc_ctx.is_admin = True
+    return rpc_ctx
+
+
+def _reread(lease):
+    return db_api.lease_get(_admin_context(), lease.uuid)
+
+
+def _check_transition(lease, event, action):
+    if not states.check(lease.status, event):
+        raise exception.InvalidState(lease=lease.uuid, status=lease.status,
+                                     action=action,
+                                     hint=states.hint(lease.status, event))
+
+
+def list_leases(request):
+    ctx = utils.context(request)
+    policies.authorize('composable:lease:list', ctx)
+    query = utils.parse_query(request, LIST_FILTERS)
+    page = utils.pagination(query, SORT_KEYS)
+    all_projects = utils.bool_param(query, 'all_projects')
+    project_id = query.get('project_id')
+    db_ctx = ctx
+    if all_projects or (project_id and project_id != ctx.project_id):
+        policies.authorize('composable:lease:list:all_projects', ctx)
+        db_ctx = _admin_context()
+    filters = {}
+    if project_id or not all_projects:
+        filters['project_id'] = project_id or ctx.project_id
+    if 'status' in query:
+        wanted = [s.strip() for s in query['status'].split(',') if s.strip()]
+        unknown = sorted(set(wanted) - states.ALL_STATES)
+        if unknown or not wanted:
+            raise exception.Invalid(
+                "Invalid input for query parameter 'status': %s; accepted: "
+                "%s" % (query['status'], ', '.join(sorted(states.ALL_STATES))))
+        filters['status'] = wanted
+    else:
+        filters['status'] = DEFAULT_LIST_STATES
+    if 'pool' in query:
+        filters['pool_id'] = utils.referenced(
+            db_api.pool_get, ctx, query['pool'], 'pool', 'Pool').id
+    if 'kind' in query:
+        filters['kind'] = query['kind']
+    if 'host' in query:
+        filters['host_id'] = utils.referenced(
+            db_api.host_get, ctx, query['host'], 'host', 'Host').id
+    for key in ('instance_uuid', 'name'):
+        if key in query:
+            filters[key] = query[key]
+    leases = db_api.lease_list(db_ctx, filters=filters, **page)
+    items = [render(request, lease) for lease in leases]
+    return utils.json_response(
+        utils.collection(request, 'leases', items, page, query))
+
+
+def show_lease(request, ident):
+    ctx = utils.context(request)
+    utils.parse_query(request, paginate=False)
+    lease = _get_lease(ctx, ident, 'composable:lease:get')
+    return utils.json_response(render(request, lease))
+
+
+def _check_times(start_at, end_at, now):
+    if end_at is not None and end_at <= now:
+        raise exception.Invalid(
+            "Invalid input for field 'end_at': %s is not in the future" %
+            utils.isotime(end_at))
+    if start_at is not None and end_at is not None and end_at <= start_at:
+        raise exception.Invalid(
+            "Invalid input for field 'end_at': it must be after start_at")
+
+
+def _memory_pools(ctx, memory_mb, given):
+    """Check a memory request against the pools it may come from."""
+    if given is not None:
+        candidates = [p for p in given if p.kind == 'memory']
+        if not candidates:
+            raise exception.Invalid(
+                "Invalid input for field 'pools': none of them is a memory "
+                "pool, and the lease asks for memory_mb")
+    else:
+        candidates = db_api.pool_list(ctx, filters={'kind': 'memory'})
+    if not candidates:
+        raise exception.Invalid(
+            "Invalid input for field 'memory_mb': there is no memory pool "
+            "to lease memory from")
+    largest = max(candidates, key=lambda p: p.total)
+    if memory_mb > largest.total:
+        raise exception.Invalid(
+            "Invalid input for field 'memory_mb': %d MiB is more than the "
+            "largest memory pool (%s) holds in total (%d MiB)" % (
+                memory_mb, largest.name, largest.total))
+    if not any(memory_mb % p.step_size == 0 for p in candidates):
+        steps = sorted({p.step_size for p in candidates})
+        raise exception.Invalid(
+            "Invalid input for field 'memory_mb': it must be a multiple of "
+            "the pool's step size (%s MiB)" % ', '.join(
+                str(s) for s in steps))
+
+
+def _device_pools(ctx, device_count, device_kind, given):
+    if given is not None:
+        candidates = [p for p in given if p.kind != 'memory']
+        if not candidates:
+            raise exception.Invalid(
+                "Invalid input for field 'pools': none of them is a device "
+                "pool, and the lease asks for devices")
+        for pool in candidates:
+            if pools_controller.device_kind(pool) != device_kind:
+                raise exception.Invalid(
+                    "Invalid input for field 'pools': pool %s holds %s "
+                    "devices, not %s" % (pool.name,
+                                         pools_controller.device_kind(pool),
+                                         device_kind))
+    else:
+        candidates = [p for p in db_api.pool_list(ctx)
+                      if pools_controller.device_kind(p) == device_kind]
+        if not candidates:
+            raise exception.Invalid(
+                "Invalid input for field 'device_kind': no pool holds %s "
+                "devices" % device_kind)
+    largest = max(candidates, key=lambda p: p.total)
+    if device_count > largest.total:
+        raise exception.Invalid(
+            "Invalid input for field 'device_count': %d is more than the "
+            "largest %s pool (%s) holds in total (%d)" % (
+                device_count, device_kind, largest.name, largest.total))
+
+
+def _requested_devices(ctx, idents, device_kind):
+    devices = []
+    for ident in idents:
+        device = utils.referenced(db_api.device_get, ctx, ident,
+                                  'device_uuids', 'Device')
+        if device.lease_id is not None:
+            owner = db_api.lease_get_by_id(_admin_context(), device.lease_id)
+            shown = (owner.uuid if owner.project_id == ctx.project_id
+                     else 'of another project')
+            raise exception.DeviceAlreadyLeased(device=device.uuid,
+                                                lease=shown)
+        if device.state != 'available':
+            raise exception.DeviceUnavailable(device=device.uuid,
+                                              state=device.state)
+        if device_kind is not None and device.kind != device_kind:
+            raise exception.Invalid(
+                "Invalid input for field 'device_uuids': device %s is a %s, "
+                "not a %s" % (device.uuid, device.kind, device_kind))
+        devices.append(device)
+    return devices
+
+
+def create_lease(request):
+    ctx = utils.context(request)
+    policies.authorize('composable:lease:create', ctx)
+    body = utils.read_body(request, schema.CREATE)
+    if body.get('name') is not None:
+        utils.check_name('lease', body['name'])
+    memory_mb = body.get('memory_mb') or 0
+    device_count = body.get('device_count') or 0
+    device_idents = body.get('device_uuids') or []
+    if not (memory_mb or device_count or device_idents):
+        raise exception.Invalid(
+            'A lease needs at least one of memory_mb, device_count or '
+            'device_uuids.')
+    start_at = utils.parse_time('start_at', body.get('start_at'))
+    end_at = utils.parse_time('end_at', body.get('end_at'))
+    _check_times(start_at, end_at, common_utils.utcnow())
+    utils.validate_traits('device_traits', body.get('device_traits'))
+
+    given = None
+    if body.get('pools'):
+        given = [utils.referenced(db_api.pool_get, ctx, ident, 'pools',
+                                  'Pool') for ident in body['pools']]
+        for pool in given:
+            if pool.kind == 'memory' and not memory_mb:
+                raise exception.Invalid(
+                    "Invalid input for field 'pools': %s is a memory pool "
+                    "and the lease asks for no memory" % pool.name)
+            if pool.kind != 'memory' and not (device_count or
+                                              device_idents):
+                raise exception.Invalid(
+                    "Invalid input for field 'pools': %s is a %s pool and "
+                    "the lease asks for no devices" % (pool.name, pool.kind))
+
+    device_kind = None
+    devices = []
+    if device_count or device_idents:
+        device_kind = body.get('device_kind')
+        if device_idents:
+            devices = _requested_devices(ctx, device_idents, device_kind)
+            device_kind = device_kind or devices[0].kind
+            if device_count and device_count != len(devices):
+                raise exception.Invalid(
+                    "Invalid input for field 'device_count': %d, but %d "
+                    "device_uuids are given" % (device_count, len(devices)))
+            device_count = len(devices)
+        device_kind = device_kind or 'gpu'
+        _device_pools(ctx, device_count, device_kind, given)
+    elif body.get('device_kind') or body.get('device_model') or \
+            body.get('device_traits'):
+        raise exception.Invalid(
+            "Invalid input for field 'device_count': device filters are "
+            "given but no devices are asked for")
+    if memory_mb:
+        _memory_pools(ctx, memory_mb, given)
+
+    values = {
+        'name': body.get('name'),
+        'description': body.get('description'),
+        'project_id': ctx.project_id,
+        'user_id': ctx.user_id,
+        'memory_mb': memory_mb,
+        'device_count': device_count,
+        'device_kind': device_kind,
+        'device_model': body.get('device_model'),
+        'device_traits': body.get('device_traits') or [],
+        'requested_pools': [p.uuid for p in given or []],
+        'requested_devices': [d.uuid for d in devices],
+        'attach_mode': body.get('attach_mode', 'host'),
+        'start_at': utils.isotime(start_at),
+        'end_at': utils.isotime(end_at),
+    }
+    lease_uuid = utils.conductor(request).create_lease(ctx, values)
+    lease = db_api.lease_get(_admin_context(), lease_uuid)
+    return utils.json_response(
+        render(request, lease), status=201,
+        headers={'Location': utils.self_link(
+            request, 'leases', lease.uuid)[0]['href']})
+
+
+def update_lease(request, ident):
+    ctx = utils.context(request)
+    body = utils.read_body(request, schema.UPDATE)
+    lease = _get_lease(ctx, ident, 'composable:lease:update')
+    if body.get('name') is not None:
+        utils.check_name('lease', body['name'])
+    if 'end_at' in body:
+        if lease.status in (states.RELEASING, states.RELEASED):
+            raise exception.InvalidState(lease=lease.uuid,
+                                         status=lease.status,
+                                         action='changing end_at')
+        body['end_at'] = utils.parse_time('end_at', body['end_at'])
+        _check_times(lease.start_at, body['end_at'], common_utils.utcnow())
+    if body:
+        db_api.lease_update(ctx, lease.id, body)
+    return utils.json_response(render(request, _reread(lease)))
+
+
+def delete_lease(request, ident):
+    ctx = utils.context(request)
+    utils.reject_empty_body(request)
+    lease = _get_lease(ctx, ident, 'composable:lease:delete')
+    _check_transition(lease, states.DELETE, 'delete')
+    utils.conductor(request).delete_lease(_rpc_context(ctx, lease),
+                                          lease.uuid)
+    return utils.no_content()
+
+
+def bind_lease(request, ident):
+    ctx = utils.context(request)
+    body = utils.read_body(request, schema.BIND)
+    lease = _get_lease(ctx, ident, 'composable:lease:bind')
+    server = body.get('server')
+    if not body.get('host'):
+        if server:
+            raise exception.Invalid(
+                "Invalid input for field 'host': finding the host of a "
+                "server is not supported yet; give host as well")
+        raise exception.Invalid(
+            "Invalid input for field 'host': give the host (name or UUID) "
+            "to bind to")
+    attach_mode = body.get('attach_mode')
+    if (attach_mode or lease.attach_mode) == 'guest' and not server:
+        raise exception.Invalid(
+            "Invalid input for field 'server': attach_mode guest attaches "
+            "to a server; give its UUID")
+    host = utils.referenced(db_api.host_get, ctx, body['host'], 'host',
+                            'Host')
+    _check_transition(lease, states.BIND, 'bind')
+    fabrics = {pool.fabric_id for pool in (lease.memory_pool,
+                                           lease.device_pool)
+               if pool is not None}
+    if fabrics and host.fabric_id not in fabrics:
+        raise exception.Conflict(
+            reason='host %s is not on the fabric of lease %s' % (
+                host.name, lease.uuid))
+    utils.conductor(request).bind_lease(_rpc_context(ctx, lease),
+                                        lease.uuid, host.uuid,
+                                        instance_uuid=server,
+                                        attach_mode=attach_mode)
+    return utils.json_response(render(request, _reread(lease)), status=202)
+
+
+def unbind_lease(request, ident):
+    ctx = utils.context(request)
+    body = utils.read_body(request, schema.UNBIND, allow_empty=True)
+    del body
+    lease = _get_lease(ctx, ident, 'composable:lease:unbind')
+    _check_transition(lease, states.UNBIND, 'unbind')
+    utils.conductor(request).unbind_lease(_rpc_context(ctx, lease),
+                                          lease.uuid)
+    return utils.json_response(render(request, _reread(lease)), status=202)
+
+
+def _render_action(action):
+    return {
+        'action': action.action,
+        'request_id': action.request_id,
+        'user_id': action.user_id,
+        'project_id': action.project_id,
+        'start_time': utils.isotime(action.start_time),
+        'finish_time': utils.isotime(action.finish_time),
+        'result': action.result,
+        'message': action.message,
+    }
+
+
+def list_actions(request, ident):
+    ctx = utils.context(request)
+    utils.parse_query(request, paginate=False)
+    lease = _get_lease(ctx, ident, 'composable:lease:action:list')
+    actions = db_api.action_list(_admin_context(), lease.id)
+    return utils.json_response(
+        {'actions': [_render_action(a) for a in actions]})

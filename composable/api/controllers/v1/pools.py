@@ -1,0 +1,161 @@
+"""/v1/pools: what is leased and reported to Placement.
+
+Every project may read pools (to choose one for a lease); only admins
+manage them.
+"""
+
+from composable.api.schemas import pool as schema
+from composable.api import utils
+from composable.common import exception
+from composable import conf
+from composable.db import api as db_api
+from composable import policies
+
+CONF = conf.CONF
+
+SORT_KEYS = utils.COMMON_SORT_KEYS + ('kind', 'total', 'used')
+
+RC_MEMORY = 'CUSTOM_COMPOSABLE_MEMORY_MB'
+RC_GPU = 'CUSTOM_COMPOSABLE_GPU'
+RC_PCI_PREFIX = 'CUSTOM_COMPOSABLE_PCI_'
+
+
+def resource_class(kind, device_class=None):
+    if kind == 'memory':
+        return RC_MEMORY
+    if kind == 'gpu':
+        return RC_GPU
+    return RC_PCI_PREFIX + device_class
+
+
+def device_kind(pool):
+    """The kind of the devices of a device pool: "gpu", or the lower-case
+    device class of a pci pool."""
+    if pool.kind == 'gpu':
+        return 'gpu'
+    if pool.kind == 'pci':
+        return pool.resource_class[len(RC_PCI_PREFIX):].lower()
+    return None
+
+
+def free(pool):
+    return max(0, pool.total - pool.reserved - pool.used)
+
+
+def render(request, pool):
+    return {
+        'uuid': pool.uuid,
+        'name': pool.name,
+        'kind': pool.kind,
+        'resource_class': pool.resource_class,
+        'fabric_uuid': pool.fabric.uuid,
+        'traits': pool.traits or [],
+        'total': pool.total,
+        'reserved': pool.reserved,
+        'used': pool.used,
+        'free': free(pool),
+        'step_size': pool.step_size,
+        'provider_uuid': pool.provider_uuid,
+        'description': pool.description,
+        'created_at': utils.isotime(pool.created_at),
+        'updated_at': utils.isotime(pool.updated_at),
+        'links': utils.self_link(request, 'pools', pool.uuid),
+    }
+
+
+def list_pools(request):
+    ctx = utils.context(request)
+    policies.authorize('composable:pool:list', ctx)
+    query = utils.parse_query(request, ('kind', 'fabric'))
+    page = utils.pagination(query, SORT_KEYS)
+    filters = {}
+    if 'kind' in query:
+        if query['kind'] not in schema.KINDS:
+            raise exception.Invalid(
+                "Invalid input for query parameter 'kind': %s; accepted: %s"
+                % (query['kind'], ', '.join(schema.KINDS)))
+        filters['kind'] = query['kind']
+    if 'fabric' in query:
+        filters['fabric_id'] = utils.referenced(
+            db_api.fabric_get, ctx, query['fabric'], 'fabric', 'Fabric').id
+    pools = db_api.pool_list(ctx, filters=filters, **page)
+    items = [render(request, p) for p in pools]
+    return utils.json_response(
+        utils.collection(request, 'pools', items, page, query))
+
+
+def show_pool(request, ident):
+    ctx = utils.context(request)
+    policies.authorize('composable:pool:get', ctx)
+    utils.parse_query(request, paginate=False)
+    return utils.json_response(render(request, db_api.pool_get(ctx, ident)))
+
+
+def create_pool(request):
+    ctx = utils.context(request)
+    policies.authorize('composable:pool:create', ctx)
+    body = utils.read_body(request, schema.CREATE)
+    utils.check_name('pool', body['name'])
+    kind = body['kind']
+    device_class = body.pop('device_class', None)
+    if kind == 'pci' and not device_class:
+        raise exception.Invalid(
+            "Invalid input for field 'device_class': a pci pool needs a "
+            "device class, e.g. NVME or FPGA")
+    if kind != 'pci' and device_class:
+        raise exception.Invalid(
+            "Invalid input for field 'device_class': only pci pools have "
+            "a device class")
+    if kind == 'memory':
+        body.setdefault('step_size', CONF.allocator.memory_extent_mb)
+    elif 'step_size' in body:
+        raise exception.Invalid(
+            "Invalid input for field 'step_size': only memory pools have a "
+            "step size")
+    else:
+        body['step_size'] = 1
+    utils.validate_traits('traits', body.get('traits'))
+    fabric = utils.referenced(db_api.fabric_get, ctx, body.pop('fabric'),
+                              'fabric', 'Fabric')
+    body.update(fabric_id=fabric.id,
+                resource_class=resource_class(kind, device_class),
+                total=0, used=0)
+    body.setdefault('reserved', 0)
+    body.setdefault('traits', [])
+    pool = db_api.pool_create(ctx, body)
+    pool = db_api.pool_get(ctx, pool.uuid)
+    return utils.json_response(
+        render(request, pool), status=201,
+        headers={'Location': utils.self_link(
+            request, 'pools', pool.uuid)[0]['href']})
+
+
+def update_pool(request, ident):
+    ctx = utils.context(request)
+    policies.authorize('composable:pool:update', ctx)
+    body = utils.read_body(request, schema.UPDATE)
+    if 'name' in body:
+        utils.check_name('pool', body['name'])
+    utils.validate_traits('traits', body.get('traits'))
+    with db_api.writer(ctx) as session:
+        pool = db_api.pool_get(ctx, ident)
+        # Lock the counters so a concurrent claim cannot slip in between
+        # the check and the update.
+        locked = db_api.lock_pool(session, pool.id)
+        reserved = body.get('reserved', locked.reserved)
+        if locked.total - reserved < locked.used:
+            raise exception.Conflict(
+                reason='pool %s has %d in use of %d; reserved may be at '
+                       'most %d' % (locked.name, locked.used, locked.total,
+                                    max(0, locked.total - locked.used)))
+        db_api.pool_update(ctx, pool.uuid, body)
+    return utils.json_response(render(request,
+                                      db_api.pool_get(ctx, pool.uuid)))
+
+
+def delete_pool(request, ident):
+    ctx = utils.context(request)
+    policies.authorize('composable:pool:delete', ctx)
+    utils.reject_empty_body(request)
+    db_api.pool_delete(ctx, ident)
+    return utils.no_content()

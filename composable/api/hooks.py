@@ -1,0 +1,99 @@
+"""Pecan hooks: request context, conductor client, microversions, errors."""
+
+import threading
+
+from pecan import hooks
+
+from composable.api import errors
+from composable.api import microversion
+from composable.common import context as composable_context
+from composable.conductor import rpcapi
+from composable import policies
+
+CONTEXT_KEY = 'composable.context'
+CONDUCTOR_KEY = 'composable.conductor'
+
+NOAUTH_USER = 'admin'
+NOAUTH_PROJECT = 'demo'
+NOAUTH_ROLES = 'admin,member,reader'
+
+
+class ContextHook(hooks.PecanHook):
+    """Build the RequestContext from keystonemiddleware's headers, or, with
+    noauth, from X-Project-Id and X-Roles (defaults: project "demo",
+    roles admin, member and reader)."""
+
+    priority = 10
+
+    def __init__(self, auth_strategy):
+        self.auth_strategy = auth_strategy
+
+    def on_route(self, state):
+        environ = state.request.environ
+        request_id = environ.get('openstack.request_id')
+        if self.auth_strategy == 'noauth':
+            headers = state.request.headers
+            roles = headers.get('X-Roles') or NOAUTH_ROLES
+            ctx = composable_context.RequestContext(
+                user_id=headers.get('X-User-Id') or NOAUTH_USER,
+                project_id=headers.get('X-Project-Id') or NOAUTH_PROJECT,
+                roles=[r.strip() for r in roles.split(',') if r.strip()],
+                request_id=request_id)
+        else:
+            ctx = composable_context.RequestContext.from_environ(
+                environ, request_id=request_id)
+        ctx.is_admin = policies.check('context_is_admin', ctx)
+        environ[CONTEXT_KEY] = ctx
+
+
+class ConductorHook(hooks.PecanHook):
+    """Give controllers a conductor RPC client, made on first use: most
+    requests only read the database and never need one."""
+
+    priority = 20
+
+    def __init__(self):
+        self._api = None
+        self._lock = threading.Lock()
+
+    def _get(self):
+        if self._api is None:
+            with self._lock:
+                if self._api is None:
+                    self._api = rpcapi.ConductorAPI()
+        return self._api
+
+    def on_route(self, state):
+        state.request.environ[CONDUCTOR_KEY] = self._get
+
+
+class MicroversionHook(hooks.PecanHook):
+    """Negotiate the microversion and echo it on the response."""
+
+    priority = 5
+
+    def on_route(self, state):
+        environ = state.request.environ
+        environ[microversion.ENVIRON_KEY] = microversion.extract_version(
+            state.request.headers)
+
+    def after(self, state):
+        response = state.response
+        version = state.request.environ.get(microversion.ENVIRON_KEY)
+        if version is not None:
+            response.headers[microversion.HEADER] = (
+                microversion.header_value(version))
+        vary = response.headers.get('Vary')
+        if not vary:
+            response.headers['Vary'] = microversion.HEADER
+        elif microversion.HEADER.lower() not in vary.lower():
+            response.headers['Vary'] = '%s, %s' % (vary, microversion.HEADER)
+
+
+class ErrorHook(hooks.PecanHook):
+    """Every error, expected or not, leaves in the API-SIG error format."""
+
+    priority = 1
+
+    def on_error(self, state, exc):
+        return errors.to_response(state.request, exc)

@@ -1,0 +1,96 @@
+"""API microversions of composable.
+
+Clients ask for a version with ``OpenStack-API-Version: composable X.Y``.
+A request without the header gets the minimum version, so that a client
+written against 1.0 keeps working whatever the server learns later;
+``latest`` gets the maximum.
+
+Version history (add one line per new version, and bump MAX_VERSION):
+
+=======  ==============================================================
+Version  Change
+=======  ==============================================================
+1.0      Initial version: fabrics, hosts, memory nodes, pools, devices,
+         leases (create, bind, unbind, delete) and lease actions.
+=======  ==============================================================
+"""
+
+import microversion_parse
+
+SERVICE_TYPE = 'composable'
+HEADER = 'OpenStack-API-Version'
+ENVIRON_KEY = 'composable.microversion'
+
+# Every version the server accepts, oldest first.
+VERSIONS = (
+    '1.0',
+)
+
+MIN_VERSION_STRING = VERSIONS[0]
+MAX_VERSION_STRING = VERSIONS[-1]
+
+
+class MicroversionError(Exception):
+    """Raised for a malformed header (400) or an unknown version (406)."""
+
+    def __init__(self, message, code):
+        self.message = message
+        self.code = code
+        super().__init__(message)
+
+
+def parse_version_string(value):
+    return microversion_parse.parse_version_string(value)
+
+
+MIN_VERSION = parse_version_string(MIN_VERSION_STRING)
+MAX_VERSION = parse_version_string(MAX_VERSION_STRING)
+
+
+def extract_version(headers):
+    """The microversion a request asks for, as a comparable Version."""
+    try:
+        requested = microversion_parse.get_version(
+            headers, service_type=SERVICE_TYPE)
+    except ValueError:
+        requested = None
+    if requested is not None and requested != 'latest':
+        try:
+            parse_version_string(requested)
+        except TypeError:
+            raise MicroversionError(
+                'Invalid %s header value %r: expected "%s X.Y" or '
+                '"%s latest".' % (HEADER, requested, SERVICE_TYPE,
+                                  SERVICE_TYPE), 400)
+    try:
+        return microversion_parse.extract_version(headers, SERVICE_TYPE,
+                                                  VERSIONS)
+    except ValueError:
+        raise MicroversionError(
+            'Version %s is not supported by the API. Minimum is %s and '
+            'maximum is %s.' % (requested, MIN_VERSION_STRING,
+                                MAX_VERSION_STRING), 406)
+
+
+def header_value(version):
+    return '%s %s' % (SERVICE_TYPE, version)
+
+
+def select(request_version, choices):
+    """Pick the entry of ``choices`` that applies to ``request_version``.
+
+    ``choices`` maps a minimum version string to a value, for example JSON
+    schemas: ``{'1.0': CREATE, '1.3': CREATE_1_3}``. The entry with the
+    highest minimum version not above the request's version wins, so a
+    change in version 1.3 needs only a new entry here.
+    """
+    best = None
+    best_version = None
+    for min_version, value in choices.items():
+        version = parse_version_string(min_version)
+        if version <= tuple(request_version) and (
+                best_version is None or version > best_version):
+            best, best_version = value, version
+    if best_version is None:
+        raise KeyError('nothing for version %s' % (request_version,))
+    return best

@@ -1,0 +1,30 @@
+from composable.api import schemas
+
+# States an operator may set; reserved and attached follow the leases.
+SETTABLE_STATES = ['available', 'maintenance', 'faulty']
+STATES = ['available', 'reserved', 'attached', 'maintenance', 'faulty']
+
+_pci_id = {'type': ['string', 'null'], 'pattern': '^[0-9a-fA-F]{4}$'}
+kind = {'type': 'string', 'pattern': '^[a-z0-9_]+$', 'minLength': 1,
+        'maxLength': 16}
+
+_CREATE = schemas.obj({
+    'pool': schemas.ident,
+    'address': {'type': 'string', 'minLength': 1, 'maxLength': 255},
+    'kind': kind,
+    'name': schemas.nullable_name,
+    'vendor_id': _pci_id,
+    'product_id': _pci_id,
+    'model': schemas.short_string,
+    'traits': schemas.traits,
+}, required=['pool', 'address'])
+
+_UPDATE = schemas.obj({
+    'name': schemas.nullable_name,
+    'model': schemas.short_string,
+    'traits': schemas.traits,
+    'state': {'type': 'string', 'enum': SETTABLE_STATES},
+})
+
+CREATE = {'1.0': _CREATE}
+UPDATE = {'1.0': _UPDATE}

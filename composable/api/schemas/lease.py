@@ -1,0 +1,42 @@
+from composable.api import schemas
+from composable.api.schemas import device
+
+ATTACH_MODES = ['host', 'guest']
+
+_CREATE = schemas.obj({
+    'name': schemas.nullable_name,
+    'description': schemas.description,
+    'memory_mb': schemas.size_mb,
+    'device_count': {'type': 'integer', 'minimum': 1,
+                     'maximum': schemas.MAX_DEVICES},
+    'device_kind': device.kind,
+    'device_model': schemas.short_string,
+    'device_traits': schemas.traits,
+    'device_uuids': {'type': 'array', 'items': schemas.uuid,
+                     'uniqueItems': True, 'minItems': 1,
+                     'maxItems': schemas.MAX_DEVICES},
+    'pools': {'type': 'array', 'items': schemas.ident, 'uniqueItems': True,
+              'minItems': 1, 'maxItems': schemas.MAX_LIST},
+    'attach_mode': {'type': 'string', 'enum': ATTACH_MODES},
+    'start_at': schemas.nullable_timestamp,
+    'end_at': schemas.nullable_timestamp,
+})
+
+_UPDATE = schemas.obj({
+    'name': schemas.nullable_name,
+    'description': schemas.description,
+    'end_at': schemas.nullable_timestamp,
+})
+
+_BIND = schemas.obj({
+    'host': schemas.ident,
+    'server': schemas.uuid,
+    'attach_mode': {'type': 'string', 'enum': ATTACH_MODES},
+})
+
+_UNBIND = schemas.obj({})
+
+CREATE = {'1.0': _CREATE}
+UPDATE = {'1.0': _UPDATE}
+BIND = {'1.0': _BIND}
+UNBIND = {'1.0': _UNBIND}

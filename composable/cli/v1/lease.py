@@ -1,0 +1,311 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""``openstack composable lease ...``"""
+
+import logging
+
+from osc_lib.command import command
+from osc_lib import exceptions
+
+from composable.cli import utils
+
+ATTACH_MODES = ('host', 'guest')
+
+LIST_COLUMNS = ['uuid', 'name', 'status', 'memory_mb', 'device_count',
+                'device_kind', 'host', 'end_at']
+LONG_COLUMNS = ['project_id', 'user_id', 'attach_mode', 'instance_uuid',
+                'device_model', 'memory_pool_uuid', 'device_pool_uuid',
+                'start_at', 'fault', 'created_at', 'updated_at']
+SHOW_FIRST = ('uuid', 'name', 'status', 'fault', 'memory_mb',
+              'device_count', 'device_kind')
+ACTION_COLUMNS = ['action', 'request_id', 'user_id', 'project_id',
+                  'start_time', 'finish_time', 'result', 'message']
+
+
+def _show(lease):
+    return utils.show(lease, first=SHOW_FIRST)
+
+
+class CreateLease(command.ShowOne):
+    """Lease memory and/or devices from the pools.
+
+    The lease is placed at once (or at --start); if the pools cannot give
+    it right now it is still created, in status alloc_failed, with a fault
+    telling what was free.
+    """
+
+    log = logging.getLogger(__name__ + '.CreateLease')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('name', metavar='<name>', help='Lease name')
+        parser.add_argument(
+            '--memory', metavar='<size>', type=utils.size_type(),
+            help='Memory to lease (%s)' % utils.SIZE_HELP)
+        parser.add_argument(
+            '--gpu', metavar='<count>', type=utils.positive_int,
+            help='Number of GPUs to lease (same as --device-kind gpu '
+                 '--device-count N)')
+        parser.add_argument(
+            '--gpu-model', metavar='<model>',
+            help='GPU (or device) model wanted, e.g. A100')
+        parser.add_argument(
+            '--device-kind', metavar='<kind>',
+            help='Kind of device: gpu (default) or a PCI device class in '
+                 'lower case, e.g. nvme')
+        parser.add_argument(
+            '--device-count', metavar='<count>', type=utils.positive_int,
+            help='Number of devices to lease')
+        parser.add_argument(
+            '--device', metavar='<uuid>', dest='devices', action='append',
+            help='Lease this very device (repeat for several)')
+        parser.add_argument(
+            '--trait', metavar='<trait>', dest='traits', action='append',
+            help='Trait the devices must have (repeat for several)')
+        parser.add_argument(
+            '--pool', metavar='<pool>', dest='pools', action='append',
+            help='Pool to take from (name or UUID; repeat to allow '
+                 'several; default: any pool of the right kind)')
+        parser.add_argument(
+            '--attach-mode', choices=ATTACH_MODES,
+            help='host: the memory/devices go to the host; guest: to the '
+                 'server bound to the lease (default host)')
+        parser.add_argument(
+            '--start', metavar='<time>', type=utils.time_type,
+            help='When the lease starts (ISO 8601; default now; no offset '
+                 'means UTC)')
+        parser.add_argument(
+            '--end', metavar='<time>', type=utils.time_type,
+            help='When the lease ends (ISO 8601; no offset means UTC)')
+        parser.add_argument('--description', metavar='<description>',
+                            help='Description')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        fields = {'name': parsed_args.name}
+        if parsed_args.memory is not None:
+            fields['memory_mb'] = parsed_args.memory
+        count = parsed_args.device_count
+        kind = parsed_args.device_kind
+        if parsed_args.gpu is not None:
+            if count is not None and count != parsed_args.gpu:
+                raise exceptions.CommandError(
+                    '--gpu %d and --device-count %d disagree: give one of '
+                    'them' % (parsed_args.gpu, count))
+            if kind is not None and kind != 'gpu':
+                raise exceptions.CommandError(
+                    '--gpu asks for GPUs but --device-kind is %s' % kind)
+            count = parsed_args.gpu
+            kind = 'gpu'
+        if count is not None:
+            fields['device_count'] = count
+        if kind is not None:
+            fields['device_kind'] = kind
+        if parsed_args.gpu_model is not None:
+            fields['device_model'] = parsed_args.gpu_model
+        if parsed_args.traits:
+            fields['device_traits'] = parsed_args.traits
+        if parsed_args.devices:
+            fields['device_uuids'] = parsed_args.devices
+        if parsed_args.pools:
+            fields['pools'] = parsed_args.pools
+        if parsed_args.attach_mode is not None:
+            fields['attach_mode'] = parsed_args.attach_mode
+        if parsed_args.start is not None:
+            fields['start_at'] = parsed_args.start
+        if parsed_args.end is not None:
+            fields['end_at'] = parsed_args.end
+        if parsed_args.description is not None:
+            fields['description'] = parsed_args.description
+        if not ('memory_mb' in fields or 'device_count' in fields or
+                'device_uuids' in fields):
+            raise exceptions.CommandError(
+                'Nothing to lease: give --memory, --gpu, --device-count or '
+                '--device')
+        if (parsed_args.start and parsed_args.end and
+                parsed_args.end <= parsed_args.start):
+            raise exceptions.CommandError('--end must be after --start')
+        return _show(client.leases.create(**fields))
+
+
+class ListLease(command.Lister):
+    """List leases (by default those of your project, released ones
+    hidden)."""
+
+    log = logging.getLogger(__name__ + '.ListLease')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            '--all-projects', action='store_true', default=False,
+            help='Leases of every project (admin only)')
+        parser.add_argument(
+            '--project', metavar='<project-id>',
+            help='Leases of this project (admin only)')
+        parser.add_argument(
+            '--status', metavar='<status>',
+            help='Only leases in this status (released leases are only '
+                 'listed when asked for)')
+        parser.add_argument('--pool', metavar='<pool>',
+                            help='Only leases taking from this pool')
+        parser.add_argument(
+            '--kind', metavar='<kind>',
+            help='Only leases of this kind: memory, gpu or a device kind')
+        parser.add_argument('--host', metavar='<host>',
+                            help='Only leases bound to this host')
+        parser.add_argument('--long', action='store_true', default=False,
+                            help='Show more fields')
+        utils.add_list_options(parser)
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        columns = list(LIST_COLUMNS)
+        if parsed_args.long:
+            columns += LONG_COLUMNS
+        filters = {
+            'project_id': parsed_args.project,
+            'status': parsed_args.status,
+            'pool': parsed_args.pool,
+            'kind': parsed_args.kind,
+            'host': parsed_args.host,
+        }
+        if parsed_args.all_projects:
+            filters['all_projects'] = 'true'
+        filters.update(utils.list_params(parsed_args))
+        items = client.leases.list(limit=parsed_args.limit, **filters)
+        return utils.table(items, columns)
+
+
+class ShowLease(command.ShowOne):
+    """Show a lease, with its memory extents and devices."""
+
+    log = logging.getLogger(__name__ + '.ShowLease')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('lease', metavar='<lease>',
+                            help='Lease (name or UUID)')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        return _show(client.leases.get(parsed_args.lease))
+
+
+class SetLease(command.ShowOne):
+    """Rename a lease, change its description or its end."""
+
+    log = logging.getLogger(__name__ + '.SetLease')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('lease', metavar='<lease>',
+                            help='Lease (name or UUID)')
+        parser.add_argument('--name', metavar='<name>', help='New name')
+        parser.add_argument('--description', metavar='<description>',
+                            help='Description')
+        parser.add_argument(
+            '--end', metavar='<time>', type=utils.time_type,
+            help='New end of the lease (ISO 8601; no offset means UTC)')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        fields = {}
+        if parsed_args.name is not None:
+            fields['name'] = parsed_args.name
+        if parsed_args.description is not None:
+            fields['description'] = parsed_args.description
+        if parsed_args.end is not None:
+            fields['end_at'] = parsed_args.end
+        if not fields:
+            return _show(client.leases.get(parsed_args.lease))
+        return _show(client.leases.update(parsed_args.lease, **fields))
+
+
+class DeleteLease(command.Command):
+    """Delete leases: their memory and devices go back to the pools."""
+
+    log = logging.getLogger(__name__ + '.DeleteLease')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('leases', metavar='<lease>', nargs='+',
+                            help='Lease(s) to delete (name or UUID)')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        utils.delete_all(self.log, parsed_args.leases,
+                         client.leases.delete, 'lease')
+
+
+class BindLease(command.ShowOne):
+    """Bind a lease to a server or a host: attach what it holds."""
+
+    log = logging.getLogger(__name__ + '.BindLease')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('lease', metavar='<lease>',
+                            help='Lease (name or UUID)')
+        target = parser.add_mutually_exclusive_group(required=True)
+        target.add_argument('--server', metavar='<server-uuid>',
+                            help='Nova server to bind the lease to')
+        target.add_argument('--host', metavar='<host>',
+                            help='Host to bind the lease to (name or UUID)')
+        parser.add_argument(
+            '--attach-mode', choices=ATTACH_MODES,
+            help='host or guest (default: the lease\'s attach mode)')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        return _show(client.leases.bind(
+            parsed_args.lease, host=parsed_args.host,
+            server=parsed_args.server, attach_mode=parsed_args.attach_mode))
+
+
+class UnbindLease(command.ShowOne):
+    """Unbind a lease: detach what it holds (the lease stays reserved)."""
+
+    log = logging.getLogger(__name__ + '.UnbindLease')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('lease', metavar='<lease>',
+                            help='Lease (name or UUID)')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        return _show(client.leases.unbind(parsed_args.lease))
+
+
+class ListLeaseAction(command.Lister):
+    """List the actions done on a lease (create, bind, unbind, ...)."""
+
+    log = logging.getLogger(__name__ + '.ListLeaseAction')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('lease', metavar='<lease>',
+                            help='Lease (name or UUID)')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        return utils.table(client.leases.actions(parsed_args.lease),
+                           ACTION_COLUMNS)

@@ -1,0 +1,177 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""``openstack composable pool ...``"""
+
+import logging
+
+from osc_lib.command import command
+
+from composable.cli import utils
+
+KINDS = ('memory', 'gpu', 'pci')
+
+
+class CreatePool(command.ShowOne):
+    """Create a pool: one kind of resource on one fabric."""
+
+    log = logging.getLogger(__name__ + '.CreatePool')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('name', metavar='<name>', help='Pool name')
+        parser.add_argument('--kind', choices=KINDS, required=True,
+                            help='What the pool lends: memory, gpu or pci')
+        parser.add_argument('--fabric', metavar='<fabric>', required=True,
+                            help='Fabric of the pool (name or UUID)')
+        parser.add_argument(
+            '--device-class', metavar='<class>',
+            help='Device class of a pci pool, e.g. NVME or FPGA (required '
+                 'for --kind pci; gives the resource class '
+                 'CUSTOM_COMPOSABLE_PCI_<CLASS>)')
+        parser.add_argument(
+            '--trait', metavar='<trait>', dest='traits', action='append',
+            help='Trait of the pool (standard os-traits name or CUSTOM_*; '
+                 'repeat for several)')
+        parser.add_argument(
+            '--reserved', metavar='<amount>', type=utils.non_negative_int,
+            help='Amount kept back from leases (MiB for memory pools, '
+                 'devices otherwise)')
+        parser.add_argument(
+            '--step-size', metavar='<size>', dest='step_size',
+            type=utils.size_type(),
+            help='Memory pools: leases are multiples of this size (%s; '
+                 'default [allocator]memory_extent_mb)' % utils.SIZE_HELP)
+        parser.add_argument('--description', metavar='<description>',
+                            help='Description')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        fields = {'name': parsed_args.name, 'kind': parsed_args.kind,
+                  'fabric': parsed_args.fabric}
+        if parsed_args.device_class is not None:
+            fields['device_class'] = parsed_args.device_class
+        if parsed_args.traits:
+            fields['traits'] = parsed_args.traits
+        if parsed_args.reserved is not None:
+            fields['reserved'] = parsed_args.reserved
+        if parsed_args.step_size is not None:
+            fields['step_size'] = parsed_args.step_size
+        if parsed_args.description is not None:
+            fields['description'] = parsed_args.description
+        return utils.show(client.pools.create(**fields))
+
+
+class ListPool(command.Lister):
+    """List pools with their capacity."""
+
+    log = logging.getLogger(__name__ + '.ListPool')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--kind', choices=KINDS,
+                            help='Only pools of this kind')
+        parser.add_argument('--fabric', metavar='<fabric>',
+                            help='Only pools on this fabric (name or UUID)')
+        parser.add_argument('--long', action='store_true', default=False,
+                            help='Show more fields')
+        utils.add_list_options(parser)
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        columns = ['uuid', 'name', 'kind', 'resource_class', 'total',
+                   'reserved', 'used', 'free']
+        if parsed_args.long:
+            columns += ['fabric_uuid', 'traits', 'step_size',
+                        'provider_uuid', 'description']
+        items = client.pools.list(limit=parsed_args.limit,
+                                  kind=parsed_args.kind,
+                                  fabric=parsed_args.fabric,
+                                  **utils.list_params(parsed_args))
+        return utils.table(items, columns)
+
+
+class ShowPool(command.ShowOne):
+    """Show a pool."""
+
+    log = logging.getLogger(__name__ + '.ShowPool')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('pool', metavar='<pool>',
+                            help='Pool (name or UUID)')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        return utils.show(client.pools.get(parsed_args.pool))
+
+
+class SetPool(command.ShowOne):
+    """Change a pool."""
+
+    log = logging.getLogger(__name__ + '.SetPool')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('pool', metavar='<pool>',
+                            help='Pool (name or UUID)')
+        parser.add_argument('--name', metavar='<name>', help='New name')
+        parser.add_argument(
+            '--reserved', metavar='<amount>', type=utils.non_negative_int,
+            help='Amount kept back from leases (MiB for memory pools, '
+                 'devices otherwise)')
+        parser.add_argument(
+            '--trait', metavar='<trait>', dest='traits', action='append',
+            help='Trait to add (repeat for several)')
+        parser.add_argument(
+            '--no-trait', action='store_true', default=False,
+            help='Remove every trait (then add those of --trait)')
+        parser.add_argument('--description', metavar='<description>',
+                            help='Description')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        fields = {}
+        if parsed_args.name is not None:
+            fields['name'] = parsed_args.name
+        if parsed_args.reserved is not None:
+            fields['reserved'] = parsed_args.reserved
+        if parsed_args.description is not None:
+            fields['description'] = parsed_args.description
+        if parsed_args.traits or parsed_args.no_trait:
+            fields['traits'] = utils.merge_traits(
+                client.pools, parsed_args.pool, parsed_args.traits,
+                parsed_args.no_trait)
+        if not fields:
+            return utils.show(client.pools.get(parsed_args.pool))
+        return utils.show(client.pools.update(parsed_args.pool, **fields))
+
+
+class DeletePool(command.Command):
+    """Delete pools (refused while they have nodes, devices or leases)."""
+
+    log = logging.getLogger(__name__ + '.DeletePool')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('pools', metavar='<pool>', nargs='+',
+                            help='Pool(s) to delete (name or UUID)')
+        return parser
+
+    def take_action(self, parsed_args):
+        client = self.app.client_manager.composable
+        utils.delete_all(self.log, parsed_args.pools, client.pools.delete,
+                         'pool')

@@ -1,0 +1,34 @@
+"""composable-agent: serves the agent RPC API for this node (RPC server
+name = [DEFAULT]host, which must match the host or memory node name
+registered in the API), with the roles in [agent]roles."""
+
+import sys
+
+from oslo_log import log as logging
+
+from composable.agent import manager
+from composable.common import rpc
+from composable.common import service
+from composable import conf
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    service.prepare_service(argv)
+    rpc.init()
+    agent = manager.AgentManager(CONF.host, CONF.agent.roles)
+    server = service.RPCService(rpc.AGENT_TOPIC, CONF.host, [agent])
+    LOG.info('Starting composable-agent on %(host)s with roles %(roles)s',
+             {'host': CONF.host, 'roles': ', '.join(agent.roles)})
+    try:
+        service.run([server])
+    finally:
+        rpc.cleanup()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

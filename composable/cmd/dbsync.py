@@ -1,0 +1,85 @@
+"""composable-dbsync: create and upgrade the database schema.
+
+::
+
+    composable-dbsync [--config-file composable.conf] upgrade [--revision X]
+    composable-dbsync version
+    composable-dbsync stamp REVISION
+
+``upgrade`` brings the schema to the latest revision (or to ``X``) and may
+be run again at any time: at that revision it changes nothing. ``version``
+prints the revision the database is at ("None" for a database without
+schema). ``stamp`` records a revision without running any migration.
+"""
+
+import logging
+import sys
+
+from alembic import util as alembic_util
+from oslo_config import cfg
+
+from composable.common import exception
+from composable.common import service
+from composable import conf
+from composable.db import migration
+
+CONF = conf.CONF
+
+
+def do_upgrade():
+    migration.upgrade(CONF.command.revision)
+    print('Database schema upgraded to %s.' % migration.version())
+
+
+def do_version():
+    # Only the revision on standard output, for scripts.
+    logging.getLogger('alembic').setLevel(logging.WARNING)
+    print(migration.version())
+
+
+def do_stamp():
+    migration.stamp(CONF.command.revision)
+    print('Database schema stamped as %s.' % migration.version())
+
+
+def add_command_parsers(subparsers):
+    parser = subparsers.add_parser(
+        'upgrade', help='Upgrade the database schema to the latest version '
+                        '(or to --revision).')
+    parser.add_argument('--revision', default='head',
+                        help='Revision to upgrade to (default: head).')
+    parser.set_defaults(func=do_upgrade)
+
+    parser = subparsers.add_parser(
+        'version', help='Print the revision the database schema is at.')
+    parser.set_defaults(func=do_version)
+
+    parser = subparsers.add_parser(
+        'stamp', help='Record a revision as the schema version without '
+                      'running any migration.')
+    parser.add_argument('revision', help='Revision id, or "head".')
+    parser.set_defaults(func=do_stamp)
+
+
+command_opt = cfg.SubCommandOpt('command',
+                                title='Command',
+                                help='Available commands',
+                                handler=add_command_parsers)
+
+
+def main(argv=None):
+    CONF.register_cli_opt(command_opt)
+    service.prepare_service(sys.argv[1:] if argv is None else argv)
+    try:
+        CONF.command.func()
+    except exception.ComposableException as exc:
+        print('ERROR: %s' % exc.message, file=sys.stderr)
+        return 1
+    except alembic_util.CommandError as exc:
+        print('ERROR: %s' % exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

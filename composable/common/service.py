@@ -1,0 +1,98 @@
+"""Running composable's daemons: configuration and logging set-up, and a
+small threaded RPC service (no eventlet) that stops cleanly on SIGTERM or
+SIGINT."""
+
+import signal
+import threading
+
+from oslo_log import log as logging
+
+from composable.common import rpc
+from composable import conf
+from composable.conf import opts
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+
+def prepare_service(argv=None, default_config_files=None):
+    """Parse the command line and configuration files (project
+    'composable') and set up logging."""
+    logging.register_options(CONF)
+    opts.set_config_defaults()
+    CONF(argv if argv is not None else [], project='composable',
+         default_config_files=default_config_files)
+    logging.setup(CONF, 'composable')
+
+
+class RPCService(object):
+    """One oslo.messaging RPC server and, optionally, the manager behind it
+    whose ``start()``/``stop()`` run its background threads."""
+
+    def __init__(self, topic, server, endpoints, manager=None):
+        self.topic = topic
+        self.server_name = server
+        self.endpoints = list(endpoints)
+        self.manager = manager
+        self._server = None
+
+    def start(self):
+        if self.manager is not None and hasattr(self.manager, 'start'):
+            self.manager.start()
+        self._server = rpc.get_server(self.topic, self.server_name,
+                                      self.endpoints)
+        self._server.start()
+        LOG.info('Serving RPC topic %(topic)s as %(server)s',
+                 {'topic': self.topic, 'server': self.server_name})
+
+    def stop(self):
+        # Stop taking requests first, then let the manager finish the work
+        # it already accepted.
+        if self._server is not None:
+            self._server.stop()
+        if self.manager is not None and hasattr(self.manager, 'stop'):
+            self.manager.stop()
+
+    def wait(self):
+        if self._server is not None:
+            self._server.wait()
+            self._server = None
+
+
+def wait_for_signal(stop_event=None):
+    """Block until SIGTERM or SIGINT (or ``stop_event`` is set). Must run
+    in the main thread, where Python delivers signals."""
+    stop_event = stop_event or threading.Event()
+
+    def _handler(signum, frame):
+        LOG.info('Caught signal %s, stopping', signum)
+        stop_event.set()
+
+    previous = {sig: signal.signal(sig, _handler)
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        # A timed wait keeps the main thread responsive to signals.
+        while not stop_event.wait(1):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run(services, stop_event=None):
+    """Start ``services``, run until signalled, then stop them in reverse
+    order."""
+    started = []
+    try:
+        for service in services:
+            service.start()
+            started.append(service)
+        wait_for_signal(stop_event)
+    finally:
+        for service in reversed(started):
+            try:
+                service.stop()
+            except Exception:
+                LOG.exception('Error while stopping %s', service)
+        for service in reversed(started):
+            service.wait()

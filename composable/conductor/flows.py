@@ -1,0 +1,617 @@
+"""What the conductor does to a lease: allocate, bind, unbind, release.
+
+Each flow runs while its caller holds the lease's reservation, starting in
+the transient state the caller moved the lease to (allocating, binding,
+unbinding, releasing). Every status change goes through
+composable.conductor.states and is a compare-and-set on the current status
+(``lease_update(..., expected_status=...)``).
+
+Every step is idempotent and leaves a mark in the database *before* it
+acts, so a flow cut short at any point (conductor killed, agent or fabric
+timeout) can be run again, or torn down, by whoever resumes it:
+
+* an extent has CHAP credentials from just before its export is asked
+  for until it is unexported: credentials present = "may be exported";
+* a host agent was asked to attach something once the lease has an
+  Attachment row that is not ``detached``;
+* a device may be bound on the fabric once the lease has a host.
+
+Bind: export every extent on its memory node (credentials per extent and
+per bind, from ``secrets``), attach the memory on the host, bind every
+device on the fabric and attach it on the host, record the Attachment,
+then ``bound``. Unbind and release tear down in the reverse order: detach
+devices, fabric unbind, detach memory, unexport. Release then scrubs every
+extent on its memory node and gives the capacity back
+(allocator.release_capacity).
+
+A failure moves the lease to ``alloc_failed`` / ``bind_failed`` /
+``error`` with a fault the user can act on, and ends the running lease
+action with result ``error``. A failed bind first undoes what it did,
+skipping nodes that did not answer (whatever it could not undo stays
+marked and is undone by unbind or delete).
+
+CHAP secrets are never logged and never put in faults or action messages.
+"""
+
+import secrets
+import threading
+
+from oslo_log import log as logging
+import oslo_messaging as messaging
+
+from composable.agent import rpcapi as agent_rpcapi
+from composable.common import exception
+from composable import conf
+from composable.conductor import allocator
+from composable.conductor import states
+from composable.db import api as db_api
+from composable import fabric as fabric_drivers
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+# Extent export states (memory_extents.export_state).
+EXTENT_ALLOCATED = 'allocated'
+EXTENT_EXPORTED = 'exported'
+EXTENT_SCRUBBED = 'unexported'
+
+# Attachment states.
+ATT_ATTACHING = 'attaching'
+ATT_ATTACHED = 'attached'
+ATT_DETACHING = 'detaching'
+ATT_DETACHED = 'detached'
+ATT_FAILED = 'failed'
+LIVE_ATTACHMENT_STATES = [ATT_ATTACHING, ATT_ATTACHED, ATT_DETACHING,
+                          ATT_FAILED]
+
+DEVICE_RESERVED = 'reserved'
+DEVICE_ATTACHED = 'attached'
+
+_CLEAR_EXPORT = {'export_state': EXTENT_ALLOCATED, 'target_iqn': None,
+                 'lun': None, 'chap_username': None, 'chap_secret': None}
+
+
+class StepFailed(Exception):
+    """One step of a flow failed; ``message`` says which step, where, and
+    why, in words for the lease's owner."""
+
+    def __init__(self, message, node=None, unreachable=False):
+        super().__init__(message)
+        self.message = message
+        self.node = node
+        self.unreachable = unreachable
+
+
+class StatusChanged(Exception):
+    """The lease left the state a flow expected; someone else acted."""
+
+
+def new_chap_credentials():
+    # Random per extent and per bind: a secret that leaks from one export
+    # opens nothing else. 16 characters suit every iSCSI initiator.
+    return ('composable-' + secrets.token_urlsafe(6),
+            secrets.token_urlsafe(12))
+
+
+# ---------------------------------------------------------------- views
+
+def lease_view(lease):
+    return {'uuid': lease.uuid, 'name': lease.name,
+            'project_id': lease.project_id,
+            'attach_mode': lease.attach_mode,
+            'instance_uuid': lease.instance_uuid,
+            'memory_mb': lease.memory_mb,
+            'device_count': len(lease.devices or []),
+            'host': lease.host.name if lease.host is not None else None}
+
+
+def extent_view(lease, extent, portal=None, credentials=False):
+    node = extent.memory_node
+    view = {'uuid': extent.uuid, 'index': extent.index,
+            'size_mb': extent.size_mb, 'lease_uuid': lease.uuid,
+            'memory_node': node.name,
+            'portal': portal or node.portal,
+            'transport': node.transport,
+            'target_iqn': extent.target_iqn, 'lun': extent.lun}
+    if credentials:
+        view['chap_username'] = extent.chap_username
+        view['chap_secret'] = extent.chap_secret
+    return view
+
+
+def device_view(device):
+    return {'id': device.id, 'uuid': device.uuid, 'address': device.address,
+            'kind': device.kind, 'model': device.model,
+            'vendor_id': device.vendor_id, 'product_id': device.product_id,
+            'pci_address': device.pci_address}
+
+
+def _row(obj):
+    return obj.as_dict() if obj is not None else None
+
+
+class LeaseFlows(object):
+    """The flows, for one conductor (``host``)."""
+
+    def __init__(self, host, agent_api=None):
+        self.host = host
+        self._agents = agent_api
+
+    @property
+    def agents(self):
+        if self._agents is None:
+            self._agents = agent_rpcapi.AgentAPI()
+        return self._agents
+
+    # ------------------------------------------------------------ helpers
+
+    def _lease(self, context, lease_id):
+        return db_api.lease_get_by_id(context, lease_id)
+
+    def _move(self, context, lease_id, current, event, values=None):
+        """Compare-and-set the status; raise StatusChanged if the lease is
+        no longer ``current``."""
+        target = states.next_state(current, event)
+        values = dict(values or {})
+        values['status'] = target
+        if not db_api.lease_update(context, lease_id, values,
+                                   expected_status=current):
+            raise StatusChanged('lease %s is no longer %s' %
+                                (lease_id, current))
+        return target
+
+    def _finish(self, context, lease_id, current, event, action, fault=None,
+                values=None):
+        """Move the lease out of its transient state and end the action.
+
+        The fault is cleared on success and set on failure.
+        """
+        values = dict(values or {})
+        values['fault'] = fault
+        try:
+            target = self._move(context, lease_id, current, event, values)
+        except StatusChanged:
+            LOG.warning('Lease %(lease)s left %(status)s while this '
+                        'conductor worked on it; not changing it.',
+                        {'lease': lease_id, 'status': current})
+            target = None
+        db_api.action_finish(context, lease_id, action,
+                             'error' if fault else 'success',
+                             message=fault)
+        return target
+
+    def _call_agent(self, context, node, what, method, *args, **kwargs):
+        """Call one agent; turn its failures into StepFailed."""
+        try:
+            return getattr(self.agents, method)(context, node, *args,
+                                                **kwargs)
+        except messaging.MessagingTimeout:
+            exc = exception.AgentUnavailable(
+                host=node, timeout=CONF.rpc_response_timeout_bind)
+            raise StepFailed('%s: %s' % (what, exc.message), node=node,
+                             unreachable=True)
+        except exception.ComposableException as exc:
+            raise StepFailed('%s: %s' % (what, exc.message), node=node)
+        except messaging.RemoteError as exc:
+            # An unexpected error in the agent: its type and message only;
+            # the traceback stays in the agent's log.
+            raise StepFailed('%s: the composable-agent on %s failed (%s); '
+                             'see its log' % (what, node, exc.exc_type),
+                             node=node)
+
+    def _call_fabric(self, fabric, what, operation, *args):
+        """Run one fabric driver call, at most [fabric]operation_timeout
+        seconds.
+
+        The call runs in a daemon thread: a driver stuck on hardware cannot
+        hold the flow (or the conductor's shutdown) forever. The operation
+        is idempotent, so whatever it did late is redone or undone by the
+        next flow on the lease.
+        """
+        driver = fabric_drivers.get_driver(fabric['driver'])
+        outcome = {}
+
+        def _run():
+            try:
+                outcome['value'] = getattr(driver, operation)(fabric, *args)
+            except Exception as exc:
+                outcome['error'] = exc
+
+        worker = threading.Thread(target=_run, daemon=True,
+                                  name='fabric-%s' % operation)
+        worker.start()
+        timeout = CONF.fabric.operation_timeout
+        worker.join(timeout)
+        if worker.is_alive():
+            exc = exception.DriverTimeout(
+                what='Fabric %s (driver %s)' % (fabric['name'],
+                                                fabric['driver']),
+                timeout=timeout)
+            raise StepFailed('%s: %s' % (what, exc.message))
+        error = outcome.get('error')
+        if error is not None:
+            if isinstance(error, exception.ComposableException):
+                reason = error.message
+            else:
+                # Driver internals may carry connection details: log them
+                # for the operator, show the user only the type.
+                LOG.error('Fabric driver %(driver)s failed: %(exc)r',
+                          {'driver': fabric['driver'], 'exc': error})
+                reason = ('the fabric driver failed (%s); see the '
+                          'conductor log' % type(error).__name__)
+            raise StepFailed('%s: %s' % (what, reason))
+        return outcome.get('value')
+
+    # ------------------------------------------------------------ allocate
+
+    def allocate(self, context, lease_id, action='create',
+                 raise_input_errors=False):
+        """Claim the lease's capacity: allocating -> reserved, or
+        alloc_failed with the allocator's message as the fault.
+
+        With ``raise_input_errors``, errors in what was asked (Invalid,
+        NotFound, Conflict) propagate to the caller, which deletes the new
+        lease; otherwise they become the fault.
+        """
+        try:
+            allocator.allocate(context, lease_id)
+        except exception.InsufficientCapacity as exc:
+            return self._finish(context, lease_id, states.ALLOCATING,
+                                states.FAIL, action, fault=exc.message)
+        except (exception.Invalid, exception.NotFound,
+                exception.Conflict) as exc:
+            if raise_input_errors:
+                raise
+            return self._finish(context, lease_id, states.ALLOCATING,
+                                states.FAIL, action, fault=exc.message)
+        except Exception:
+            LOG.exception('Allocating lease %s failed', lease_id)
+            return self._finish(
+                context, lease_id, states.ALLOCATING, states.FAIL, action,
+                fault='Allocation failed because of an internal error '
+                      '(request %s); delete the lease and try again, or '
+                      'tell your cloud operator.' %
+                      getattr(context, 'request_id', None))
+        # The allocator moved the lease to reserved itself (same
+        # transaction as the claim).
+        db_api.action_finish(context, lease_id, action, 'success')
+        return states.RESERVED
+
+    # ------------------------------------------------------------ bind
+
+    def bind(self, context, lease_id, action='bind'):
+        lease = self._lease(context, lease_id)
+        if lease.status != states.BINDING:
+            LOG.info('Lease %(lease)s is %(status)s, not binding; nothing '
+                     'to bind.', {'lease': lease.uuid,
+                                  'status': lease.status})
+            return lease.status
+        try:
+            self._bind(context, lease)
+        except Exception as exc:
+            fault = self._fault('Binding', exc, lease,
+                                ' Bind the lease again once that is fixed, '
+                                'or unbind or delete it.')
+            unreachable = set()
+            if isinstance(exc, StepFailed) and exc.unreachable:
+                unreachable.add(exc.node)
+            self._undo_failed_bind(context, lease_id, unreachable)
+            return self._finish(context, lease_id, states.BINDING,
+                                states.FAIL, action, fault=fault)
+        return self._finish(context, lease_id, states.BINDING, states.DONE,
+                            action)
+
+    def _fault(self, doing, exc, lease, advice):
+        if isinstance(exc, StepFailed):
+            return '%s failed while %s%s' % (doing, exc.message, advice)
+        LOG.error('%(doing)s lease %(lease)s failed: %(exc)r',
+                  {'doing': doing, 'lease': lease.uuid, 'exc': exc})
+        return ('%s failed because of an internal error (%s); tell your '
+                'cloud operator.%s' % (doing, type(exc).__name__, advice))
+
+    def _bind(self, context, lease):
+        host = lease.host
+        if host is None:
+            raise StepFailed('preparing: the lease has no host to bind to')
+        # A previous bind to another host that was never fully undone is
+        # torn down first, so no export stays open to the old initiator.
+        stale = [a for a in db_api.attachment_list(
+            context, lease.id, states_=LIVE_ATTACHMENT_STATES)
+            if a.host_id != host.id]
+        if stale:
+            LOG.info('Lease %s has live attachments to other hosts; tearing '
+                     'them down before binding to %s', lease.uuid, host.name)
+            self._teardown(context, lease)
+            lease = self._lease(context, lease.id)
+
+        if lease.extents and not host.initiator_iqn:
+            raise StepFailed(
+                'preparing: host %s has no initiator_iqn, so no memory can '
+                'be exported to it; an administrator must set it '
+                '(openstack composable host set --initiator-iqn)' %
+                host.name)
+
+        view = lease_view(lease)
+        portals = {}
+        for extent in lease.extents:
+            portals[extent.uuid] = self._export(context, lease, extent,
+                                                host)
+        lease = self._lease(context, lease.id)
+        attachment = self._attachment(context, lease, host)
+        details = dict(attachment.details or {})
+
+        if lease.extents:
+            extents = [extent_view(lease, e, portal=portals.get(e.uuid),
+                                   credentials=True)
+                       for e in lease.extents]
+            memory = self._call_agent(
+                context, host.name,
+                'attaching the memory on host %s' % host.name,
+                'attach_memory', view, extents, lease.attach_mode,
+                lease.instance_uuid)
+            details['memory'] = memory or {}
+            details['portals'] = portals
+
+        if lease.devices:
+            devices = []
+            for device in lease.devices:
+                fabric = device.pool.fabric
+                pci = self._call_fabric(
+                    _row(fabric),
+                    'binding device %s to host %s on fabric %s' %
+                    (device.uuid, host.name, fabric.name),
+                    'bind_device', device_view(device), _row(host))
+                db_api.device_set_state(context, device.id,
+                                        {'pci_address': pci})
+                view_dev = device_view(device)
+                view_dev['pci_address'] = pci
+                devices.append(view_dev)
+            attached = self._call_agent(
+                context, host.name,
+                'attaching devices on host %s' % host.name,
+                'attach_devices', view, devices) or {}
+            for dev in devices:
+                pci = attached.get(dev['uuid']) or dev['pci_address']
+                db_api.device_set_state(context, dev['id'],
+                                        {'state': DEVICE_ATTACHED,
+                                         'pci_address': pci})
+            details['devices'] = {d['uuid']: attached.get(d['uuid']) or
+                                  d['pci_address'] for d in devices}
+
+        db_api.attachment_update(context, attachment.id,
+                                 {'state': ATT_ATTACHED, 'details': details})
+
+    def _export(self, context, lease, extent, host):
+        """Export one extent to the host's initiator; returns the portal.
+
+        The credentials are stored before the agent is asked, so a resumed
+        bind reuses them and a teardown knows the extent may be exported.
+        """
+        username, secret = extent.chap_username, extent.chap_secret
+        if not (username and secret):
+            username, secret = new_chap_credentials()
+            db_api.extent_update(context, extent.id,
+                                 {'chap_username': username,
+                                  'chap_secret': secret})
+        node = extent.memory_node.name
+        result = self._call_agent(
+            context, node,
+            'exporting extent %d of the lease on memory node %s' %
+            (extent.index, node),
+            'export_extent', extent_view(lease, extent), host.initiator_iqn,
+            username, secret) or {}
+        db_api.extent_update(context, extent.id,
+                             {'export_state': EXTENT_EXPORTED,
+                              'target_iqn': result.get('target_iqn'),
+                              'lun': result.get('lun')})
+        return result.get('portal')
+
+    def _attachment(self, context, lease, host):
+        for row in db_api.attachment_list(context, lease.id,
+                                          states_=LIVE_ATTACHMENT_STATES):
+            if row.host_id == host.id:
+                db_api.attachment_update(
+                    context, row.id,
+                    {'state': ATT_ATTACHING, 'mode': lease.attach_mode,
+                     'instance_uuid': lease.instance_uuid})
+                return row
+        return db_api.attachment_create(context, {
+            'lease_id': lease.id, 'host_id': host.id,
+            'instance_uuid': lease.instance_uuid,
+            'mode': lease.attach_mode, 'state': ATT_ATTACHING,
+            'details': {}})
+
+    def _undo_failed_bind(self, context, lease_id, unreachable):
+        lease = self._lease(context, lease_id)
+        problems = self._teardown(context, lease, best_effort=True,
+                                  skip_nodes=unreachable,
+                                  abandon_skipped=True)
+        if problems:
+            LOG.warning('Lease %(lease)s: could not undo all of a failed '
+                        'bind (%(problems)s); unbind or delete will finish '
+                        'it.', {'lease': lease.uuid,
+                                'problems': '; '.join(problems)})
+
+    # ------------------------------------------------------------ teardown
+
+    def _teardown(self, context, lease, best_effort=False, skip_nodes=(),
+                  abandon_skipped=False):
+        """Undo every bind step whose mark is in the database, in reverse
+        order: detach devices, fabric unbind, detach memory, unexport.
+
+        Strict mode raises the first StepFailed. Best-effort mode goes on
+        after failures, skips nodes in ``skip_nodes`` (they did not
+        answer), and returns what it could not undo; those marks stay.
+
+        ``abandon_skipped`` (undoing a failed bind): a host that did not
+        answer never confirmed the attach. Its attachment is closed anyway
+        once every export and fabric binding of the lease is gone, since
+        nothing of the lease is then reachable from it; otherwise a dead
+        host would keep the lease from ever being bound elsewhere.
+        """
+        problems = []
+        skip = set(skip_nodes)
+
+        def attempt(fn, *args, **kwargs):
+            try:
+                fn(*args, **kwargs)
+                return True
+            except StepFailed as exc:
+                if not best_effort:
+                    raise
+                problems.append(exc.message)
+                if exc.unreachable and exc.node:
+                    skip.add(exc.node)
+                return False
+
+        view = lease_view(lease)
+        attachments = db_api.attachment_list(
+            context, lease.id, states_=LIVE_ATTACHMENT_STATES)
+        devices = list(lease.devices or [])
+        extents = list(lease.extents or [])
+
+        # Hosts that may hold the lease's devices or memory.
+        outcome = {}
+        for att in attachments:
+            host = att.host
+            abandoned = abandon_skipped and host.name in skip
+            clean = True
+            if att.state != ATT_DETACHING:
+                db_api.attachment_update(context, att.id,
+                                         {'state': ATT_DETACHING})
+            if devices:
+                if host.name not in skip:
+                    clean &= attempt(
+                        self._call_agent, context, host.name,
+                        'detaching devices on host %s' % host.name,
+                        'detach_devices', view,
+                        [device_view(d) for d in devices])
+                elif not abandoned:
+                    clean = False
+                # Never pull a device from under a host that still uses
+                # it: fabric unbind only after the host let it go.
+                if clean:
+                    clean &= attempt(self._unbind_devices, context,
+                                     devices, host)
+            if extents:
+                if host.name not in skip:
+                    clean &= attempt(
+                        self._call_agent, context, host.name,
+                        'detaching the memory on host %s' % host.name,
+                        'detach_memory', view,
+                        [extent_view(lease, e) for e in extents],
+                        att.mode, att.instance_uuid)
+                elif not abandoned:
+                    clean = False
+            outcome[att.id] = (host.name, clean, abandoned)
+
+        # A lease that went to binding but has no host attachment may still
+        # have devices bound on the fabric (the bind failed or stopped
+        # between fabric bind and host attach, or a fabric call timed out
+        # and finished late): unbind them all, it is idempotent.
+        if not attachments and lease.host is not None and devices:
+            attempt(self._unbind_devices, context, devices, lease.host)
+
+        unexported = True
+        for extent in extents:
+            if not (extent.export_state == EXTENT_EXPORTED or
+                    extent.chap_username):
+                continue
+            node = extent.memory_node.name
+            if node in skip:
+                problems.append('memory node %s did not answer' % node)
+                unexported = False
+                continue
+            if attempt(self._call_agent, context, node,
+                       'unexporting extent %d of the lease on memory node '
+                       '%s' % (extent.index, node),
+                       'unexport_extent', extent_view(lease, extent)):
+                db_api.extent_update(context, extent.id, _CLEAR_EXPORT)
+            else:
+                unexported = False
+
+        for att_id, (host, clean, abandoned) in outcome.items():
+            if abandoned:
+                clean = clean and unexported
+                if clean:
+                    LOG.warning('Host %(host)s did not answer; closing its '
+                                'attachment of lease %(lease)s, whose '
+                                'exports and fabric bindings are all '
+                                'removed.', {'host': host,
+                                             'lease': lease.uuid})
+            db_api.attachment_update(
+                context, att_id,
+                {'state': ATT_DETACHED if clean else ATT_FAILED})
+        return problems
+
+    def _unbind_devices(self, context, devices, host):
+        for device in devices:
+            fabric = device.pool.fabric
+            self._call_fabric(
+                _row(fabric),
+                'unbinding device %s from host %s on fabric %s' %
+                (device.uuid, host.name, fabric.name),
+                'unbind_device', device_view(device), _row(host))
+            db_api.device_set_state(context, device.id,
+                                    {'state': DEVICE_RESERVED,
+                                     'pci_address': None})
+
+    # ------------------------------------------------------------ unbind
+
+    def unbind(self, context, lease_id, action='unbind'):
+        lease = self._lease(context, lease_id)
+        if lease.status != states.UNBINDING:
+            LOG.info('Lease %(lease)s is %(status)s, not unbinding.',
+                     {'lease': lease.uuid, 'status': lease.status})
+            return lease.status
+        try:
+            self._teardown(context, lease)
+        except Exception as exc:
+            fault = self._fault('Unbinding', exc, lease,
+                                ' Unbind it again once that is fixed, or '
+                                'delete it.')
+            return self._finish(context, lease_id, states.UNBINDING,
+                                states.FAIL, action, fault=fault)
+        return self._finish(context, lease_id, states.UNBINDING, states.DONE,
+                            action, values={'host_id': None,
+                                            'instance_uuid': None})
+
+    # ------------------------------------------------------------ release
+
+    def release(self, context, lease_id, action='delete'):
+        lease = self._lease(context, lease_id)
+        if lease.status != states.RELEASING:
+            LOG.info('Lease %(lease)s is %(status)s, not releasing.',
+                     {'lease': lease.uuid, 'status': lease.status})
+            return lease.status
+        try:
+            self._teardown(context, lease)
+            lease = self._lease(context, lease_id)
+            self._scrub(context, lease)
+            db_api.lease_update(context, lease_id,
+                                {'host_id': None, 'instance_uuid': None,
+                                 'fault': None},
+                                expected_status=states.RELEASING)
+            allocator.release_capacity(context, lease_id)
+        except Exception as exc:
+            fault = self._fault('Releasing', exc, lease,
+                                ' Delete the lease again once that is '
+                                'fixed; until then it keeps its capacity.')
+            return self._finish(context, lease_id, states.RELEASING,
+                                states.FAIL, action, fault=fault)
+        db_api.action_finish(context, lease_id, action, 'success')
+        return states.RELEASED
+
+    def _scrub(self, context, lease):
+        for extent in lease.extents:
+            if extent.export_state == EXTENT_SCRUBBED:
+                continue
+            node = extent.memory_node.name
+            self._call_agent(
+                context, node,
+                'scrubbing extent %d of the lease on memory node %s' %
+                (extent.index, node),
+                'scrub_extent', extent_view(lease, extent))
+            db_api.extent_update(context, extent.id,
+                                 dict(_CLEAR_EXPORT,
+                                      export_state=EXTENT_SCRUBBED))

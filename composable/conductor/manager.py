@@ -1,0 +1,337 @@
+"""The conductor RPC endpoint: the only writer of lease state.
+
+Each RPC method takes the lease's reservation, checks and makes the state
+change the caller asked for (a refused transition is a 409 with a hint),
+and returns; the slow part (exports, attaches, fabric, scrubbing) runs in a
+worker thread that keeps the reservation until it is done. Lease creation
+is the exception: it allocates before answering, so the API can return the
+lease as reserved or alloc_failed at once.
+
+Exceptions raised here cross RPC to composable-api, so they are all
+composable.common.exception types (listed in allowed_remote_exmods).
+"""
+
+from concurrent import futures
+import threading
+
+from oslo_log import log as logging
+import oslo_messaging as messaging
+from oslo_utils import timeutils
+
+from composable.common import context as composable_context
+from composable.common import exception
+from composable.common import utils
+from composable import conf
+from composable.conductor import allocator
+from composable.conductor import flows as lease_flows
+from composable.conductor import periodic
+from composable.conductor import reservations
+from composable.conductor import states
+from composable.db import api as db_api
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+# Fields of a lease the API may set at creation (see ConductorAPI).
+_CREATE_FIELDS = frozenset([
+    'uuid', 'name', 'description', 'project_id', 'user_id', 'memory_mb',
+    'device_count', 'device_kind', 'device_model', 'device_traits',
+    'requested_pools', 'requested_devices', 'attach_mode', 'start_at',
+    'end_at'])
+
+_WAIT_HINT = ' Wait until it is no longer %s, then try again.'
+
+
+def _parse_time(value, field):
+    if value is None or value == '':
+        return None
+    if isinstance(value, str):
+        try:
+            value = timeutils.parse_isotime(value)
+        except ValueError:
+            raise exception.Invalid(
+                reason='%s is not an ISO 8601 time: %s' % (field, value))
+    return utils.to_naive_utc(value).replace(microsecond=0)
+
+
+class ConductorManager(object):
+
+    target = messaging.Target(version='1.0')
+
+    def __init__(self, host, agent_api=None):
+        self.host = host
+        self.flows = lease_flows.LeaseFlows(host, agent_api=agent_api)
+        self.periodic = periodic.PeriodicTasks(self)
+        self._executor = futures.ThreadPoolExecutor(
+            max_workers=CONF.conductor.workers,
+            thread_name_prefix='conductor-worker')
+        self._futures = set()
+        self._futures_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._threads = []
+
+    # ------------------------------------------------------------ life
+
+    def start(self):
+        """Register this conductor and start its heartbeat and periodic
+        threads. The first heartbeat is written before returning, so the
+        reservations this conductor takes are never mistaken for a dead
+        conductor's."""
+        admin = composable_context.get_admin_context()
+        db_api.conductor_heartbeat(admin, self.host)
+        self._stopping.clear()
+        for name, interval, fn in (
+                ('heartbeat', CONF.conductor.heartbeat_interval,
+                 self._heartbeat),
+                ('periodic', CONF.conductor.periodic_interval,
+                 self.run_periodic_tasks)):
+            thread = threading.Thread(target=self._loop,
+                                      args=(name, interval, fn),
+                                      name='conductor-%s' % name,
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        LOG.info('Conductor %s started', self.host)
+
+    def stop(self):
+        """Stop the loops, let running flows finish, then go offline
+        (which also drops any reservation left)."""
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+        self._executor.shutdown(wait=True)
+        try:
+            db_api.conductor_offline(composable_context.get_admin_context(),
+                                     self.host)
+        except Exception:
+            LOG.exception('Could not mark conductor %s offline', self.host)
+        LOG.info('Conductor %s stopped', self.host)
+
+    def _loop(self, name, interval, fn):
+        while not self._stopping.wait(interval):
+            try:
+                fn()
+            except Exception:
+                LOG.exception('Conductor %s task failed', name)
+
+    def _heartbeat(self):
+        db_api.conductor_heartbeat(composable_context.get_admin_context(),
+                                   self.host)
+
+    def run_periodic_tasks(self):
+        self.periodic.run_all(composable_context.get_admin_context())
+
+    def spawn(self, reservation, fn, *args, **kwargs):
+        """Run a flow in a worker thread that keeps ``reservation`` until
+        the flow ends."""
+        future = reservation.hand_off(self._executor, fn, *args, **kwargs)
+        with self._futures_lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future):
+        with self._futures_lock:
+            self._futures.discard(future)
+
+    def wait_for_workers(self, timeout=None):
+        """Wait until no flow runs (tests, shutdown). True if idle."""
+        with self._futures_lock:
+            running = list(self._futures)
+        done, not_done = futures.wait(running, timeout=timeout)
+        return not not_done
+
+    # ------------------------------------------------------------ helpers
+
+    def _check(self, lease, event, action):
+        """The state ``event`` moves ``lease`` to, or InvalidState.
+
+        Under the reservation a transient state means no one works on the
+        lease (a conductor died, the takeover has not run yet). Users may
+        repeat a delete to resume a release; other requests wait.
+        """
+        status = lease.status
+        if status in states.TRANSIENT_STATES and not (
+                status == states.RELEASING and event == states.DELETE):
+            raise exception.InvalidState(
+                lease=lease.uuid, status=status, action=action,
+                hint=states.hint(status, event) or _WAIT_HINT % status)
+        try:
+            return states.next_state(status, event)
+        except states.InvalidTransition as exc:
+            raise exception.InvalidState(lease=lease.uuid, status=status,
+                                         action=action, hint=exc.hint)
+        except Exception:
+            # automaton refuses to start from a terminal state (released)
+            # with its own exception type.
+            raise exception.InvalidState(
+                lease=lease.uuid, status=status, action=action,
+                hint=states.hint(status, event))
+
+    def _move(self, lease, event, action, values=None):
+        try:
+            self.flows._move(self._admin(), lease.id, lease.status, event,
+                             values)
+        except lease_flows.StatusChanged:
+            current = db_api.lease_get_by_id(self._admin(), lease.id)
+            raise exception.InvalidState(
+                lease=lease.uuid, status=current.status, action=action,
+                hint=states.hint(current.status, event))
+
+    @staticmethod
+    def _admin():
+        return composable_context.get_admin_context()
+
+    def _create_values(self, context, values):
+        values = dict(values or {})
+        unknown = set(values) - _CREATE_FIELDS
+        if unknown:
+            raise exception.Invalid(
+                reason='unknown lease fields: %s' %
+                ', '.join(sorted(unknown)))
+        values = {k: v for k, v in values.items() if v is not None}
+        values.setdefault('project_id', context.project_id)
+        values.setdefault('user_id', context.user_id)
+        if not values.get('project_id'):
+            raise exception.Invalid(reason='a lease needs a project')
+        for field in ('start_at', 'end_at'):
+            if field in values:
+                values[field] = _parse_time(values[field], field)
+        now = utils.utcnow()
+        start_at = values.get('start_at')
+        end_at = values.get('end_at')
+        if end_at is not None:
+            if end_at <= now:
+                raise exception.Invalid(reason='end_at must be in the '
+                                               'future')
+            if start_at is not None and end_at <= start_at:
+                raise exception.Invalid(reason='end_at must be after '
+                                               'start_at')
+        devices = values.get('requested_devices') or []
+        if devices and not values.get('device_count'):
+            values['device_count'] = len(devices)
+        if not (values.get('memory_mb') or values.get('device_count')):
+            raise exception.Invalid(
+                reason='ask for memory_mb, device_count or device_uuids')
+        return values
+
+    def _check_requested(self, context, values):
+        """Refuse unknown pools and unleasable devices before anything is
+        created."""
+        admin = self._admin()
+        for pool in values.get('requested_pools') or []:
+            try:
+                db_api.pool_get(admin, pool)
+            except exception.PoolNotFound:
+                raise exception.Invalid(reason='pool %s does not exist' %
+                                        pool)
+        devices = values.get('requested_devices') or []
+        if devices:
+            allocator.check_requested_devices(admin, devices)
+
+    # ------------------------------------------------------------ RPC API
+
+    def create_lease(self, context, values):
+        values = self._create_values(context, values)
+        self._check_requested(context, values)
+        start_at = values.get('start_at')
+        deferred = start_at is not None and start_at > utils.utcnow()
+        values['status'] = states.REQUESTED
+        # Inserted already reserved by this conductor: no periodic task of
+        # any conductor can start it before this call is done with it.
+        values['reservation'] = self.host
+        lease = db_api.lease_create(context, values, action='create')
+        reservation = reservations.adopt(context, lease.id, self.host)
+        with reservations.guard(reservation):
+            if deferred:
+                db_api.action_finish(
+                    context, lease.id, 'create', 'success',
+                    message='The lease starts at %s; it is allocated then.'
+                    % utils.isotime(start_at))
+                return lease.uuid
+            self.flows._move(context, lease.id, states.REQUESTED,
+                             states.ALLOCATE)
+            try:
+                status = self.flows.allocate(context, lease.id,
+                                             action='create',
+                                             raise_input_errors=True)
+                if status == states.ALLOC_FAILED and values.get(
+                        'requested_devices'):
+                    # Lost a race for a device picked by uuid: the same
+                    # answer as when it was taken before the request.
+                    allocator.check_requested_devices(
+                        self._admin(), values['requested_devices'])
+            except (exception.Invalid, exception.NotFound,
+                    exception.Conflict):
+                # A request error found only now (a device taken between
+                # the check and the claim): the lease must not exist.
+                db_api.lease_purge(self._admin(), lease.id)
+                raise
+        return lease.uuid
+
+    def bind_lease(self, context, lease_uuid, host_uuid, instance_uuid=None,
+                   attach_mode=None):
+        lease = db_api.lease_get(context, lease_uuid)
+        try:
+            host = db_api.host_get(self._admin(), host_uuid)
+        except exception.HostNotFound:
+            raise exception.Invalid(reason='host %s does not exist' %
+                                    host_uuid)
+        if attach_mode not in (None, 'host', 'guest'):
+            raise exception.Invalid(reason='attach_mode must be host or '
+                                           'guest')
+        fabrics = {pool.fabric_id: pool.fabric.name
+                   for pool in (lease.memory_pool, lease.device_pool)
+                   if pool is not None}
+        if fabrics and host.fabric_id not in fabrics:
+            raise exception.Conflict(
+                reason='host %s is on fabric %s, but the lease\'s resources '
+                       'are on fabric %s; bind it to a host of that fabric'
+                       % (host.name, host.fabric.name,
+                          ', '.join(sorted(fabrics.values()))))
+        with reservations.lease_reservation(context, lease.id, self.host,
+                                            lease_ident=lease.uuid) as res:
+            lease = db_api.lease_get_by_id(context, lease.id)
+            self._check(lease, states.BIND, 'bind')
+            mode = attach_mode or lease.attach_mode
+            if mode == 'guest' and not instance_uuid:
+                raise exception.Invalid(
+                    reason='attach_mode guest needs a server')
+            self._move(lease, states.BIND, 'bind',
+                       {'host_id': host.id, 'instance_uuid': instance_uuid,
+                        'attach_mode': mode, 'fault': None})
+            db_api.action_start(context, lease.id, 'bind')
+            self.spawn(res, self.flows.bind, context, lease.id,
+                       action='bind')
+        return lease.uuid
+
+    def unbind_lease(self, context, lease_uuid):
+        lease = db_api.lease_get(context, lease_uuid)
+        with reservations.lease_reservation(context, lease.id, self.host,
+                                            lease_ident=lease.uuid) as res:
+            lease = db_api.lease_get_by_id(context, lease.id)
+            self._check(lease, states.UNBIND, 'unbind')
+            self._move(lease, states.UNBIND, 'unbind')
+            db_api.action_start(context, lease.id, 'unbind')
+            self.spawn(res, self.flows.unbind, context, lease.id,
+                       action='unbind')
+        return lease.uuid
+
+    def delete_lease(self, context, lease_uuid):
+        lease = db_api.lease_get(context, lease_uuid)
+        with reservations.lease_reservation(context, lease.id, self.host,
+                                            lease_ident=lease.uuid) as res:
+            lease = db_api.lease_get_by_id(context, lease.id)
+            self._check(lease, states.DELETE, 'delete')
+            action = 'delete'
+            if lease.status == states.RELEASING:
+                # Resuming a release nobody works on: finish its action.
+                action = periodic.running_action(context, lease.id,
+                                                 'delete')
+            else:
+                db_api.action_start(context, lease.id, 'delete')
+            self._move(lease, states.DELETE, 'delete')
+            self.spawn(res, self.flows.release, context, lease.id,
+                       action=action)
+        return lease.uuid

@@ -1,0 +1,173 @@
+"""Periodic tasks every conductor runs (every ``[conductor]
+periodic_interval`` seconds, in a thread of its own):
+
+* take over the work of dead conductors: break the reservations of
+  conductors whose heartbeat is older than ``heartbeat_timeout``, then
+  resume every lease left in a transient state with no reservation;
+* start leases whose ``start_at`` has come;
+* expire leases whose ``end_at`` has passed.
+
+Each lease is handled only under its reservation, taken without waiting:
+when several conductors run these tasks at the same moment, exactly one of
+them acts on a given lease and the others skip it.
+"""
+
+from oslo_log import log as logging
+
+from composable.common import utils
+from composable import conf
+from composable.conductor import reservations
+from composable.conductor import states
+from composable.db import api as db_api
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+# What a lease found in a transient state needs, and the lease action it
+# belongs to when no running action says otherwise.
+_RESUME = {
+    states.ALLOCATING: ('allocate', states.ALLOCATE, 'create'),
+    states.BINDING: ('bind', states.BIND, 'bind'),
+    states.UNBINDING: ('unbind', states.UNBIND, 'unbind'),
+    states.RELEASING: ('release', states.DELETE, 'delete'),
+}
+
+# released is terminal: the machine refuses to even start from it.
+EXPIRABLE = sorted(s for s in states.RESTING_STATES - {states.RELEASED}
+                   if states.check(s, states.EXPIRE))
+
+
+def running_action(context, lease_id, default):
+    """The name of the lease's newest unfinished action, so a resumed flow
+    finishes the action the user started."""
+    for row in reversed(db_api.action_list(context, lease_id)):
+        if row.result == 'running':
+            return row.action
+    return default
+
+
+class PeriodicTasks(object):
+
+    def __init__(self, manager):
+        self.manager = manager
+
+    @property
+    def host(self):
+        return self.manager.host
+
+    def run_all(self, context):
+        for task in (self.take_over_dead_conductors, self.start_due_leases,
+                     self.expire_leases):
+            try:
+                task(context)
+            except Exception:
+                # One failing task must not stop the others, nor the loop.
+                LOG.exception('Periodic task %s failed', task.__name__)
+
+    def _reserve(self, context, lease):
+        if lease.reservation is not None:
+            return None, None
+        reservation = reservations.try_reserve(context, lease.id, self.host)
+        if reservation is None:
+            return None, None
+        try:
+            # Read again under the reservation: another conductor may have
+            # finished with the lease since the list was read.
+            fresh = db_api.lease_get_by_id(context, lease.id)
+        except Exception:
+            reservation.release()
+            raise
+        return reservation, fresh
+
+    # ------------------------------------------------------------ takeover
+
+    def take_over_dead_conductors(self, context):
+        dead = db_api.break_dead_reservations(
+            context, CONF.conductor.heartbeat_timeout)
+        if dead:
+            LOG.warning('Broke the lease reservations of conductors that '
+                        'stopped beating: %s', ', '.join(dead))
+        leases = db_api.lease_list(
+            context, filters={'status': sorted(states.TRANSIENT_STATES)})
+        for lease in leases:
+            self.resume(context, lease)
+
+    def resume(self, context, lease):
+        reservation, lease = self._reserve(context, lease)
+        if reservation is None:
+            return None
+        with reservations.guard(reservation):
+            if lease.status not in _RESUME:
+                return None
+            method, event, default_action = _RESUME[lease.status]
+            action = running_action(context, lease.id, default_action)
+            try:
+                self.manager.flows._move(context, lease.id, lease.status,
+                                         event)
+            except Exception:
+                LOG.exception('Cannot resume lease %s', lease.uuid)
+                return None
+            LOG.warning('Resuming %(method)s of lease %(lease)s, left in '
+                        '%(status)s by a conductor that stopped',
+                        {'method': method, 'lease': lease.uuid,
+                         'status': lease.status})
+            return self.manager.spawn(reservation,
+                                      getattr(self.manager.flows, method),
+                                      context, lease.id, action=action)
+
+    # ------------------------------------------------------------ start
+
+    def start_due_leases(self, context):
+        now = utils.utcnow()
+        leases = db_api.lease_list(context,
+                                   filters={'status': states.REQUESTED})
+        for lease in leases:
+            if lease.start_at is not None and lease.start_at > now:
+                continue
+            self.start(context, lease)
+
+    def start(self, context, lease):
+        reservation, lease = self._reserve(context, lease)
+        if reservation is None:
+            return None
+        with reservations.guard(reservation):
+            now = utils.utcnow()
+            if lease.status != states.REQUESTED or (
+                    lease.start_at is not None and lease.start_at > now):
+                return None
+            self.manager.flows._move(context, lease.id, states.REQUESTED,
+                                     states.ALLOCATE)
+            db_api.action_start(context, lease.id, 'start')
+            LOG.info('Lease %s reached its start time; allocating it',
+                     lease.uuid)
+            return self.manager.spawn(reservation,
+                                      self.manager.flows.allocate,
+                                      context, lease.id, action='start')
+
+    # ------------------------------------------------------------ expire
+
+    def expire_leases(self, context):
+        now = utils.utcnow()
+        leases = db_api.lease_list(context, filters={'status': EXPIRABLE})
+        for lease in leases:
+            if lease.end_at is None or lease.end_at > now:
+                continue
+            self.expire(context, lease)
+
+    def expire(self, context, lease):
+        reservation, lease = self._reserve(context, lease)
+        if reservation is None:
+            return None
+        with reservations.guard(reservation):
+            now = utils.utcnow()
+            if (lease.end_at is None or lease.end_at > now
+                    or lease.status not in EXPIRABLE):
+                return None
+            self.manager.flows._move(context, lease.id, lease.status,
+                                     states.EXPIRE)
+            db_api.action_start(context, lease.id, 'expire')
+            LOG.info('Lease %s reached its end time; releasing it',
+                     lease.uuid)
+            return self.manager.spawn(reservation,
+                                      self.manager.flows.release,
+                                      context, lease.id, action='expire')

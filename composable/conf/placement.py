@@ -1,0 +1,78 @@
+"""[placement]: how composable reaches the Placement service.
+
+The usual keystoneauth options (``auth_type``, ``auth_url``, ``username``,
+..., ``cafile``, ``timeout``, ``valid_interfaces``, ``region_name``,
+``endpoint_override``), registered exactly as Nova registers its own
+``[placement]`` group, so a process that loads both (tests, all-in-one
+deployments) sees one set of options and no conflict, plus a few options
+of composable's own.
+
+Example::
+
+    [placement]
+    auth_type = password
+    auth_url = http://controller/identity
+    username = composable
+    password = secret
+    user_domain_name = Default
+    project_name = service
+    project_domain_name = Default
+    valid_interfaces = internal
+"""
+
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+GROUP = 'placement'
+SERVICE_TYPE = 'placement'
+
+group = cfg.OptGroup(
+    GROUP, title='Placement service options',
+    help='How composable reaches the Placement service, where each pool is '
+         'a sharing resource provider and each lease a consumer.')
+
+opts = [
+    cfg.IntOpt('composable_generation_retries',
+               default=5,
+               min=0,
+               help='Times a Placement write is retried after a generation '
+                    'conflict (409 placement.concurrent_update): the '
+                    'provider or consumer generation is read again and the '
+                    'write repeated.'),
+    cfg.BoolOpt('composable_delete_orphan_providers',
+                default=True,
+                help='Whether the reconciler deletes the sharing resource '
+                     'providers of pools that no longer exist (never one '
+                     'that still holds allocations of Nova instances).'),
+]
+
+# Leave out the version options of the adapter: the client picks a
+# microversion per call, and Nova registers placeholders under these
+# names in its own [placement] group.
+_ADAPTER_VERSION_OPTS = ('version', 'min_version', 'max_version')
+
+
+def _adapter_opts():
+    adapter = [opt for opt in ks_loading.get_adapter_conf_options(
+        include_deprecated=False) if opt.dest not in _ADAPTER_VERSION_OPTS]
+    cfg.set_defaults(adapter, valid_interfaces=['internal', 'public'],
+                     service_type=SERVICE_TYPE)
+    return adapter
+
+
+def register_opts(conf):
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)
+    ks_loading.register_session_conf_options(conf, GROUP)
+    ks_loading.register_auth_conf_options(conf, GROUP)
+    conf.register_opts(_adapter_opts(), group=GROUP)
+
+
+def list_opts():
+    return {group: (
+        opts +
+        ks_loading.get_session_conf_options() +
+        ks_loading.get_auth_common_conf_options() +
+        ks_loading.get_auth_plugin_conf_options('password') +
+        ks_loading.get_auth_plugin_conf_options('v3password') +
+        _adapter_opts())}

@@ -1,0 +1,116 @@
+"""A simulated PCIe fabric for demos, DevStack and tests.
+
+It touches no hardware. Bindings are kept in this process's memory so tests
+can check that nothing is left bound. Faults can be injected through the
+fabric's driver_info:
+
+``simulate_delay``
+    seconds every bind and unbind takes (a number), to exercise
+    ``[fabric]operation_timeout``;
+``simulate_failure``
+    ``"bind"``, ``"unbind"`` or ``true`` (both): those operations fail.
+"""
+
+import threading
+import time
+import zlib
+
+from oslo_log import log as logging
+
+from composable.common import exception
+from composable.fabric import base
+
+LOG = logging.getLogger(__name__)
+
+SIMULATED = 'SIMULATED fabric: no hardware is touched'
+
+_FAILURE_CHOICES = ('bind', 'unbind')
+
+
+def fake_pci_address(device):
+    """The same address for the same device every time, so a repeated
+    bind returns what the first one did."""
+    key = str(device.get('address') or device.get('uuid'))
+    crc = zlib.crc32(key.encode('utf-8'))
+    bus = 0x40 + crc % 0xa0
+    slot = (crc >> 8) % 0x20
+    return '0000:%02x:%02x.0' % (bus, slot)
+
+
+class FakeFabricDriver(base.FabricDriver):
+
+    simulated = True
+
+    # (fabric name, device address) -> host name, shared by every instance
+    # in the process like a real fabric's state would be.
+    _bindings = {}
+    _lock = threading.Lock()
+
+    def __init__(self):
+        LOG.warning('%s (driver "fake" loaded)', SIMULATED)
+
+    @classmethod
+    def bindings(cls):
+        with cls._lock:
+            return dict(cls._bindings)
+
+    @classmethod
+    def reset(cls):
+        with cls._lock:
+            cls._bindings.clear()
+
+    def validate_driver_info(self, driver_info):
+        info = driver_info or {}
+        if not isinstance(info, dict):
+            raise exception.Invalid(reason='driver_info must be an object')
+        delay = info.get('simulate_delay')
+        if delay is not None:
+            if (isinstance(delay, bool)
+                    or not isinstance(delay, (int, float)) or delay < 0):
+                raise exception.Invalid(
+                    reason='driver_info simulate_delay must be a number of '
+                           'seconds >= 0')
+        failure = info.get('simulate_failure')
+        if failure is not None and not isinstance(failure, bool):
+            if failure not in _FAILURE_CHOICES:
+                raise exception.Invalid(
+                    reason='driver_info simulate_failure must be true, '
+                           'false, "bind" or "unbind"')
+
+    def _simulate(self, fabric, operation):
+        info = fabric.get('driver_info') or {}
+        delay = info.get('simulate_delay')
+        if delay:
+            time.sleep(float(delay))
+        failure = info.get('simulate_failure')
+        if failure is True or failure == operation:
+            raise exception.DriverError(
+                reason='simulated %s failure on fabric %s (driver_info '
+                       'simulate_failure)' % (operation, fabric.get('name')))
+
+    def bind_device(self, fabric, device, host):
+        LOG.warning('%(sim)s: binding device %(dev)s to host %(host)s on '
+                    'fabric %(fabric)s',
+                    {'sim': SIMULATED, 'dev': device.get('uuid'),
+                     'host': host.get('name'), 'fabric': fabric.get('name')})
+        self._simulate(fabric, 'bind')
+        key = (fabric.get('name'), device.get('address'))
+        with self._lock:
+            holder = self._bindings.get(key)
+            if holder is not None and holder != host.get('name'):
+                raise exception.DriverError(
+                    reason='device %s is bound to host %s on fabric %s' %
+                    (device.get('uuid'), holder, fabric.get('name')))
+            self._bindings[key] = host.get('name')
+        return fake_pci_address(device)
+
+    def unbind_device(self, fabric, device, host):
+        LOG.warning('%(sim)s: unbinding device %(dev)s from host %(host)s '
+                    'on fabric %(fabric)s',
+                    {'sim': SIMULATED, 'dev': device.get('uuid'),
+                     'host': host.get('name') if host else None,
+                     'fabric': fabric.get('name')})
+        self._simulate(fabric, 'unbind')
+        with self._lock:
+            self._bindings.pop((fabric.get('name'), device.get('address')),
+                               None)

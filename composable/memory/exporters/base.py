@@ -1,0 +1,38 @@
+"""The interface of memory exporters, run by composable-agent on memory
+nodes.
+
+An exporter makes one extent (a file on tmpfs of ``size_mb``) reachable as
+one iSCSI LUN, for one initiator only, with per-extent CHAP credentials.
+All three operations are idempotent. ``extent`` is a plain dict (uuid,
+index, size_mb, lease_uuid, memory_node, portal, transport). CHAP secrets
+are never logged.
+"""
+
+import abc
+
+
+class MemoryExporter(object, metaclass=abc.ABCMeta):
+
+    def __init__(self, node_name):
+        self.node_name = node_name
+
+    @abc.abstractmethod
+    def export(self, extent, initiator_iqn, chap_username, chap_secret):
+        """Export the extent to ``initiator_iqn``; return
+        ``{"target_iqn": ..., "lun": ..., "portal": ...}``. Exporting an
+        extent again returns the same target."""
+
+    @abc.abstractmethod
+    def unexport(self, extent):
+        """Remove the target of the extent; the backing memory stays."""
+
+    @abc.abstractmethod
+    def scrub(self, extent):
+        """Destroy the extent's contents and free its memory, so nothing a
+        lease wrote can be read by the next one."""
+
+
+def target_iqn(extent):
+    """The target IQN of an extent: derived from its uuid, so exporting it
+    twice names the same target."""
+    return 'iqn.2026-11.org.openstack.composable:extent-%s' % extent['uuid']

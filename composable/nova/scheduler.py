@@ -1,0 +1,377 @@
+"""ComposableFilter: boot next to a composable lease.
+
+A user who reserved pooled memory or devices as a lease boots with
+``--hint composable_lease=<lease uuid>``; this filter keeps only the
+compute hosts that reach the lease's fabric, i.e. the hosts in the Nova
+host aggregate whose UUID the fabric records (``aggregate_uuid``; Nova
+mirrors host aggregates into Placement, where the pool's sharing provider
+is a member of the same aggregate).
+
+It loads into nova-scheduler by class path and runs in Nova's own
+process, so it imports nothing of composable's service code and keeps its
+options in a ``[composable]`` group of nova.conf.
+
+Behaviour
+---------
+* No ``composable_lease`` hint: every host passes, without any work.
+* With the hint, the lease is read **once per scheduling request** from
+  the composable API (``GET /v1/leases/<uuid>``), never per host; hosts
+  are then matched against ``HostState.aggregates`` in memory. The facts
+  are cached per request (keyed by the request id, or by the RequestSpec
+  object when there is none) for ``lease_cache_ttl`` seconds, so a
+  multi-instance request or a scheduling retry does not read the lease
+  again. A pool's aggregate (pool -> fabric -> aggregate) changes rarely
+  and is cached for ``pool_cache_ttl`` seconds across requests.
+* No host passes when the lease is unknown, belongs to another project
+  than the request, is not ``reserved`` (or, for a move of the instance
+  already bound to it: ``binding``/``bound``), has no pool with an
+  aggregate, or the composable API cannot be reached (the user asked for
+  the lease; booting without it would be wrong). The reason is logged.
+* Rebuilds are not filtered (the host does not change).
+* The filter is thread-safe: nova-scheduler runs requests on native
+  threads; concurrent requests for the same key wait for one API call.
+
+nova.conf
+---------
+::
+
+    [filter_scheduler]
+    available_filters = nova.scheduler.filters.all_filters
+    available_filters = composable.nova.scheduler.ComposableFilter
+    enabled_filters = ComputeFilter,...,ComposableFilter
+
+    [composable]
+    # keystoneauth: credentials of the Nova service user; they need the
+    # "service" role (reads any project's lease and pools) and, unless
+    # the composable API carries the aggregate in the lease, the right to
+    # read fabrics (admin, or composable's policy
+    # "composable:fabric:get" extended to "rule:service").
+    auth_type = password
+    auth_url = http://controller/identity
+    username = nova
+    password = secret
+    user_domain_name = Default
+    project_name = service
+    project_domain_name = Default
+    # or: auth_section = keystone_authtoken
+    # Where the composable API is (else found in the catalog by
+    # service_type = composable, valid_interfaces = internal,public):
+    endpoint_override = http://controller:6590
+    # Seconds one HTTP call to the composable API may take:
+    timeout = 5
+    lease_cache_ttl = 60
+    pool_cache_ttl = 300
+"""
+
+import collections
+import threading
+import time
+
+from keystoneauth1 import adapter as ks_adapter
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+from oslo_log import log as logging
+
+import nova.conf
+from nova.scheduler import filters
+
+LOG = logging.getLogger(__name__)
+CONF = nova.conf.CONF
+
+GROUP = 'composable'
+HINT = 'composable_lease'
+SERVICE_TYPE = 'composable'
+API_VERSION = '1.0'
+
+RESERVED = 'reserved'
+# States in which the lease is already bound to the instance being moved
+# (cold/live migration, resize, evacuate, unshelve reuse the hint).
+BOUND_STATES = frozenset(['binding', 'bound'])
+
+opts = [
+    cfg.IntOpt('lease_cache_ttl',
+               default=60,
+               min=0,
+               help='Seconds the facts of a lease read for one scheduling '
+                    'request are reused by the same request.'),
+    cfg.IntOpt('lease_cache_size',
+               default=512,
+               min=1,
+               help='Requests whose lease facts are kept at most.'),
+    cfg.IntOpt('pool_cache_ttl',
+               default=300,
+               min=0,
+               help='Seconds the aggregate of a composable pool (through '
+                    'its fabric) is reused across requests.'),
+]
+
+_ADAPTER_VERSION_OPTS = ('version', 'min_version', 'max_version')
+
+
+def _adapter_opts():
+    adapter = [opt for opt in ks_loading.get_adapter_conf_options(
+        include_deprecated=False) if opt.dest not in _ADAPTER_VERSION_OPTS]
+    cfg.set_defaults(adapter, valid_interfaces=['internal', 'public'],
+                     service_type=SERVICE_TYPE)
+    return adapter
+
+
+def register_opts(conf):
+    conf.register_group(cfg.OptGroup(
+        GROUP, title='composable',
+        help='How Nova reaches the composable API (scheduler filter).'))
+    conf.register_opts(opts, group=GROUP)
+    ks_loading.register_session_conf_options(conf, GROUP)
+    ks_loading.register_auth_conf_options(conf, GROUP)
+    conf.register_opts(_adapter_opts(), group=GROUP)
+
+
+def list_opts():
+    return {GROUP: (opts + ks_loading.get_session_conf_options() +
+                    ks_loading.get_auth_common_conf_options() +
+                    ks_loading.get_auth_plugin_conf_options('password') +
+                    _adapter_opts())}
+
+
+register_opts(CONF)
+
+
+LeaseFacts = collections.namedtuple(
+    'LeaseFacts', ['uuid', 'found', 'project_id', 'status', 'instance_uuid',
+                   'aggregates', 'error'])
+
+
+def _unreadable(uuid, error):
+    return LeaseFacts(uuid, False, None, None, None, frozenset(), error)
+
+
+class _Cache(object):
+    """A small thread-safe LRU with expiry; one loader runs per key at a
+    time, others asking for the key meanwhile wait for its result."""
+
+    def __init__(self, size, ttl):
+        self.size = size
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._entries = collections.OrderedDict()
+        self._loading = {}
+
+    def get(self, key, loader, valid=None):
+        while True:
+            with self._lock:
+                entry = self._entries.get(key)
+                if (entry is not None and entry[0] > time.monotonic() and
+                        (valid is None or valid(entry[2]))):
+                    self._entries.move_to_end(key)
+                    return entry[1]
+                waiter = self._loading.get(key)
+                if waiter is None:
+                    waiter = self._loading[key] = threading.Event()
+                    break
+            waiter.wait(30)
+        try:
+            value, tag = loader()
+            with self._lock:
+                self._entries[key] = (time.monotonic() + self.ttl, value,
+                                      tag)
+                self._entries.move_to_end(key)
+                while len(self._entries) > self.size:
+                    self._entries.popitem(last=False)
+            return value
+        finally:
+            with self._lock:
+                self._loading.pop(key, None)
+            waiter.set()
+
+    def clear(self):
+        with self._lock:
+            self._entries.clear()
+
+
+class ComposableAPI(object):
+    """Reads leases and pools from the composable API."""
+
+    def __init__(self, adapter=None, conf=None):
+        self._conf = conf or CONF
+        self._adapter = adapter
+        self._lock = threading.Lock()
+
+    @property
+    def adapter(self):
+        if self._adapter is None:
+            with self._lock:
+                if self._adapter is None:
+                    self._adapter = self._load_adapter()
+        return self._adapter
+
+    def _load_adapter(self):
+        group = getattr(self._conf, GROUP)
+        auth = ks_loading.load_auth_from_conf_options(self._conf, GROUP)
+        session = ks_loading.load_session_from_conf_options(
+            self._conf, GROUP, auth=auth)
+        return ks_adapter.Adapter(
+            session, auth=auth, service_type=group.service_type,
+            service_name=group.service_name,
+            interface=group.valid_interfaces,
+            region_name=group.region_name,
+            endpoint_override=group.endpoint_override,
+            connect_retries=group.connect_retries,
+            connect_retry_delay=group.connect_retry_delay,
+            status_code_retries=group.status_code_retries,
+            status_code_retry_delay=group.status_code_retry_delay)
+
+    def get(self, path, global_request_id=None):
+        """The decoded body, or None on 404."""
+        kwargs = {'raise_exc': False, 'microversion': API_VERSION,
+                  'headers': {'Accept': 'application/json'}}
+        if global_request_id:
+            kwargs['global_request_id'] = global_request_id
+        resp = self.adapter.get(path, **kwargs)
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise ks_exc.from_response(resp, 'GET', path)
+        return resp.json()
+
+
+class ComposableFilter(filters.BaseHostFilter):
+    """Only hosts on the fabric of the lease named by the
+    ``composable_lease`` scheduler hint."""
+
+    RUN_ON_REBUILD = False
+    # The lease and the hosts' aggregates do not change between the
+    # instances of one request.
+    run_filter_once_per_request = True
+
+    def __init__(self, api=None):
+        super().__init__()
+        self.api = api or ComposableAPI()
+        group = getattr(CONF, GROUP)
+        self._requests = _Cache(group.lease_cache_size,
+                                group.lease_cache_ttl)
+        self._pools = _Cache(1024, group.pool_cache_ttl)
+
+    # -------------------------------------------------------------- facts
+
+    def _pool_aggregate(self, pool_uuid, request_id):
+        def load():
+            pool = self.api.get('/v1/pools/%s' % pool_uuid, request_id)
+            if pool is None:
+                return None, None
+            fabric = self.api.get('/v1/fabrics/%s' % pool['fabric_uuid'],
+                                  request_id)
+            return (fabric or {}).get('aggregate_uuid'), None
+        return self._pools.get(pool_uuid, load)
+
+    def _load_facts(self, lease_uuid, request_id):
+        try:
+            lease = self.api.get('/v1/leases/%s' % lease_uuid, request_id)
+            if lease is None:
+                return LeaseFacts(lease_uuid, False, None, None, None,
+                                  frozenset(), None)
+            aggregates = set()
+            if lease.get('aggregate_uuid'):
+                aggregates.add(lease['aggregate_uuid'])
+            else:
+                for key in ('memory_pool_uuid', 'device_pool_uuid'):
+                    if lease.get(key):
+                        aggregate = self._pool_aggregate(lease[key],
+                                                         request_id)
+                        if aggregate:
+                            aggregates.add(aggregate)
+            return LeaseFacts(lease_uuid, True, lease.get('project_id'),
+                              lease.get('status'),
+                              lease.get('instance_uuid'),
+                              frozenset(aggregates), None)
+        except Exception as err:
+            LOG.warning('ComposableFilter could not read lease %s from the '
+                        'composable API: %s', lease_uuid, err)
+            return _unreadable(lease_uuid, str(err) or type(err).__name__)
+
+    def lease_facts(self, spec_obj, lease_uuid):
+        """The lease's facts, read once per request."""
+        context = getattr(spec_obj, '_context', None)
+        request_id = getattr(context, 'request_id', None)
+        global_id = getattr(context, 'global_id', None)
+        if request_id:
+            key = (request_id, lease_uuid)
+            valid = None
+            tag = None
+        else:
+            # No request id: the RequestSpec object itself is the request.
+            key = ('spec', id(spec_obj), lease_uuid)
+            tag = spec_obj
+
+            def valid(held):
+                return held is spec_obj
+
+        def load():
+            return self._load_facts(lease_uuid, global_id), tag
+        return self._requests.get(key, load, valid)
+
+    # -------------------------------------------------------------- checks
+
+    @staticmethod
+    def _hint(spec_obj):
+        try:
+            value = spec_obj.get_scheduler_hint(HINT)
+        except AttributeError:
+            return None
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else None
+        return value or None
+
+    @staticmethod
+    def refusal(facts, spec_obj):
+        """Why no host may take this request, or None."""
+        if facts.error:
+            return ('lease %s could not be read from the composable API: %s'
+                    % (facts.uuid, facts.error))
+        if not facts.found or facts.project_id != spec_obj.project_id:
+            # Another project's lease is reported as unknown.
+            return 'lease %s does not exist in project %s' % (
+                facts.uuid, spec_obj.project_id)
+        moving = (facts.status in BOUND_STATES and facts.instance_uuid and
+                  facts.instance_uuid == spec_obj.instance_uuid)
+        if facts.status != RESERVED and not moving:
+            return ('lease %s is %s; only a reserved lease can be bound to '
+                    'a new server' % (facts.uuid, facts.status))
+        if not facts.aggregates:
+            return ('the fabric of lease %s is in no host aggregate' %
+                    facts.uuid)
+        return None
+
+    @staticmethod
+    def _host_matches(host_state, aggregates):
+        for aggregate in host_state.aggregates or ():
+            if getattr(aggregate, 'uuid', None) in aggregates:
+                return True
+        return False
+
+    def _is_rebuild(self, spec_obj):
+        from nova.scheduler import utils
+        return utils.request_is_rebuild(spec_obj)
+
+    def filter_all(self, filter_obj_list, spec_obj):
+        lease_uuid = self._hint(spec_obj)
+        if lease_uuid is None or self._is_rebuild(spec_obj):
+            return filter_obj_list
+        facts = self.lease_facts(spec_obj, lease_uuid)
+        reason = self.refusal(facts, spec_obj)
+        if reason:
+            LOG.info('ComposableFilter: no host for instance %s: %s',
+                     spec_obj.instance_uuid, reason)
+            return []
+        aggregates = facts.aggregates
+        return [host for host in filter_obj_list
+                if self._host_matches(host, aggregates)]
+
+    def host_passes(self, host_state, spec_obj):
+        lease_uuid = self._hint(spec_obj)
+        if lease_uuid is None:
+            return True
+        facts = self.lease_facts(spec_obj, lease_uuid)
+        if self.refusal(facts, spec_obj):
+            return False
+        return self._host_matches(host_state, facts.aggregates)

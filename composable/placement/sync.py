@@ -1,0 +1,320 @@
+"""Keep Placement in step with composable's database.
+
+* :func:`sync_pool` makes one pool's sharing resource provider right:
+  present (created under ``pool.provider_uuid``, or adopted by name, or
+  new), named ``composable-pool-<pool name>``, with traits
+  ``MISC_SHARES_VIA_AGGREGATE`` + ``CUSTOM_COMPOSABLE_POOL`` + the pool's
+  own traits, in the aggregate of its fabric, and with one inventory of the
+  pool's resource class (total, reserved, min_unit = step_size = the pool's
+  step, max_unit = total, allocation ratio 1.0).
+* :func:`claim_lease` / :func:`release_lease` write or remove the
+  allocations of a lease consumer (consumer uuid = lease uuid). What a
+  lease holds is read from the database, never from what was asked: the
+  size of its memory extents and the devices it holds, which the allocator
+  changes in the same transaction as the lease status.
+* :func:`reconcile` makes Placement match the database both ways and
+  returns one human-readable line per correction.
+
+The database is the truth. Allocations of consumers that are not leases
+(Nova instances that took pool capacity through a flavor) are never
+touched; they are recognized by also holding resources of providers that
+are not pools (every instance holds VCPU or MEMORY_MB of a compute node),
+or by being the instance of a lease.
+"""
+
+import collections
+
+from oslo_log import log as logging
+
+from composable.common import context as ctx_mod
+from composable.db import api as dbapi
+from composable.db import models
+from composable.placement import client as pclient
+
+LOG = logging.getLogger(__name__)
+
+
+def get_client():
+    return pclient.ReportClient.from_conf()
+
+
+def pool_traits(pool):
+    traits = {pclient.SHARING_TRAIT, pclient.OWNER_TRAIT}
+    traits.update(pclient.normalize_trait(t) for t in (pool.traits or []))
+    return traits
+
+
+def pool_inventory(pool):
+    """{resource class: inventory} the pool's provider should have ({}
+    when the pool cannot give even one step)."""
+    step = max(1, pool.step_size or 1)
+    total = int(pool.total or 0)
+    if total < step:
+        return {}
+    return {pool.resource_class: {
+        'total': total,
+        'reserved': min(int(pool.reserved or 0), total),
+        'min_unit': step,
+        'max_unit': total,
+        'step_size': step,
+        'allocation_ratio': 1.0,
+    }}
+
+
+def pool_aggregates(pool):
+    aggregate = pool.fabric.aggregate_uuid if pool.fabric else None
+    return {aggregate} if aggregate else set()
+
+
+def _ensure_provider(client, context, pool, corrections):
+    name = pclient.provider_name(pool.name)
+    uuid = pool.provider_uuid
+    provider = client.get_provider(uuid) if uuid else None
+    if provider is None:
+        by_name = client.get_provider_by_name(name)
+        if by_name is not None and (uuid is None or
+                                    by_name['uuid'] != uuid):
+            # Ours from an earlier run whose uuid the database lost, or a
+            # provider made by hand for this pool: adopt it.
+            provider = by_name
+            corrections.append(
+                'pool %s: adopted existing resource provider %s (%s)' %
+                (pool.name, by_name['uuid'], name))
+        else:
+            uuid = uuid or pclient.new_provider_uuid()
+            provider = client.create_provider(uuid, name)
+            corrections.append(
+                'pool %s: resource provider %s was missing in Placement; '
+                'created it' % (pool.name, uuid))
+    if provider['uuid'] != pool.provider_uuid:
+        dbapi.pool_update(context, pool.uuid,
+                          {'provider_uuid': provider['uuid']})
+        pool.provider_uuid = provider['uuid']
+    elif provider['name'] != name:
+        client.rename_provider(provider['uuid'], name)
+        corrections.append('pool %s: renamed resource provider %s from %s '
+                           'to %s' % (pool.name, provider['uuid'],
+                                      provider['name'], name))
+    return provider['uuid']
+
+
+def sync_pool(pool, client=None, context=None):
+    """Make the pool's sharing provider right; list of corrections made
+    (empty when Placement was right already)."""
+    client = client or get_client()
+    context = context or ctx_mod.get_admin_context()
+    corrections = []
+    uuid = _ensure_provider(client, context, pool, corrections)
+    if client.set_traits(uuid, pool_traits(pool)):
+        corrections.append('pool %s: set the traits of provider %s to %s' %
+                           (pool.name, uuid,
+                            ', '.join(sorted(pool_traits(pool)))))
+    if client.set_aggregates(uuid, pool_aggregates(pool)):
+        corrections.append(
+            'pool %s: set the aggregates of provider %s to %s' %
+            (pool.name, uuid,
+             ', '.join(sorted(pool_aggregates(pool))) or 'none'))
+    wanted = pool_inventory(pool)
+    if client.set_inventories(uuid, wanted):
+        inv = wanted.get(pool.resource_class)
+        corrections.append(
+            'pool %s: set the inventory of provider %s to %s' %
+            (pool.name, uuid,
+             '%s total=%d reserved=%d step=%d' % (
+                 pool.resource_class, inv['total'], inv['reserved'],
+                 inv['step_size']) if inv else 'nothing'))
+    return corrections
+
+
+# ------------------------------------------------------------------ leases
+
+def lease_resources(lease):
+    """{provider uuid: {resource class: amount}} the lease holds now,
+    from the database (its extents and its devices)."""
+    held = collections.defaultdict(dict)
+    pool = lease.memory_pool
+    memory = sum(extent.size_mb for extent in lease.extents)
+    if memory and pool is not None and pool.provider_uuid:
+        held[pool.provider_uuid][pool.resource_class] = memory
+    counts = collections.Counter()
+    pools = {}
+    for device in lease.devices:
+        pools[device.pool_id] = device.pool
+        counts[device.pool_id] += 1
+    for pool_id, count in counts.items():
+        pool = pools[pool_id]
+        if pool.provider_uuid:
+            rc = pool.resource_class
+            held[pool.provider_uuid][rc] = (
+                held[pool.provider_uuid].get(rc, 0) + count)
+    return dict(held)
+
+
+def claim_lease(lease, client=None):
+    """Write the lease's allocations into Placement (idempotent); True
+    when Placement changed."""
+    client = client or get_client()
+    resources = lease_resources(lease)
+    if not resources:
+        return client.delete_allocations(lease.uuid)
+    return client.put_allocations(lease.uuid, resources, lease.project_id,
+                                  lease.user_id)
+
+
+def release_lease(lease, client=None):
+    """Remove the lease's allocations from Placement (idempotent)."""
+    client = client or get_client()
+    return client.delete_allocations(lease.uuid)
+
+
+# ------------------------------------------------------------------ reconcile
+
+def _load(context):
+    with dbapi.reader(context) as session:
+        pools = session.query(models.Pool).order_by(models.Pool.id).all()
+        leases = session.query(models.Lease).order_by(models.Lease.id).all()
+        return pools, leases
+
+
+def _reread_lease(context, lease_id):
+    with dbapi.reader(context) as session:
+        return session.query(models.Lease).filter(
+            models.Lease.id == lease_id).first()
+
+
+def _fmt(resources):
+    parts = []
+    for rp, res in sorted(resources.items()):
+        amounts = ', '.join('%s=%d' % kv for kv in sorted(res.items()))
+        parts.append('%s on %s' % (amounts, rp))
+    return '; '.join(parts)
+
+
+def _consumer_is_foreign(client, consumer, pool_providers):
+    """True when the consumer also holds resources outside the pools:
+    a Nova instance, not a lease."""
+    got = client.get_allocations(consumer)
+    return bool(set(got['allocations']) - pool_providers)
+
+
+def reconcile(context=None, client=None, delete_orphans=None):
+    """Make Placement match the database; a list of corrections made.
+
+    Both ways: pools without a provider get one and wrong traits,
+    aggregates or inventories are fixed; leases holding capacity get
+    their allocations (re)written; allocations of released or unknown
+    leases are deleted; providers of deleted pools are deleted (unless
+    Nova instances still hold allocations there, which is reported).
+    Errors on one object are reported and do not stop the others.
+    """
+    context = context or ctx_mod.get_admin_context()
+    client = client or get_client()
+    if delete_orphans is None:
+        try:
+            from composable import conf
+            delete_orphans = (
+                conf.CONF.placement.composable_delete_orphan_providers)
+        except Exception:
+            delete_orphans = True
+    corrections = []
+
+    def failed(what, err):
+        LOG.warning('Reconciling %s with Placement failed: %s', what, err)
+        corrections.append('%s: could not be corrected: %s' % (what, err))
+
+    pools, leases = _load(context)
+
+    # 1. Pools -> providers.
+    for pool in pools:
+        try:
+            corrections.extend(sync_pool(pool, client, context))
+        except Exception as err:
+            failed('pool %s' % pool.name, err)
+    providers = {pool.provider_uuid: pool for pool in pools
+                 if pool.provider_uuid}
+
+    # 2. Leases -> allocations.
+    by_uuid = {lease.uuid: lease for lease in leases}
+    instances = {lease.instance_uuid for lease in leases
+                 if lease.instance_uuid}
+    for lease in leases:
+        try:
+            wanted = lease_resources(lease)
+            if not wanted:
+                continue  # handled below, from the providers' side
+            current = client.get_allocations(lease.uuid)['allocations']
+            have = {rp: alloc['resources'] for rp, alloc in current.items()}
+            if have == wanted:
+                continue
+            # The lease may have moved on since the database was read.
+            fresh = _reread_lease(context, lease.id)
+            if fresh is None:
+                continue
+            wanted = lease_resources(fresh)
+            if not wanted or not client.put_allocations(
+                    fresh.uuid, wanted, fresh.project_id, fresh.user_id):
+                continue
+            if have:
+                corrections.append(
+                    'lease %s: allocations were %s in Placement; set them '
+                    'to %s' % (lease.uuid, _fmt(have), _fmt(wanted)))
+            else:
+                corrections.append(
+                    'lease %s (%s): allocations were missing in Placement; '
+                    'created %s' % (lease.uuid, lease.status, _fmt(wanted)))
+        except Exception as err:
+            failed('lease %s' % lease.uuid, err)
+
+    # 3. Providers -> consumers that should not be there, and providers
+    # of pools that are gone.
+    try:
+        ours = {p['uuid']: p for p in client.list_providers()}
+    except Exception as err:
+        failed('the list of composable resource providers', err)
+        ours = {}
+    pool_providers = set(ours) | set(providers)
+    for uuid in sorted(pool_providers):
+        pool = providers.get(uuid)
+        name = pool.name if pool is not None else ours[uuid]['name']
+        try:
+            allocations = client.get_provider_allocations(uuid)
+        except Exception as err:
+            failed('provider %s' % uuid, err)
+            continue
+        for consumer in sorted(allocations):
+            if consumer in instances:
+                continue  # a Nova instance's share of the pool
+            lease = by_uuid.get(consumer)
+            try:
+                if lease is not None:
+                    fresh = _reread_lease(context, lease.id)
+                    if fresh is not None and lease_resources(fresh):
+                        continue
+                    why = 'lease %s is %s and holds nothing' % (
+                        consumer, fresh.status if fresh is not None
+                        else 'gone')
+                elif _consumer_is_foreign(client, consumer,
+                                          pool_providers):
+                    continue
+                else:
+                    why = 'consumer %s is no lease composable knows' % (
+                        consumer)
+                if client.delete_allocations(consumer):
+                    corrections.append(
+                        'provider %s (%s): %s; deleted its allocations' %
+                        (uuid, name, why))
+            except Exception as err:
+                failed('allocations of consumer %s' % consumer, err)
+        if pool is None and uuid in ours and delete_orphans:
+            try:
+                if client.delete_provider(uuid):
+                    corrections.append(
+                        'resource provider %s (%s) belongs to no pool; '
+                        'deleted it' % (uuid, name))
+            except Exception as err:
+                failed('resource provider %s (%s) of a deleted pool' %
+                       (uuid, name), err)
+
+    for line in corrections:
+        LOG.info('Placement reconcile: %s', line)
+    return corrections

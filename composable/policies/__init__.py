@@ -1,0 +1,95 @@
+"""Policy in code: one module per resource, personas in base.py.
+
+``oslopolicy-sample-generator --namespace composable`` renders the defaults
+from :func:`list_rules`; ``oslopolicy-policy-generator`` and friends load
+the enforcer from :func:`get_enforcer`.
+"""
+
+import itertools
+import threading
+
+from oslo_config import cfg
+from oslo_policy import opts as policy_opts
+from oslo_policy import policy
+
+from composable.common import exception
+from composable.policies import base
+from composable.policies import device
+from composable.policies import fabric
+from composable.policies import host
+from composable.policies import lease
+from composable.policies import memory_node
+from composable.policies import pool
+
+CONF = cfg.CONF
+
+_ENFORCER = None
+_LOCK = threading.Lock()
+
+# New defaults and scope checks are on: there are no deprecated rules to
+# fall back to in a new service.
+policy_opts.set_defaults(CONF, enforce_scope=True,
+                         enforce_new_defaults=True)
+
+
+def list_rules():
+    return list(itertools.chain(
+        base.list_rules(),
+        fabric.list_rules(),
+        host.list_rules(),
+        memory_node.list_rules(),
+        pool.list_rules(),
+        device.list_rules(),
+        lease.list_rules(),
+    ))
+
+
+def init(conf=None, policy_file=None):
+    global _ENFORCER
+    with _LOCK:
+        if _ENFORCER is None:
+            conf = conf or CONF
+            # Again here: test fixtures may have unregistered the options.
+            policy_opts.set_defaults(conf, enforce_scope=True,
+                                     enforce_new_defaults=True)
+            enforcer = policy.Enforcer(conf, policy_file=policy_file)
+            enforcer.register_defaults(list_rules())
+            _ENFORCER = enforcer
+    return _ENFORCER
+
+
+def reset():
+    global _ENFORCER
+    with _LOCK:
+        if _ENFORCER is not None:
+            _ENFORCER.clear()
+        _ENFORCER = None
+
+
+def get_enforcer():
+    """The enforcer, for the oslo.policy command line tools."""
+    CONF([], project='composable')
+    return init(CONF)
+
+
+def check(rule, context, target=None):
+    """True when ``context`` may do ``rule`` on ``target``."""
+    target = target or {'project_id': context.project_id}
+    try:
+        return init().enforce(rule, target, context, do_raise=False)
+    except policy.InvalidScope:
+        return False
+
+
+def authorize(rule, context, target=None):
+    """Raise Forbidden unless ``context`` may do ``rule`` on ``target``.
+
+    The target defaults to the caller's own project: resources that belong
+    to no project (fabrics, pools ...) are checked that way.
+    """
+    target = target or {'project_id': context.project_id}
+    try:
+        init().authorize(rule, target, context, do_raise=True,
+                         exc=exception.Forbidden, action=rule)
+    except policy.InvalidScope:
+        raise exception.Forbidden(action=rule)

@@ -1,0 +1,139 @@
+#!/bin/bash
+#
+# DevStack plugin for composable: pooled memory, GPUs and PCIe devices leased
+# to Nova instances.
+#
+# lib-style functions, called at the phases DevStack runs plugins in (see
+# the dispatch at the end of this file).
+
+# Save trace setting
+_XTRACE_COMPOSABLE=$(set +o | grep xtrace)
+set -o xtrace
+
+function is_composable_enabled {
+    is_service_enabled composable-api composable-conductor \
+        composable-agent && return 0
+    return 1
+}
+
+# install_composable - install composable and its Python requirements
+function install_composable {
+    setup_develop $COMPOSABLE_DIR
+    if is_service_enabled composable-api; then
+        pip_install uwsgi
+    fi
+}
+
+# configure_composable - write /etc/composable/composable.conf
+function configure_composable {
+    sudo install -d -o $STACK_USER -m 755 $COMPOSABLE_CONF_DIR
+    rm -f $COMPOSABLE_CONF_FILE
+
+    iniset $COMPOSABLE_CONF_FILE DEFAULT debug $ENABLE_DEBUG_LOG_LEVEL
+    iniset $COMPOSABLE_CONF_FILE DEFAULT host $LOCAL_HOSTNAME
+    iniset $COMPOSABLE_CONF_FILE DEFAULT auth_strategy keystone
+    iniset $COMPOSABLE_CONF_FILE DEFAULT use_syslog $SYSLOG
+
+    iniset $COMPOSABLE_CONF_FILE database connection \
+        $(database_connection_url composable)
+
+    iniset_rpc_backend composable $COMPOSABLE_CONF_FILE
+
+    configure_keystone_authtoken_middleware $COMPOSABLE_CONF_FILE composable
+
+    iniset $COMPOSABLE_CONF_FILE api host_ip $COMPOSABLE_SERVICE_HOST
+    iniset $COMPOSABLE_CONF_FILE api port $COMPOSABLE_SERVICE_PORT
+    iniset $COMPOSABLE_CONF_FILE api public_endpoint $COMPOSABLE_ENDPOINT
+
+    iniset $COMPOSABLE_CONF_FILE fabric enabled_drivers \
+        $COMPOSABLE_FABRIC_DRIVERS
+    iniset $COMPOSABLE_CONF_FILE agent roles $COMPOSABLE_AGENT_ROLES
+    iniset $COMPOSABLE_CONF_FILE agent memory_exporter \
+        $COMPOSABLE_MEMORY_EXPORTER
+    iniset $COMPOSABLE_CONF_FILE allocator memory_extent_mb \
+        $COMPOSABLE_MEMORY_EXTENT_MB
+
+    if is_service_enabled composable-api; then
+        # The API under uWSGI, answering HTTP itself on its own port.
+        write_uwsgi_config "$COMPOSABLE_UWSGI_CONF" "$COMPOSABLE_UWSGI" \
+            "/" "$COMPOSABLE_SERVICE_HOST:$COMPOSABLE_SERVICE_PORT" \
+            "composable-api"
+    fi
+}
+
+# create_composable_accounts - the service user and the keystone catalog
+function create_composable_accounts {
+    # The "composable" user, with the service role in the service project:
+    # the "service" persona of the policy defaults.
+    create_service_user "composable"
+
+    get_or_create_service "composable" "composable" \
+        "Composable rack resources: pooled memory, GPUs and PCIe devices"
+    get_or_create_endpoint "composable" "$REGION_NAME" "$COMPOSABLE_ENDPOINT"
+}
+
+# init_composable - create and migrate the database
+function init_composable {
+    recreate_database composable
+    $COMPOSABLE_BIN_DIR/composable-dbsync --config-file \
+        $COMPOSABLE_CONF_FILE upgrade
+}
+
+# start_composable - start the services
+function start_composable {
+    if is_service_enabled composable-api; then
+        run_process composable-api \
+            "$COMPOSABLE_BIN_DIR/uwsgi --procname-prefix composable-api --ini $COMPOSABLE_UWSGI_CONF"
+        echo "Waiting for composable-api to answer..."
+        if ! wait_for_service $SERVICE_TIMEOUT "$COMPOSABLE_ENDPOINT/"; then
+            die $LINENO "composable-api did not start"
+        fi
+    fi
+    run_process composable-conductor \
+        "$COMPOSABLE_BIN_DIR/composable-conductor --config-file $COMPOSABLE_CONF_FILE"
+    run_process composable-agent \
+        "$COMPOSABLE_BIN_DIR/composable-agent --config-file $COMPOSABLE_CONF_FILE"
+}
+
+# stop_composable - stop the services
+function stop_composable {
+    local serv
+    for serv in composable-api composable-conductor composable-agent; do
+        stop_process $serv
+    done
+}
+
+# cleanup_composable - remove what the plugin left behind
+function cleanup_composable {
+    if is_service_enabled composable-api; then
+        remove_uwsgi_config "$COMPOSABLE_UWSGI_CONF" "composable-api"
+    fi
+}
+
+if is_composable_enabled; then
+    if [[ "$1" == "stack" && "$2" == "install" ]]; then
+        echo_summary "Installing composable"
+        install_composable
+    elif [[ "$1" == "stack" && "$2" == "post-config" ]]; then
+        echo_summary "Configuring composable"
+        configure_composable
+        if is_service_enabled keystone; then
+            create_composable_accounts
+        fi
+    elif [[ "$1" == "stack" && "$2" == "extra" ]]; then
+        echo_summary "Initializing and starting composable"
+        init_composable
+        start_composable
+    fi
+
+    if [[ "$1" == "unstack" ]]; then
+        stop_composable
+    fi
+
+    if [[ "$1" == "clean" ]]; then
+        cleanup_composable
+    fi
+fi
+
+# Restore xtrace
+$_XTRACE_COMPOSABLE

@@ -1,0 +1,170 @@
+"""Host-mode swap with the real kernel: mkswap, swapon -p, /proc/swaps,
+the swapoff memory check and swapoff, on a swap file and on a loop device.
+
+The kernel iSCSI initiator cannot run on these machines, so in the full
+attach/detach flow below iscsiadm is played by the recording runner (its
+"login" makes the by-path link point at a loop device) while mkswap,
+swapon and swapoff really run. Skipped with the reason when this kernel
+or container does not allow swapon.
+"""
+
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from composable.agent.compute_node import host_swap
+from tests.functional.compute_node import dataplane
+from tests.unit.compute_node import fakes
+
+SWAP_DIR = '/var/tmp'  # tmpfs and overlayfs cannot hold swap files
+SIZE_MB = 16
+PRIORITY = 5
+
+
+def _make_swap_file():
+    path = os.path.join(SWAP_DIR, 'composable-test-swap-%s'
+                        % uuid.uuid4().hex[:8])
+    with open(path, 'wb') as f:
+        f.write(b'\0' * SIZE_MB * dataplane.MiB)
+    os.chmod(path, 0o600)
+    return path
+
+
+def _swapoff_quietly(path):
+    subprocess.run(['swapoff', path], capture_output=True, check=False)
+
+
+@pytest.fixture(scope='module')
+def swapon_allowed():
+    path = _make_swap_file()
+    try:
+        for cmd in (['mkswap', path], ['swapon', path]):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode:
+                dataplane.unavailable(
+                    'this kernel/container does not allow %s: %s' % (
+                        cmd[0], proc.stderr.strip()))
+    finally:
+        _swapoff_quietly(path)
+        os.unlink(path)
+
+
+@pytest.fixture
+def swap_file(swapon_allowed):
+    path = _make_swap_file()
+    yield path
+    _swapoff_quietly(path)
+    os.unlink(path)
+
+
+@pytest.fixture
+def loop_device(swap_file):
+    proc = subprocess.run(['losetup', '--find', '--show', swap_file],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        pytest.skip('no loop device: %s' % proc.stderr.strip())
+    dev = proc.stdout.strip()
+    yield dev
+    _swapoff_quietly(dev)
+    subprocess.run(['losetup', '-d', dev], check=False)
+
+
+def _swap(**kw):
+    kw.setdefault('priority', PRIORITY)
+    kw.setdefault('headroom_mb', 0)
+    kw.setdefault('runner', host_swap.ProcessRunner())
+    return host_swap.HostSwap(attach_timeout=10, detach_timeout=30, **kw)
+
+
+def _entry(path):
+    for entry in host_swap.read_swaps():
+        if entry.filename == path:
+            return entry
+    return None
+
+
+def test_swap_file_lifecycle(swap_file):
+    swap = _swap()
+
+    assert swap.enable_swap(swap_file) == swap_file
+
+    entry = _entry(swap_file)
+    assert entry is not None
+    assert entry.type == 'file'
+    assert entry.priority == PRIORITY
+    assert entry.size_kb == SIZE_MB * 1024 - 4
+    # Again: nothing to do.
+    swap.enable_swap(swap_file)
+    assert [e.filename for e in host_swap.read_swaps()].count(
+        swap_file) == 1
+
+    assert swap.disable_swap(swap_file) is True
+    assert _entry(swap_file) is None
+    assert swap.disable_swap(swap_file) is False
+
+
+def test_swapoff_refused_when_memory_is_short(swap_file, tmp_path):
+    meminfo = tmp_path / 'meminfo'
+    meminfo.write_text('MemTotal: 262144 kB\nMemAvailable: 1024 kB\n')
+    short = _swap(headroom_mb=64, proc_meminfo=str(meminfo))
+    short.enable_swap(swap_file)
+
+    with pytest.raises(host_swap.SwapoffWouldNotFit) as info:
+        short.disable_swap(swap_file)
+
+    assert 'Refusing to swapoff %s' % swap_file in str(info.value)
+    assert _entry(swap_file) is not None
+    # With this host's real /proc/meminfo it fits.
+    assert _swap(headroom_mb=64).disable_swap(swap_file) is True
+    assert _entry(swap_file) is None
+
+
+class _HybridRunner(fakes.RecordingRunner):
+    """iscsiadm is simulated; everything else really runs."""
+
+    def __init__(self, host, device):
+        super().__init__(host, make_devices=False)
+        self.device = device
+        self.real = host_swap.ProcessRunner()
+
+    def __call__(self, argv, ok_exit_codes=(0,), secrets=(), timeout=None):
+        if argv[0] != 'iscsiadm':
+            self.commands.append(list(argv))
+            return self.real(argv, ok_exit_codes, secrets, timeout)
+        result = super().__call__(argv, ok_exit_codes, secrets, timeout)
+        if '--login' in argv:
+            iqn = argv[argv.index('-T') + 1]
+            portal = argv[argv.index('-p') + 1]
+            link = os.path.join(self.host.by_path, 'ip-%s-iscsi-%s-lun-1'
+                                % (portal, iqn))
+            if not os.path.lexists(link):
+                os.symlink(self.device, link)
+        return result
+
+
+def test_host_mode_attach_detach_on_a_loop_device(loop_device, tmp_path):
+    host = fakes.FakeHostState(tmp_path / 'host')
+    runner = _HybridRunner(host, loop_device)
+    swap = _swap(runner=runner, by_path_dir=host.by_path,
+                 initiator_name_file=host.initiator_name_file)
+    extent = {'uuid': str(uuid.uuid4()), 'index': 0, 'size_mb': SIZE_MB,
+              'target_iqn': 'iqn.2010-10.org.openstack.composable:e1',
+              'lun': 1, 'portal': '192.0.2.10:3260',
+              'chap_username': 'u1', 'chap_secret': 's3cret-s3cret'}
+    iqn = 'iqn.2010-10.org.openstack.composable:c1'
+
+    details = swap.attach([extent], iqn)
+
+    assert details[extent['uuid']]['swap_device'] == loop_device
+    entry = _entry(loop_device)
+    assert entry is not None and entry.type == 'partition'
+    assert entry.priority == PRIORITY
+    assert runner.names()[-3:] == ['iscsiadm --login', 'mkswap', 'swapon']
+
+    swap.detach([extent])
+
+    assert _entry(loop_device) is None
+    assert runner.names()[-3:] == ['swapoff', 'iscsiadm --logout',
+                                   'iscsiadm delete']

@@ -1,0 +1,112 @@
+"""The conductor on every database backend (SQLite, MariaDB, PostgreSQL,
+see tests/functional/conftest.py): concurrent lease creation never
+over-commits, a device picked by many is given once, reservations keep
+conductors apart, and a dead conductor's lease is taken over."""
+
+import threading
+
+import pytest
+
+from composable.common import exception
+from composable.conductor import allocator
+from composable.conductor import reservations
+from composable.conductor import states
+from composable.db import api as db_api
+from tests.unit.conductor import harness as h_mod
+
+
+@pytest.fixture
+def harness(db_backend):
+    h = h_mod.Harness(rpc_timeout=5, fabric_timeout=5)
+    h.start()
+    yield h
+    h.stop()
+
+
+def _concurrently(n, fn):
+    barrier = threading.Barrier(n)
+    results = [None] * n
+
+    def run(i):
+        barrier.wait()
+        try:
+            results[i] = fn(i)
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return results
+
+
+def test_concurrent_creates_never_over_commit(harness):
+    # Two nodes of 4096 MiB in 1024 MiB extents: room for 8 leases.
+    results = _concurrently(
+        12, lambda i: harness.create(memory_mb=1024))
+    assert not [r for r in results if isinstance(r, Exception)], results
+    statuses = [harness.lease(uuid).status for uuid in results]
+    assert statuses.count(states.RESERVED) == 8
+    assert statuses.count(states.ALLOC_FAILED) == 4
+    assert harness.pool(harness.memory_pool).used == 8192
+    assert allocator.check_consistency(h_mod.admin()) == []
+
+    gpu_results = _concurrently(
+        6, lambda i: harness.create(device_count=1))
+    statuses = [harness.lease(uuid).status for uuid in gpu_results]
+    assert statuses.count(states.RESERVED) == 2
+    assert harness.pool(harness.gpu_pool).used == 2
+    assert allocator.check_consistency(h_mod.admin()) == []
+
+
+def test_one_device_picked_by_many_is_given_once(harness):
+    device = harness.devices[0].uuid
+    results = _concurrently(
+        6, lambda i: harness.create(requested_devices=[device]))
+    created = [r for r in results if isinstance(r, str)]
+    refused = [r for r in results if isinstance(r, Exception)]
+    assert len(created) == 1, results
+    assert all(isinstance(r, exception.DeviceAlreadyLeased)
+               for r in refused), refused
+    assert harness.lease(created[0]).status == states.RESERVED
+    # Nothing was created for the refused requests.
+    assert len(db_api.lease_list(h_mod.admin())) == 1
+    assert allocator.check_consistency(h_mod.admin()) == []
+
+
+def test_reservation_keeps_two_conductors_apart(harness):
+    uuid = harness.create(memory_mb=1024)
+    lease_id = harness.lease(uuid).id
+
+    def take(i):
+        return reservations.try_reserve(h_mod.admin(), lease_id,
+                                        'cond-%d' % i)
+
+    results = _concurrently(8, take)
+    held = [r for r in results if r is not None]
+    assert len(held) == 1, results
+    assert harness.lease(uuid).reservation == held[0].host
+    held[0].release()
+    assert harness.lease(uuid).reservation is None
+
+
+def test_dead_conductor_is_taken_over(harness):
+    uuid = harness.create(memory_mb=2048, device_count=1)
+    lease = harness.lease(uuid)
+    harness.set_conductor_heartbeat('cond-dead', age_seconds=3600)
+    db_api.lease_update(h_mod.admin(), lease.id, {
+        'status': states.BINDING, 'reservation': 'cond-dead',
+        'host_id': harness.hosts['compute-0'].id})
+    db_api.action_start(h_mod.user_context(), lease.id, 'bind')
+    harness.conductor.run_periodic_tasks()
+    lease = harness.wait(uuid, [states.BOUND, states.BIND_FAILED])
+    assert lease.status == states.BOUND, lease.fault
+    assert harness.actions(uuid)[-1] == ('bind', 'success')
+
+    harness.api.delete_lease(h_mod.user_context(), uuid)
+    harness.wait(uuid, states.RELEASED)
+    harness.idle()
+    harness.assert_nothing_live()
+    assert allocator.check_consistency(h_mod.admin()) == []

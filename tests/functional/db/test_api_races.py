@@ -1,0 +1,97 @@
+"""composable.db.api under concurrent writers on MariaDB and PostgreSQL
+(SQLite serializes its writers, so these races cannot happen there)."""
+
+import threading
+
+import pytest
+
+from composable.common import context
+from composable.common import exception
+from composable.db import api as dbapi
+from composable.db import models
+from tests.functional import fixtures as db_fixtures
+
+
+@pytest.fixture(params=[b for b in db_fixtures.BACKENDS if b != 'sqlite'])
+def server_db(request):
+    with db_fixtures.database(request.param) as url:
+        yield url
+
+
+def _admin():
+    return context.get_admin_context()
+
+
+def _claim_elsewhere(node_id, pool_id, size_mb):
+    """What the allocator does for a lease, committed from another
+    connection."""
+    def claim():
+        ctx = _admin()
+        with dbapi.writer(ctx) as session:
+            session.query(models.Pool).filter(
+                models.Pool.id == pool_id).update(
+                    {'used': models.Pool.used + size_mb},
+                    synchronize_session=False)
+            session.query(models.MemoryNode).filter(
+                models.MemoryNode.id == node_id).update(
+                    {'allocated_mb': models.MemoryNode.allocated_mb +
+                     size_mb}, synchronize_session=False)
+
+    thread = threading.Thread(target=claim)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+
+
+def _inventory():
+    ctx = _admin()
+    fabric = dbapi.fabric_create(ctx, {'name': 'fab', 'driver': 'fake'})
+    pool = dbapi.pool_create(ctx, {
+        'name': 'mem', 'kind': 'memory', 'fabric_id': fabric.id,
+        'resource_class': 'CUSTOM_COMPOSABLE_MEMORY_MB', 'step_size': 1024})
+    node = dbapi.memory_node_create(ctx, {'name': 'n1', 'pool_id': pool.id,
+                                          'capacity_mb': 4096})
+    return pool, node
+
+
+def test_shrinking_a_node_sees_a_claim_made_before_the_lock(server_db,
+                                                            monkeypatch):
+    pool, node = _inventory()
+    real_lock_pool = dbapi.lock_pool
+
+    def lock_pool_after_a_claim(session, pool_id):
+        # The node and its pool were read; a claim commits before the
+        # update locks them.
+        _claim_elsewhere(node.id, pool.id, 2048)
+        return real_lock_pool(session, pool_id)
+
+    monkeypatch.setattr(dbapi, 'lock_pool', lock_pool_after_a_claim)
+    with pytest.raises(exception.InUse, match='leases hold 2048 MiB'):
+        dbapi.memory_node_update(_admin(), 'n1', {'capacity_mb': 1024})
+    monkeypatch.undo()
+
+    got = dbapi.memory_node_get(_admin(), 'n1')
+    assert (got.capacity_mb, got.allocated_mb) == (4096, 2048)
+    got = dbapi.pool_get(_admin(), 'mem')
+    assert (got.total, got.used) == (4096, 2048)
+
+
+def test_disabling_a_node_sees_a_claim_made_before_the_lock(server_db,
+                                                            monkeypatch):
+    pool, node = _inventory()
+    dbapi.memory_node_create(_admin(), {'name': 'n2', 'pool_id': pool.id,
+                                        'capacity_mb': 4096})
+    dbapi.pool_update(_admin(), 'mem', {'reserved': 1024})
+    real_lock_pool = dbapi.lock_pool
+
+    def lock_pool_after_a_claim(session, pool_id):
+        _claim_elsewhere(node.id, pool.id, 4096)
+        return real_lock_pool(session, pool_id)
+
+    monkeypatch.setattr(dbapi, 'lock_pool', lock_pool_after_a_claim)
+    # n2 holds nothing itself, but without it the pool (4096 - 1024
+    # reserved) cannot hold the 4096 MiB claimed on n1.
+    with pytest.raises(exception.InUse, match='would hold less'):
+        dbapi.memory_node_update(_admin(), 'n2', {'enabled': False})
+    monkeypatch.undo()
+    assert dbapi.pool_get(_admin(), 'mem').total == 8192

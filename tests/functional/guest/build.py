@@ -1,0 +1,473 @@
+"""A tiny guest for the data-plane tests, and a helper to boot it.
+
+The guest is the host's Debian cloud kernel plus an initramfs built here
+from busybox-static and the kernel's virtio modules; nothing is
+downloaded. Its ``/init`` mounts proc, sys and dev, loads the virtio
+modules (virtio_ring -> virtio -> virtio_pci_modern_dev /
+virtio_pci_legacy_dev -> virtio_pci -> virtio_blk), prints ``booted`` on
+the serial console and then, once a second, prints the virtio disks it
+sees with their sizes in bytes. A disk that appears is made swap
+(``mkswap`` + ``swapon``) and ``/proc/swaps`` is printed; a disk that
+goes away is reported too. Every line the guest prints starts with
+``MARKER`` so a test can read the serial log (a plain file: the domain
+has ``<serial type='file'>``) and assert on what the guest saw::
+
+    COMPOSABLE-GUEST booted
+    COMPOSABLE-GUEST new-disk vda bytes=67108864 serial=4c98a3b0dfe44cb7a067
+    COMPOSABLE-GUEST swap-on vda ok
+    COMPOSABLE-GUEST swaps /dev/vda partition 65532 0 -2
+    COMPOSABLE-GUEST disks vda=67108864
+    COMPOSABLE-GUEST disk-gone vda
+
+The guest has no disk of its own, and it names virtio disks in the order
+they appear (vda, vdb...), whatever target dev libvirt was given: match a
+disk by its serial.
+
+Built images are cached under ``$COMPOSABLE_GUEST_CACHE`` (default
+``/var/tmp/composable-guest``), keyed by the kernel, busybox and the init
+script. The cache directory and the files in it are world-readable on
+purpose: QEMU runs as an unprivileged user under the system libvirtd.
+
+Run ``python -m tests.functional.guest.build`` to build (or find) the
+image and print its paths.
+"""
+
+import contextlib
+import glob
+import gzip
+import hashlib
+import io
+import lzma
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+import uuid
+
+MARKER = 'COMPOSABLE-GUEST'
+BOOT_MARKER = MARKER + ' booted'
+DEFAULT_CACHE = '/var/tmp/composable-guest'
+BUSYBOX = '/bin/busybox'
+# Load order matters: a module is loaded after the ones it depends on.
+# The *_dev modules only exist in newer kernels; missing ones are skipped.
+VIRTIO_MODULES = ('virtio_ring', 'virtio', 'virtio_pci_modern_dev',
+                  'virtio_pci_legacy_dev', 'virtio_pci', 'virtio_blk')
+KERNEL_CMDLINE = 'console=ttyS0 loglevel=4 panic=-1 rdinit=/init'
+
+INIT_SCRIPT = r'''#!/bin/sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+say() { echo "@MARKER@ $*"; }
+say init
+for m in @MODULES@; do
+    if [ ! -f /lib/modules/$m.ko ]; then
+        say module $m absent
+    elif insmod /lib/modules/$m.ko; then
+        say module $m loaded
+    else
+        say module $m failed
+    fi
+done
+say booted
+known=""
+while true; do
+    now=""
+    line=""
+    for d in /sys/block/vd*; do
+        [ -e "$d" ] || continue
+        n=${d##*/}
+        bytes=$(( $(cat $d/size) * 512 ))
+        now="$now $n"
+        line="$line $n=$bytes"
+        case " $known " in
+        *" $n "*) ;;
+        *)
+            serial=$(cat $d/serial 2>/dev/null)
+            say new-disk $n bytes=$bytes serial=$serial
+            if mkswap /dev/$n >/dev/null 2>&1 && swapon /dev/$n; then
+                say swap-on $n ok
+            else
+                say swap-on $n failed
+            fi
+            tail -n +2 /proc/swaps | while read -r l; do say swaps $l; done
+            ;;
+        esac
+    done
+    for n in $known; do
+        case " $now " in
+        *" $n "*) ;;
+        *)
+            say disk-gone $n
+            tail -n +2 /proc/swaps | while read -r l; do say swaps $l; done
+            ;;
+        esac
+    done
+    known="$now"
+    say disks$line
+    sleep 1
+done
+'''
+
+
+class GuestImage(object):
+    def __init__(self, kernel, initrd, cmdline=KERNEL_CMDLINE):
+        self.kernel = kernel
+        self.initrd = initrd
+        self.cmdline = cmdline
+
+    def __repr__(self):
+        return 'GuestImage(kernel=%r, initrd=%r)' % (self.kernel,
+                                                     self.initrd)
+
+
+class GuestUnavailable(Exception):
+    """The tiny guest cannot be built or booted on this machine."""
+
+
+def find_kernel():
+    """(vmlinuz path, modules dir) of the newest installed cloud kernel."""
+    kernels = sorted(glob.glob('/boot/vmlinuz-*-cloud-amd64'))
+    for vmlinuz in reversed(kernels):
+        release = os.path.basename(vmlinuz)[len('vmlinuz-'):]
+        moddir = os.path.join('/lib/modules', release)
+        if os.path.isdir(moddir):
+            return vmlinuz, moddir
+    raise GuestUnavailable(
+        'no Debian cloud kernel with modules found (/boot/vmlinuz-*-cloud-'
+        'amd64 and /lib/modules/<release>); install linux-image-cloud-amd64')
+
+
+def _find_module(moddir, name):
+    for suffix in ('.ko', '.ko.xz', '.ko.zst', '.ko.gz'):
+        found = glob.glob(os.path.join(moddir, 'kernel', '**',
+                                       name + suffix), recursive=True)
+        if found:
+            return found[0]
+    return None
+
+
+def _module_bytes(path):
+    """The plain .ko contents: busybox insmod reads no compressed ones."""
+    if path.endswith('.xz'):
+        with lzma.open(path) as f:
+            return f.read()
+    if path.endswith('.gz'):
+        with gzip.open(path) as f:
+            return f.read()
+    if path.endswith('.zst'):
+        return subprocess.run(['zstd', '-d', '-c', '-q', path],
+                              check=True, capture_output=True).stdout
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+class _Cpio(object):
+    """A minimal writer of the "newc" cpio format the kernel unpacks."""
+
+    def __init__(self):
+        self._buf = io.BytesIO()
+        self._ino = 1
+
+    def _entry(self, name, mode, data=b'', rdev=(0, 0)):
+        name_b = name.encode() + b'\0'
+        fields = (self._ino, mode, 0, 0, 1, 0, len(data), 0, 0,
+                  rdev[0], rdev[1], len(name_b), 0)
+        self._ino += 1
+        header = b'070701' + b''.join(b'%08X' % f for f in fields)
+        self._buf.write(header + name_b)
+        self._pad()
+        self._buf.write(data)
+        self._pad()
+
+    def _pad(self):
+        self._buf.write(b'\0' * (-self._buf.tell() % 4))
+
+    def directory(self, name):
+        self._entry(name, stat.S_IFDIR | 0o755)
+
+    def file(self, name, data, perm=0o644):
+        self._entry(name, stat.S_IFREG | perm, data)
+
+    def symlink(self, name, target):
+        self._entry(name, stat.S_IFLNK | 0o777, target.encode())
+
+    def chardev(self, name, major, minor):
+        self._entry(name, stat.S_IFCHR | 0o600, rdev=(major, minor))
+
+    def finish(self):
+        self._entry('TRAILER!!!', 0)
+        return self._buf.getvalue()
+
+
+def _init_script(modules):
+    return (INIT_SCRIPT.replace('@MARKER@', MARKER)
+            .replace('@MODULES@', ' '.join(modules)))
+
+
+def _initramfs(moddir):
+    """gzip'ed newc cpio: busybox, /init, the virtio modules."""
+    archive = _Cpio()
+    for d in ('bin', 'dev', 'proc', 'sys', 'lib', 'lib/modules', 'tmp'):
+        archive.directory(d)
+    # The kernel opens /dev/console for init before devtmpfs is mounted.
+    archive.chardev('dev/console', 5, 1)
+    with open(BUSYBOX, 'rb') as f:
+        archive.file('bin/busybox', f.read(), 0o755)
+    archive.symlink('bin/sh', 'busybox')
+    present = []
+    for name in VIRTIO_MODULES:
+        path = _find_module(moddir, name)
+        if path is None:
+            continue
+        archive.file('lib/modules/%s.ko' % name, _module_bytes(path))
+        present.append(name)
+    if 'virtio_blk' not in present or 'virtio_pci' not in present:
+        raise GuestUnavailable('the kernel modules under %s lack virtio_pci '
+                               'or virtio_blk' % moddir)
+    archive.file('init', _init_script(present).encode(), 0o755)
+    return gzip.compress(archive.finish(), mtime=0)
+
+
+def _cache_key(vmlinuz):
+    digest = hashlib.sha256()
+    digest.update(INIT_SCRIPT.encode())
+    digest.update(' '.join(VIRTIO_MODULES).encode())
+    for path in (vmlinuz, BUSYBOX):
+        st = os.stat(path)
+        digest.update(('%s %d %d' % (path, st.st_size, st.st_mtime_ns))
+                      .encode())
+    return digest.hexdigest()[:16]
+
+
+def _world_readable_dir(path):
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, 0o755)
+
+
+def _prune(cache, keep):
+    """Drop images built from another kernel, busybox or init script."""
+    for name in os.listdir(cache):
+        path = os.path.join(cache, name)
+        if (name != keep and re.fullmatch('[0-9a-f]{16}', name)
+                and os.path.isdir(path)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def cache_dir():
+    return os.environ.get('COMPOSABLE_GUEST_CACHE', DEFAULT_CACHE)
+
+
+def build(cache=None):
+    """Build the tiny guest, or return the cached one."""
+    if not os.access(BUSYBOX, os.X_OK):
+        raise GuestUnavailable('%s not found: install busybox-static'
+                               % BUSYBOX)
+    vmlinuz, moddir = find_kernel()
+    cache = cache or cache_dir()
+    target = os.path.join(cache, _cache_key(vmlinuz))
+    kernel = os.path.join(target, 'vmlinuz')
+    initrd = os.path.join(target, 'initramfs.gz')
+    if os.path.exists(kernel) and os.path.exists(initrd):
+        return GuestImage(kernel, initrd)
+    _world_readable_dir(cache)
+    _prune(cache, keep=os.path.basename(target))
+    # Build aside and rename, so that concurrent builders never see half
+    # an image.
+    work = tempfile.mkdtemp(prefix='build-', dir=cache)
+    try:
+        # A copy, so the kernel under /boot is never relabelled by
+        # libvirt's DAC driver.
+        shutil.copyfile(vmlinuz, os.path.join(work, 'vmlinuz'))
+        with open(os.path.join(work, 'initramfs.gz'), 'wb') as f:
+            f.write(_initramfs(moddir))
+        for name in ('vmlinuz', 'initramfs.gz'):
+            os.chmod(os.path.join(work, name), 0o644)
+        os.chmod(work, 0o755)
+        try:
+            os.rename(work, target)
+        except OSError:
+            if not os.path.exists(initrd):
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return GuestImage(kernel, initrd)
+
+
+# ------------------------------------------------------------- booting
+
+
+def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None):
+    """A TCG domain booting the tiny guest with its console in a file.
+
+    Domain type 'qemu' (TCG), so /dev/kvm is never touched. Machine 'pc'
+    with ACPI: virtio disks are hot-plugged on the PCI root bus through
+    ACPI hotplug, which the cloud kernel has built in.
+    """
+    return '''<domain type='qemu'>
+  <name>%(name)s</name>
+  <uuid>%(uuid)s</uuid>
+  <memory unit='MiB'>%(memory)d</memory>
+  <vcpu>1</vcpu>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>%(kernel)s</kernel>
+    <initrd>%(initrd)s</initrd>
+    <cmdline>%(cmdline)s</cmdline>
+  </os>
+  <features><acpi/></features>
+  <cpu mode='custom' match='exact'>
+    <model fallback='allow'>qemu64</model>
+  </cpu>
+  <clock offset='utc'/>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>destroy</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <controller type='usb' model='none'/>
+    <serial type='file'>
+      <source path='%(log)s'/>
+      <target port='0'/>
+    </serial>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+''' % {'name': name, 'uuid': domain_uuid or str(uuid.uuid4()),
+       'memory': memory_mib, 'kernel': image.kernel,
+       'initrd': image.initrd, 'cmdline': image.cmdline,
+       'log': serial_log}
+
+
+def read_log(path):
+    try:
+        with open(path, 'rb') as f:
+            return f.read().decode('utf-8', 'replace')
+    except FileNotFoundError:
+        return ''
+
+
+def marker_lines(path):
+    """The guest's own lines of the serial log, without the marker."""
+    prefix = MARKER + ' '
+    lines = []
+    for line in read_log(path).splitlines():
+        idx = line.find(prefix)
+        if idx >= 0:
+            lines.append(line[idx + len(prefix):].strip())
+    return lines
+
+
+def wait_for(path, predicate, timeout, what, interval=0.5, since=0):
+    """Wait until predicate(marker_lines[since:]) is truthy; return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate(marker_lines(path)[since:])
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            tail = '\n'.join(read_log(path).splitlines()[-25:])
+            raise AssertionError(
+                'guest did not show %s within %ss; serial log %s ends '
+                'with:\n%s' % (what, timeout, path, tail))
+        time.sleep(interval)
+
+
+def wait_for_line(path, pattern, timeout, what=None, since=0):
+    """Wait for a marker line matching the regex; return the match.
+
+    Only the guest's lines from index ``since`` on are searched (see
+    RunningGuest.mark()).
+    """
+    regex = re.compile(pattern)
+
+    def _match(lines):
+        for line in lines:
+            m = regex.search(line)
+            if m:
+                return m
+        return None
+    return wait_for(path, _match, timeout, what or repr(pattern),
+                    since=since)
+
+
+class RunningGuest(object):
+    def __init__(self, conn, domain, serial_log, run_dir):
+        self.conn = conn
+        self.domain = domain
+        self.serial_log = serial_log
+        self.run_dir = run_dir
+
+    @property
+    def uuid(self):
+        return self.domain.UUIDString()
+
+    @property
+    def name(self):
+        return self.domain.name()
+
+    def marker_lines(self):
+        return marker_lines(self.serial_log)
+
+    def mark(self):
+        """An index for wait_for_line(since=...): what comes next."""
+        return len(self.marker_lines())
+
+    def wait_for_line(self, pattern, timeout, what=None, since=0):
+        return wait_for_line(self.serial_log, pattern, timeout, what,
+                             since=since)
+
+    def destroy(self):
+        import libvirt
+        try:
+            if self.domain.isActive():
+                self.domain.destroy()
+        except libvirt.libvirtError:
+            pass
+        try:
+            self.domain.undefine()
+        except libvirt.libvirtError:
+            pass
+
+
+@contextlib.contextmanager
+def running_guest(conn, image=None, memory_mib=256, boot_timeout=180,
+                  name=None):
+    """Define and start the tiny guest, wait for it to boot, yield a
+    RunningGuest; destroy and undefine it afterwards.
+
+    ``conn`` is an open libvirt connection (qemu:///system).
+    """
+    image = image or build()
+    name = name or 'composable-test-%s' % uuid.uuid4().hex[:8]
+    _world_readable_dir(cache_dir())
+    run_dir = tempfile.mkdtemp(prefix='run-%s-' % name, dir=cache_dir())
+    os.chmod(run_dir, 0o755)
+    serial_log = os.path.join(run_dir, 'serial.log')
+    domain = conn.defineXML(domain_xml(name, image, serial_log,
+                                       memory_mib=memory_mib))
+    guest = RunningGuest(conn, domain, serial_log, run_dir)
+    try:
+        domain.create()
+        guest.wait_for_line('^booted$', boot_timeout, 'its boot marker')
+        yield guest
+    finally:
+        guest.destroy()
+        if not os.environ.get('COMPOSABLE_KEEP_GUEST_LOGS'):
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def main():
+    image = build()
+    print('kernel: %s' % image.kernel)
+    print('initrd: %s' % image.initrd)
+    print('cmdline: %s' % image.cmdline)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,65 @@
+"""The console script and the WSGI module."""
+
+import webob
+
+from composable.cmd import api as cmd_api
+from composable.wsgi import api as wsgi_api
+
+
+class FakeServer(object):
+    def __init__(self):
+        self.served = False
+        self.closed = False
+
+    def serve_forever(self):
+        self.served = True
+        raise KeyboardInterrupt()
+
+    def server_close(self):
+        self.closed = True
+
+
+def test_console_script(api_env, monkeypatch):
+    made = {}
+    server = FakeServer()
+
+    def make_server(app, host, port, threads):
+        made.update(app=app, host=host, port=port, threads=threads)
+        return server
+
+    messages = []
+    monkeypatch.setattr(cmd_api.wsgi_server, 'make_server', make_server)
+    monkeypatch.setattr(cmd_api.logging, 'setup', lambda *a, **k: None)
+    monkeypatch.setattr(cmd_api.LOG, 'info',
+                        lambda msg, *args: messages.append(msg % args))
+    api_env.set_override('auth_strategy', 'noauth')
+    try:
+        assert cmd_api.main([]) == 0
+    finally:
+        api_env.clear_override('auth_strategy')
+    assert made['host'] == '127.0.0.1'
+    assert made['port'] == 6590
+    assert made['threads'] == api_env.api.workers
+    assert server.served and server.closed
+    assert 'composable-api listening on http://127.0.0.1:6590' in messages
+    resp = webob.Request.blank('/v1/pools').get_response(made['app'])
+    assert resp.status_int == 200
+
+
+def test_wsgi_application_is_lazy(api_env, monkeypatch):
+    calls = []
+    real_init = wsgi_api.init_application
+
+    def init_application():
+        calls.append(True)
+        return real_init()
+
+    monkeypatch.setattr(wsgi_api.logging, 'setup', lambda *a, **k: None)
+    monkeypatch.setattr(wsgi_api, 'init_application', init_application)
+    monkeypatch.setattr(wsgi_api, '_APPLICATION', None)
+    assert calls == []
+    for _ in range(2):
+        resp = webob.Request.blank('/').get_response(wsgi_api.application)
+        assert resp.status_int == 200
+        assert resp.json['versions'][0]['id'] == 'v1'
+    assert calls == [True]

@@ -1,0 +1,299 @@
+"""GuestMemoryAttacher against a fake libvirt connection. The real
+hot-plug into a TCG guest is in
+tests/functional/compute_node/test_guest_attach_real.py."""
+
+import logging
+import uuid
+from xml.etree import ElementTree
+
+import pytest
+
+from composable.agent.compute_node import libvirt_guest
+from composable.common import exception
+from tests.unit.compute_node import fakes
+
+INITIATOR = 'iqn.2010-10.org.openstack.composable:c1'
+INSTANCE = '7f6c9e2a-3d8b-4a57-9a51-2f1f5f3b7c11'
+
+
+def _extent(n=1, **kw):
+    extent = {'uuid': str(uuid.UUID(int=n)), 'index': n - 1,
+              'size_mb': 1024,
+              'target_iqn': 'iqn.2010-10.org.openstack.composable:ext-%d' % n,
+              'lun': 1, 'portal': '192.0.2.10:3260',
+              'chap_username': 'user%d' % n,
+              'chap_secret': 'chap-secret-%d-xyz' % n}
+    extent.update(kw)
+    return extent
+
+
+@pytest.fixture
+def conn():
+    return fakes.FakeConnection()
+
+
+@pytest.fixture
+def domain(conn):
+    return conn.add_domain(fakes.FakeDomain(INSTANCE))
+
+
+def _attacher(conn, **kw):
+    kw.setdefault('attach_timeout', 5)
+    kw.setdefault('detach_timeout', 5)
+    kw.setdefault('poll_interval', 0.01)
+    return libvirt_guest.GuestMemoryAttacher(
+        uri='qemu:///system', connect=lambda uri: conn, **kw)
+
+
+def test_disk_xml():
+    extent = _extent()
+    xml = libvirt_guest.disk_xml(extent, INITIATOR, 'vdc')
+    disk = ElementTree.fromstring(xml)
+    assert (disk.get('type'), disk.get('device')) == ('network', 'disk')
+    assert disk.find('driver').attrib == {'name': 'qemu', 'type': 'raw',
+                                          'cache': 'none'}
+    source = disk.find('source')
+    assert source.get('protocol') == 'iscsi'
+    assert source.get('name') == extent['target_iqn'] + '/1'
+    assert source.find('host').attrib == {'name': '192.0.2.10',
+                                          'port': '3260'}
+    assert source.find('initiator/iqn').get('name') == INITIATOR
+    assert source.find('auth').get('username') == 'user1'
+    assert source.find('auth/secret').attrib == {
+        'type': 'iscsi',
+        'usage': 'composable-extent-' + extent['uuid']}
+    assert disk.find('target').attrib == {'dev': 'vdc', 'bus': 'virtio'}
+    assert disk.find('alias').get('name') == \
+        'ua-composable-' + extent['uuid']
+    assert disk.find('serial').text == \
+        extent['uuid'].replace('-', '')[:20]
+    assert extent['chap_secret'] not in xml
+
+
+def test_disk_xml_without_chap_and_ipv6_portal():
+    extent = _extent(chap_username=None, portal='[2001:db8::5]')
+    disk = ElementTree.fromstring(
+        libvirt_guest.disk_xml(extent, INITIATOR, 'vdb'))
+    assert disk.find('source/auth') is None
+    assert disk.find('source/host').attrib == {'name': '2001:db8::5',
+                                               'port': '3260'}
+
+
+def test_secret_xml_is_ephemeral_and_private():
+    secret = ElementTree.fromstring(libvirt_guest.secret_xml('abc'))
+    assert secret.get('ephemeral') == 'yes'
+    assert secret.get('private') == 'yes'
+    assert secret.find('usage').get('type') == 'iscsi'
+    assert secret.find('usage/target').text == 'composable-extent-abc'
+
+
+@pytest.mark.parametrize('portal,expected', [
+    ('10.0.0.1', ('10.0.0.1', 3260)),
+    ('10.0.0.1:3261', ('10.0.0.1', 3261)),
+    ('[fe80::1]:3262', ('fe80::1', 3262)),
+    ('node-1.example.org', ('node-1.example.org', 3260)),
+])
+def test_parse_portal(portal, expected):
+    assert libvirt_guest.parse_portal(portal) == expected
+
+
+@pytest.mark.parametrize('portal', ['', None, '10.0.0.1:x', ':3260'])
+def test_parse_portal_rejects(portal):
+    with pytest.raises(exception.Invalid):
+        libvirt_guest.parse_portal(portal)
+
+
+def test_target_devs():
+    devs = list(libvirt_guest.target_devs())
+    assert devs[:3] == ['vdb', 'vdc', 'vdd']
+    assert devs[24:27] == ['vdz', 'vdaa', 'vdab']
+    assert 'vda' not in devs
+
+
+def test_attach_hot_plugs_live_with_a_private_secret(conn, domain, caplog):
+    caplog.set_level(logging.DEBUG)
+    one, two = _extent(1), _extent(2)
+
+    details = _attacher(conn).attach(INSTANCE, [one, two], INITIATOR)
+
+    assert details[one['uuid']]['target_dev'] == 'vdb'
+    assert details[two['uuid']]['target_dev'] == 'vdc'
+    assert details[one['uuid']]['mode'] == 'guest'
+    assert details[one['uuid']]['instance_uuid'] == INSTANCE
+    assert [flags for _xml, flags in domain.attach_calls] == [
+        libvirt_guest.VIR_DOMAIN_AFFECT_LIVE] * 2
+    for extent in (one, two):
+        secret = conn.secrets['composable-extent-' + extent['uuid']]
+        assert secret.value == extent['chap_secret'].encode()
+        assert (secret.ephemeral, secret.private) == ('yes', 'yes')
+    text = '\n'.join(r.getMessage() for r in caplog.records)
+    assert one['chap_secret'] not in text
+    assert two['chap_secret'] not in text
+
+
+def test_attach_skips_used_target_devs(conn):
+    domain = conn.add_domain(fakes.FakeDomain(INSTANCE,
+                                              disks=('vda', 'vdb', 'vdd')))
+    details = _attacher(conn).attach(INSTANCE, [_extent(1), _extent(2)],
+                                     INITIATOR)
+    assert sorted(d['target_dev'] for d in details.values()) == \
+        ['vdc', 'vde']
+    assert len(domain.disks) == 5
+
+
+def test_attach_is_idempotent(conn, domain):
+    extent = _extent()
+    attacher = _attacher(conn)
+    first = attacher.attach(INSTANCE, [extent], INITIATOR)
+
+    again = attacher.attach(INSTANCE, [extent], INITIATOR)
+
+    assert again == first
+    assert len(domain.attach_calls) == 1
+
+
+def test_attach_to_a_stopped_or_unknown_instance(conn):
+    conn.add_domain(fakes.FakeDomain(INSTANCE, active=False))
+    with pytest.raises(exception.DriverError) as info:
+        _attacher(conn).attach(INSTANCE, [_extent()], INITIATOR)
+    assert 'not running' in str(info.value)
+    with pytest.raises(exception.DriverError) as info:
+        _attacher(conn).attach(str(uuid.uuid4()), [_extent()], INITIATOR)
+    assert 'no libvirt domain' in str(info.value)
+    assert conn.secrets == {}
+
+
+def test_failed_attach_removes_what_it_added(conn, domain):
+    one, two = _extent(1), _extent(2)
+    attacher = _attacher(conn)
+    # A disk and a secret from before stay.
+    old = _extent(3)
+    attacher.attach(INSTANCE, [old], INITIATOR)
+    domain.attach_error = None
+
+    def fail_second(xml, flags, _orig=domain.attachDeviceFlags):
+        if two['target_iqn'] in xml:
+            raise fakes.FakeLibvirtError(
+                "internal error: unable to execute QEMU command "
+                "'blockdev-add': iSCSI: Failed to connect to LUN : Failed "
+                "to log in to target. Status: Authentication failure(513) "
+                "%s" % two['chap_secret'], 1)
+        return _orig(xml, flags)
+    domain.attachDeviceFlags = fail_second
+
+    with pytest.raises(exception.DriverError) as info:
+        attacher.attach(INSTANCE, [one, two], INITIATOR)
+
+    message = str(info.value)
+    assert 'could not hot-plug memory extent %s' % two['uuid'] in message
+    assert 'refused the CHAP login' in message
+    assert two['chap_secret'] not in message
+    assert domain.disk_aliases() == ['virtio-disk0',
+                                     'ua-composable-' + old['uuid']]
+    assert list(conn.secrets) == ['composable-extent-' + old['uuid']]
+
+
+def test_not_exported_hint(conn, domain):
+    domain.attach_error = fakes.FakeLibvirtError(
+        'iSCSI: Failed to connect to LUN : Failed to log in to target. '
+        'Status: Target not found(515)', 1)
+    with pytest.raises(exception.DriverError) as info:
+        _attacher(conn).attach(INSTANCE, [_extent()], INITIATOR)
+    assert 'does not export this target to initiator %s' % INITIATOR in \
+        str(info.value)
+    assert conn.secrets == {}
+
+
+def test_attach_timeout(conn, domain):
+    domain.attach_delay = 0.5
+    with pytest.raises(exception.DriverTimeout) as info:
+        _attacher(conn, attach_timeout=0.1).attach(INSTANCE, [_extent()],
+                                                   INITIATOR)
+    assert 'hot-plug of memory extent' in str(info.value)
+
+
+def test_detach_waits_for_the_guest_and_drops_secrets(conn, domain):
+    one, two = _extent(1), _extent(2)
+    attacher = _attacher(conn)
+    attacher.attach(INSTANCE, [one, two], INITIATOR)
+    domain.unplug_after = 3
+
+    attacher.detach(INSTANCE, [one, two])
+
+    assert domain.disk_aliases() == ['virtio-disk0']
+    assert [a for a, _f in domain.detach_calls] == [
+        'ua-composable-' + one['uuid'], 'ua-composable-' + two['uuid']]
+    assert conn.secrets == {}
+    # Already gone: fine.
+    attacher.detach(INSTANCE, [one, two])
+
+
+def test_detach_timeout_keeps_the_secret(conn, domain):
+    extent = _extent()
+    attacher = _attacher(conn, detach_timeout=0.2,
+                         detach_retry_interval=0.05)
+    attacher.attach(INSTANCE, [extent], INITIATOR)
+    domain.unplug_after = None  # the guest never lets go
+
+    with pytest.raises(exception.DriverTimeout) as info:
+        attacher.detach(INSTANCE, [extent])
+
+    assert 'vdb' in str(info.value)
+    assert len(domain.detach_calls) >= 2  # the request was repeated
+    assert 'composable-extent-' + extent['uuid'] in conn.secrets
+
+
+def test_detach_finds_a_disk_by_its_lun_without_alias(conn):
+    extent = _extent()
+    domain = conn.add_domain(fakes.FakeDomain(INSTANCE))
+    xml = libvirt_guest.disk_xml(extent, INITIATOR, 'vdb').replace(
+        'ua-composable-' + extent['uuid'], 'virtio-disk1')
+    domain.disks.append(ElementTree.fromstring(xml))
+    removed = []
+    domain.detachDeviceFlags = lambda xml, flags: removed.append(xml) or \
+        domain.disks.pop()
+
+    _attacher(conn).detach(INSTANCE, [extent])
+
+    assert 'virtio-disk1' in removed[0]
+    assert domain.disk_aliases() == ['virtio-disk0']
+
+
+def test_detach_from_a_missing_or_stopped_domain_drops_secrets(conn, domain):
+    extent = _extent()
+    attacher = _attacher(conn)
+    attacher.attach(INSTANCE, [extent], INITIATOR)
+    domain.active = False
+    attacher.detach(INSTANCE, [extent])
+    assert conn.secrets == {}
+    assert domain.detach_calls == []
+
+    conn.secretDefineXML(libvirt_guest.secret_xml(extent['uuid']))
+    attacher.detach(str(uuid.uuid4()), [extent])
+    assert conn.secrets == {}
+
+
+def test_reconnects_when_the_connection_died(conn, domain):
+    opened = []
+
+    def connect(uri):
+        opened.append(uri)
+        conn.alive = True
+        return conn
+    attacher = libvirt_guest.GuestMemoryAttacher(
+        uri='qemu:///system', connect=connect, attach_timeout=5,
+        detach_timeout=5)
+    attacher.attach(INSTANCE, [_extent(1)], INITIATOR)
+    conn.alive = False
+    attacher.attach(INSTANCE, [_extent(2)], INITIATOR)
+    assert opened == ['qemu:///system'] * 2
+
+
+def test_connection_failure_is_a_clear_error():
+    def connect(uri):
+        raise fakes.FakeLibvirtError('Failed to connect socket', 38)
+    attacher = libvirt_guest.GuestMemoryAttacher(
+        uri='qemu:///system', connect=connect)
+    with pytest.raises(exception.DriverError) as info:
+        attacher.attach(INSTANCE, [_extent()], INITIATOR)
+    assert 'cannot connect to libvirt at qemu:///system' in str(info.value)

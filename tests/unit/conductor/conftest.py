@@ -1,0 +1,35 @@
+import pytest
+
+from composable import conf
+from composable.db import api as db_api
+from tests.unit.conductor import harness as harness_mod
+
+CONF = conf.CONF
+
+
+@pytest.fixture
+def sqlite_db(tmp_path):
+    CONF.set_override('connection',
+                      'sqlite:///%s' % (tmp_path / 't.sqlite'), 'database')
+    db_api.reset_facade()
+    db_api.create_schema_for_tests()
+    yield
+    db_api.reset_facade()
+    CONF.clear_override('connection', 'database')
+
+
+@pytest.fixture
+def harness(sqlite_db):
+    h = harness_mod.Harness(rpc_timeout=1, fabric_timeout=1)
+    h.start()
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def bare_harness(sqlite_db):
+    """No agent runs."""
+    h = harness_mod.Harness(rpc_timeout=1, fabric_timeout=1)
+    h.start(agents=())
+    yield h
+    h.stop()

@@ -1,0 +1,98 @@
+"""composable-all: the demo inventory, and the whole service in a child
+process answering HTTP and stopping on SIGTERM."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import requests
+
+from composable.cmd import all as cmd_all
+from composable.db import api as db_api
+from tests.unit.conductor import harness as h_mod
+
+
+def test_demo_inventory_is_found_and_loaded_once(sqlite_db):
+    path = cmd_all.find_inventory()
+    assert path and path.endswith('demo-inventory.yaml')
+    ctx = h_mod.admin()
+    assert cmd_all.load_inventory(ctx, path) == 10
+    assert cmd_all.load_inventory(ctx, path) == 0
+    assert db_api.fabric_get(ctx, 'demo-fabric').driver == 'fake'
+    hosts = {h.name for h in db_api.host_list(ctx)}
+    assert hosts == {'compute-0', 'compute-1'}
+    node = db_api.memory_node_get(ctx, 'memory-0')
+    assert node.capacity_mb == 16384
+    assert db_api.pool_get(ctx, 'memory-pool').total == 16384
+    gpus = db_api.device_list(ctx)
+    assert len(gpus) == 4
+    assert {d.model for d in gpus} == {'FakeGPU-16G'}
+    assert db_api.pool_get(ctx, 'gpu-pool').total == 4
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def test_composable_all_serves_and_stops(tmp_path):
+    port = _free_port()
+    config = tmp_path / 'all.conf'
+    config.write_text(
+        '[DEFAULT]\nhost = all-test\n'
+        '[database]\nconnection = sqlite:///%s\n'
+        '[api]\nport = %d\n' % (tmp_path / 'all.sqlite', port))
+    out = open(tmp_path / 'out.log', 'wb')
+    proc = subprocess.Popen(
+        [sys.executable, '-c',
+         'import sys; from composable.cmd.all import main; '
+         'sys.exit(main())', '--config-file', str(config)],
+        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        cwd=str(tmp_path))
+    base = 'http://127.0.0.1:%d' % port
+    headers = {'X-Project-Id': 'demo'}
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                requests.get(base + '/', timeout=2)
+                break
+            except requests.ConnectionError:
+                assert proc.poll() is None, (tmp_path / 'out.log').read_text()
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        lease = requests.post(base + '/v1/leases', headers=headers,
+                              json={'memory_mb': 1024, 'device_count': 1},
+                              timeout=30).json()
+        assert lease['status'] == 'reserved', lease
+        resp = requests.post(base + '/v1/leases/%s/bind' % lease['uuid'],
+                             headers=headers, json={'host': 'compute-0'},
+                             timeout=30)
+        assert resp.status_code == 202, resp.text
+        deadline = time.monotonic() + 30
+        while True:
+            lease = requests.get(base + '/v1/leases/%s' % lease['uuid'],
+                                 headers=headers, timeout=30).json()
+            if lease['status'] not in ('binding',):
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert lease['status'] == 'bound', lease
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        out.close()
+    log = (tmp_path / 'out.log').read_text()
+    assert ('composable-all listening on http://127.0.0.1:%d (fabric '
+            'demo-fabric is SIMULATED)' % port) in log
+    assert code == 0, log
+    assert os.path.exists(tmp_path / 'all.sqlite')

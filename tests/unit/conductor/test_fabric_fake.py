@@ -1,0 +1,84 @@
+import time
+
+import pytest
+
+from composable.common import exception
+from composable import conf
+from composable import fabric as fabric_drivers
+from composable.fabric import fake
+
+CONF = conf.CONF
+
+FABRIC = {'name': 'fab', 'driver': 'fake', 'driver_info': {}}
+HOST = {'name': 'compute-0'}
+DEVICE = {'uuid': 'd1', 'address': 'fake-gpu-0'}
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    fake.FakeFabricDriver.reset()
+    fabric_drivers.reset()
+    yield
+    fake.FakeFabricDriver.reset()
+    fabric_drivers.reset()
+    CONF.clear_override('enabled_drivers', 'fabric')
+
+
+def test_loaded_by_entry_point_and_says_simulated(caplog):
+    driver = fabric_drivers.get_driver('fake')
+    assert isinstance(driver, fake.FakeFabricDriver)
+    assert driver.simulated
+    assert 'SIMULATED fabric: no hardware is touched' in caplog.text
+
+
+def test_disabled_driver_is_refused():
+    CONF.set_override('enabled_drivers', ['other'], 'fabric')
+    with pytest.raises(exception.DriverError) as info:
+        fabric_drivers.get_driver('fake')
+    assert 'enabled_drivers' in info.value.message
+
+
+def test_bind_is_deterministic_and_idempotent():
+    driver = fake.FakeFabricDriver()
+    first = driver.bind_device(FABRIC, DEVICE, HOST)
+    assert first == driver.bind_device(FABRIC, DEVICE, HOST)
+    assert first.startswith('0000:') and first.endswith('.0')
+    other = dict(DEVICE, address='fake-gpu-1')
+    assert driver.bind_device(FABRIC, other, HOST) != first
+    assert len(driver.bindings()) == 2
+    driver.unbind_device(FABRIC, DEVICE, HOST)
+    driver.unbind_device(FABRIC, DEVICE, HOST)
+    assert list(driver.bindings().values()) == ['compute-0']
+
+
+def test_device_bound_elsewhere_is_refused():
+    driver = fake.FakeFabricDriver()
+    driver.bind_device(FABRIC, DEVICE, HOST)
+    with pytest.raises(exception.DriverError):
+        driver.bind_device(FABRIC, DEVICE, {'name': 'compute-1'})
+
+
+def test_injected_failure_and_delay():
+    driver = fake.FakeFabricDriver()
+    failing = dict(FABRIC, driver_info={'simulate_failure': 'bind'})
+    with pytest.raises(exception.DriverError):
+        driver.bind_device(failing, DEVICE, HOST)
+    driver.unbind_device(failing, DEVICE, HOST)
+    slow = dict(FABRIC, driver_info={'simulate_delay': 0.2})
+    start = time.monotonic()
+    driver.bind_device(slow, DEVICE, HOST)
+    assert time.monotonic() - start >= 0.2
+
+
+@pytest.mark.parametrize('info', [
+    {'simulate_delay': -1}, {'simulate_delay': 'x'},
+    {'simulate_failure': 'sometimes'}])
+def test_validate_driver_info_refuses(info):
+    with pytest.raises(exception.Invalid):
+        fake.FakeFabricDriver().validate_driver_info(info)
+
+
+def test_validate_driver_info_accepts():
+    fake.FakeFabricDriver().validate_driver_info(
+        {'simulate_delay': 1.5, 'simulate_failure': True})
+    fake.FakeFabricDriver().validate_driver_info({})

@@ -1,0 +1,190 @@
+"""Periodic tasks: takeover of a dead conductor's leases, delayed start,
+expiry."""
+
+import datetime
+import threading
+
+from composable.common import utils
+from composable.conductor import manager as conductor_manager
+from composable.conductor import states
+from composable.db import api as db_api
+from tests.unit.conductor import harness as h_mod
+
+
+def _stuck(harness, uuid, status, dead='cond-dead', action=None, **values):
+    """Leave the lease as a conductor killed in ``status`` would."""
+    lease = harness.lease(uuid)
+    harness.set_conductor_heartbeat(dead, age_seconds=3600)
+    values.update({'status': status, 'reservation': dead})
+    assert db_api.lease_update(h_mod.admin(), lease.id, values)
+    if action:
+        db_api.action_start(h_mod.user_context(), lease.id, action)
+    return lease
+
+
+def test_dead_conductor_binding_is_taken_over(harness):
+    uuid = harness.create(memory_mb=2048, device_count=1)
+    host = harness.hosts['compute-0']
+    _stuck(harness, uuid, states.BINDING, action='bind', host_id=host.id)
+    harness.conductor.run_periodic_tasks()
+    lease = harness.wait(uuid, states.BOUND)
+    assert lease.reservation is None
+    assert harness.actions(uuid)[-1] == ('bind', 'success')
+    conductors = {c.hostname: c.online
+                  for c in db_api.conductor_list(h_mod.admin())}
+    assert conductors['cond-dead'] is False
+    assert conductors[h_mod.CONDUCTOR] is True
+
+
+def test_dead_conductor_binding_with_dead_agent_ends_bind_failed(
+        bare_harness):
+    harness = bare_harness
+    uuid = harness.create(memory_mb=1024)
+    _stuck(harness, uuid, states.BINDING, action='bind',
+           host_id=harness.hosts['compute-0'].id)
+    harness.conductor.run_periodic_tasks()
+    lease = harness.wait(uuid, [states.BOUND, states.BIND_FAILED])
+    assert lease.status == states.BIND_FAILED
+    assert harness.actions(uuid)[-1] == ('bind', 'error')
+
+
+def test_live_conductor_reservation_is_left_alone(harness):
+    uuid = harness.create(memory_mb=1024)
+    lease = harness.lease(uuid)
+    harness.set_conductor_heartbeat('cond-alive', age_seconds=0)
+    db_api.lease_update(h_mod.admin(), lease.id,
+                        {'status': states.BINDING,
+                         'reservation': 'cond-alive',
+                         'host_id': harness.hosts['compute-0'].id})
+    harness.conductor.run_periodic_tasks()
+    harness.idle()
+    lease = harness.lease(uuid)
+    assert lease.status == states.BINDING
+    assert lease.reservation == 'cond-alive'
+
+
+def test_each_stuck_state_is_resumed(harness):
+    host = harness.hosts['compute-0']
+    # An allocating lease holds nothing yet (claim and state change are
+    # one transaction): a conductor killed then leaves just the row.
+    fresh = db_api.lease_create(h_mod.admin(), {
+        'project_id': 'p1', 'memory_mb': 1024,
+        'status': states.ALLOCATING, 'reservation': 'cond-dead'})
+    harness.set_conductor_heartbeat('cond-dead', age_seconds=3600)
+
+    bound = harness.create(memory_mb=1024)
+    harness.api.bind_lease(h_mod.user_context(), bound, host.uuid)
+    harness.wait(bound, states.BOUND)
+    _stuck(harness, bound, states.UNBINDING, action='unbind')
+
+    doomed = harness.create(device_count=1)
+    _stuck(harness, doomed, states.RELEASING, action='delete')
+
+    harness.conductor.run_periodic_tasks()
+    harness.idle()
+    assert harness.wait(fresh.uuid, states.RESERVED)
+    assert harness.wait(bound, states.RESERVED).host is None
+    assert harness.wait(doomed, states.RELEASED)
+    assert harness.actions(doomed)[-1] == ('delete', 'success')
+    assert harness.actions(bound)[-1] == ('unbind', 'success')
+    harness.assert_nothing_live()
+
+
+def test_two_conductors_never_resume_the_same_lease(harness):
+    uuid = harness.create(memory_mb=1024)
+    _stuck(harness, uuid, states.BINDING, action='bind',
+           host_id=harness.hosts['compute-0'].id)
+    other = conductor_manager.ConductorManager('cond-1')
+    other.start()
+    calls = []
+    lock = threading.Lock()
+    for mgr in (harness.conductor, other):
+        original = mgr.flows.bind
+
+        def counted(*args, _original=original, _host=mgr.host, **kwargs):
+            with lock:
+                calls.append(_host)
+            return _original(*args, **kwargs)
+        mgr.flows.bind = counted
+    barrier = threading.Barrier(2)
+
+    def run(mgr):
+        barrier.wait()
+        mgr.run_periodic_tasks()
+
+    threads = [threading.Thread(target=run, args=(m,))
+               for m in (harness.conductor, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    harness.idle()
+    assert other.wait_for_workers(30)
+    other.stop()
+    assert len(calls) == 1
+    assert harness.wait(uuid, states.BOUND)
+
+
+def test_delayed_start(harness):
+    start = utils.utcnow() + datetime.timedelta(hours=1)
+    uuid = harness.create(memory_mb=1024, start_at=utils.isotime(start))
+    lease = harness.lease(uuid)
+    assert lease.status == states.REQUESTED
+    assert lease.start_at == start
+    assert harness.pool(harness.memory_pool).used == 0
+    assert harness.actions(uuid) == [('create', 'success')]
+
+    harness.conductor.run_periodic_tasks()
+    harness.idle()
+    assert harness.lease(uuid).status == states.REQUESTED
+
+    db_api.lease_update(h_mod.admin(), lease.id, {
+        'start_at': utils.utcnow() - datetime.timedelta(seconds=1)})
+    harness.conductor.run_periodic_tasks()
+    harness.idle()
+    assert harness.wait(uuid, states.RESERVED)
+    assert harness.pool(harness.memory_pool).used == 1024
+    assert harness.actions(uuid) == [('create', 'success'),
+                                     ('start', 'success')]
+
+
+def test_delayed_start_without_capacity_is_alloc_failed(harness):
+    start = utils.utcnow() + datetime.timedelta(hours=1)
+    uuid = harness.create(memory_mb=64 * 1024,
+                          start_at=utils.isotime(start))
+    db_api.lease_update(h_mod.admin(), harness.lease(uuid).id, {
+        'start_at': utils.utcnow() - datetime.timedelta(seconds=1)})
+    harness.conductor.run_periodic_tasks()
+    harness.idle()
+    lease = harness.wait(uuid, states.ALLOC_FAILED)
+    assert 'MiB' in lease.fault
+    assert harness.actions(uuid)[-1] == ('start', 'error')
+
+
+def test_expiry_releases_bound_and_reserved_leases(harness):
+    end = utils.utcnow() + datetime.timedelta(hours=1)
+    bound = harness.create(memory_mb=1024, device_count=1,
+                           end_at=utils.isotime(end))
+    harness.api.bind_lease(h_mod.user_context(), bound,
+                           harness.hosts['compute-0'].uuid)
+    harness.wait(bound, states.BOUND)
+    reserved = harness.create(memory_mb=1024, end_at=utils.isotime(end))
+    keeps = harness.create(memory_mb=1024)
+
+    harness.conductor.run_periodic_tasks()
+    harness.idle()
+    assert harness.lease(bound).status == states.BOUND
+
+    past = utils.utcnow() - datetime.timedelta(seconds=1)
+    for uuid in (bound, reserved):
+        db_api.lease_update(h_mod.admin(), harness.lease(uuid).id,
+                            {'end_at': past})
+    harness.conductor.run_periodic_tasks()
+    harness.idle()
+    for uuid in (bound, reserved):
+        assert harness.wait(uuid, states.RELEASED)
+        assert harness.actions(uuid)[-1] == ('expire', 'success')
+    assert harness.lease(keeps).status == states.RESERVED
+    assert harness.pool(harness.memory_pool).used == 1024
+    assert harness.pool(harness.gpu_pool).used == 0
+    harness.assert_nothing_live()

@@ -1,0 +1,211 @@
+"""Leases in composable.db.api: project scoping, lists, conditional
+updates, and the per-lease reservations of conductors."""
+
+import datetime
+
+import pytest
+
+from composable.common import exception
+from composable.common import utils
+from composable.conductor import states
+from composable.db import api as dbapi
+from composable.db import models
+from tests.unit.db import inventory as inv
+
+
+# ------------------------------------------------------------ scoping
+
+def test_lease_get_is_scoped_to_the_project():
+    lease = inv.lease('A', name='mine', memory_mb=1024)
+    ctx_a = inv.project('A')
+    ctx_b = inv.project('B')
+    assert dbapi.lease_get(ctx_a, lease.uuid).id == lease.id
+    assert dbapi.lease_get(ctx_a, 'mine').id == lease.id
+    for ident in (lease.uuid, 'mine'):
+        with pytest.raises(exception.LeaseNotFound) as info:
+            dbapi.lease_get(ctx_b, ident)
+        assert info.value.code == 404
+    # Admins see every project.
+    assert dbapi.lease_get(inv.admin(), lease.uuid).project_id == 'A'
+
+
+def test_lease_list_is_scoped_to_the_project():
+    a1 = inv.lease('A', memory_mb=1024)
+    a2 = inv.lease('A', device_count=1, device_kind='gpu')
+    b1 = inv.lease('B', memory_mb=2048)
+    uuids = [lease.uuid for lease in dbapi.lease_list(inv.project('A'))]
+    assert uuids == [a1.uuid, a2.uuid]
+    # A non-admin asking for another project still gets only its own.
+    assert dbapi.lease_list(inv.project('A'),
+                            filters={'project_id': 'B'}) == []
+    every = [lease.uuid for lease in dbapi.lease_list(inv.admin())]
+    assert every == [a1.uuid, a2.uuid, b1.uuid]
+    only_b = dbapi.lease_list(inv.admin(), filters={'project_id': 'B'})
+    assert [lease.uuid for lease in only_b] == [b1.uuid]
+
+
+def test_lease_name_shared_by_two_leases_is_a_conflict():
+    inv.lease('A', name='twin')
+    second = inv.lease('A', name='twin')
+    inv.lease('B', name='solo')
+    with pytest.raises(exception.Conflict, match='use its UUID'):
+        dbapi.lease_get(inv.project('A'), 'twin')
+    assert dbapi.lease_get(inv.project('A'), second.uuid).id == second.id
+    assert dbapi.lease_get(inv.project('B'), 'solo').project_id == 'B'
+
+
+def test_lease_list_filters_and_pagination():
+    fab = inv.fabric()
+    mem = inv.memory_pool(fab)
+    gpu = inv.gpu_pool(fab)
+    leases = [
+        inv.lease('A', name='l0', memory_mb=1024, memory_pool_id=mem.id),
+        inv.lease('A', name='l1', device_count=1, device_kind='gpu',
+                  device_pool_id=gpu.id, status=states.BOUND),
+        inv.lease('A', name='l2', memory_mb=1024, memory_pool_id=mem.id,
+                  status=states.RELEASED),
+        inv.lease('A', name='l3', device_count=2, device_kind='nvme',
+                  status=states.ALLOC_FAILED),
+    ]
+    ctx = inv.project('A')
+
+    def names(**kwargs):
+        return [lease.name for lease in dbapi.lease_list(ctx, **kwargs)]
+
+    assert names(filters={'status': states.BOUND}) == ['l1']
+    assert names(filters={'status': [states.RESERVED,
+                                     states.ALLOC_FAILED]}) == ['l0', 'l3']
+    assert names(filters={'pool_id': mem.id}) == ['l0', 'l2']
+    assert names(filters={'kind': 'memory'}) == ['l0', 'l2']
+    assert names(filters={'kind': 'gpu'}) == ['l1']
+    assert names(filters={'kind': 'nvme'}) == ['l3']
+    assert names(filters={'name': 'l2'}) == ['l2']
+    assert names(limit=2) == ['l0', 'l1']
+    assert names(limit=2, marker=leases[1].uuid) == ['l2', 'l3']
+    assert names(sort_key='name', sort_dir='desc', limit=3,
+                 marker=leases[3].uuid) == ['l2', 'l1', 'l0']
+
+
+# ------------------------------------------------------------ updates
+
+def test_lease_update_with_expected_status_and_reservation():
+    lease = inv.lease('A', status=states.RESERVED)
+    ctx = inv.admin()
+    assert not dbapi.lease_update(ctx, lease.id, {'status': states.BOUND},
+                                  expected_status=states.BINDING)
+    assert dbapi.lease_get(ctx, lease.uuid).status == states.RESERVED
+    assert dbapi.lease_update(ctx, lease.id, {'status': states.BINDING},
+                              expected_status=[states.RESERVED,
+                                               states.BOUND])
+    assert dbapi.lease_get(ctx, lease.uuid).status == states.BINDING
+
+    assert dbapi.lease_reserve(ctx, lease.id, 'c1')
+    assert not dbapi.lease_update(ctx, lease.id, {'status': states.BOUND},
+                                  reservation='c2')
+    assert dbapi.lease_update(ctx, lease.id, {'status': states.BOUND},
+                              expected_status=states.BINDING,
+                              reservation='c1')
+    assert dbapi.lease_get(ctx, lease.uuid).status == states.BOUND
+
+
+def test_lease_create_records_the_first_action():
+    ctx = inv.project('A')
+    lease = dbapi.lease_create(ctx, {'project_id': 'A', 'memory_mb': 1024},
+                               action='create')
+    assert lease.status == states.REQUESTED
+    dbapi.action_finish(ctx, lease.id, 'create', 'success')
+    actions = dbapi.action_list(ctx, lease.id)
+    assert [(a.action, a.result, a.project_id, a.user_id)
+            for a in actions] == [('create', 'success', 'A', 'user-A')]
+    assert actions[0].finish_time is not None
+
+
+# ------------------------------------------------------------ reservations
+
+def _reservation(lease):
+    return dbapi.lease_get(inv.admin(), lease.uuid).reservation
+
+
+def test_lease_reserve_and_release():
+    lease = inv.lease('A')
+    ctx = inv.admin()
+    assert dbapi.lease_reserve(ctx, lease.id, 'c1') is True
+    # Taking it again is fine for the holder, refused for anyone else.
+    assert dbapi.lease_reserve(ctx, lease.id, 'c1') is True
+    assert dbapi.lease_reserve(ctx, lease.id, 'c2') is False
+    assert _reservation(lease) == 'c1'
+    # Only the holder releases it.
+    dbapi.lease_release_reservation(ctx, lease.id, 'c2')
+    assert _reservation(lease) == 'c1'
+    dbapi.lease_release_reservation(ctx, lease.id, 'c1')
+    assert _reservation(lease) is None
+    assert dbapi.lease_reserve(ctx, lease.id, 'c2') is True
+    assert _reservation(lease) == 'c2'
+
+
+def test_conductor_heartbeat_registers_once_and_refreshes():
+    ctx = inv.admin()
+    dbapi.conductor_heartbeat(ctx, 'c1')
+    dbapi.conductor_offline(ctx, 'c1')
+    assert [(c.hostname, c.online) for c in dbapi.conductor_list(ctx)] == [
+        ('c1', False)]
+    dbapi.conductor_heartbeat(ctx, 'c1')
+    assert [(c.hostname, c.online) for c in dbapi.conductor_list(ctx)] == [
+        ('c1', True)]
+
+
+def test_conductor_offline_drops_its_reservations():
+    ctx = inv.admin()
+    mine = inv.lease('A')
+    other = inv.lease('A')
+    dbapi.conductor_heartbeat(ctx, 'c1')
+    dbapi.conductor_heartbeat(ctx, 'c2')
+    dbapi.lease_reserve(ctx, mine.id, 'c1')
+    dbapi.lease_reserve(ctx, other.id, 'c2')
+    dbapi.conductor_offline(ctx, 'c1')
+    assert _reservation(mine) is None
+    assert _reservation(other) == 'c2'
+
+
+def test_break_dead_reservations():
+    ctx = inv.admin()
+    alive, dead, orphan, free = [inv.lease('A') for _ in range(4)]
+    dbapi.conductor_heartbeat(ctx, 'alive')
+    dbapi.conductor_heartbeat(ctx, 'dead')
+    long_ago = utils.utcnow() - datetime.timedelta(seconds=300)
+    with dbapi.writer(ctx) as session:
+        session.query(models.Conductor).filter(
+            models.Conductor.hostname == 'dead').update(
+                {'heartbeat_at': long_ago}, synchronize_session=False)
+    assert dbapi.lease_reserve(ctx, alive.id, 'alive')
+    assert dbapi.lease_reserve(ctx, dead.id, 'dead')
+    # A reservation by a conductor that has no row at all is dead too.
+    assert dbapi.lease_reserve(ctx, orphan.id, 'gone')
+
+    assert dbapi.break_dead_reservations(ctx, 60) == ['dead', 'gone']
+
+    assert _reservation(alive) == 'alive'
+    assert _reservation(dead) is None
+    assert _reservation(orphan) is None
+    assert _reservation(free) is None
+    online = {c.hostname: c.online for c in dbapi.conductor_list(ctx)}
+    assert online == {'alive': True, 'dead': False}
+    # The freed leases may be taken over at once.
+    assert dbapi.lease_reserve(ctx, dead.id, 'alive')
+
+
+def test_break_dead_reservations_with_everyone_alive_changes_nothing():
+    ctx = inv.admin()
+    lease = inv.lease('A')
+    dbapi.conductor_heartbeat(ctx, 'c1')
+    dbapi.lease_reserve(ctx, lease.id, 'c1')
+    assert dbapi.break_dead_reservations(ctx, 60) == []
+    assert _reservation(lease) == 'c1'
+
+
+def test_break_dead_reservations_when_no_conductor_is_alive():
+    ctx = inv.admin()
+    lease = inv.lease('A')
+    dbapi.lease_reserve(ctx, lease.id, 'ghost')
+    assert dbapi.break_dead_reservations(ctx, 60) == ['ghost']
+    assert _reservation(lease) is None

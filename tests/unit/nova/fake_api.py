@@ -1,0 +1,56 @@
+"""A fake composable API (lease, pool and fabric GETs) behind
+wsgi-intercept, counting the requests it gets."""
+
+import collections
+import json
+import threading
+
+from wsgi_intercept import interceptor
+
+ENDPOINT = 'http://composable.example.test:6590'
+
+
+class FakeComposableAPI(object):
+
+    def __init__(self):
+        self.leases = {}
+        self.pools = {}
+        self.fabrics = {}
+        self.calls = collections.Counter()
+        self.fail = None  # an HTTP status to answer every request with
+        self.lock = threading.Lock()
+        self.headers = []
+
+    @property
+    def total(self):
+        return sum(self.calls.values())
+
+    def __call__(self, environ, start_response):
+        path = environ['PATH_INFO']
+        with self.lock:
+            self.calls[path] += 1
+            self.headers.append(environ.get('HTTP_OPENSTACK_API_VERSION'))
+        if self.fail:
+            return self._reply(start_response, self.fail, {'errors': []})
+        parts = path.strip('/').split('/')
+        table = {'leases': self.leases, 'pools': self.pools,
+                 'fabrics': self.fabrics}.get(parts[1]) \
+            if len(parts) == 3 and parts[0] == 'v1' else None
+        if table is None or parts[2] not in table:
+            return self._reply(start_response, 404, {'errors': [
+                {'status': 404, 'title': 'Not Found'}]})
+        return self._reply(start_response, 200, table[parts[2]])
+
+    @staticmethod
+    def _reply(start_response, status, body):
+        data = json.dumps(body).encode()
+        start_response('%d X' % status,
+                       [('Content-Type', 'application/json'),
+                        ('Content-Length', str(len(data)))])
+        return [data]
+
+    def install(self):
+        intercept = interceptor.RequestsInterceptor(lambda: self,
+                                                    url=ENDPOINT)
+        intercept.install_intercept()
+        return intercept

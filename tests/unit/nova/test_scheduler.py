@@ -1,0 +1,237 @@
+"""ComposableFilter in Nova's own filter machinery, against a fake
+composable API reached over HTTP through keystoneauth."""
+
+import threading
+
+from nova import context as nova_context
+import nova.conf
+from nova import objects
+from nova.scheduler import filters
+from nova.scheduler import host_manager
+from oslo_utils import uuidutils
+import pytest
+
+from composable.nova import scheduler
+from tests.unit.nova import fake_api
+
+CONF = nova.conf.CONF
+
+AGG = 'a0000000-0000-4000-8000-00000000000a'
+OTHER_AGG = 'b0000000-0000-4000-8000-00000000000b'
+LEASE = '10000000-0000-4000-8000-000000000001'
+POOL = '20000000-0000-4000-8000-000000000002'
+FABRIC = '30000000-0000-4000-8000-000000000003'
+INSTANCE = '40000000-0000-4000-8000-000000000004'
+
+
+@pytest.fixture
+def api():
+    fake = fake_api.FakeComposableAPI()
+    fake.fabrics[FABRIC] = {'uuid': FABRIC, 'aggregate_uuid': AGG}
+    fake.pools[POOL] = {'uuid': POOL, 'fabric_uuid': FABRIC}
+    fake.leases[LEASE] = {'uuid': LEASE, 'project_id': 'p1',
+                          'status': 'reserved', 'instance_uuid': None,
+                          'memory_pool_uuid': POOL,
+                          'device_pool_uuid': None}
+    intercept = fake.install()
+    CONF.set_override('auth_type', 'none', scheduler.GROUP)
+    CONF.set_override('endpoint_override', fake_api.ENDPOINT,
+                      scheduler.GROUP)
+    CONF.set_override('timeout', 5, scheduler.GROUP)
+    yield fake
+    intercept.uninstall_intercept()
+    for name in ('auth_type', 'endpoint_override', 'timeout'):
+        CONF.clear_override(name, scheduler.GROUP)
+
+
+def hosts(count, in_aggregate=lambda i: i % 5 < 2):
+    """``count`` HostStates; by default 40 % in the fabric's aggregate."""
+    ours = objects.Aggregate(id=1, uuid=AGG, name='fabric', hosts=[],
+                             metadata={})
+    other = objects.Aggregate(id=2, uuid=OTHER_AGG, name='other', hosts=[],
+                              metadata={})
+    states = []
+    for i in range(count):
+        state = host_manager.HostState('host%04d' % i, 'node%04d' % i,
+                                       uuidutils.generate_uuid())
+        state.aggregates = [other, ours] if in_aggregate(i) else [other]
+        states.append(state)
+    return states
+
+
+def spec(project='p1', lease=LEASE, instance=INSTANCE, with_context=True,
+         hints=None):
+    values = {'project_id': project, 'instance_uuid': instance,
+              'num_instances': 1,
+              'scheduler_hints': hints if hints is not None else (
+                  {'composable_lease': [lease]} if lease else {})}
+    if with_context:
+        ctx = nova_context.RequestContext('u1', project)
+        return objects.RequestSpec(ctx, **values)
+    return objects.RequestSpec(**values)
+
+
+def run(filter_, states, spec_obj, index=0):
+    handler = filters.HostFilterHandler()
+    return handler.get_filtered_objects([filter_], states, spec_obj, index)
+
+
+def names(states):
+    return sorted(s.host for s in states)
+
+
+def expected(states):
+    return names(s for s in states
+                 if any(a.uuid == AGG for a in s.aggregates))
+
+
+def test_no_hint_passes_every_host_without_io(api):
+    states = hosts(100)
+    passed = run(scheduler.ComposableFilter(), states, spec(lease=None))
+    assert len(passed) == 100
+    assert api.total == 0
+
+
+def test_one_http_call_per_request_over_100_hosts(api):
+    filter_ = scheduler.ComposableFilter()
+    states = hosts(100)
+
+    # A cold scheduler also learns the pool's aggregate (pool, fabric),
+    # once for the process.
+    passed = run(filter_, states, spec())
+    assert names(passed) == expected(states)
+    assert len(passed) == 40
+    assert api.calls['/v1/leases/%s' % LEASE] == 1
+    assert api.total == 3
+
+    # Every later request: exactly one HTTP call for 100 hosts.
+    before = api.total
+    passed = run(filter_, states, spec())
+    assert len(passed) == 40
+    assert api.total - before == 1
+    assert api.calls['/v1/leases/%s' % LEASE] == 2
+    # And as many for 1,000 hosts.
+    before = api.total
+    assert len(run(filter_, hosts(1000), spec())) == 400
+    assert api.total - before == 1
+    # The composable API was asked at its microversion.
+    assert set(api.headers) == {'composable 1.0'}
+
+
+def test_host_passes_reads_the_lease_once_per_request(api):
+    filter_ = scheduler.ComposableFilter()
+    spec_obj = spec()
+    states = hosts(100)
+    passed = [s for s in states if filter_.host_passes(s, spec_obj)]
+    assert names(passed) == expected(states)
+    assert api.calls['/v1/leases/%s' % LEASE] == 1
+
+
+def test_later_instances_of_a_request_are_not_filtered_again(api):
+    filter_ = scheduler.ComposableFilter()
+    states = hosts(10)
+    spec_obj = spec()
+    assert len(run(filter_, states, spec_obj, index=0)) == 4
+    # Nova passes the hosts the first instance's filtering left.
+    assert len(run(filter_, states, spec_obj, index=1)) == 10
+    assert api.calls['/v1/leases/%s' % LEASE] == 1
+
+
+def test_rebuild_is_not_filtered(api):
+    spec_obj = spec(hints={'composable_lease': [LEASE],
+                           '_nova_check_type': ['rebuild']})
+    assert len(run(scheduler.ComposableFilter(), hosts(10), spec_obj)) == 10
+    assert api.total == 0
+
+
+def test_lease_of_another_project_passes_no_host(api):
+    assert run(scheduler.ComposableFilter(), hosts(10),
+               spec(project='p2')) == []
+
+
+def test_unknown_lease_passes_no_host(api):
+    missing = uuidutils.generate_uuid()
+    assert run(scheduler.ComposableFilter(), hosts(10),
+               spec(lease=missing)) == []
+    assert api.calls['/v1/leases/%s' % missing] == 1
+
+
+@pytest.mark.parametrize('status', ['requested', 'allocating',
+                                    'alloc_failed', 'bound', 'releasing',
+                                    'released', 'error'])
+def test_lease_not_reserved_passes_no_host(api, status):
+    api.leases[LEASE].update(status=status, instance_uuid=None)
+    assert run(scheduler.ComposableFilter(), hosts(10), spec()) == []
+
+
+def test_moving_the_instance_bound_to_the_lease_is_allowed(api):
+    api.leases[LEASE].update(status='bound', instance_uuid=INSTANCE)
+    assert len(run(scheduler.ComposableFilter(), hosts(10), spec())) == 4
+    other = uuidutils.generate_uuid()
+    assert run(scheduler.ComposableFilter(), hosts(10),
+               spec(instance=other)) == []
+
+
+def test_device_pool_aggregate_counts(api):
+    api.leases[LEASE].update(memory_pool_uuid=None, device_pool_uuid=POOL)
+    assert len(run(scheduler.ComposableFilter(), hosts(10), spec())) == 4
+
+
+def test_fabric_without_aggregate_passes_no_host(api):
+    api.fabrics[FABRIC]['aggregate_uuid'] = None
+    assert run(scheduler.ComposableFilter(), hosts(10), spec()) == []
+
+
+def test_lease_carrying_its_aggregate_needs_no_pool_lookup(api):
+    api.leases[LEASE]['aggregate_uuid'] = AGG
+    assert len(run(scheduler.ComposableFilter(), hosts(10), spec())) == 4
+    assert api.total == 1
+
+
+def test_api_failure_passes_no_host_and_is_not_retried_per_host(api):
+    api.fail = 503
+    filter_ = scheduler.ComposableFilter()
+    spec_obj = spec()
+    states = hosts(100)
+    assert run(filter_, states, spec_obj) == []
+    assert not any(filter_.host_passes(s, spec_obj) for s in states)
+    assert api.total == 1
+
+
+def test_request_without_context_is_cached_by_spec_object(api):
+    filter_ = scheduler.ComposableFilter()
+    first = spec(with_context=False)
+    assert len(run(filter_, hosts(10), first)) == 4
+    assert len([s for s in hosts(10) if filter_.host_passes(s, first)]) == 4
+    assert api.calls['/v1/leases/%s' % LEASE] == 1
+    second = spec(with_context=False)
+    assert len(run(filter_, hosts(10), second)) == 4
+    assert api.calls['/v1/leases/%s' % LEASE] == 2
+
+
+def test_concurrent_requests_are_thread_safe(api):
+    filter_ = scheduler.ComposableFilter()
+    states = hosts(100)
+    shared = spec()
+    other = spec(project='p2')
+    results = []
+    errors = []
+    barrier = threading.Barrier(16)
+
+    def work(i):
+        try:
+            barrier.wait()
+            spec_obj = shared if i % 2 else other
+            results.append((i % 2, len(run(filter_, states, spec_obj))))
+        except Exception as err:  # pragma: no cover
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(set(results)) == [(0, 0), (1, 40)]
+    # Two requests: two lease reads, however many threads asked.
+    assert api.calls['/v1/leases/%s' % LEASE] == 2

@@ -1,0 +1,140 @@
+"""Report client and sync helpers without a Placement (fake adapter)."""
+
+import types
+
+from keystoneauth1 import loading as ks_loading
+import pytest
+
+from composable import conf
+from composable.placement import client as pclient
+from composable.placement import sync
+
+CONF = conf.CONF
+
+
+class Response(object):
+    def __init__(self, status, body=None):
+        self.status_code = status
+        self._body = body
+        self.content = b'x' if body is not None else b''
+        self.text = str(body)
+
+    def json(self):
+        return self._body
+
+
+class ScriptedAdapter(object):
+    """Answers requests from a list of (method, url, response)."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.requests = []
+
+    def request(self, url, method, **kwargs):
+        self.requests.append((method, url, kwargs))
+        want_method, want_url, response = self.script.pop(0)
+        assert (method, url) == (want_method, want_url)
+        return response
+
+
+def conflict():
+    return Response(409, {'errors': [{'code': 'placement.concurrent_update',
+                                      'detail': 'generation changed'}]})
+
+
+def test_normalize_trait():
+    assert pclient.normalize_trait('HW_GPU_API_CUDA_V10_0') == \
+        'HW_GPU_API_CUDA_V10_0'
+    assert pclient.normalize_trait('CUSTOM_fast-ram') == 'CUSTOM_FAST_RAM'
+    assert pclient.normalize_trait('a100 80gb') == 'CUSTOM_A100_80GB'
+
+
+def test_pool_inventory_and_traits():
+    pool = types.SimpleNamespace(
+        total=8192, reserved=9000, step_size=1024, name='m',
+        resource_class='CUSTOM_COMPOSABLE_MEMORY_MB', traits=['fast'],
+        fabric=types.SimpleNamespace(aggregate_uuid='agg'))
+    assert sync.pool_inventory(pool) == {'CUSTOM_COMPOSABLE_MEMORY_MB': {
+        'total': 8192, 'reserved': 8192, 'min_unit': 1024,
+        'max_unit': 8192, 'step_size': 1024, 'allocation_ratio': 1.0}}
+    assert sync.pool_traits(pool) == {
+        'MISC_SHARES_VIA_AGGREGATE', 'CUSTOM_COMPOSABLE_POOL',
+        'CUSTOM_FAST'}
+    assert sync.pool_aggregates(pool) == {'agg'}
+    pool.total = 512  # less than one step: nothing to offer
+    assert sync.pool_inventory(pool) == {}
+
+
+def test_lease_resources_come_from_extents_and_devices():
+    mem = types.SimpleNamespace(provider_uuid='rp-m',
+                                resource_class='CUSTOM_COMPOSABLE_MEMORY_MB')
+    gpu = types.SimpleNamespace(provider_uuid='rp-g',
+                                resource_class='CUSTOM_COMPOSABLE_GPU')
+    lease = types.SimpleNamespace(
+        memory_pool=mem,
+        extents=[types.SimpleNamespace(size_mb=1024)] * 3,
+        devices=[types.SimpleNamespace(pool_id=7, pool=gpu)] * 2)
+    assert sync.lease_resources(lease) == {
+        'rp-m': {'CUSTOM_COMPOSABLE_MEMORY_MB': 3072},
+        'rp-g': {'CUSTOM_COMPOSABLE_GPU': 2}}
+    lease.extents, lease.devices = [], []
+    assert sync.lease_resources(lease) == {}
+
+
+def test_allocation_conflict_rereads_the_consumer_generation():
+    url = '/allocations/c1'
+    adapter = ScriptedAdapter([
+        ('GET', url, Response(200, {'allocations': {},
+                                    'consumer_generation': None})),
+        ('PUT', url, conflict()),
+        ('GET', url, Response(200, {
+            'allocations': {'rp': {'resources': {'X': 1}}},
+            'consumer_generation': 4, 'project_id': 'p',
+            'user_id': 'u'})),
+        ('PUT', url, Response(204)),
+    ])
+    client = pclient.ReportClient(adapter, retry_delay=0)
+    assert client.put_allocations('c1', {'rp': {'X': 2}}, 'p', 'u')
+    first, second = adapter.requests[1][2], adapter.requests[3][2]
+    assert first['json']['consumer_generation'] is None
+    assert second['json']['consumer_generation'] == 4
+    assert second['json']['allocations'] == {'rp': {'resources': {'X': 2}}}
+    assert second['microversion'] == '1.38'
+
+
+def test_conflicts_are_bounded():
+    url = '/resource_providers/rp/traits'
+    script = []
+    for _ in range(3):
+        script.append(('GET', url, Response(200, {
+            'resource_provider_generation': 1, 'traits': []})))
+        script.append(('PUT', url, conflict()))
+    client = pclient.ReportClient(ScriptedAdapter(script), retries=2,
+                                  retry_delay=0)
+    with pytest.raises(pclient.GenerationConflict) as err:
+        client.set_traits('rp', ['HW_CPU_X86_AVX2'])
+    assert err.value.code == 409
+
+
+def test_other_errors_are_not_retried():
+    url = '/resource_providers/rp/inventories'
+    adapter = ScriptedAdapter([
+        ('PUT', '/resource_classes/CUSTOM_X', Response(204)),
+        ('GET', url, Response(200, {'resource_provider_generation': 1,
+                                    'inventories': {}})),
+        ('PUT', url, Response(400, {'errors': [
+            {'code': 'placement.undefined_code', 'detail': 'bad'}]})),
+    ])
+    client = pclient.ReportClient(adapter, retry_delay=0)
+    with pytest.raises(pclient.PlacementError) as err:
+        client.set_inventories('rp', {'CUSTOM_X': {'total': 1}})
+    assert err.value.status == 400
+    assert 'bad' in err.value.message
+
+
+def test_placement_options_are_registered():
+    assert CONF.placement.service_type == 'placement'
+    assert CONF.placement.valid_interfaces == ['internal', 'public']
+    assert CONF.placement.composable_generation_retries == 5
+    names = {opt.dest for opt in ks_loading.get_session_conf_options()}
+    assert names <= set(CONF.placement)

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Lease churn benchmark: N concurrent clients create and delete memory and
+GPU leases through the REST API against a real composable-conductor process
+on MariaDB over RabbitMQ.
+
+It prints throughput and latency, and checks all along (from consistent
+database snapshots) that every pool's usage equals what its live leases
+hold, that no pool or memory node is over-committed, and that no device is
+in two leases. Its last line is one summary line:
+
+  lease_churn: creates_per_s=... p50_ms=... p99_ms=... overcommit=0
+
+Usage: tools/bench/lease_churn.py [--clients 64] [--seconds 30]
+"""
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+import requests
+import sqlalchemy as sa
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__),
+                                                '..', '..')))
+
+from tests.functional import stack as stack_mod  # noqa: E402
+
+HOLDING = ('reserved', 'binding', 'bound', 'bind_failed', 'unbinding',
+           'releasing', 'error')
+
+
+def snapshot_problems(engine):
+    """Violations seen in one consistent snapshot of the database."""
+    problems = []
+    holding = ', '.join("'%s'" % s for s in HOLDING)
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level='REPEATABLE READ')
+        with conn.begin():
+            pools = conn.execute(sa.text(
+                'SELECT id, name, kind, total, reserved, used FROM pools'
+            )).all()
+            for pid, name, kind, total, reserved, used in pools:
+                if used > total - reserved:
+                    problems.append('pool %s over-committed: %d > %d' % (
+                        name, used, total - reserved))
+                if kind == 'memory':
+                    held = conn.execute(sa.text(
+                        'SELECT COALESCE(SUM(memory_mb), 0) FROM leases '
+                        'WHERE memory_pool_id = :p AND status IN (%s)' %
+                        holding), {'p': pid}).scalar()
+                else:
+                    held = conn.execute(sa.text(
+                        'SELECT COUNT(*) FROM devices WHERE pool_id = :p '
+                        'AND lease_id IS NOT NULL'), {'p': pid}).scalar()
+                    wanted = conn.execute(sa.text(
+                        'SELECT COALESCE(SUM(device_count), 0) FROM leases '
+                        'WHERE device_pool_id = :p AND status IN (%s)' %
+                        holding), {'p': pid}).scalar()
+                    if int(wanted) != int(held):
+                        problems.append('pool %s: leases hold %d devices, '
+                                        'devices say %d' % (name, wanted,
+                                                            held))
+                if int(held) != used:
+                    problems.append('pool %s: used %d, leases hold %d' % (
+                        name, used, held))
+            nodes = conn.execute(sa.text(
+                'SELECT name, capacity_mb - reserved_mb, allocated_mb, '
+                '(SELECT COALESCE(SUM(size_mb), 0) FROM memory_extents e '
+                ' WHERE e.memory_node_id = n.id) FROM memory_nodes n')).all()
+            for name, cap, allocated, held in nodes:
+                if allocated > cap or int(held) != allocated:
+                    problems.append('memory node %s: allocated %d of %d, '
+                                    'extents %d' % (name, allocated, cap,
+                                                    held))
+            # A device row names one lease; a lease that is not holding
+            # capacity must not own any.
+            stale = conn.execute(sa.text(
+                'SELECT COUNT(*) FROM devices d JOIN leases l ON '
+                'd.lease_id = l.id WHERE l.status NOT IN (%s)' % holding
+            )).scalar()
+            if stale:
+                problems.append('%d devices owned by leases that hold '
+                                'nothing' % stale)
+    return problems
+
+
+def percentile(values, pct):
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, int(round(pct / 100.0 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--clients', type=int, default=64)
+    parser.add_argument('--seconds', type=float, default=30)
+    parser.add_argument('--gpus', type=int, default=32)
+    parser.add_argument('--memory-nodes', type=int, default=4)
+    parser.add_argument('--db-host', default='127.0.0.1')
+    parser.add_argument('--transport-url',
+                        default='rabbit://guest:guest@127.0.0.1:5672/')
+    parser.add_argument('--conductors', type=int, default=1)
+    args = parser.parse_args()
+
+    import pymysql
+    dbname = 'composable_bench_%s' % uuid.uuid4().hex[:8]
+    root = pymysql.connect(host=args.db_host, user='root', password='')
+    root.cursor().execute('CREATE DATABASE %s CHARACTER SET utf8mb4' %
+                          dbname)
+    db_url = 'mysql+pymysql://root@%s/%s?charset=utf8mb4' % (args.db_host,
+                                                             dbname)
+    workdir = tempfile.mkdtemp(prefix='lease-churn-')
+    stack = stack_mod.Stack(workdir, db_url, args.transport_url)
+    engine = sa.create_engine(db_url)
+    try:
+        stack.dbsync()
+        for i in range(args.conductors):
+            stack.start_conductor('conductor-%d' % i)
+            stack.wait_conductor('conductor-%d' % i)
+        stack.start_api()
+        admin = stack_mod.Client(stack.endpoint, project='admin')
+        stack_mod.demo_inventory(
+            admin, memory_nodes=['memory-%d' % i
+                                 for i in range(args.memory_nodes)],
+            node_mb=16384, gpus=args.gpus)
+        print('lease_churn: %d clients for %.0f s; %d memory nodes x 16 GiB,'
+              ' %d GPUs; conductor(s)=%d on MariaDB over RabbitMQ; logs in '
+              '%s' % (args.clients, args.seconds, args.memory_nodes,
+                      args.gpus, args.conductors, workdir), flush=True)
+
+        stop = threading.Event()
+        lock = threading.Lock()
+        latencies = []
+        outcomes = {'reserved': 0, 'alloc_failed': 0, 'errors': 0,
+                    'deleted': 0}
+        problems = []
+
+        def client(n):
+            c = stack_mod.Client(stack.endpoint, project='project-%d' %
+                                 (n % 8), roles='member,reader')
+            rnd = random.Random(n)
+            while not stop.is_set():
+                if rnd.random() < 0.5:
+                    body = {'memory_mb': rnd.choice((1024, 2048))}
+                else:
+                    body = {'device_count': 1, 'device_kind': 'gpu'}
+                body['name'] = 'churn-%d' % n
+                t0 = time.perf_counter()
+                try:
+                    resp = c.post('/leases', body)
+                except requests.RequestException:
+                    resp = None
+                elapsed = time.perf_counter() - t0
+                if resp is None or resp.status_code != 201:
+                    with lock:
+                        outcomes['errors'] += 1
+                        if resp is not None and outcomes['errors'] < 5:
+                            print('create failed: %s %s' % (
+                                resp.status_code, resp.text[:300]),
+                                flush=True)
+                    continue
+                lease = resp.json()
+                with lock:
+                    latencies.append(elapsed)
+                    outcomes[lease['status'] if lease['status'] in outcomes
+                             else 'errors'] += 1
+                d = c.request('DELETE', '/leases/%s' % lease['uuid'])
+                with lock:
+                    if d.status_code == 204:
+                        outcomes['deleted'] += 1
+                    else:
+                        outcomes['errors'] += 1
+
+        def checker():
+            while not stop.wait(1.0):
+                found = snapshot_problems(engine)
+                if found:
+                    with lock:
+                        problems.extend(found)
+
+        threads = [threading.Thread(target=client, args=(n,), daemon=True)
+                   for n in range(args.clients)]
+        watcher = threading.Thread(target=checker, daemon=True)
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        watcher.start()
+        time.sleep(args.seconds)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+        elapsed = time.perf_counter() - started
+        watcher.join()
+
+        # Every delete is released in the background: wait for the last.
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            with engine.connect() as conn:
+                busy = conn.execute(sa.text(
+                    "SELECT COUNT(*) FROM leases WHERE status NOT IN "
+                    "('released', 'alloc_failed')")).scalar()
+            if not busy:
+                break
+            time.sleep(0.5)
+        final = snapshot_problems(engine)
+        with engine.connect() as conn:
+            leftover = conn.execute(sa.text(
+                'SELECT COALESCE(SUM(used), 0) FROM pools')).scalar()
+        if leftover:
+            final.append('pools still use %d after every lease was '
+                         'deleted' % leftover)
+        if busy:
+            final.append('%d leases never finished releasing' % busy)
+        problems.extend(final)
+
+        creates = len(latencies)
+        for problem in sorted(set(problems))[:20]:
+            print('PROBLEM: %s' % problem)
+        print('creates=%d (reserved=%d alloc_failed=%d) deletes=%d '
+              'errors=%d in %.1f s' % (
+                  creates, outcomes['reserved'], outcomes['alloc_failed'],
+                  outcomes['deleted'], outcomes['errors'], elapsed))
+        if latencies:
+            print('create latency ms: mean=%.1f p50=%.1f p90=%.1f p99=%.1f '
+                  'max=%.1f' % (statistics.mean(latencies) * 1000,
+                                percentile(latencies, 50) * 1000,
+                                percentile(latencies, 90) * 1000,
+                                percentile(latencies, 99) * 1000,
+                                max(latencies) * 1000))
+        print('lease_churn: creates_per_s=%.1f p50_ms=%.1f p99_ms=%.1f '
+              'overcommit=%d' % (creates / elapsed,
+                                 percentile(latencies, 50) * 1000,
+                                 percentile(latencies, 99) * 1000,
+                                 len(set(problems))), flush=True)
+        return 1 if problems or outcomes['errors'] else 0
+    finally:
+        stack.stop()
+        engine.dispose()
+        root.cursor().execute('DROP DATABASE IF EXISTS %s' % dbname)
+        root.close()
+
+
+if __name__ == '__main__':
+    sys.exit(main())
