@@ -48,6 +48,7 @@ from oslo_utils import uuidutils
 import sqlalchemy as sa
 
 from composable.common import exception
+from composable.common import utils
 from composable import conf
 from composable.conductor import states
 from composable.db import api as dbapi
@@ -142,10 +143,10 @@ def _claim_memory(session, lease):
             step_reasons.append(
                 '%s has %d MiB free' % (pool.name, _free(pool)))
             continue
-        nodes = session.query(models.MemoryNode).filter(
+        nodes = dbapi.locking(session.query(models.MemoryNode).filter(
             models.MemoryNode.pool_id == pool.id,
             models.MemoryNode.enabled.is_(True)).order_by(
-                models.MemoryNode.id).with_for_update().all()
+                models.MemoryNode.id)).all()
         plan = _plan_extents(nodes, lease.memory_mb // step, step,
                              CONF.allocator.memory_placement)
         if plan is None:
@@ -204,9 +205,9 @@ def _take_devices(session, lease, devices):
 
 
 def _claim_requested_devices(session, lease, fabric_id):
-    devices = session.query(models.Device).filter(
+    devices = dbapi.locking(session.query(models.Device).filter(
         models.Device.uuid.in_(lease.requested_devices)).order_by(
-            models.Device.id).with_for_update().all()
+            models.Device.id)).all()
     missing = set(lease.requested_devices) - {d.uuid for d in devices}
     if missing:
         raise exception.InsufficientCapacity(
@@ -267,8 +268,8 @@ def _claim_devices(session, lease, fabric_id):
             models.Device.lease_id.is_(None))
         if lease.device_model:
             query = query.filter(models.Device.model == lease.device_model)
-        candidates = [d for d in query.order_by(models.Device.id)
-                      .with_for_update().all()
+        locked = dbapi.locking(query.order_by(models.Device.id)).all()
+        candidates = [d for d in locked
                       if _matches_traits(d, lease.device_traits)]
         if len(candidates) < count:
             _unclaim_pool(session, pool.id, count)
@@ -364,6 +365,144 @@ def allocate(context, lease_id):
                      attempt + 1, attempts)
     raise exception.InsufficientCapacity(
         reason='The pools changed too fast to place this lease; try again.')
+
+
+def _claim(session, lease):
+    memory_pool = None
+    if lease.memory_mb:
+        memory_pool = _claim_memory(session, lease)
+        lease.memory_pool_id = memory_pool.id
+    if lease.device_count or lease.requested_devices:
+        device_pool = _claim_devices(
+            session, lease,
+            memory_pool.fabric_id if memory_pool is not None else None)
+        lease.device_pool_id = device_pool.id
+
+
+def _create_once(context, values, action):
+    now = utils.utcnow()
+    with dbapi.writer(context) as session:
+        lease = models.Lease()
+        lease.update(values)
+        lease.uuid = values.get('uuid') or uuidutils.generate_uuid()
+        lease.status = states.next_state(states.REQUESTED, states.ALLOCATE)
+        session.add(lease)
+        session.flush()
+        record = models.LeaseAction(
+            lease_id=lease.id, action=action,
+            request_id=getattr(context, 'request_id', None),
+            user_id=getattr(context, 'user_id', None),
+            project_id=getattr(context, 'project_id', None),
+            start_time=now, finish_time=now)
+        try:
+            # The claim in a savepoint: when it cannot be placed, the
+            # claim is undone but the lease stays, failed, with a fault
+            # the user can read.
+            with session.begin_nested():
+                _claim(session, lease)
+                session.flush()
+        except exception.InsufficientCapacity as exc:
+            lease.status = states.next_state(lease.status, states.FAIL)
+            lease.fault = exc.message
+            record.result = 'error'
+            record.message = exc.message
+        else:
+            lease.status = states.next_state(lease.status, states.DONE)
+            record.result = 'success'
+        session.add(record)
+        session.flush()
+        return lease.uuid, lease.status
+
+
+def create_and_allocate(context, values, action='create'):
+    """Insert a lease and claim what it asks for, in one transaction.
+
+    The lease goes requested -> allocating -> reserved, or -> alloc_failed
+    with the allocator's message as its fault, and its first action is
+    recorded finished. Nobody can see the lease before the commit, so no
+    conductor reservation is needed. Returns (uuid, status).
+    """
+    attempts = CONF.allocator.claim_retries + 1
+    for attempt in range(attempts):
+        try:
+            return dbapi.retry_on_deadlock(_create_once)(context, values,
+                                                         action)
+        except _LostRace as race:
+            LOG.info('Lost a race for %s while creating a lease (attempt '
+                     '%d of %d); retrying.', race, attempt + 1, attempts)
+    values = dict(values)
+    values['status'] = states.ALLOC_FAILED
+    values['fault'] = ('The pools changed too fast to place this lease; '
+                       'delete it and try again.')
+    lease = dbapi.lease_create(context, values, action=action)
+    dbapi.action_finish(context, lease.id, action, 'error', values['fault'])
+    return lease.uuid, states.ALLOC_FAILED
+
+
+# Resting states from which a lease that was never bound can be released
+# without asking any agent or fabric.
+_QUICK_RELEASE_FROM = (states.REQUESTED, states.RESERVED,
+                       states.ALLOC_FAILED)
+
+
+class _NotQuick(Exception):
+    """The lease has something live: roll back, use the full flow."""
+
+
+def _release_unbound_once(context, lease_id, action):
+    now = utils.utcnow()
+    event = states.DELETE if action == 'delete' else states.EXPIRE
+    # Every state the short path starts from moves to the same one.
+    targets = {states.next_state(status, event)
+               for status in _QUICK_RELEASE_FROM}
+    assert len(targets) == 1
+    try:
+        with dbapi.writer(context) as session:
+            moved = session.query(models.Lease).filter(
+                models.Lease.id == lease_id,
+                models.Lease.reservation.is_(None),
+                models.Lease.status.in_(_QUICK_RELEASE_FROM)).update(
+                    {'status': targets.pop(), 'updated_at': now},
+                    synchronize_session=False)
+            if moved != 1:
+                return None
+            touched = session.query(models.MemoryExtent.id).filter(
+                models.MemoryExtent.lease_id == lease_id,
+                sa.or_(models.MemoryExtent.export_state != 'allocated',
+                       models.MemoryExtent.chap_username.isnot(None))
+            ).first()
+            live = session.query(models.Attachment.id).filter(
+                models.Attachment.lease_id == lease_id,
+                models.Attachment.state != 'detached').first()
+            bound = session.query(models.Device.id).filter(
+                models.Device.lease_id == lease_id,
+                sa.or_(models.Device.state != DEVICE_RESERVED,
+                       models.Device.pci_address.isnot(None))).first()
+            if touched or live or bound:
+                raise _NotQuick()
+            session.add(models.LeaseAction(
+                lease_id=lease_id, action=action,
+                request_id=getattr(context, 'request_id', None),
+                user_id=getattr(context, 'user_id', None),
+                project_id=getattr(context, 'project_id', None),
+                start_time=now, finish_time=now, result='success'))
+            session.flush()
+            # Same transaction: return the capacity, move to released.
+            _release_once(context, lease_id)
+            return states.RELEASED
+    except _NotQuick:
+        return None
+
+
+def release_unbound(context, lease_id, action='delete'):
+    """Release a lease that was never handed to an agent or a fabric
+    (nothing exported, attached or bound), in one transaction: the
+    ``action`` (delete or expire) moves it to releasing, its capacity
+    returns and it ends released. Returns None, changing nothing, when
+    the lease is busy or has anything live: then the full release flow
+    (teardown, scrub) must run."""
+    return dbapi.retry_on_deadlock(_release_unbound_once)(context, lease_id,
+                                                          action)
 
 
 def _release_once(context, lease_id):

@@ -51,9 +51,16 @@ CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 # Extent export states (memory_extents.export_state).
+# allocated: capacity claimed, nothing asked of the memory node yet (no
+#   backing file exists, nothing to scrub);
+# exported: a target serves it to the bound host;
+# unexported: no target any more, but the backing file may hold what the
+#   lease wrote: it must be scrubbed before the capacity is returned;
+# scrubbed: the backing file is gone.
 EXTENT_ALLOCATED = 'allocated'
 EXTENT_EXPORTED = 'exported'
-EXTENT_SCRUBBED = 'unexported'
+EXTENT_UNEXPORTED = 'unexported'
+EXTENT_SCRUBBED = 'scrubbed'
 
 # Attachment states.
 ATT_ATTACHING = 'attaching'
@@ -67,7 +74,7 @@ LIVE_ATTACHMENT_STATES = [ATT_ATTACHING, ATT_ATTACHED, ATT_DETACHING,
 DEVICE_RESERVED = 'reserved'
 DEVICE_ATTACHED = 'attached'
 
-_CLEAR_EXPORT = {'export_state': EXTENT_ALLOCATED, 'target_iqn': None,
+_CLEAR_EXPORT = {'export_state': EXTENT_UNEXPORTED, 'target_iqn': None,
                  'lun': None, 'chap_username': None, 'chap_secret': None}
 
 
@@ -605,6 +612,12 @@ class LeaseFlows(object):
     def _scrub(self, context, lease):
         for extent in lease.extents:
             if extent.export_state == EXTENT_SCRUBBED:
+                continue
+            if (extent.export_state == EXTENT_ALLOCATED and
+                    not extent.chap_username):
+                # Never handed to its memory node (credentials are stored
+                # before the first export call): no file, nothing to
+                # scrub, and no reason to wait for that node's agent.
                 continue
             node = extent.memory_node.name
             self._call_agent(

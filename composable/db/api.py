@@ -292,12 +292,24 @@ def _recompute_pool_total(session, pool):
     pool.total = int(total or 0)
 
 
+def locking(query):
+    """SELECT ... FOR UPDATE of the query's own rows only.
+
+    Eager-loaded relationships are turned off: a joined eager load would
+    lock the joined rows too (every claim on a fabric would queue on the
+    fabric's row), and PostgreSQL refuses FOR UPDATE on the nullable side
+    of an outer join. populate_existing: the locked row's values replace
+    those the session read before the lock (else a concurrent claim would
+    go unseen). SQLite has no row locks; its writers are serialized.
+    """
+    return query.options(orm.lazyload('*')).populate_existing(
+    ).with_for_update()
+
+
 def lock_pool(session, pool_id):
-    """Row-lock a pool (no-op on SQLite, whose writers are serialized)."""
-    # populate_existing: the locked row's values replace those the session
-    # read before the lock (else a concurrent claim would go unseen).
-    return session.query(models.Pool).populate_existing().filter(
-        models.Pool.id == pool_id).with_for_update().one()
+    """Row-lock a pool and return it with its current counters."""
+    return locking(session.query(models.Pool).filter(
+        models.Pool.id == pool_id)).one()
 
 
 def pool_create(context, values):
@@ -372,8 +384,8 @@ def memory_node_update(context, ident, values):
     with writer(context) as session:
         node = _get(session, models.MemoryNode, ident)
         pool = lock_pool(session, node.pool_id)
-        node = session.query(models.MemoryNode).populate_existing().filter(
-            models.MemoryNode.id == node.id).with_for_update().one()
+        node = locking(session.query(models.MemoryNode).filter(
+            models.MemoryNode.id == node.id)).one()
         capacity = values.get('capacity_mb', node.capacity_mb)
         reserved = values.get('reserved_mb', node.reserved_mb)
         if capacity - reserved < node.allocated_mb:
@@ -433,8 +445,8 @@ def device_update(context, ident, values):
     with writer(context) as session:
         device = _get(session, models.Device, ident)
         pool = lock_pool(session, device.pool_id)
-        device = session.query(models.Device).populate_existing().filter(
-            models.Device.id == device.id).with_for_update().one()
+        device = locking(session.query(models.Device).filter(
+            models.Device.id == device.id)).one()
         new_state = values.get('state')
         if new_state and new_state != device.state:
             if device.lease_id is not None:

@@ -70,7 +70,7 @@ class Stack(object):
                 'rpc_response_timeout': 30,
                 'rpc_response_timeout_bind': self.bind_timeout,
                 'log_file': os.path.join(self.workdir, '%s.log' % host),
-                'debug': 'false',
+                'debug': os.environ.get('COMPOSABLE_STACK_DEBUG', 'false'),
             },
             'database': {'connection': self.db_url,
                          'max_pool_size': 20, 'max_overflow': 40},

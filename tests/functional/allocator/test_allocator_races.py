@@ -93,3 +93,43 @@ def test_claims_and_releases_interleaved(db_backend):
     assert len(granted) <= 4
     assert dbapi.pool_get(inv.admin(), 'gpu').used == len(granted)
     assert dbapi.pool_get(inv.admin(), 'mem').used == 1024 * len(granted)
+
+
+def test_one_step_creates_and_quick_releases_race(db_backend):
+    """create_and_allocate and release_unbound, as the conductor runs them
+    for the API: racing creates and deletes never over-commit."""
+    fabric, _ = inv.memory_inventory(nodes=(4096, 4096), step=1024)
+    inv.gpu_inventory(fabric, models_=['A'] * 4)
+    made = []
+    lock = threading.Lock()
+
+    def worker(n):
+        for i in range(6):
+            values = {'project_id': 'p%d' % n}
+            if (n + i) % 2:
+                values['memory_mb'] = 2048
+            else:
+                values.update(device_count=1, device_kind='gpu')
+            uuid, status = allocator.create_and_allocate(inv.admin(),
+                                                         values)
+            with lock:
+                made.append((uuid, status))
+            if i % 3 == 2:
+                lease = dbapi.lease_get(inv.admin(), uuid)
+                allocator.release_unbound(inv.admin(), lease.id)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(made) == 48
+    assert allocator.check_consistency(inv.admin()) == []
+    held = [dbapi.lease_get(inv.admin(), uuid) for uuid, _ in made]
+    memory = sum(lease.memory_mb for lease in held
+                 if lease.status == states.RESERVED)
+    gpus = sum(lease.device_count for lease in held
+               if lease.status == states.RESERVED)
+    assert memory <= 8192 and gpus <= 4
+    assert dbapi.pool_get(inv.admin(), 'mem').used == memory
+    assert dbapi.pool_get(inv.admin(), 'gpu').used == gpus

@@ -220,3 +220,95 @@ def test_racing_claims_never_overcommit_sqlite():
     assert results.count(True) == 8
     assert dbapi.pool_get(inv.admin(), 'mem').used == 8192
     assert allocator.check_consistency(inv.admin()) == []
+
+
+def _actions(lease_uuid):
+    lease = dbapi.lease_get(inv.admin(), lease_uuid)
+    return [(a.action, a.result, a.message)
+            for a in dbapi.action_list(inv.admin(), lease.id)]
+
+
+def test_create_and_allocate_is_one_step():
+    inv.memory_inventory(nodes=(4096,))
+    uuid, status = allocator.create_and_allocate(
+        inv.admin(), {'project_id': 'p1', 'memory_mb': 2048})
+    assert status == states.RESERVED
+    lease = dbapi.lease_get(inv.admin(), uuid)
+    assert lease.status == states.RESERVED and lease.fault is None
+    assert len(lease.extents) == 2
+    assert _actions(uuid) == [('create', 'success', None)]
+    assert dbapi.pool_get(inv.admin(), 'mem').used == 2048
+
+
+def test_create_and_allocate_keeps_a_failed_lease_with_its_fault():
+    inv.memory_inventory(nodes=(1024,))
+    uuid, status = allocator.create_and_allocate(
+        inv.admin(), {'project_id': 'p1', 'memory_mb': 2048})
+    assert status == states.ALLOC_FAILED
+    lease = dbapi.lease_get(inv.admin(), uuid)
+    assert 'mem has 1024 MiB free' in lease.fault
+    assert lease.memory_pool_id is None and lease.extents == []
+    assert _actions(uuid) == [('create', 'error', lease.fault)]
+    assert dbapi.pool_get(inv.admin(), 'mem').used == 0
+    assert allocator.check_consistency(inv.admin()) == []
+
+
+def test_racing_one_step_creates_never_overcommit():
+    inv.memory_inventory(nodes=(4096, 4096))
+    results = []
+    barrier = threading.Barrier(20)
+
+    def create():
+        barrier.wait()
+        results.append(allocator.create_and_allocate(
+            inv.admin(), {'project_id': 'p1', 'memory_mb': 1024})[1])
+
+    threads = [threading.Thread(target=create) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results.count(states.RESERVED) == 8
+    assert results.count(states.ALLOC_FAILED) == 12
+    assert allocator.check_consistency(inv.admin()) == []
+
+
+def test_release_unbound_returns_capacity_in_one_step():
+    fabric, _ = inv.memory_inventory()
+    inv.gpu_inventory(fabric)
+    uuid, _ = allocator.create_and_allocate(
+        inv.admin(), {'project_id': 'p1', 'memory_mb': 1024,
+                      'device_count': 1, 'device_kind': 'gpu'})
+    lease = dbapi.lease_get(inv.admin(), uuid)
+    assert allocator.release_unbound(inv.admin(), lease.id) == \
+        states.RELEASED
+    lease = dbapi.lease_get(inv.admin(), uuid)
+    assert lease.status == states.RELEASED
+    assert [a[:2] for a in _actions(uuid)] == [('create', 'success'),
+                                               ('delete', 'success')]
+    assert dbapi.pool_get(inv.admin(), 'mem').used == 0
+    assert dbapi.pool_get(inv.admin(), 'gpu').used == 0
+    assert allocator.check_consistency(inv.admin()) == []
+
+
+def test_release_unbound_refuses_anything_live_or_busy():
+    inv.memory_inventory()
+    uuid, _ = allocator.create_and_allocate(
+        inv.admin(), {'project_id': 'p1', 'memory_mb': 1024})
+    lease = dbapi.lease_get(inv.admin(), uuid)
+    # Handed to a memory node once (credentials stored): must be scrubbed
+    # by the full flow.
+    dbapi.extent_update(inv.admin(), lease.extents[0].id,
+                        {'chap_username': 'u'})
+    assert allocator.release_unbound(inv.admin(), lease.id) is None
+    dbapi.extent_update(inv.admin(), lease.extents[0].id,
+                        {'chap_username': None})
+    # Another conductor works on it.
+    assert dbapi.lease_reserve(inv.admin(), lease.id, 'other')
+    assert allocator.release_unbound(inv.admin(), lease.id) is None
+    dbapi.lease_release_reservation(inv.admin(), lease.id, 'other')
+    # Bound leases never take the short path.
+    dbapi.lease_update(inv.admin(), lease.id, {'status': states.BOUND})
+    assert allocator.release_unbound(inv.admin(), lease.id) is None
+    assert dbapi.lease_get(inv.admin(), uuid).status == states.BOUND
+    assert dbapi.pool_get(inv.admin(), 'mem').used == 1024

@@ -50,7 +50,7 @@ def test_host_agent_timeout_fails_bind_and_unexports(harness):
     assert 'check that it runs' in lease.fault
     # The exports the failed bind made were undone.
     for extent in lease.extents:
-        assert extent.export_state == 'allocated'
+        assert extent.export_state == 'unexported'
         assert extent.chap_secret is None
     harness.assert_nothing_live()
     # The host never confirmed the attach and can reach nothing of the
@@ -75,7 +75,7 @@ def test_fabric_failure_fails_bind(harness):
     assert harness.actions(uuid)[-1] == ('bind', 'error')
     harness.assert_nothing_live()
     for extent in lease.extents:
-        assert extent.export_state == 'allocated'
+        assert extent.export_state == 'unexported'
 
     harness.api.delete_lease(h_mod.user_context(), uuid)
     harness.wait(uuid, states.RELEASED)

@@ -85,7 +85,7 @@ def test_bind_unbind_release(harness):
     lease = harness.wait(uuid, states.RESERVED)
     assert lease.host is None and lease.instance_uuid is None
     for extent in lease.extents:
-        assert extent.export_state == 'allocated'
+        assert extent.export_state == 'unexported'
         assert extent.chap_secret is None and extent.target_iqn is None
     assert all(d.state == 'reserved' and d.pci_address is None
                for d in lease.devices)
