@@ -7,6 +7,7 @@ leases happens here as well as in policy: a non-admin context never sees
 another project's lease, whatever the caller forgot.
 """
 
+import datetime
 import sqlite3
 import threading
 
@@ -650,13 +651,15 @@ def conductor_list(context):
 def break_dead_reservations(context, timeout):
     """Clear the lease reservations of conductors whose heartbeat is older
     than ``timeout`` seconds, and mark those conductors offline. Returns the
-    hostnames found dead."""
-    import datetime
+    hostnames this call found dead: conductors still marked online, and
+    holders of reservations it broke (a conductor found dead before is not
+    reported again)."""
     limit = utils.utcnow() - datetime.timedelta(seconds=timeout)
     with writer(context) as session:
         dead = [row.hostname for row in session.query(
             models.Conductor.hostname).filter(
-                models.Conductor.heartbeat_at < limit)]
+                models.Conductor.heartbeat_at < limit,
+                models.Conductor.online.is_(True))]
         # Reservations held by a hostname with no conductor row at all are
         # dead too (a row removed by an operator).
         alive = [row.hostname for row in session.query(

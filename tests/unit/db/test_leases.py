@@ -183,6 +183,8 @@ def test_break_dead_reservations():
     assert dbapi.lease_reserve(ctx, orphan.id, 'gone')
 
     assert dbapi.break_dead_reservations(ctx, 60) == ['dead', 'gone']
+    # Found dead once: not reported again.
+    assert dbapi.break_dead_reservations(ctx, 60) == []
 
     assert _reservation(alive) == 'alive'
     assert _reservation(dead) is None
