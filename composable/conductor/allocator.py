@@ -379,37 +379,47 @@ def _claim(session, lease):
         lease.device_pool_id = device_pool.id
 
 
-def _create_once(context, values, action):
+def _action_row(context, lease_id, action, result, message=None):
     now = utils.utcnow()
+    return models.LeaseAction(
+        lease_id=lease_id, action=action,
+        request_id=getattr(context, 'request_id', None),
+        user_id=getattr(context, 'user_id', None),
+        project_id=getattr(context, 'project_id', None),
+        start_time=now, finish_time=now, result=result, message=message)
+
+
+def _insert_lease(session, values, status):
+    lease = models.Lease()
+    lease.update(values)
+    lease.uuid = values.get('uuid') or uuidutils.generate_uuid()
+    lease.status = status
+    session.add(lease)
+    session.flush()
+    return lease
+
+
+def _create_once(context, values, action):
     with dbapi.writer(context) as session:
-        lease = models.Lease()
-        lease.update(values)
-        lease.uuid = values.get('uuid') or uuidutils.generate_uuid()
-        lease.status = states.next_state(states.REQUESTED, states.ALLOCATE)
-        session.add(lease)
+        # The new lease names no pool yet, so inserting it locks no pool
+        # row: the claim's UPDATE on the pool is the first pool lock.
+        lease = _insert_lease(
+            session, values,
+            states.next_state(states.REQUESTED, states.ALLOCATE))
+        _claim(session, lease)
+        lease.status = states.next_state(lease.status, states.DONE)
+        session.add(_action_row(context, lease.id, action, 'success'))
         session.flush()
-        record = models.LeaseAction(
-            lease_id=lease.id, action=action,
-            request_id=getattr(context, 'request_id', None),
-            user_id=getattr(context, 'user_id', None),
-            project_id=getattr(context, 'project_id', None),
-            start_time=now, finish_time=now)
-        try:
-            # The claim in a savepoint: when it cannot be placed, the
-            # claim is undone but the lease stays, failed, with a fault
-            # the user can read.
-            with session.begin_nested():
-                _claim(session, lease)
-                session.flush()
-        except exception.InsufficientCapacity as exc:
-            lease.status = states.next_state(lease.status, states.FAIL)
-            lease.fault = exc.message
-            record.result = 'error'
-            record.message = exc.message
-        else:
-            lease.status = states.next_state(lease.status, states.DONE)
-            record.result = 'success'
-        session.add(record)
+        return lease.uuid, lease.status
+
+
+def _create_failed(context, values, action, fault):
+    with dbapi.writer(context) as session:
+        status = states.next_state(
+            states.next_state(states.REQUESTED, states.ALLOCATE),
+            states.FAIL)
+        lease = _insert_lease(session, dict(values, fault=fault), status)
+        session.add(_action_row(context, lease.id, action, 'error', fault))
         session.flush()
         return lease.uuid, lease.status
 
@@ -417,26 +427,51 @@ def _create_once(context, values, action):
 def create_and_allocate(context, values, action='create'):
     """Insert a lease and claim what it asks for, in one transaction.
 
-    The lease goes requested -> allocating -> reserved, or -> alloc_failed
-    with the allocator's message as its fault, and its first action is
-    recorded finished. Nobody can see the lease before the commit, so no
-    conductor reservation is needed. Returns (uuid, status).
+    The lease goes requested -> allocating -> reserved and its first action
+    is recorded finished. Nobody can see the lease before the commit, so no
+    conductor reservation is needed. When it cannot be placed, that
+    transaction is rolled back whole (nothing claimed) and the lease is
+    recorded in alloc_failed, with the allocator's message as its fault,
+    in a second one. (Not a savepoint: InnoDB rolls a deadlock victim back
+    entirely, savepoints included, and the deadlock must reach the retry.)
+    Returns (uuid, status).
     """
     attempts = CONF.allocator.claim_retries + 1
+    fault = ('The pools changed too fast to place this lease; delete it '
+             'and try again.')
     for attempt in range(attempts):
         try:
             return dbapi.retry_on_deadlock(_create_once)(context, values,
                                                          action)
+        except exception.InsufficientCapacity as exc:
+            fault = exc.message
+            break
         except _LostRace as race:
             LOG.info('Lost a race for %s while creating a lease (attempt '
                      '%d of %d); retrying.', race, attempt + 1, attempts)
-    values = dict(values)
-    values['status'] = states.ALLOC_FAILED
-    values['fault'] = ('The pools changed too fast to place this lease; '
-                       'delete it and try again.')
-    lease = dbapi.lease_create(context, values, action=action)
-    dbapi.action_finish(context, lease.id, action, 'error', values['fault'])
-    return lease.uuid, states.ALLOC_FAILED
+    return dbapi.retry_on_deadlock(_create_failed)(context, values, action,
+                                                   fault)
+
+
+def _lock_lease_pools(session, lease_id):
+    """Row-lock the pools a lease holds capacity in, before anything else.
+
+    Updating a lease row makes InnoDB take a shared lock on the pools it
+    references (foreign key check); asking for the exclusive pool lock
+    after that deadlocks with a claim waiting for the same pool. Taking
+    the pool locks first keeps one order everywhere: pools, then the rest.
+    """
+    row = session.query(models.Lease.memory_pool_id,
+                        models.Lease.device_pool_id).filter(
+        models.Lease.id == lease_id).first()
+    if row is None:
+        return
+    device_pools = {pid for (pid,) in session.query(
+        models.Device.pool_id).filter(models.Device.lease_id == lease_id)}
+    if row.memory_pool_id is not None:
+        dbapi.lock_pool(session, row.memory_pool_id)
+    for pool_id in sorted(device_pools | ({row.device_pool_id} - {None})):
+        dbapi.lock_pool(session, pool_id)
 
 
 # Resting states from which a lease that was never bound can be released
@@ -458,6 +493,7 @@ def _release_unbound_once(context, lease_id, action):
     assert len(targets) == 1
     try:
         with dbapi.writer(context) as session:
+            _lock_lease_pools(session, lease_id)
             moved = session.query(models.Lease).filter(
                 models.Lease.id == lease_id,
                 models.Lease.reservation.is_(None),
@@ -480,12 +516,7 @@ def _release_unbound_once(context, lease_id, action):
                        models.Device.pci_address.isnot(None))).first()
             if touched or live or bound:
                 raise _NotQuick()
-            session.add(models.LeaseAction(
-                lease_id=lease_id, action=action,
-                request_id=getattr(context, 'request_id', None),
-                user_id=getattr(context, 'user_id', None),
-                project_id=getattr(context, 'project_id', None),
-                start_time=now, finish_time=now, result='success'))
+            session.add(_action_row(context, lease_id, action, 'success'))
             session.flush()
             # Same transaction: return the capacity, move to released.
             _release_once(context, lease_id)
@@ -507,6 +538,7 @@ def release_unbound(context, lease_id, action='delete'):
 
 def _release_once(context, lease_id):
     with dbapi.writer(context) as session:
+        _lock_lease_pools(session, lease_id)
         target = states.next_state(states.RELEASING, states.DONE)
         moved = session.query(models.Lease).filter(
             models.Lease.id == lease_id,
@@ -520,18 +552,19 @@ def _release_once(context, lease_id):
                 return False
             raise exception.InvalidState(lease=lease_id, status=status,
                                          action='release')
-        lease = session.query(models.Lease).filter(
-            models.Lease.id == lease_id).one()
-        extents = session.query(models.MemoryExtent).filter(
+        memory_pool_id = session.query(models.Lease.memory_pool_id).filter(
+            models.Lease.id == lease_id).scalar()
+        extents = session.query(models.MemoryExtent.memory_node_id,
+                                models.MemoryExtent.size_mb).filter(
             models.MemoryExtent.lease_id == lease_id).all()
         if extents:
             by_node = collections.Counter()
-            for extent in extents:
-                by_node[extent.memory_node_id] += extent.size_mb
+            for node_id, size_mb in extents:
+                by_node[node_id] += size_mb
             total = sum(by_node.values())
-            if lease.memory_pool_id is not None:
-                lock = dbapi.lock_pool(session, lease.memory_pool_id)
-                _unclaim_pool(session, lock.id, total)
+            if memory_pool_id is not None:
+                # Locked already by _lock_lease_pools.
+                _unclaim_pool(session, memory_pool_id, total)
             for node_id in sorted(by_node):
                 session.query(models.MemoryNode).filter(
                     models.MemoryNode.id == node_id).update(
@@ -540,13 +573,12 @@ def _release_once(context, lease_id):
             session.query(models.MemoryExtent).filter(
                 models.MemoryExtent.lease_id == lease_id).delete(
                     synchronize_session=False)
-        devices = session.query(models.Device).filter(
-            models.Device.lease_id == lease_id).order_by(
-                models.Device.id).all()
+        devices = session.query(models.Device.pool_id).filter(
+            models.Device.lease_id == lease_id).all()
         if devices:
-            per_pool = collections.Counter(d.pool_id for d in devices)
+            per_pool = collections.Counter(pid for (pid,) in devices)
             for pool_id in sorted(per_pool):
-                dbapi.lock_pool(session, pool_id)
+                # Locked already by _lock_lease_pools.
                 _unclaim_pool(session, pool_id, per_pool[pool_id])
             session.query(models.Device).filter(
                 models.Device.lease_id == lease_id).update(

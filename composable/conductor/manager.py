@@ -39,6 +39,9 @@ _CREATE_FIELDS = frozenset([
     'requested_pools', 'requested_devices', 'attach_mode', 'start_at',
     'end_at'])
 
+_EXPECTED = messaging.expected_exceptions(
+    exception.Invalid, exception.NotFound, exception.Conflict)
+
 _WAIT_HINT = ' Wait until it is no longer %s, then try again.'
 
 
@@ -78,6 +81,11 @@ class ConductorManager(object):
         reservations this conductor takes are never mistaken for a dead
         conductor's."""
         admin = composable_context.get_admin_context()
+        # A conductor restarted under the same name faster than the
+        # heartbeat timeout would otherwise keep the reservations of its
+        # previous life forever (they look alive): a new process holds
+        # none, so drop them; the periodic tasks resume those leases.
+        db_api.conductor_offline(admin, self.host)
         db_api.conductor_heartbeat(admin, self.host)
         self._stopping.clear()
         for name, interval, fn in (
@@ -231,45 +239,44 @@ class ConductorManager(object):
             allocator.check_requested_devices(admin, devices)
 
     # ------------------------------------------------------------ RPC API
+    # Refusals are answers, not server errors: oslo.messaging logs these
+    # without a traceback.
 
+    @_EXPECTED
     def create_lease(self, context, values):
         values = self._create_values(context, values)
         self._check_requested(context, values)
         start_at = values.get('start_at')
-        deferred = start_at is not None and start_at > utils.utcnow()
+        if start_at is None or start_at <= utils.utcnow():
+            return self._create_and_allocate(context, values)
         values['status'] = states.REQUESTED
-        # Inserted already reserved by this conductor: no periodic task of
-        # any conductor can start it before this call is done with it.
-        values['reservation'] = self.host
         lease = db_api.lease_create(context, values, action='create')
-        reservation = reservations.adopt(context, lease.id, self.host)
-        with reservations.guard(reservation):
-            if deferred:
-                db_api.action_finish(
-                    context, lease.id, 'create', 'success',
-                    message='The lease starts at %s; it is allocated then.'
-                    % utils.isotime(start_at))
-                return lease.uuid
-            self.flows._move(context, lease.id, states.REQUESTED,
-                             states.ALLOCATE)
-            try:
-                status = self.flows.allocate(context, lease.id,
-                                             action='create',
-                                             raise_input_errors=True)
-                if status == states.ALLOC_FAILED and values.get(
-                        'requested_devices'):
-                    # Lost a race for a device picked by uuid: the same
-                    # answer as when it was taken before the request.
-                    allocator.check_requested_devices(
-                        self._admin(), values['requested_devices'])
-            except (exception.Invalid, exception.NotFound,
-                    exception.Conflict):
-                # A request error found only now (a device taken between
-                # the check and the claim): the lease must not exist.
-                db_api.lease_purge(self._admin(), lease.id)
-                raise
+        db_api.action_finish(
+            context, lease.id, 'create', 'success',
+            message='The lease starts at %s; it is allocated then.' %
+            utils.isotime(start_at))
         return lease.uuid
 
+    def _create_and_allocate(self, context, values):
+        # Insert and claim in one transaction (the allocator's): no one can
+        # see the lease before it is reserved or alloc_failed, so it needs
+        # no reservation, and a request error leaves nothing behind.
+        uuid, status = allocator.create_and_allocate(context, values,
+                                                     action='create')
+        if status == states.ALLOC_FAILED and values.get('requested_devices'):
+            # Lost a race for a device picked by uuid: the same answer as
+            # when it was taken before the request, and nothing created.
+            try:
+                allocator.check_requested_devices(
+                    self._admin(), values['requested_devices'])
+            except (exception.Invalid, exception.NotFound,
+                    exception.Conflict):
+                db_api.lease_purge(self._admin(),
+                                   db_api.lease_get(self._admin(), uuid).id)
+                raise
+        return uuid
+
+    @_EXPECTED
     def bind_lease(self, context, lease_uuid, host_uuid, instance_uuid=None,
                    attach_mode=None):
         lease = db_api.lease_get(context, lease_uuid)
@@ -306,6 +313,7 @@ class ConductorManager(object):
                        action='bind')
         return lease.uuid
 
+    @_EXPECTED
     def unbind_lease(self, context, lease_uuid):
         lease = db_api.lease_get(context, lease_uuid)
         with reservations.lease_reservation(context, lease.id, self.host,
@@ -318,8 +326,15 @@ class ConductorManager(object):
                        action='unbind')
         return lease.uuid
 
+    @_EXPECTED
     def delete_lease(self, context, lease_uuid):
-        lease = db_api.lease_get(context, lease_uuid)
+        # Identity and state only: the short path needs no more, and the
+        # full flow re-reads the lease under its reservation.
+        lease = db_api.lease_ref(context, lease_uuid)
+        if allocator.release_unbound(context, lease.id, 'delete'):
+            # Never bound and not busy: released in one transaction, with
+            # nothing to ask of any agent or fabric.
+            return lease.uuid
         with reservations.lease_reservation(context, lease.id, self.host,
                                             lease_ident=lease.uuid) as res:
             lease = db_api.lease_get_by_id(context, lease.id)

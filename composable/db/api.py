@@ -503,6 +503,29 @@ def lease_get(context, ident, session=None):
         return found[0]
 
 
+def lease_ref(context, ident):
+    """The identity and state of a lease, without loading what hangs off
+    it: id, uuid, name, project_id, status, attach_mode, reservation.
+
+    Scoped and refused exactly like lease_get; for the hot paths (delete,
+    checks before an RPC call) that need no extents, devices or pools.
+    """
+    with reader(context) as session:
+        query = _by_ident(_lease_query(context, session), models.Lease,
+                          ident).with_entities(
+            models.Lease.id, models.Lease.uuid, models.Lease.name,
+            models.Lease.project_id, models.Lease.status,
+            models.Lease.attach_mode, models.Lease.reservation)
+        found = query.limit(2).all()
+        if not found:
+            raise exception.LeaseNotFound(lease=ident)
+        if len(found) > 1:
+            raise exception.Conflict(
+                reason='more than one lease is named %s; use its UUID' %
+                ident)
+        return found[0]
+
+
 def lease_list(context, filters=None, limit=None, marker=None,
                sort_key='created_at', sort_dir='asc'):
     """Filters: project_id, status, pool (pool id), kind

@@ -94,15 +94,17 @@ def _admin_context():
     return composable_context.get_admin_context()
 
 
-def _get_lease(ctx, ident, rule):
+def _get_lease(ctx, ident, rule, lookup=db_api.lease_get):
     """The lease ``ident`` if ``ctx`` may read it, else LeaseNotFound; then
-    Forbidden unless ``ctx`` may also do ``rule`` on it."""
+    Forbidden unless ``ctx`` may also do ``rule`` on it. ``lookup`` may be
+    db_api.lease_ref where only the lease's identity and state are used.
+    """
     if uuidutils.is_uuid_like(ident):
-        lease = db_api.lease_get(_admin_context(), ident)
+        lease = lookup(_admin_context(), ident)
     else:
         # A name is looked up in the caller's own project (every project
         # for admins): names are only unique by convention.
-        lease = db_api.lease_get(ctx, ident)
+        lease = lookup(ctx, ident)
     target = {'project_id': lease.project_id}
     if not policies.check('composable:lease:get', ctx, target):
         raise exception.LeaseNotFound(lease=ident)
@@ -373,7 +375,8 @@ def update_lease(request, ident):
 def delete_lease(request, ident):
     ctx = utils.context(request)
     utils.reject_empty_body(request)
-    lease = _get_lease(ctx, ident, 'composable:lease:delete')
+    lease = _get_lease(ctx, ident, 'composable:lease:delete',
+                       lookup=db_api.lease_ref)
     _check_transition(lease, states.DELETE, 'delete')
     utils.conductor(request).delete_lease(_rpc_context(ctx, lease),
                                           lease.uuid)
