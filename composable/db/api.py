@@ -313,6 +313,18 @@ def lock_pool(session, pool_id):
         models.Pool.id == pool_id)).one()
 
 
+def pool_summaries(context, kind=None):
+    """(uuid, name, kind, resource_class, total, step_size) of every pool,
+    or of those of one kind: for checks that need no more than that."""
+    with reader(context) as session:
+        query = session.query(models.Pool.uuid, models.Pool.name,
+                              models.Pool.kind, models.Pool.resource_class,
+                              models.Pool.total, models.Pool.step_size)
+        if kind is not None:
+            query = query.filter(models.Pool.kind == kind)
+        return query.order_by(models.Pool.id).all()
+
+
 def pool_create(context, values):
     return _create(context, models.Pool, values)
 
@@ -486,13 +498,30 @@ def _lease_query(context, session):
     return query
 
 
-def lease_get(context, ident, session=None):
+def _lease_view_options():
+    """What rendering a lease needs: its pools, host, extents with their
+    memory node and devices, but none of the fabrics (and pools of nodes
+    and devices) the models would otherwise join in; a render touching
+    one of those would fail loudly (detached instance), not silently."""
+    return (
+        orm.defaultload(models.Lease.memory_pool).noload(models.Pool.fabric),
+        orm.defaultload(models.Lease.device_pool).noload(models.Pool.fabric),
+        orm.defaultload(models.Lease.host).noload(models.Host.fabric),
+        orm.defaultload(models.Lease.extents).defaultload(
+            models.MemoryExtent.memory_node).noload(models.MemoryNode.pool),
+        orm.defaultload(models.Lease.devices).noload(models.Device.pool),
+    )
+
+
+def lease_get(context, ident, session=None, for_view=False):
     """A lease by UUID or name, scoped to the caller's project unless the
     context is admin. A name that several leases of a project share is
-    refused with 409."""
+    refused with 409. ``for_view``: load only what the API renders."""
     with reader(context) as session:
         query = _by_ident(_lease_query(context, session), models.Lease,
                           ident)
+        if for_view:
+            query = query.options(*_lease_view_options())
         found = query.limit(2).all()
         if not found:
             raise exception.LeaseNotFound(lease=ident)

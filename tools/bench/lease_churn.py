@@ -108,6 +108,11 @@ def main():
     parser.add_argument('--transport-url',
                         default='rabbit://guest:guest@127.0.0.1:5672/')
     parser.add_argument('--conductors', type=int, default=1)
+    parser.add_argument('--api-threads', type=int, default=8,
+                        help='[api]workers of the standalone API server')
+    parser.add_argument('--rpc-threads', type=int, default=8,
+                        help='[DEFAULT]executor_thread_pool_size of the '
+                             'conductor')
     args = parser.parse_args()
 
     import pymysql
@@ -118,7 +123,10 @@ def main():
     db_url = 'mysql+pymysql://root@%s/%s?charset=utf8mb4' % (args.db_host,
                                                              dbname)
     workdir = tempfile.mkdtemp(prefix='lease-churn-')
-    stack = stack_mod.Stack(workdir, db_url, args.transport_url)
+    stack = stack_mod.Stack(
+        workdir, db_url, args.transport_url,
+        extra={'DEFAULT': {'executor_thread_pool_size': args.rpc_threads},
+               'api': {'workers': args.api_threads}})
     engine = sa.create_engine(db_url)
     try:
         stack.dbsync()

@@ -94,6 +94,10 @@ def _admin_context():
     return composable_context.get_admin_context()
 
 
+def _lease_for_view(ctx, ident):
+    return db_api.lease_get(ctx, ident, for_view=True)
+
+
 def _get_lease(ctx, ident, rule, lookup=db_api.lease_get):
     """The lease ``ident`` if ``ctx`` may read it, else LeaseNotFound; then
     Forbidden unless ``ctx`` may also do ``rule`` on it. ``lookup`` may be
@@ -128,7 +132,7 @@ def _rpc_context(ctx, lease):
 
 
 def _reread(lease):
-    return db_api.lease_get(_admin_context(), lease.uuid)
+    return db_api.lease_get(_admin_context(), lease.uuid, for_view=True)
 
 
 def _check_transition(lease, event, action):
@@ -182,7 +186,8 @@ def list_leases(request):
 def show_lease(request, ident):
     ctx = utils.context(request)
     utils.parse_query(request, paginate=False)
-    lease = _get_lease(ctx, ident, 'composable:lease:get')
+    lease = _get_lease(ctx, ident, 'composable:lease:get',
+                       lookup=_lease_for_view)
     return utils.json_response(render(request, lease))
 
 
@@ -205,7 +210,7 @@ def _memory_pools(ctx, memory_mb, given):
                 "Invalid input for field 'pools': none of them is a memory "
                 "pool, and the lease asks for memory_mb")
     else:
-        candidates = db_api.pool_list(ctx, filters={'kind': 'memory'})
+        candidates = db_api.pool_summaries(ctx, kind='memory')
     if not candidates:
         raise exception.Invalid(
             "Invalid input for field 'memory_mb': there is no memory pool "
@@ -239,7 +244,7 @@ def _device_pools(ctx, device_count, device_kind, given):
                                          pools_controller.device_kind(pool),
                                          device_kind))
     else:
-        candidates = [p for p in db_api.pool_list(ctx)
+        candidates = [p for p in db_api.pool_summaries(ctx)
                       if pools_controller.device_kind(p) == device_kind]
         if not candidates:
             raise exception.Invalid(
@@ -347,7 +352,7 @@ def create_lease(request):
         'end_at': utils.isotime(end_at),
     }
     lease_uuid = utils.conductor(request).create_lease(ctx, values)
-    lease = db_api.lease_get(_admin_context(), lease_uuid)
+    lease = db_api.lease_get(_admin_context(), lease_uuid, for_view=True)
     return utils.json_response(
         render(request, lease), status=201,
         headers={'Location': utils.self_link(
