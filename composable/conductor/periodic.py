@@ -16,6 +16,7 @@ from oslo_log import log as logging
 
 from composable.common import utils
 from composable import conf
+from composable.conductor import allocator
 from composable.conductor import reservations
 from composable.conductor import states
 from composable.db import api as db_api
@@ -83,7 +84,7 @@ class PeriodicTasks(object):
 
     def take_over_dead_conductors(self, context):
         dead = db_api.break_dead_reservations(
-            context, CONF.conductor.heartbeat_timeout)
+            context, CONF.conductor.heartbeat_timeout, caller=self.host)
         if dead:
             LOG.warning('Broke the lease reservations of conductors that '
                         'stopped beating: %s', ', '.join(dead))
@@ -155,6 +156,9 @@ class PeriodicTasks(object):
             self.expire(context, lease)
 
     def expire(self, context, lease):
+        if allocator.release_unbound(context, lease.id, 'expire'):
+            LOG.info('Lease %s reached its end time; released', lease.uuid)
+            return None
         reservation, lease = self._reserve(context, lease)
         if reservation is None:
             return None

@@ -700,23 +700,31 @@ def conductor_list(context):
         return session.query(models.Conductor).all()
 
 
-def break_dead_reservations(context, timeout):
+def break_dead_reservations(context, timeout, caller=None):
     """Clear the lease reservations of conductors whose heartbeat is older
     than ``timeout`` seconds, and mark those conductors offline. Returns the
     hostnames this call found dead: conductors still marked online, and
     holders of reservations it broke (a conductor found dead before is not
-    reported again)."""
+    reported again).
+
+    ``caller``, the conductor asking, is alive whatever its heartbeat says:
+    an overloaded conductor whose heartbeat lags must not break its own
+    reservations and race its own workers.
+    """
     limit = utils.utcnow() - datetime.timedelta(seconds=timeout)
     with writer(context) as session:
         dead = [row.hostname for row in session.query(
             models.Conductor.hostname).filter(
                 models.Conductor.heartbeat_at < limit,
-                models.Conductor.online.is_(True))]
+                models.Conductor.online.is_(True))
+            if row.hostname != caller]
         # Reservations held by a hostname with no conductor row at all are
         # dead too (a row removed by an operator).
         alive = [row.hostname for row in session.query(
             models.Conductor.hostname).filter(
                 models.Conductor.heartbeat_at >= limit)]
+        if caller is not None:
+            alive.append(caller)
         query = session.query(models.Lease).filter(
             models.Lease.reservation.isnot(None))
         if alive:

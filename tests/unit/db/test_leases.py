@@ -211,3 +211,22 @@ def test_break_dead_reservations_when_no_conductor_is_alive():
     dbapi.lease_reserve(ctx, lease.id, 'ghost')
     assert dbapi.break_dead_reservations(ctx, 60) == ['ghost']
     assert _reservation(lease) is None
+
+
+def test_a_conductor_never_breaks_its_own_reservations():
+    ctx = inv.admin()
+    lease = inv.lease('A')
+    dbapi.conductor_heartbeat(ctx, 'slow')
+    long_ago = utils.utcnow() - datetime.timedelta(seconds=300)
+    with dbapi.writer(ctx) as session:
+        session.query(models.Conductor).filter(
+            models.Conductor.hostname == 'slow').update(
+                {'heartbeat_at': long_ago}, synchronize_session=False)
+    assert dbapi.lease_reserve(ctx, lease.id, 'slow')
+    # Its heartbeat lags, but it is the one asking: it is alive.
+    assert dbapi.break_dead_reservations(ctx, 60, caller='slow') == []
+    assert _reservation(lease) == 'slow'
+    # Any other conductor sees it dead.
+    assert dbapi.break_dead_reservations(ctx, 60, caller='other') == \
+        ['slow']
+    assert _reservation(lease) is None
