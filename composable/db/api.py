@@ -8,7 +8,6 @@ another project's lease, whatever the caller forgot.
 """
 
 import datetime
-import sqlite3
 import threading
 
 from oslo_db import api as oslo_db_api
@@ -32,10 +31,7 @@ _FACADE = None
 _FACADE_LOCK = threading.Lock()
 
 
-@event.listens_for(sa.pool.Pool, 'connect')
 def _sqlite_on_connect(dbapi_conn, record):
-    if not isinstance(dbapi_conn, sqlite3.Connection):
-        return
     # Writers wait for the lock instead of failing at once.
     cursor = dbapi_conn.cursor()
     cursor.execute('PRAGMA busy_timeout = 30000')
@@ -43,17 +39,36 @@ def _sqlite_on_connect(dbapi_conn, record):
     cursor.close()
 
 
-@event.listens_for(sa.engine.Engine, 'begin')
 def _sqlite_on_begin(conn):
     # oslo.db turns off pysqlite's own BEGIN and emits a plain (DEFERRED)
     # one unless the connection is marked as in a transaction. A DEFERRED
     # transaction lets two writers deadlock (both hold SHARED, both want
     # RESERVED); BEGIN IMMEDIATE takes the write lock first, so SQLite
-    # writers queue instead. This class-level listener runs before the
-    # engine's own.
-    if conn.dialect.name == 'sqlite' and 'in_transaction' not in conn.info:
+    # writers queue instead. Inserted ahead of oslo.db's own listener.
+    if 'in_transaction' not in conn.info:
         conn.exec_driver_sql('BEGIN IMMEDIATE')
         conn.info['in_transaction'] = True
+
+
+def _configure_engine(engine):
+    """Composable's SQLite settings, on composable's engine only (Nova's
+    and Placement's engines in the same test process keep theirs)."""
+    if engine.dialect.name != 'sqlite':
+        return
+    if not event.contains(engine, 'begin', _sqlite_on_begin):
+        # Ours must run first: take the engine's own listeners off and put
+        # them back after it (they then find the transaction begun).
+        others = list(engine.dispatch.begin)
+        for listener in others:
+            event.remove(engine, 'begin', listener)
+        event.listen(engine, 'begin', _sqlite_on_begin)
+        for listener in others:
+            event.listen(engine, 'begin', listener)
+    if not event.contains(engine, 'connect', _sqlite_on_connect):
+        event.listen(engine, 'connect', _sqlite_on_connect)
+        # Connections the pool made before (oslo.db tests one at start-up)
+        # would miss the settings: start from fresh ones.
+        engine.dispose()
 
 
 def _facade():
@@ -68,7 +83,7 @@ def _facade():
 
 
 def get_engine():
-    return _facade().writer.get_engine()
+    return _configured_facade().writer.get_engine()
 
 
 def reset_facade():
@@ -81,16 +96,31 @@ def reset_facade():
             except Exception:
                 pass
         _FACADE = None
+        _CONFIGURED.clear()
+
+
+_CONFIGURED = set()
+
+
+def _configured_facade():
+    facade = _facade()
+    if id(facade) not in _CONFIGURED:
+        with _FACADE_LOCK:
+            if id(facade) not in _CONFIGURED:
+                _configure_engine(facade.writer.get_engine())
+                _configure_engine(facade.reader.get_engine())
+                _CONFIGURED.add(id(facade))
+    return facade
 
 
 def writer(context):
     """A read-write transaction; nested calls with the same context join
     the outer transaction."""
-    return _facade().writer.using(context)
+    return _configured_facade().writer.using(context)
 
 
 def reader(context):
-    return _facade().reader.using(context)
+    return _configured_facade().reader.using(context)
 
 
 def retry_on_deadlock(f):

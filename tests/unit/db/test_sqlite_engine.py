@@ -1,0 +1,42 @@
+"""composable's SQLite settings apply to composable's engine only."""
+
+import os
+import sqlite3
+
+import pytest
+import sqlalchemy as sa
+
+from composable.common import context
+from composable.db import api as dbapi
+
+
+def test_write_transactions_take_the_write_lock_first(tmp_path):
+    # Composable's transactions start with BEGIN IMMEDIATE: while one is
+    # open, even before it writes, no other writer can start (writers
+    # queue instead of deadlocking on a SHARED -> RESERVED upgrade).
+    path = dbapi.get_engine().url.database
+    ctx = context.get_admin_context()
+    with dbapi.reader(ctx) as session:
+        session.execute(sa.text('SELECT 1'))
+        other = sqlite3.connect(path, timeout=0, isolation_level=None)
+        with pytest.raises(sqlite3.OperationalError, match='locked'):
+            other.execute('BEGIN IMMEDIATE')
+        other.close()
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    other.execute('BEGIN IMMEDIATE')
+    other.execute('ROLLBACK')
+    other.close()
+
+
+def test_other_engines_in_the_process_keep_their_behaviour(tmp_path):
+    dbapi.get_engine()
+    engine = sa.create_engine('sqlite:///%s' % os.path.join(tmp_path,
+                                                            'other.db'))
+    assert dbapi._sqlite_on_begin not in list(engine.dispatch.begin)
+    assert dbapi._sqlite_on_connect not in list(
+        engine.pool.dispatch.connect)
+    # And composable's own engine has them.
+    ours = dbapi.get_engine()
+    assert list(ours.dispatch.begin)[0] is dbapi._sqlite_on_begin
+    assert dbapi._sqlite_on_connect in list(ours.pool.dispatch.connect)
+    engine.dispose()
