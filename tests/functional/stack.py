@@ -3,8 +3,11 @@
 its own process with its own config file, talking over RabbitMQ to a
 database server.
 
-Each Stack uses its own oslo.messaging control exchange, so stacks of
-different test runs never answer each other's RPC calls.
+Each Stack gets a RabbitMQ virtual host of its own. oslo.messaging names
+its queues after the topic and server ("composable-conductor",
+"composable-agent.memory-0") whatever the control exchange, so two stacks
+on one broker and one vhost would share queues: a conductor of one test
+would answer the API of another and write to the wrong database.
 """
 
 import os
@@ -13,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 
 import requests
@@ -46,8 +50,9 @@ class Stack(object):
                  periodic_interval=1, bind_timeout=10, extra=None):
         self.workdir = str(workdir)
         self.db_url = db_url
-        self.transport_url = transport_url
         self.exchange = 'composable-test-%s' % uuid.uuid4().hex[:8]
+        self.vhost = None
+        self.transport_url = self._own_vhost(transport_url)
         self.api_port = free_port()
         self.endpoint = 'http://127.0.0.1:%d' % self.api_port
         self.heartbeat_interval = heartbeat_interval
@@ -56,6 +61,27 @@ class Stack(object):
         self.bind_timeout = bind_timeout
         self.extra = extra or {}
         self.procs = {}
+
+    def _own_vhost(self, transport_url):
+        """The transport URL on a new vhost of this stack's own."""
+        parsed = urllib.parse.urlsplit(transport_url)
+        if not parsed.scheme.startswith('rabbit'):
+            return transport_url
+        vhost = self.exchange
+        user = parsed.username or 'guest'
+        subprocess.run(['rabbitmqctl', '-q', 'add_vhost', vhost],
+                       check=True, capture_output=True, timeout=60)
+        subprocess.run(['rabbitmqctl', '-q', 'set_permissions', '-p', vhost,
+                        user, '.*', '.*', '.*'],
+                       check=True, capture_output=True, timeout=60)
+        self.vhost = vhost
+        return urllib.parse.urlunsplit(parsed._replace(path='/' + vhost))
+
+    def _drop_vhost(self):
+        if self.vhost is not None:
+            subprocess.run(['rabbitmqctl', '-q', 'delete_vhost', self.vhost],
+                           capture_output=True, timeout=60)
+            self.vhost = None
 
     # ------------------------------------------------------------ config
 
@@ -169,6 +195,7 @@ class Stack(object):
     def stop(self):
         for name in list(self.procs):
             self.kill(name, signal.SIGTERM)
+        self._drop_vhost()
 
     def log(self, name):
         for suffix in ('.log', '.out'):
