@@ -25,9 +25,12 @@ lease's move to ``reserved`` commit together or not at all, so a conductor
 that dies mid-claim leaves the lease in ``allocating`` with nothing held;
 allocating it again is safe.
 
-Rows are always locked in the same order (lease, memory pool, memory nodes
-by id, device pool, devices by id) so concurrent claims and releases do not
-deadlock; the rare deadlock a database still reports is retried.
+Pool rows are locked before anything else (memory pool, device pool, then
+memory nodes and devices by id), so concurrent claims and releases do not
+deadlock: on InnoDB, updating a lease row takes a shared lock on the pools
+it references (foreign key check), and asking for a pool's exclusive lock
+after that deadlocks with a claim already waiting for it. The rare deadlock
+a database still reports is retried.
 
 Placement of memory extents
 ---------------------------
