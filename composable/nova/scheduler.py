@@ -70,11 +70,10 @@ import time
 from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
-from oslo_config import cfg
-from oslo_log import log as logging
-
 import nova.conf
 from nova.scheduler import filters
+from oslo_config import cfg
+from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
 CONF = nova.conf.CONF

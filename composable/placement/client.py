@@ -24,6 +24,7 @@ own microversion:
 """
 
 import time
+from urllib import parse as urlparse
 
 from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import exceptions as ks_exc
@@ -212,8 +213,8 @@ class ReportClient(object):
                           MV_PROVIDERS, missing_ok=True)
 
     def get_provider_by_name(self, name):
-        found = self._call('GET', '/resource_providers?name=%s' % name,
-                           MV_PROVIDERS)
+        found = self._call('GET', '/resource_providers?name=%s' %
+                           urlparse.quote(name, safe=''), MV_PROVIDERS)
         providers = found['resource_providers']
         return providers[0] if providers else None
 

@@ -1,7 +1,9 @@
 """composable's report client and reconciler against a real Placement."""
 
+from keystoneauth1 import loading as ks_loading
 import pytest
 
+from composable import conf
 from composable.db import api as dbapi
 from composable.placement import client as pclient
 from composable.placement import sync
@@ -336,3 +338,25 @@ def test_reconcile_reports_what_it_cannot_fix(client):
     assert instance in corrections[0]
     # The instance keeps its allocation.
     assert client.get_usages(gone.provider_uuid) == {MEM: 1024}
+
+
+def test_client_from_composable_configuration(placement):
+    conf_ = conf.CONF
+    conf_.register_opts(
+        ks_loading.get_auth_plugin_conf_options('admin_token'),
+        group='placement')
+    overrides = {'auth_type': 'admin_token', 'token': 'admin',
+                 'endpoint': placement.endpoint,
+                 'composable_generation_retries': 1}
+    for name, value in overrides.items():
+        conf_.set_override(name, value, 'placement')
+    try:
+        client = pclient.ReportClient.from_conf()
+        assert client.retries == 1
+        pool = base.memory_pool(aggregate=AGG)
+        assert sync.sync_pool(pool, client)
+        assert [p['name'] for p in client.list_providers()] == [
+            'composable-pool-mem']
+    finally:
+        for name in overrides:
+            conf_.clear_override(name, 'placement')

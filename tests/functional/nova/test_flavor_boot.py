@@ -1,0 +1,106 @@
+"""Flavor-driven pool capacity: Nova's real scheduler takes pool memory
+from composable's sharing resource provider.
+
+Nova (API, conductor, scheduler, three computes with the fake virt
+driver) and a real Placement run in process. The memory pool's sharing
+provider is made by composable's own sync code, in the aggregate of two
+of the three computes (the hosts that reach the pool's fabric).
+"""
+
+import types
+
+from keystoneauth1 import adapter as ks_adapter
+from keystoneauth1 import session as ks_session
+from keystoneauth1 import token_endpoint
+from oslo_utils import uuidutils
+
+from composable.placement import client as pclient
+from composable.placement import sync
+from tests.functional.nova import base
+
+MEM = 'CUSTOM_COMPOSABLE_MEMORY_MB'
+
+
+def placement_client(test):
+    endpoint = test.placement.fixture.endpoint
+    adapter = ks_adapter.Adapter(
+        ks_session.Session(auth=token_endpoint.Token(endpoint, 'admin')),
+        service_type='placement')
+    return pclient.ReportClient(adapter, retry_delay=0)
+
+
+def fabric_with_pool(test, hosts, total=16384, step=1024):
+    """A Nova aggregate of ``hosts`` (mirrored into Placement by Nova)
+    and a memory pool's sharing provider in it."""
+    aggregate = test.admin_api.post_aggregate(
+        {'aggregate': {'name': 'composable-fabric'}})
+    for host in hosts:
+        test.admin_api.add_host_to_aggregate(aggregate['id'], host)
+    pool = types.SimpleNamespace(
+        name='mem', uuid=uuidutils.generate_uuid(),
+        provider_uuid=uuidutils.generate_uuid(), resource_class=MEM,
+        traits=[], total=total, reserved=0, used=0, step_size=step,
+        fabric=types.SimpleNamespace(aggregate_uuid=aggregate['uuid']))
+    client = placement_client(test)
+    sync.sync_pool(pool, client)
+    return aggregate, pool, client
+
+
+class FlavorBootTest(base.ProviderUsageTestCase):
+
+    def setUp(self):
+        super().setUp()
+        for host in ('host1', 'host2', 'host3'):
+            self._start_compute(host)
+        self.aggregate, self.pool, self.client = fabric_with_pool(
+            self, ['host1', 'host2'])
+        self.flavor_id = self._create_flavor(
+            vcpu=1, memory_mb=512, disk=1, ephemeral=0,
+            extra_spec={'resources:%s' % MEM: '4096',
+                        'composable:attach_mode': 'host'})
+
+    def test_pool_memory_lands_only_on_hosts_of_the_fabric(self):
+        # Placement's view: the compute nodes of host1 and host2 are in
+        # the pool's aggregate, host3's is not.
+        for host, member in (('host1', True), ('host2', True),
+                             ('host3', False)):
+            rp = self._get_provider_uuid_by_host(host)
+            _, aggregates = self.client.get_aggregates(rp)
+            self.assertEqual(member, self.aggregate['uuid'] in aggregates)
+        _, traits = self.client.get_traits(self.pool.provider_uuid)
+        self.assertIn('MISC_SHARES_VIA_AGGREGATE', traits)
+
+        servers = [self._create_server(flavor_id=self.flavor_id,
+                                       networks='none')
+                   for _ in range(4)]
+        for server in servers:
+            self.assertIn(server['OS-EXT-SRV-ATTR:host'],
+                          ('host1', 'host2'))
+            allocations = self._get_allocations_by_server_uuid(server['id'])
+            self.assertEqual({MEM: 4096},
+                             allocations[self.pool.provider_uuid][
+                                 'resources'])
+            compute_rp = self._get_provider_uuid_by_host(
+                server['OS-EXT-SRV-ATTR:host'])
+            self.assertEqual(1, allocations[compute_rp]['resources']['VCPU'])
+        self.assertEqual({MEM: 4 * 4096},
+                         self._get_provider_usages(self.pool.provider_uuid))
+
+        for server in servers:
+            self._delete_server(server)
+        self.assertEqual({MEM: 0},
+                         self._get_provider_usages(self.pool.provider_uuid))
+
+    def test_pool_too_small_means_no_valid_host(self):
+        servers = [self._create_server(flavor_id=self.flavor_id,
+                                       networks='none')
+                   for _ in range(4)]
+        # 16 GiB in the pool: a fifth 4 GiB server finds no host.
+        server = self._create_server(flavor_id=self.flavor_id,
+                                     networks='none',
+                                     expected_state='ERROR')
+        self.assertIn('No valid host', server['fault']['message'])
+        self.assertEqual({MEM: 4 * 4096},
+                         self._get_provider_usages(self.pool.provider_uuid))
+        for server in servers:
+            self._delete_server(server)

@@ -1,0 +1,80 @@
+"""Lease-first boot: ``--hint composable_lease=<lease>`` through Nova's
+real scheduler with ComposableFilter enabled.
+
+The composable API is a fake behind wsgi-intercept (reached by the filter
+over keystoneauth, configured in nova.conf [composable] as in
+production); Nova and Placement are real and in process.
+"""
+
+import nova.conf
+from oslo_utils import uuidutils
+
+from tests.functional.nova import base
+from tests.unit.nova import fake_api
+
+CONF = nova.conf.CONF
+LEASE = uuidutils.generate_uuid()
+POOL = uuidutils.generate_uuid()
+FABRIC = uuidutils.generate_uuid()
+
+
+class LeaseHintBootTest(base.ProviderUsageTestCase):
+
+    def setUp(self):
+        self.composable = fake_api.FakeComposableAPI()
+        intercept = self.composable.install()
+        self.addCleanup(intercept.uninstall_intercept)
+        self.flags(auth_type='none', endpoint_override=fake_api.ENDPOINT,
+                   timeout=5, group='composable')
+        self.flags(available_filters=[
+            'nova.scheduler.filters.all_filters',
+            'composable.nova.scheduler.ComposableFilter'],
+            enabled_filters=(
+                list(CONF.filter_scheduler.enabled_filters) +
+                ['ComposableFilter']),
+            group='filter_scheduler')
+        super().setUp()
+        for host in ('host1', 'host2', 'host3'):
+            self._start_compute(host)
+        aggregate = self.admin_api.post_aggregate(
+            {'aggregate': {'name': 'composable-fabric'}})
+        for host in ('host1', 'host2'):
+            self.admin_api.add_host_to_aggregate(aggregate['id'], host)
+        self.composable.fabrics[FABRIC] = {
+            'uuid': FABRIC, 'aggregate_uuid': aggregate['uuid']}
+        self.composable.pools[POOL] = {'uuid': POOL, 'fabric_uuid': FABRIC}
+        self.composable.leases[LEASE] = {
+            'uuid': LEASE, 'project_id': self.api.project_id,
+            'status': 'reserved', 'instance_uuid': None,
+            'memory_pool_uuid': POOL, 'device_pool_uuid': None}
+        self.flavor_id = self._create_flavor(vcpu=1, memory_mb=512, disk=1,
+                                             ephemeral=0)
+
+    def _boot(self, hint=LEASE, expected_state='ACTIVE'):
+        body = {'server': self._build_server(flavor_id=self.flavor_id,
+                                             networks='none')}
+        if hint:
+            body['os:scheduler_hints'] = {'composable_lease': hint}
+        server = self.api.post_server(body)
+        return self._wait_for_state_change(server, expected_state)
+
+    def test_hint_keeps_the_hosts_of_the_lease_fabric(self):
+        hosts = {self._boot()['OS-EXT-SRV-ATTR:host'] for _ in range(5)}
+        self.assertTrue(hosts <= {'host1', 'host2'}, hosts)
+        # One read of the lease per scheduling request, none per host.
+        self.assertEqual(5, self.composable.calls['/v1/leases/%s' % LEASE])
+
+    def test_no_hint_no_call(self):
+        for _ in range(3):
+            self._boot(hint=None)
+        self.assertEqual(0, self.composable.total)
+
+    def test_lease_of_another_project_finds_no_host(self):
+        self.composable.leases[LEASE]['project_id'] = 'someone-else'
+        server = self._boot(expected_state='ERROR')
+        self.assertIn('No valid host', server['fault']['message'])
+
+    def test_unknown_lease_finds_no_host(self):
+        server = self._boot(hint=uuidutils.generate_uuid(),
+                            expected_state='ERROR')
+        self.assertIn('No valid host', server['fault']['message'])
