@@ -209,6 +209,16 @@ def delete_all(log, idents, delete, noun):
             '%d of %d %ss failed to delete.' % (failures, len(idents), noun))
 
 
+def add_trait_change_options(parser):
+    """``--trait``/``--no-trait`` of a ``set``, for merge_traits."""
+    parser.add_argument(
+        '--trait', metavar='<trait>', dest='traits', action='append',
+        help='Trait to add (repeat for several)')
+    parser.add_argument(
+        '--no-trait', action='store_true', default=False,
+        help='Remove every trait (then add those of --trait)')
+
+
 def merge_traits(manager, ident, added, clear):
     """The trait list of a ``set --trait ... [--no-trait]``."""
     traits = []

@@ -12,19 +12,18 @@
 
 """``openstack composable device ...``"""
 
-import logging
-
-from osc_lib.command import command
-
 from composable.cli import utils
+from composable.cli.v1 import base
 
 STATES = ('available', 'maintenance', 'faulty')
 
+DEVICE = base.Resource('devices', 'Device')
 
-class CreateDevice(command.ShowOne):
+
+class CreateDevice(base.CreateCommand):
     """Register a device (GPU or PCIe device) in a pool."""
 
-    log = logging.getLogger(__name__ + '.CreateDevice')
+    resource = DEVICE
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
@@ -49,24 +48,27 @@ class CreateDevice(command.ShowOne):
             help='Trait of the device (repeat for several)')
         return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def fields(self, parsed_args):
         fields = {'pool': parsed_args.pool, 'address': parsed_args.address}
         for name in ('kind', 'name', 'vendor_id', 'product_id', 'model',
                      'traits'):
             value = getattr(parsed_args, name)
             if value is not None:
                 fields[name] = value
-        return utils.show(client.devices.create(**fields))
+        return fields
 
 
-class ListDevice(command.Lister):
+class ListDevice(base.ListCommand):
     """List devices."""
 
-    log = logging.getLogger(__name__ + '.ListDevice')
+    resource = DEVICE
+    columns = ['uuid', 'name', 'pool_uuid', 'kind', 'model', 'address',
+               'state', 'lease_uuid']
+    long_columns = ['fabric_uuid', 'vendor_id', 'product_id', 'traits',
+                    'pci_address', 'created_at', 'updated_at']
+    filters = ('pool', 'state', 'kind', 'model')
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
+    def add_filters(self, parser):
         parser.add_argument('--pool', metavar='<pool>',
                             help='Only devices of this pool (name or UUID)')
         parser.add_argument(
@@ -77,67 +79,28 @@ class ListDevice(command.Lister):
                             help='Only devices of this kind')
         parser.add_argument('--model', metavar='<model>',
                             help='Only devices of this model')
-        parser.add_argument('--long', action='store_true', default=False,
-                            help='Show more fields')
-        utils.add_list_options(parser)
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        columns = ['uuid', 'name', 'pool_uuid', 'kind', 'model', 'address',
-                   'state', 'lease_uuid']
-        if parsed_args.long:
-            columns += ['fabric_uuid', 'vendor_id', 'product_id', 'traits',
-                        'pci_address', 'created_at', 'updated_at']
-        items = client.devices.list(limit=parsed_args.limit,
-                                    pool=parsed_args.pool,
-                                    state=parsed_args.state,
-                                    kind=parsed_args.kind,
-                                    model=parsed_args.model,
-                                    **utils.list_params(parsed_args))
-        return utils.table(items, columns)
 
 
-class ShowDevice(command.ShowOne):
+class ShowDevice(base.ShowCommand):
     """Show a device."""
 
-    log = logging.getLogger(__name__ + '.ShowDevice')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('device', metavar='<device>',
-                            help='Device (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        return utils.show(client.devices.get(parsed_args.device))
+    resource = DEVICE
 
 
-class SetDevice(command.ShowOne):
+class SetDevice(base.SetCommand):
     """Change a device, or take it out of (or back into) service."""
 
-    log = logging.getLogger(__name__ + '.SetDevice')
+    resource = DEVICE
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('device', metavar='<device>',
-                            help='Device (name or UUID)')
+    def add_options(self, parser):
         parser.add_argument('--name', metavar='<name>', help='New name')
         parser.add_argument('--model', metavar='<model>', help='Model')
-        parser.add_argument(
-            '--trait', metavar='<trait>', dest='traits', action='append',
-            help='Trait to add (repeat for several)')
-        parser.add_argument(
-            '--no-trait', action='store_true', default=False,
-            help='Remove every trait (then add those of --trait)')
+        utils.add_trait_change_options(parser)
         parser.add_argument(
             '--state', choices=STATES,
             help='available, maintenance (no new leases) or faulty')
-        return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def changes(self, parsed_args):
         fields = {}
         for name in ('name', 'model', 'state'):
             value = getattr(parsed_args, name)
@@ -145,26 +108,12 @@ class SetDevice(command.ShowOne):
                 fields[name] = value
         if parsed_args.traits or parsed_args.no_trait:
             fields['traits'] = utils.merge_traits(
-                client.devices, parsed_args.device, parsed_args.traits,
+                self.manager, parsed_args.device, parsed_args.traits,
                 parsed_args.no_trait)
-        if not fields:
-            return utils.show(client.devices.get(parsed_args.device))
-        return utils.show(client.devices.update(parsed_args.device,
-                                                **fields))
+        return fields
 
 
-class DeleteDevice(command.Command):
+class DeleteDevice(base.DeleteCommand):
     """Delete devices."""
 
-    log = logging.getLogger(__name__ + '.DeleteDevice')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('devices', metavar='<device>', nargs='+',
-                            help='Device(s) to delete (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        utils.delete_all(self.log, parsed_args.devices,
-                         client.devices.delete, 'device')
+    resource = DEVICE

@@ -12,17 +12,16 @@
 
 """``openstack composable fabric ...``"""
 
-import logging
-
-from osc_lib.command import command
-
 from composable.cli import utils
+from composable.cli.v1 import base
+
+FABRIC = base.Resource('fabrics', 'Fabric')
 
 
-class CreateFabric(command.ShowOne):
+class CreateFabric(base.CreateCommand):
     """Register a fabric (a composition domain: switch, rack manager)."""
 
-    log = logging.getLogger(__name__ + '.CreateFabric')
+    resource = FABRIC
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
@@ -41,8 +40,7 @@ class CreateFabric(command.ShowOne):
                             help='Description')
         return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def fields(self, parsed_args):
         fields = {'name': parsed_args.name, 'driver': parsed_args.driver}
         if parsed_args.driver_info:
             fields['driver_info'] = utils.key_values(parsed_args.driver_info)
@@ -50,60 +48,35 @@ class CreateFabric(command.ShowOne):
             fields['aggregate_uuid'] = parsed_args.aggregate_uuid
         if parsed_args.description is not None:
             fields['description'] = parsed_args.description
-        return utils.show(client.fabrics.create(**fields))
+        return fields
 
 
-class ListFabric(command.Lister):
+class ListFabric(base.ListCommand):
     """List fabrics."""
 
-    log = logging.getLogger(__name__ + '.ListFabric')
+    resource = FABRIC
+    columns = ['uuid', 'name', 'driver']
+    long_columns = ['driver_info', 'aggregate_uuid', 'description',
+                    'created_at', 'updated_at']
+    filters = ('driver',)
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
+    def add_filters(self, parser):
         parser.add_argument('--driver', metavar='<driver>',
                             help='Only fabrics using this driver')
-        parser.add_argument('--long', action='store_true', default=False,
-                            help='Show more fields')
-        utils.add_list_options(parser)
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        columns = ['uuid', 'name', 'driver']
-        if parsed_args.long:
-            columns += ['driver_info', 'aggregate_uuid', 'description',
-                        'created_at', 'updated_at']
-        items = client.fabrics.list(limit=parsed_args.limit,
-                                    driver=parsed_args.driver,
-                                    **utils.list_params(parsed_args))
-        return utils.table(items, columns)
 
 
-class ShowFabric(command.ShowOne):
+class ShowFabric(base.ShowCommand):
     """Show a fabric."""
 
-    log = logging.getLogger(__name__ + '.ShowFabric')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('fabric', metavar='<fabric>',
-                            help='Fabric (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        return utils.show(client.fabrics.get(parsed_args.fabric))
+    resource = FABRIC
 
 
-class SetFabric(command.ShowOne):
+class SetFabric(base.SetCommand):
     """Change a fabric."""
 
-    log = logging.getLogger(__name__ + '.SetFabric')
+    resource = FABRIC
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('fabric', metavar='<fabric>',
-                            help='Fabric (name or UUID)')
+    def add_options(self, parser):
         parser.add_argument('--name', metavar='<name>', help='New name')
         parser.add_argument(
             '--driver-info', metavar='<key=value>', dest='driver_info',
@@ -118,10 +91,8 @@ class SetFabric(command.ShowOne):
                             help='Nova host aggregate')
         parser.add_argument('--description', metavar='<description>',
                             help='Description')
-        return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def changes(self, parsed_args):
         fields = {}
         if parsed_args.name is not None:
             fields['name'] = parsed_args.name
@@ -130,7 +101,7 @@ class SetFabric(command.ShowOne):
             if not parsed_args.no_driver_info:
                 # Secrets come back masked; the API keeps the stored value
                 # of a key sent back with the mask.
-                current = client.fabrics.get(parsed_args.fabric)
+                current = self.manager.get(parsed_args.fabric)
                 info.update(current.get('driver_info') or {})
             info.update(utils.key_values(parsed_args.driver_info))
             fields['driver_info'] = info
@@ -138,24 +109,10 @@ class SetFabric(command.ShowOne):
             fields['aggregate_uuid'] = parsed_args.aggregate_uuid
         if parsed_args.description is not None:
             fields['description'] = parsed_args.description
-        if not fields:
-            return utils.show(client.fabrics.get(parsed_args.fabric))
-        return utils.show(client.fabrics.update(parsed_args.fabric,
-                                                **fields))
+        return fields
 
 
-class DeleteFabric(command.Command):
+class DeleteFabric(base.DeleteCommand):
     """Delete fabrics (refused while hosts or pools use them)."""
 
-    log = logging.getLogger(__name__ + '.DeleteFabric')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('fabrics', metavar='<fabric>', nargs='+',
-                            help='Fabric(s) to delete (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        utils.delete_all(self.log, parsed_args.fabrics,
-                         client.fabrics.delete, 'fabric')
+    resource = FABRIC

@@ -12,11 +12,10 @@
 
 """``openstack composable host ...``"""
 
-import logging
-
-from osc_lib.command import command
-
 from composable.cli import utils
+from composable.cli.v1 import base
+
+HOST = base.Resource('hosts', 'Host')
 
 
 def _add_property_options(parser):
@@ -32,10 +31,10 @@ def _add_property_options(parser):
         help='Property to add or change (repeat for several)')
 
 
-class CreateHost(command.ShowOne):
+class CreateHost(base.CreateCommand):
     """Register a host (a compute node attached to a fabric)."""
 
-    log = logging.getLogger(__name__ + '.CreateHost')
+    resource = HOST
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
@@ -46,8 +45,7 @@ class CreateHost(command.ShowOne):
         _add_property_options(parser)
         return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def fields(self, parsed_args):
         fields = {'name': parsed_args.name, 'fabric': parsed_args.fabric}
         if parsed_args.initiator_iqn is not None:
             fields['initiator_iqn'] = parsed_args.initiator_iqn
@@ -55,68 +53,41 @@ class CreateHost(command.ShowOne):
             fields['partition_id'] = parsed_args.partition_id
         if parsed_args.properties:
             fields['properties'] = utils.key_values(parsed_args.properties)
-        return utils.show(client.hosts.create(**fields))
+        return fields
 
 
-class ListHost(command.Lister):
+class ListHost(base.ListCommand):
     """List hosts."""
 
-    log = logging.getLogger(__name__ + '.ListHost')
+    resource = HOST
+    columns = ['uuid', 'name', 'fabric_uuid', 'initiator_iqn']
+    long_columns = ['partition_id', 'properties', 'created_at',
+                    'updated_at']
+    filters = ('fabric',)
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
+    def add_filters(self, parser):
         parser.add_argument('--fabric', metavar='<fabric>',
                             help='Only hosts on this fabric (name or UUID)')
-        parser.add_argument('--long', action='store_true', default=False,
-                            help='Show more fields')
-        utils.add_list_options(parser)
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        columns = ['uuid', 'name', 'fabric_uuid', 'initiator_iqn']
-        if parsed_args.long:
-            columns += ['partition_id', 'properties', 'created_at',
-                        'updated_at']
-        items = client.hosts.list(limit=parsed_args.limit,
-                                  fabric=parsed_args.fabric,
-                                  **utils.list_params(parsed_args))
-        return utils.table(items, columns)
 
 
-class ShowHost(command.ShowOne):
+class ShowHost(base.ShowCommand):
     """Show a host."""
 
-    log = logging.getLogger(__name__ + '.ShowHost')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('host', metavar='<host>',
-                            help='Host (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        return utils.show(client.hosts.get(parsed_args.host))
+    resource = HOST
 
 
-class SetHost(command.ShowOne):
+class SetHost(base.SetCommand):
     """Change a host."""
 
-    log = logging.getLogger(__name__ + '.SetHost')
+    resource = HOST
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('host', metavar='<host>',
-                            help='Host (name or UUID)')
+    def add_options(self, parser):
         _add_property_options(parser)
         parser.add_argument(
             '--no-property', action='store_true', default=False,
             help='Remove every property (then add those of --property)')
-        return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def changes(self, parsed_args):
         fields = {}
         if parsed_args.initiator_iqn is not None:
             fields['initiator_iqn'] = parsed_args.initiator_iqn
@@ -125,27 +96,14 @@ class SetHost(command.ShowOne):
         if parsed_args.properties or parsed_args.no_property:
             properties = {}
             if not parsed_args.no_property:
-                current = client.hosts.get(parsed_args.host)
+                current = self.manager.get(parsed_args.host)
                 properties.update(current.get('properties') or {})
             properties.update(utils.key_values(parsed_args.properties))
             fields['properties'] = properties
-        if not fields:
-            return utils.show(client.hosts.get(parsed_args.host))
-        return utils.show(client.hosts.update(parsed_args.host, **fields))
+        return fields
 
 
-class DeleteHost(command.Command):
+class DeleteHost(base.DeleteCommand):
     """Delete hosts."""
 
-    log = logging.getLogger(__name__ + '.DeleteHost')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('hosts', metavar='<host>', nargs='+',
-                            help='Host(s) to delete (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        utils.delete_all(self.log, parsed_args.hosts, client.hosts.delete,
-                         'host')
+    resource = HOST

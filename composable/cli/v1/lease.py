@@ -12,12 +12,11 @@
 
 """``openstack composable lease ...``"""
 
-import logging
-
 from osc_lib.command import command
 from osc_lib import exceptions
 
 from composable.cli import utils
+from composable.cli.v1 import base
 
 ATTACH_MODES = ('host', 'guest')
 
@@ -36,7 +35,10 @@ def _show(lease):
     return utils.show(lease, first=SHOW_FIRST)
 
 
-class CreateLease(command.ShowOne):
+LEASE = base.Resource('leases', 'Lease', render=_show)
+
+
+class CreateLease(base.CreateCommand):
     """Lease memory and/or devices from the pools.
 
     The lease is placed at once (or at --start); if the pools cannot give
@@ -44,7 +46,7 @@ class CreateLease(command.ShowOne):
     telling what was free.
     """
 
-    log = logging.getLogger(__name__ + '.CreateLease')
+    resource = LEASE
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
@@ -91,8 +93,7 @@ class CreateLease(command.ShowOne):
                             help='Description')
         return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def fields(self, parsed_args):
         fields = {'name': parsed_args.name}
         if parsed_args.memory is not None:
             fields['memory_mb'] = parsed_args.memory
@@ -136,17 +137,18 @@ class CreateLease(command.ShowOne):
         if (parsed_args.start and parsed_args.end and
                 parsed_args.end <= parsed_args.start):
             raise exceptions.CommandError('--end must be after --start')
-        return _show(client.leases.create(**fields))
+        return fields
 
 
-class ListLease(command.Lister):
+class ListLease(base.ListCommand):
     """List leases (by default those of your project, released ones
     hidden)."""
 
-    log = logging.getLogger(__name__ + '.ListLease')
+    resource = LEASE
+    columns = LIST_COLUMNS
+    long_columns = LONG_COLUMNS
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
+    def add_filters(self, parser):
         parser.add_argument(
             '--all-projects', action='store_true', default=False,
             help='Leases of every project (admin only)')
@@ -164,16 +166,8 @@ class ListLease(command.Lister):
             help='Only leases of this kind: memory, gpu or a device kind')
         parser.add_argument('--host', metavar='<host>',
                             help='Only leases bound to this host')
-        parser.add_argument('--long', action='store_true', default=False,
-                            help='Show more fields')
-        utils.add_list_options(parser)
-        return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        columns = list(LIST_COLUMNS)
-        if parsed_args.long:
-            columns += LONG_COLUMNS
+    def list_filters(self, parsed_args):
         filters = {
             'project_id': parsed_args.project,
             'status': parsed_args.status,
@@ -183,46 +177,29 @@ class ListLease(command.Lister):
         }
         if parsed_args.all_projects:
             filters['all_projects'] = 'true'
-        filters.update(utils.list_params(parsed_args))
-        items = client.leases.list(limit=parsed_args.limit, **filters)
-        return utils.table(items, columns)
+        return filters
 
 
-class ShowLease(command.ShowOne):
+class ShowLease(base.ShowCommand):
     """Show a lease, with its memory extents and devices."""
 
-    log = logging.getLogger(__name__ + '.ShowLease')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('lease', metavar='<lease>',
-                            help='Lease (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        return _show(client.leases.get(parsed_args.lease))
+    resource = LEASE
 
 
-class SetLease(command.ShowOne):
+class SetLease(base.SetCommand):
     """Rename a lease, change its description or its end."""
 
-    log = logging.getLogger(__name__ + '.SetLease')
+    resource = LEASE
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('lease', metavar='<lease>',
-                            help='Lease (name or UUID)')
+    def add_options(self, parser):
         parser.add_argument('--name', metavar='<name>', help='New name')
         parser.add_argument('--description', metavar='<description>',
                             help='Description')
         parser.add_argument(
             '--end', metavar='<time>', type=utils.time_type,
             help='New end of the lease (ISO 8601; no offset means UTC)')
-        return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def changes(self, parsed_args):
         fields = {}
         if parsed_args.name is not None:
             fields['name'] = parsed_args.name
@@ -230,37 +207,22 @@ class SetLease(command.ShowOne):
             fields['description'] = parsed_args.description
         if parsed_args.end is not None:
             fields['end_at'] = parsed_args.end
-        if not fields:
-            return _show(client.leases.get(parsed_args.lease))
-        return _show(client.leases.update(parsed_args.lease, **fields))
+        return fields
 
 
-class DeleteLease(command.Command):
+class DeleteLease(base.DeleteCommand):
     """Delete leases: their memory and devices go back to the pools."""
 
-    log = logging.getLogger(__name__ + '.DeleteLease')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('leases', metavar='<lease>', nargs='+',
-                            help='Lease(s) to delete (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        utils.delete_all(self.log, parsed_args.leases,
-                         client.leases.delete, 'lease')
+    resource = LEASE
 
 
-class BindLease(command.ShowOne):
+class BindLease(base.ShowCommand):
     """Bind a lease to a server or a host: attach what it holds."""
 
-    log = logging.getLogger(__name__ + '.BindLease')
+    resource = LEASE
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
-        parser.add_argument('lease', metavar='<lease>',
-                            help='Lease (name or UUID)')
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument('--server', metavar='<server-uuid>',
                             help='Nova server to bind the lease to')
@@ -272,40 +234,28 @@ class BindLease(command.ShowOne):
         return parser
 
     def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        return _show(client.leases.bind(
+        return _show(self.manager.bind(
             parsed_args.lease, host=parsed_args.host,
             server=parsed_args.server, attach_mode=parsed_args.attach_mode))
 
 
-class UnbindLease(command.ShowOne):
+class UnbindLease(base.ShowCommand):
     """Unbind a lease: detach what it holds (the lease stays reserved)."""
 
-    log = logging.getLogger(__name__ + '.UnbindLease')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('lease', metavar='<lease>',
-                            help='Lease (name or UUID)')
-        return parser
+    resource = LEASE
 
     def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        return _show(client.leases.unbind(parsed_args.lease))
+        return _show(self.manager.unbind(parsed_args.lease))
 
 
 class ListLeaseAction(command.Lister):
     """List the actions done on a lease (create, bind, unbind, ...)."""
 
-    log = logging.getLogger(__name__ + '.ListLeaseAction')
-
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
-        parser.add_argument('lease', metavar='<lease>',
-                            help='Lease (name or UUID)')
+        LEASE.add_ident(parser)
         return parser
 
     def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        return utils.table(client.leases.actions(parsed_args.lease),
+        return utils.table(LEASE.manager(self.app).actions(parsed_args.lease),
                            ACTION_COLUMNS)

@@ -12,19 +12,18 @@
 
 """``openstack composable memory node ...``"""
 
-import logging
-
-from osc_lib.command import command
-
 from composable.cli import utils
+from composable.cli.v1 import base
 
 TRANSPORTS = ('iser', 'tcp')
 
+MEMORY_NODE = base.Resource('memory_nodes', 'Memory node', dest='node')
 
-class CreateMemoryNode(command.ShowOne):
+
+class CreateMemoryNode(base.CreateCommand):
     """Register a memory node: a server lending its memory to a pool."""
 
-    log = logging.getLogger(__name__ + '.CreateMemoryNode')
+    resource = MEMORY_NODE
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
@@ -51,8 +50,7 @@ class CreateMemoryNode(command.ShowOne):
             help='Register the node disabled (no new allocations)')
         return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def fields(self, parsed_args):
         fields = {'name': parsed_args.name, 'pool': parsed_args.pool,
                   'capacity_mb': parsed_args.capacity}
         if parsed_args.reserved is not None:
@@ -65,61 +63,36 @@ class CreateMemoryNode(command.ShowOne):
             fields['transport'] = parsed_args.transport
         if parsed_args.disable:
             fields['enabled'] = False
-        return utils.show(client.memory_nodes.create(**fields))
+        return fields
 
 
-class ListMemoryNode(command.Lister):
+class ListMemoryNode(base.ListCommand):
     """List memory nodes."""
 
-    log = logging.getLogger(__name__ + '.ListMemoryNode')
+    resource = MEMORY_NODE
+    columns = ['uuid', 'name', 'pool_uuid', 'capacity_mb', 'reserved_mb',
+               'allocated_mb', 'enabled']
+    long_columns = ['fabric_uuid', 'exporter', 'portal', 'transport',
+                    'created_at', 'updated_at']
+    filters = ('pool',)
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
+    def add_filters(self, parser):
         parser.add_argument('--pool', metavar='<pool>',
                             help='Only nodes of this pool (name or UUID)')
-        parser.add_argument('--long', action='store_true', default=False,
-                            help='Show more fields')
-        utils.add_list_options(parser)
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        columns = ['uuid', 'name', 'pool_uuid', 'capacity_mb',
-                   'reserved_mb', 'allocated_mb', 'enabled']
-        if parsed_args.long:
-            columns += ['fabric_uuid', 'exporter', 'portal', 'transport',
-                        'created_at', 'updated_at']
-        items = client.memory_nodes.list(limit=parsed_args.limit,
-                                         pool=parsed_args.pool,
-                                         **utils.list_params(parsed_args))
-        return utils.table(items, columns)
 
 
-class ShowMemoryNode(command.ShowOne):
+class ShowMemoryNode(base.ShowCommand):
     """Show a memory node."""
 
-    log = logging.getLogger(__name__ + '.ShowMemoryNode')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('node', metavar='<memory-node>',
-                            help='Memory node (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        return utils.show(client.memory_nodes.get(parsed_args.node))
+    resource = MEMORY_NODE
 
 
-class SetMemoryNode(command.ShowOne):
+class SetMemoryNode(base.SetCommand):
     """Change a memory node."""
 
-    log = logging.getLogger(__name__ + '.SetMemoryNode')
+    resource = MEMORY_NODE
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('node', metavar='<memory-node>',
-                            help='Memory node (name or UUID)')
+    def add_options(self, parser):
         parser.add_argument(
             '--capacity', metavar='<size>', type=utils.size_type(),
             help='Memory the node lends (%s)' % utils.SIZE_HELP)
@@ -138,10 +111,8 @@ class SetMemoryNode(command.ShowOne):
         enable.add_argument('--disable', dest='enabled',
                             action='store_false',
                             help='Stop new allocations on the node')
-        return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def changes(self, parsed_args):
         fields = {}
         if parsed_args.capacity is not None:
             fields['capacity_mb'] = parsed_args.capacity
@@ -153,24 +124,10 @@ class SetMemoryNode(command.ShowOne):
             fields['transport'] = parsed_args.transport
         if parsed_args.enabled is not None:
             fields['enabled'] = parsed_args.enabled
-        if not fields:
-            return utils.show(client.memory_nodes.get(parsed_args.node))
-        return utils.show(client.memory_nodes.update(parsed_args.node,
-                                                     **fields))
+        return fields
 
 
-class DeleteMemoryNode(command.Command):
+class DeleteMemoryNode(base.DeleteCommand):
     """Delete memory nodes."""
 
-    log = logging.getLogger(__name__ + '.DeleteMemoryNode')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('nodes', metavar='<memory-node>', nargs='+',
-                            help='Memory node(s) to delete (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        utils.delete_all(self.log, parsed_args.nodes,
-                         client.memory_nodes.delete, 'memory node')
+    resource = MEMORY_NODE

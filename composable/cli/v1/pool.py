@@ -12,19 +12,18 @@
 
 """``openstack composable pool ...``"""
 
-import logging
-
-from osc_lib.command import command
-
 from composable.cli import utils
+from composable.cli.v1 import base
 
 KINDS = ('memory', 'gpu', 'pci')
 
+POOL = base.Resource('pools', 'Pool')
 
-class CreatePool(command.ShowOne):
+
+class CreatePool(base.CreateCommand):
     """Create a pool: one kind of resource on one fabric."""
 
-    log = logging.getLogger(__name__ + '.CreatePool')
+    resource = POOL
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
@@ -55,8 +54,7 @@ class CreatePool(command.ShowOne):
                             help='Description')
         return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def fields(self, parsed_args):
         fields = {'name': parsed_args.name, 'kind': parsed_args.kind,
                   'fabric': parsed_args.fabric}
         if parsed_args.device_class is not None:
@@ -69,81 +67,48 @@ class CreatePool(command.ShowOne):
             fields['step_size'] = parsed_args.step_size
         if parsed_args.description is not None:
             fields['description'] = parsed_args.description
-        return utils.show(client.pools.create(**fields))
+        return fields
 
 
-class ListPool(command.Lister):
+class ListPool(base.ListCommand):
     """List pools with their capacity."""
 
-    log = logging.getLogger(__name__ + '.ListPool')
+    resource = POOL
+    columns = ['uuid', 'name', 'kind', 'resource_class', 'total',
+               'reserved', 'used', 'free']
+    long_columns = ['fabric_uuid', 'traits', 'step_size', 'provider_uuid',
+                    'description']
+    filters = ('kind', 'fabric')
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
+    def add_filters(self, parser):
         parser.add_argument('--kind', choices=KINDS,
                             help='Only pools of this kind')
         parser.add_argument('--fabric', metavar='<fabric>',
                             help='Only pools on this fabric (name or UUID)')
-        parser.add_argument('--long', action='store_true', default=False,
-                            help='Show more fields')
-        utils.add_list_options(parser)
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        columns = ['uuid', 'name', 'kind', 'resource_class', 'total',
-                   'reserved', 'used', 'free']
-        if parsed_args.long:
-            columns += ['fabric_uuid', 'traits', 'step_size',
-                        'provider_uuid', 'description']
-        items = client.pools.list(limit=parsed_args.limit,
-                                  kind=parsed_args.kind,
-                                  fabric=parsed_args.fabric,
-                                  **utils.list_params(parsed_args))
-        return utils.table(items, columns)
 
 
-class ShowPool(command.ShowOne):
+class ShowPool(base.ShowCommand):
     """Show a pool."""
 
-    log = logging.getLogger(__name__ + '.ShowPool')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('pool', metavar='<pool>',
-                            help='Pool (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        return utils.show(client.pools.get(parsed_args.pool))
+    resource = POOL
 
 
-class SetPool(command.ShowOne):
+class SetPool(base.SetCommand):
     """Change a pool."""
 
-    log = logging.getLogger(__name__ + '.SetPool')
+    resource = POOL
 
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('pool', metavar='<pool>',
-                            help='Pool (name or UUID)')
+    def add_options(self, parser):
         parser.add_argument('--name', metavar='<name>', help='New name')
         parser.add_argument(
             '--reserved', metavar='<amount>', type=utils.non_negative_int,
             help='Amount kept back from leases (MiB for memory pools, '
                  'devices otherwise)')
-        parser.add_argument(
-            '--trait', metavar='<trait>', dest='traits', action='append',
-            help='Trait to add (repeat for several)')
-        parser.add_argument(
-            '--no-trait', action='store_true', default=False,
-            help='Remove every trait (then add those of --trait)')
+        utils.add_trait_change_options(parser)
         parser.add_argument('--description', metavar='<description>',
                             help='Description')
-        return parser
 
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
+    def changes(self, parsed_args):
         fields = {}
         if parsed_args.name is not None:
             fields['name'] = parsed_args.name
@@ -153,25 +118,12 @@ class SetPool(command.ShowOne):
             fields['description'] = parsed_args.description
         if parsed_args.traits or parsed_args.no_trait:
             fields['traits'] = utils.merge_traits(
-                client.pools, parsed_args.pool, parsed_args.traits,
+                self.manager, parsed_args.pool, parsed_args.traits,
                 parsed_args.no_trait)
-        if not fields:
-            return utils.show(client.pools.get(parsed_args.pool))
-        return utils.show(client.pools.update(parsed_args.pool, **fields))
+        return fields
 
 
-class DeletePool(command.Command):
+class DeletePool(base.DeleteCommand):
     """Delete pools (refused while they have nodes, devices or leases)."""
 
-    log = logging.getLogger(__name__ + '.DeletePool')
-
-    def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('pools', metavar='<pool>', nargs='+',
-                            help='Pool(s) to delete (name or UUID)')
-        return parser
-
-    def take_action(self, parsed_args):
-        client = self.app.client_manager.composable
-        utils.delete_all(self.log, parsed_args.pools, client.pools.delete,
-                         'pool')
+    resource = POOL
