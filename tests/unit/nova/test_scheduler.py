@@ -1,6 +1,9 @@
 """ComposableFilter in Nova's own filter machinery, against a fake
 composable API reached over HTTP through keystoneauth."""
 
+import os
+import subprocess
+import sys
 import threading
 
 from nova import context as nova_context
@@ -235,3 +238,18 @@ def test_concurrent_requests_are_thread_safe(api):
     assert sorted(set(results)) == [(0, 0), (1, 40)]
     # Two requests: two lease reads, however many threads asked.
     assert api.calls['/v1/leases/%s' % LEASE] == 2
+
+
+def test_nova_side_modules_import_nothing_of_the_service():
+    code = (
+        'import sys\n'
+        'import composable.nova.scheduler, composable.nova.extra_specs\n'
+        'bad = [m for m in sys.modules if m.startswith("composable.") and\n'
+        '       not m.startswith("composable.nova")]\n'
+        'assert not bad, bad\n'
+        'import nova.conf\n'
+        'assert nova.conf.CONF.composable.pool_cache_ttl == 300\n')
+    env = dict(os.environ, OS_NOVA_DISABLE_EVENTLET_PATCHING='1')
+    result = subprocess.run([sys.executable, '-c', code], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
