@@ -1,11 +1,29 @@
 """The composable-agent RPC endpoint.
 
 One agent runs per memory node and per compute node, with the roles its
-node has. In this release the memory side uses the configured exporter
-("noop" by default) and the compute side only logs what it would do (log in
-to iSCSI targets, mkswap/swapon, hot-plug PCI devices): the privileged work
-comes with the privsep layer. Every method is idempotent, because the
+node has (``[agent]roles``). Every method is idempotent, because the
 conductor repeats calls after timeouts and when it resumes work.
+
+memory_node role
+    The exporter named by ``[agent]memory_exporter`` (``tgt``, ``lio``,
+    or ``noop``) serves the extents of this node, each a file in the
+    node's tmpfs area (composable.memory.tmpfs). start() mounts or checks
+    the area, so a node whose tmpfs is missing says so when the agent
+    starts, not at the first bind. The capacity and usage of the area are
+    logged every ``[agent]report_interval`` seconds and answered by
+    ``get_memory_report``.
+
+compute_node role
+    attach_memory/detach_memory go, by the lease's attach mode, to
+    GuestMemoryAttacher (``guest``: the extents are hot-plugged into the
+    libvirt domain whose UUID is ``instance_uuid``) or to HostSwap
+    (``host``: iSCSI login and swap on this host). One of each per
+    process, made when first needed.
+
+With ``[agent]memory_exporter = noop`` the whole memory data plane is
+simulated, on both roles: nothing is exported or attached, and the log
+says so. Devices are attached by the fabric driver; this agent only
+records them (PCI rescan and vfio binding come with the PCI work).
 
 CHAP credentials arrive in ``extent`` dicts and in export_extent's
 arguments; they are never logged.
@@ -16,6 +34,8 @@ import threading
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
+from composable.agent.compute_node import host_swap as host_swap_mod
+from composable.agent.compute_node import libvirt_guest
 from composable.common import exception
 from composable import conf
 from composable.memory import exporters
@@ -27,10 +47,16 @@ MEMORY_NODE = 'memory_node'
 COMPUTE_NODE = 'compute_node'
 ROLES = (MEMORY_NODE, COMPUTE_NODE)
 
+GUEST = 'guest'
+HOST = 'host'
+MODES = (GUEST, HOST)
+
+NOOP = 'noop'
 NOOP_ATTACH = 'noop attach: nothing is attached on this host'
 
 # Swap devices of leased memory all get the same priority so Linux
-# round-robins pages over the extents of a lease.
+# round-robins pages over the extents of a lease (simulated attaches
+# report it; real ones use [compute_node]swap_priority).
 SWAP_PRIORITY = 10
 
 
@@ -42,9 +68,11 @@ def _public(extent):
 
 class AgentManager(object):
 
-    target = messaging.Target(version='1.0')
+    # 1.1: get_memory_report
+    target = messaging.Target(version='1.1')
 
-    def __init__(self, host, roles=None, exporter=None):
+    def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
+                 host_swap=None, simulate=None):
         self.host = host
         self.roles = tuple(roles if roles is not None else CONF.agent.roles)
         unknown = set(self.roles) - set(ROLES)
@@ -52,18 +80,120 @@ class AgentManager(object):
             raise exception.Invalid(
                 reason='unknown agent roles %s' % ', '.join(sorted(unknown)))
         self._exporter = exporter
+        self._guest = guest_attacher
+        self._host_swap = host_swap
+        if simulate is None:
+            simulate = (CONF.agent.memory_exporter == NOOP and
+                        guest_attacher is None and host_swap is None)
+        # Simulated compute side: attach_memory/detach_memory only log.
+        self.simulate = simulate
         self._lock = threading.Lock()
-        # What this node would have live, by lease uuid; kept so repeated
-        # calls answer the same and tests can check nothing is left over.
+        self._stopping = threading.Event()
+        self._reporter = None
+        # What this node has live, by lease uuid; kept so repeated calls
+        # answer the same and tests can check nothing is left over.
         self.memory_attachments = {}
         self.device_attachments = {}
+
+    # ------------------------------------------------------------ drivers
 
     @property
     def exporter(self):
         if self._exporter is None:
-            self._exporter = exporters.get_exporter(
-                CONF.agent.memory_exporter, self.host)
+            with self._lock:
+                if self._exporter is None:
+                    self._exporter = exporters.get_exporter(
+                        CONF.agent.memory_exporter, self.host)
         return self._exporter
+
+    @property
+    def area(self):
+        """The tmpfs area of the exporter, or None (noop)."""
+        return getattr(self.exporter, 'area', None)
+
+    @property
+    def guest_attacher(self):
+        if self._guest is None:
+            with self._lock:
+                if self._guest is None:
+                    self._guest = libvirt_guest.GuestMemoryAttacher()
+        return self._guest
+
+    @property
+    def host_swap(self):
+        if self._host_swap is None:
+            with self._lock:
+                if self._host_swap is None:
+                    self._host_swap = host_swap_mod.HostSwap()
+        return self._host_swap
+
+    # ------------------------------------------------------------ life
+
+    def start(self):
+        """Get the node ready before the first request: the tmpfs area
+        of a memory node is mounted (or checked) now."""
+        self._stopping.clear()
+        if MEMORY_NODE in self.roles:
+            area = self.area
+            if area is not None:
+                area.ensure_ready()
+            self.report()
+            self._reporter = threading.Thread(
+                target=self._report_loop, name='agent-report', daemon=True)
+            self._reporter.start()
+        if COMPUTE_NODE in self.roles:
+            if self.simulate:
+                LOG.warning('%s: [agent]memory_exporter is noop, so leased '
+                            'memory is simulated on %s', NOOP_ATTACH,
+                            self.host)
+            else:
+                LOG.info('Compute node %(host)s attaches leased memory as '
+                         'initiator %(iqn)s',
+                         {'host': self.host,
+                          'iqn': CONF.compute_node.initiator_iqn})
+
+    def stop(self):
+        self._stopping.set()
+        if self._reporter is not None:
+            self._reporter.join(5)
+            self._reporter = None
+
+    def _report_loop(self):
+        while not self._stopping.wait(CONF.agent.report_interval):
+            try:
+                self.report()
+            except Exception:
+                LOG.exception('Could not report the memory of %s',
+                              self.host)
+
+    def memory_report(self):
+        """Capacity and usage of this memory node, in MiB."""
+        self._require(MEMORY_NODE, 'report memory')
+        report = {'node': self.host,
+                  'exporter': CONF.agent.memory_exporter}
+        area = self.area
+        if area is None:
+            backed = sorted(getattr(self.exporter, 'backed', ()))
+            report.update({'simulated': True, 'extents': len(backed),
+                           'extent_uuids': backed, 'total_mb': None,
+                           'used_mb': None, 'free_mb': None})
+        else:
+            report.update(area.usage())
+            report['extent_uuids'] = sorted(f['uuid'] for f in area.list())
+            report['simulated'] = False
+        return report
+
+    def report(self):
+        report = self.memory_report()
+        LOG.info('Memory node %(node)s: %(extents)s extent(s), tmpfs '
+                 '%(used)s of %(total)s MiB used, %(free)s MiB free '
+                 '(exporter %(exporter)s)',
+                 {'node': report['node'], 'extents': report['extents'],
+                  'used': report.get('used_mb'),
+                  'total': report.get('total_mb'),
+                  'free': report.get('free_mb'),
+                  'exporter': report['exporter']})
+        return report
 
     def _require(self, role, what):
         if role not in self.roles:
@@ -96,15 +226,92 @@ class AgentManager(object):
         LOG.info('Scrubbing extent %s', extent['uuid'])
         self.exporter.scrub(extent)
 
+    def get_memory_report(self, context):
+        return self.memory_report()
+
     # ------------------------------------------------------ compute_node
+
+    @staticmethod
+    def _mode(mode):
+        mode = mode or HOST
+        if mode not in MODES:
+            raise exception.DriverError(
+                reason='unknown attach mode %r; use host or guest' % mode)
+        return mode
+
+    def _check_initiator(self, lease):
+        """The exports are restricted to the initiator registered for the
+        host; this node must log in with that very name."""
+        registered = lease.get('initiator_iqn')
+        mine = CONF.compute_node.initiator_iqn
+        if registered and registered != mine:
+            raise exception.DriverError(
+                reason='host %s is registered with initiator_iqn %s but '
+                       'its composable-agent logs in as %s ([compute_node]'
+                       'initiator_iqn); make them the same' %
+                       (self.host, registered, mine))
+        return mine
 
     def attach_memory(self, context, lease, extents, mode,
                       instance_uuid=None):
         self._require(COMPUTE_NODE, 'attach memory')
+        mode = self._mode(mode)
+        LOG.info('Attaching %(n)d extent(s) of lease %(lease)s in %(mode)s '
+                 'mode%(to)s', {'n': len(extents), 'lease': lease['uuid'],
+                                'mode': mode,
+                                'to': (' to instance %s' % instance_uuid
+                                       if mode == GUEST else '')})
+        if self.simulate:
+            details = self._simulated_attach(extents, mode, instance_uuid)
+        else:
+            initiator = self._check_initiator(lease)
+            if mode == GUEST:
+                if not instance_uuid:
+                    raise exception.DriverError(
+                        reason='guest-mode memory of lease %s needs the '
+                               'server (libvirt domain) to attach to' %
+                               lease['uuid'])
+                details = self.guest_attacher.attach(instance_uuid, extents,
+                                                     initiator)
+            else:
+                details = self.host_swap.attach(extents, initiator)
+        with self._lock:
+            self.memory_attachments[lease['uuid']] = details
+        return details
+
+    def detach_memory(self, context, lease, extents, mode,
+                      instance_uuid=None):
+        self._require(COMPUTE_NODE, 'detach memory')
+        mode = self._mode(mode)
+        if self.simulate:
+            for extent in extents:
+                LOG.warning('%(noop)s: would swapoff and log out of target '
+                            '%(iqn)s (lease %(lease)s)',
+                            {'noop': NOOP_ATTACH,
+                             'iqn': extent.get('target_iqn'),
+                             'lease': lease['uuid']})
+        elif mode == GUEST:
+            if instance_uuid:
+                self.guest_attacher.detach(instance_uuid, extents)
+            else:
+                LOG.warning('Guest-mode memory of lease %s names no '
+                            'server; nothing to detach', lease['uuid'])
+        else:
+            # An extent with no target was never exported, so never
+            # logged in to.
+            known = [e for e in extents if e.get('target_iqn') and
+                     e.get('lun') is not None]
+            if known:
+                self.host_swap.detach(known)
+        with self._lock:
+            self.memory_attachments.pop(lease['uuid'], None)
+
+    @staticmethod
+    def _simulated_attach(extents, mode, instance_uuid):
         details = {}
         for extent in extents:
             public = _public(extent)
-            if mode == 'guest':
+            if mode == GUEST:
                 LOG.warning('%(noop)s: would hot-plug an iSCSI disk for '
                             'target %(iqn)s lun %(lun)s at %(portal)s into '
                             'instance %(instance)s',
@@ -114,7 +321,7 @@ class AgentManager(object):
                              'portal': public.get('portal'),
                              'instance': instance_uuid})
                 details[extent['uuid']] = {
-                    'mode': 'guest', 'instance_uuid': instance_uuid,
+                    'mode': GUEST, 'instance_uuid': instance_uuid,
                     'target_iqn': public.get('target_iqn'),
                     'lun': public.get('lun')}
             else:
@@ -127,23 +334,9 @@ class AgentManager(object):
                              'iqn': public.get('target_iqn'),
                              'portal': public.get('portal'),
                              'prio': SWAP_PRIORITY, 'path': path})
-                details[extent['uuid']] = {'mode': 'host', 'device': path,
+                details[extent['uuid']] = {'mode': HOST, 'device': path,
                                            'swap_priority': SWAP_PRIORITY}
-        with self._lock:
-            self.memory_attachments[lease['uuid']] = details
         return details
-
-    def detach_memory(self, context, lease, extents, mode,
-                      instance_uuid=None):
-        self._require(COMPUTE_NODE, 'detach memory')
-        for extent in extents:
-            LOG.warning('%(noop)s: would swapoff and log out of target '
-                        '%(iqn)s (lease %(lease)s)',
-                        {'noop': NOOP_ATTACH,
-                         'iqn': extent.get('target_iqn'),
-                         'lease': lease['uuid']})
-        with self._lock:
-            self.memory_attachments.pop(lease['uuid'], None)
 
     def attach_devices(self, context, lease, devices):
         self._require(COMPUTE_NODE, 'attach devices')

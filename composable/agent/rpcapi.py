@@ -7,6 +7,7 @@ repeat any call after a timeout.
 
 Version history:
     1.0 - Initial version.
+    1.1 - get_memory_report.
 """
 
 from composable.common import rpc
@@ -16,14 +17,14 @@ CONF = conf.CONF
 
 
 class AgentAPI(object):
-    RPC_API_VERSION = '1.0'
+    RPC_API_VERSION = '1.1'
 
     def __init__(self):
         self.client = rpc.get_client(rpc.AGENT_TOPIC, self.RPC_API_VERSION)
 
-    def _call(self, context, node, method, **kwargs):
+    def _call(self, context, node, method, version='1.0', **kwargs):
         cctxt = self.client.prepare(
-            server=node, version='1.0',
+            server=node, version=version,
             timeout=CONF.rpc_response_timeout_bind)
         return cctxt.call(context, method, **kwargs)
 
@@ -41,6 +42,11 @@ class AgentAPI(object):
 
     def scrub_extent(self, context, node, extent):
         return self._call(context, node, 'scrub_extent', extent=extent)
+
+    def get_memory_report(self, context, node):
+        """Capacity and usage of the node's tmpfs area, in MiB."""
+        return self._call(context, node, 'get_memory_report',
+                          version='1.1')
 
     # compute_node role
 

@@ -20,7 +20,10 @@ def main(argv=None):
     service.prepare_service(argv)
     rpc.init()
     agent = manager.AgentManager(CONF.host, CONF.agent.roles)
-    server = service.RPCService(rpc.AGENT_TOPIC, CONF.host, [agent])
+    # The manager starts first: a memory node's tmpfs area is mounted or
+    # checked before any request is taken.
+    server = service.RPCService(rpc.AGENT_TOPIC, CONF.host, [agent],
+                                manager=agent)
     LOG.info('Starting composable-agent on %(host)s with roles %(roles)s',
              {'host': CONF.host, 'roles': ', '.join(agent.roles)})
     try:

@@ -109,7 +109,11 @@ def lease_view(lease):
             'instance_uuid': lease.instance_uuid,
             'memory_mb': lease.memory_mb,
             'device_count': len(lease.devices or []),
-            'host': lease.host.name if lease.host is not None else None}
+            'host': lease.host.name if lease.host is not None else None,
+            # What the exports are restricted to: the bound host's agent
+            # must log in with this name.
+            'initiator_iqn': (lease.host.initiator_iqn
+                              if lease.host is not None else None)}
 
 
 def extent_view(lease, extent, portal=None, credentials=False):
@@ -119,9 +123,11 @@ def extent_view(lease, extent, portal=None, credentials=False):
             'memory_node': node.name,
             'portal': portal or node.portal,
             'transport': node.transport,
-            'target_iqn': extent.target_iqn, 'lun': extent.lun}
+            'target_iqn': extent.target_iqn, 'lun': extent.lun,
+            # The account name (not its secret) lets an exporter remove
+            # the account even when its target is already gone.
+            'chap_username': extent.chap_username}
     if credentials:
-        view['chap_username'] = extent.chap_username
         view['chap_secret'] = extent.chap_secret
     return view
 
@@ -215,7 +221,10 @@ class LeaseFlows(object):
         is idempotent, so whatever it did late is redone or undone by the
         next flow on the lease.
         """
-        driver = fabric_drivers.get_driver(fabric['driver'])
+        try:
+            driver = fabric_drivers.get_driver(fabric['driver'])
+        except exception.DriverError as exc:
+            raise StepFailed('%s: %s' % (what, exc.message))
         outcome = {}
 
         def _run():
@@ -302,7 +311,13 @@ class LeaseFlows(object):
             unreachable = set()
             if isinstance(exc, StepFailed) and exc.unreachable:
                 unreachable.add(exc.node)
-            self._undo_failed_bind(context, lease_id, unreachable)
+            try:
+                self._undo_failed_bind(context, lease_id, unreachable)
+            except Exception:
+                # What was not undone stays marked; unbind or delete
+                # finish it. The lease must still leave binding.
+                LOG.exception('Undoing the failed bind of lease %s failed',
+                              lease.uuid)
             return self._finish(context, lease_id, states.BINDING,
                                 states.FAIL, action, fault=fault)
         return self._finish(context, lease_id, states.BINDING, states.DONE,

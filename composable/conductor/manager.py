@@ -24,6 +24,7 @@ from composable.common import utils
 from composable import conf
 from composable.conductor import allocator
 from composable.conductor import flows as lease_flows
+from composable.conductor import node_reports
 from composable.conductor import periodic
 from composable.conductor import reservations
 from composable.conductor import states
@@ -88,11 +89,14 @@ class ConductorManager(object):
         db_api.conductor_offline(admin, self.host)
         db_api.conductor_heartbeat(admin, self.host)
         self._stopping.clear()
-        for name, interval, fn in (
-                ('heartbeat', CONF.conductor.heartbeat_interval,
-                 self._heartbeat),
-                ('periodic', CONF.conductor.periodic_interval,
-                 self.run_periodic_tasks)):
+        loops = [('heartbeat', CONF.conductor.heartbeat_interval,
+                  self._heartbeat),
+                 ('periodic', CONF.conductor.periodic_interval,
+                  self.run_periodic_tasks)]
+        if CONF.conductor.node_check_interval:
+            loops.append(('node-check', CONF.conductor.node_check_interval,
+                          self._check_memory_nodes))
+        for name, interval, fn in loops:
             thread = threading.Thread(target=self._loop,
                                       args=(name, interval, fn),
                                       name='conductor-%s' % name,
@@ -122,6 +126,12 @@ class ConductorManager(object):
                 fn()
             except Exception:
                 LOG.exception('Conductor %s task failed', name)
+
+    def _check_memory_nodes(self):
+        # Safe on several conductors at once: scrubbing an orphan file is
+        # idempotent, and files of live extents are never touched.
+        node_reports.check_memory_nodes(
+            composable_context.get_admin_context(), self.flows.agents)
 
     def _heartbeat(self):
         db_api.conductor_heartbeat(composable_context.get_admin_context(),

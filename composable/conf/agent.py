@@ -13,8 +13,13 @@ opts = [
     cfg.StrOpt('memory_exporter',
                default='noop',
                help='Memory exporter driver, by its name on the '
-                    'composable.memory.exporters entry point. "noop" exports '
-                    'nothing and says so in the log.'),
+                    'composable.memory.exporters entry point: "tgt" (tgtd) '
+                    'or "lio" (the kernel target) export real memory. '
+                    '"noop" is a simulation for demos and tests and says '
+                    'so in the log: with it, the memory-node role exports '
+                    'nothing AND the compute-node role attaches nothing. '
+                    'Production memory and compute nodes set "tgt" or '
+                    '"lio".'),
     cfg.IntOpt('report_interval',
                default=30,
                min=1,

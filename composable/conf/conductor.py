@@ -24,6 +24,15 @@ opts = [
                min=1,
                help='Seconds between two runs of the periodic tasks (lease '
                     'start and expiry, taking over dead conductors\' work).'),
+    cfg.IntOpt('node_check_interval',
+               default=300,
+               min=0,
+               help='Seconds between two checks of the memory nodes: each '
+                    'memory node agent reports its tmpfs area; a tmpfs '
+                    'smaller than the registered capacity is logged, and '
+                    'extent files no lease holds any more (left by an agent '
+                    'killed mid-export) are scrubbed. 0 disables the '
+                    'check.'),
     cfg.IntOpt('reservation_wait',
                default=10,
                min=0,

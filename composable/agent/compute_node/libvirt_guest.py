@@ -19,6 +19,12 @@ host's kernel initiator is not involved.
   the guest can tell which extent a disk is, /sys/block/vdX/serial).
 - attach() and detach() are idempotent: a disk already there, or already
   gone, is fine. A failed attach removes what it added.
+- detach() is a PCI hot-unplug the guest acknowledges (ACPI eject); the
+  guest kernel lets go of the disk even if it still swaps to it, and the
+  pages on it are then lost to the guest. Guest-mode leases are
+  therefore to be detached only once the guest stopped using the swap
+  (swapoff in the guest, e.g. through the QEMU guest agent), or when the
+  guest is going away anyway.
 """
 
 import threading
@@ -232,6 +238,7 @@ class GuestMemoryAttacher(object):
                            'not installed, so guest-mode memory cannot be '
                            'attached on this host')
             connect = libvirt.open
+            _quiet_libvirt()
         try:
             self._conn = connect(self.uri)
         except Exception as exc:
@@ -400,6 +407,7 @@ class GuestMemoryAttacher(object):
                   'dev': dev, 'secs': time.monotonic() - start})
 
     def _roll_back(self, domain, instance_uuid, added, touched):
+        still_plugged = set()
         if added:
             try:
                 self._unplug(domain, instance_uuid, added)
@@ -407,8 +415,11 @@ class GuestMemoryAttacher(object):
                 LOG.exception('Could not remove the disks of instance %s '
                               'added by a failed attach; detach the lease '
                               'to retry', instance_uuid)
-                return
+                # Their secrets stay with them, for the retry.
+                still_plugged = {e['uuid'] for e in added}
         for extent in touched:
+            if extent['uuid'] in still_plugged:
+                continue
             try:
                 self._undefine_secret(extent['uuid'])
             except Exception:
@@ -495,6 +506,13 @@ class GuestMemoryAttacher(object):
                 for _extent, disk in pending.values():
                     self._request_unplug(domain, disk)
             time.sleep(self.poll_interval)
+
+
+def _quiet_libvirt():
+    """libvirt's default error handler prints every error to stderr, even
+    the expected ones (no such secret...); they are raised as exceptions
+    and handled here anyway."""
+    libvirt.registerErrorHandler(lambda ctx, err: None, None)
 
 
 def _call_with_timeout(func, timeout, what):

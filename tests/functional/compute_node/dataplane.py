@@ -60,25 +60,31 @@ def libvirt_connection():
     if not shutil.which('qemu-system-x86_64'):
         unavailable('qemu-system-x86_64 is not installed')
 
+    errors = []
+    libvirt.registerErrorHandler(lambda ctx, err: None, None)
+
     def _open():
         try:
             return libvirt.open(LIBVIRT_URI)
-        except libvirt.libvirtError:
+        except libvirt.libvirtError as exc:
+            errors.append(str(exc))
             return None
 
     conn = _open()
     if conn is None:
+        started = False
         for daemon in ('virtlogd', 'libvirtd'):
             binary = shutil.which(daemon) or '/usr/sbin/' + daemon
             if _pid_of(daemon) is None and os.path.exists(binary):
                 _run(binary, '-d', check=False)
-        deadline = time.monotonic() + 20
+                started = True
+        deadline = time.monotonic() + (20 if started else 0)
         while conn is None and time.monotonic() < deadline:
             time.sleep(0.5)
             conn = _open()
     if conn is None:
         unavailable('libvirtd does not answer at %s and could not be '
-                    'started' % LIBVIRT_URI)
+                    'started (%s)' % (LIBVIRT_URI, errors[-1]))
     return conn
 
 
@@ -182,7 +188,7 @@ class TgtDaemon(object):
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self._log.close()
-        for path in self.files:
+        for path in self.files + [self.log_path]:
             try:
                 os.unlink(path)
             except OSError:

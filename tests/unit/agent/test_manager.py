@@ -68,3 +68,146 @@ def test_refuses_a_role_it_does_not_have(roles, method, args):
 def test_unknown_role_is_refused():
     with pytest.raises(exception.Invalid):
         manager.AgentManager('node-x', ['gpu_node'])
+
+
+# ------------------------------------------------ the real data plane
+
+
+class FakeAttacher(object):
+    def __init__(self):
+        self.calls = []
+
+    def attach(self, *args):
+        self.calls.append(('attach',) + args)
+        extents = args[1] if len(args) == 3 else args[0]
+        return {e['uuid']: {'dev': 'x'} for e in extents}
+
+    def detach(self, *args):
+        self.calls.append(('detach',) + args)
+
+
+class FakeArea(object):
+    def __init__(self):
+        self.ready = 0
+
+    def ensure_ready(self):
+        self.ready += 1
+
+    def list(self):
+        return [{'uuid': 'e2', 'size_mb': 1024, 'allocated_mb': 1024},
+                {'uuid': 'e1', 'size_mb': 1024, 'allocated_mb': 1024}]
+
+    def usage(self):
+        return {'path': '/mem', 'extents': 2, 'extent_mb': 2048,
+                'allocated_mb': 2048, 'total_mb': 4096, 'used_mb': 2048,
+                'free_mb': 2048, 'overcommit': False}
+
+
+class FakeExporter(object):
+    def __init__(self):
+        self.area = FakeArea()
+
+
+@pytest.fixture
+def real_conf():
+    from composable import conf
+    conf.CONF.set_override('memory_exporter', 'tgt', 'agent')
+    conf.CONF.set_override('initiator_iqn', 'iqn.x:compute-0',
+                           'compute_node')
+    yield conf.CONF
+    conf.CONF.clear_override('memory_exporter', 'agent')
+    conf.CONF.clear_override('initiator_iqn', 'compute_node')
+
+
+def _real_agent(guest=None, swap=None):
+    return manager.AgentManager('compute-0', ['compute_node'],
+                                guest_attacher=guest or FakeAttacher(),
+                                host_swap=swap or FakeAttacher())
+
+
+def test_guest_mode_goes_to_the_guest_attacher(real_conf):
+    guest, swap = FakeAttacher(), FakeAttacher()
+    agent = _real_agent(guest, swap)
+    assert not agent.simulate
+    extent = dict(EXTENT, target_iqn='iqn.t:e1', lun=1)
+    lease = dict(LEASE, initiator_iqn='iqn.x:compute-0')
+    details = agent.attach_memory(None, lease, [extent], 'guest', 'dom-1')
+    assert details == {'e1': {'dev': 'x'}}
+    assert guest.calls == [('attach', 'dom-1', [extent], 'iqn.x:compute-0')]
+    assert agent.memory_attachments == {'l1': details}
+    agent.detach_memory(None, lease, [extent], 'guest', 'dom-1')
+    assert guest.calls[-1] == ('detach', 'dom-1', [extent])
+    assert swap.calls == []
+    assert agent.memory_attachments == {}
+
+
+def test_guest_mode_needs_a_server(real_conf):
+    agent = _real_agent()
+    with pytest.raises(exception.DriverError) as info:
+        agent.attach_memory(None, LEASE, [EXTENT], 'guest', None)
+    assert 'server' in info.value.message
+
+
+def test_host_mode_goes_to_host_swap(real_conf):
+    guest, swap = FakeAttacher(), FakeAttacher()
+    agent = _real_agent(guest, swap)
+    extent = dict(EXTENT, target_iqn='iqn.t:e1', lun=1)
+    never = dict(EXTENT, uuid='e2', target_iqn=None, lun=None)
+    agent.attach_memory(None, LEASE, [extent], 'host', None)
+    assert swap.calls == [('attach', [extent], 'iqn.x:compute-0')]
+    # An extent that was never exported was never logged in to.
+    agent.detach_memory(None, LEASE, [extent, never], 'host', None)
+    assert swap.calls[-1] == ('detach', [extent])
+    assert guest.calls == []
+
+
+def test_initiator_must_be_the_registered_one(real_conf):
+    agent = _real_agent()
+    lease = dict(LEASE, initiator_iqn='iqn.x:somebody-else')
+    with pytest.raises(exception.DriverError) as info:
+        agent.attach_memory(None, lease, [EXTENT], 'guest', 'dom-1')
+    assert 'iqn.x:somebody-else' in info.value.message
+    assert 'iqn.x:compute-0' in info.value.message
+
+
+def test_noop_exporter_simulates_the_compute_side():
+    agent = manager.AgentManager('compute-0', ['compute_node'])
+    assert agent.simulate
+
+
+def test_unknown_mode_is_refused(real_conf):
+    with pytest.raises(exception.DriverError):
+        _real_agent().attach_memory(None, LEASE, [EXTENT], 'sideways', None)
+
+
+def test_start_readies_the_area_and_reports(real_conf, caplog):
+    caplog.set_level(logging.INFO)
+    exporter = FakeExporter()
+    agent = manager.AgentManager('memory-0', ['memory_node'],
+                                 exporter=exporter)
+    agent.start()
+    try:
+        assert exporter.area.ready == 1
+        report = agent.get_memory_report(None)
+        assert report['total_mb'] == 4096 and report['free_mb'] == 2048
+        assert report['node'] == 'memory-0' and not report['simulated']
+        assert report['extent_uuids'] == ['e1', 'e2']
+        assert 'Memory node memory-0: 2 extent(s)' in caplog.text
+    finally:
+        agent.stop()
+
+
+def test_noop_report_is_simulated():
+    agent = manager.AgentManager('memory-0', ['memory_node'])
+    agent.export_extent(None, EXTENT, 'iqn.x:host', 'user', 'secret')
+    report = agent.get_memory_report(None)
+    assert report['simulated'] and report['extents'] == 1
+    assert report['extent_uuids'] == ['e1']
+
+
+def test_loads_the_configured_exporter(real_conf, tmp_path):
+    from composable.memory.exporters import tgt
+    agent = manager.AgentManager('memory-0', ['memory_node'])
+    assert isinstance(agent.exporter, tgt.TgtExporter)
+    assert agent.area is agent.exporter.area
+    assert agent.area.node_name == 'memory-0'

@@ -297,3 +297,23 @@ def test_connection_failure_is_a_clear_error():
     with pytest.raises(exception.DriverError) as info:
         attacher.attach(INSTANCE, [_extent()], INITIATOR)
     assert 'cannot connect to libvirt at qemu:///system' in str(info.value)
+
+
+def test_roll_back_keeps_the_secret_of_a_disk_that_stays(conn, domain):
+    one, two = _extent(1), _extent(2)
+    attacher = _attacher(conn, detach_timeout=0.1,
+                         detach_retry_interval=0.05)
+    domain.unplug_after = None  # the guest never lets go
+
+    def fail_second(xml, flags, _orig=domain.attachDeviceFlags):
+        if two['target_iqn'] in xml:
+            raise fakes.FakeLibvirtError('Connection refused', 1)
+        return _orig(xml, flags)
+    domain.attachDeviceFlags = fail_second
+
+    with pytest.raises(exception.DriverError) as info:
+        attacher.attach(INSTANCE, [one, two], INITIATOR)
+
+    assert 'Connection refused' in str(info.value)
+    assert 'ua-composable-' + one['uuid'] in domain.disk_aliases()
+    assert list(conn.secrets) == ['composable-extent-' + one['uuid']]

@@ -20,7 +20,9 @@ def sqlite_db(tmp_path):
 
 @pytest.fixture
 def harness(sqlite_db):
-    h = harness_mod.Harness(rpc_timeout=1, fabric_timeout=1)
+    # Long enough for a loaded test machine; tests of timeouts use agents
+    # that do not run at all, so they do not wait longer for it.
+    h = harness_mod.Harness(rpc_timeout=3, fabric_timeout=3)
     h.start()
     yield h
     h.stop()

@@ -100,11 +100,16 @@ class Harness(object):
         svc.wait()
 
     def stop(self):
+        # Stop every server first, then wait for all: each one takes a
+        # poll interval of the fake driver to notice.
+        services = list(self.agent_services.values())
         if self.conductor_service is not None:
-            self.conductor_service.stop()
-            self.conductor_service.wait()
-        for name in list(self.agent_services):
-            self.stop_agent(name)
+            services.insert(0, self.conductor_service)
+        for svc in services:
+            svc.stop()
+        for svc in services:
+            svc.wait()
+        self.agent_services.clear()
         rpc.cleanup()
         impl_fake.FakeExchangeManager.cleanup()
         fake_fabric.FakeFabricDriver.reset()

@@ -3,10 +3,13 @@ bind_failed with a fault naming what failed, the lease action ends in
 error, nothing stays exported or bound, and a later delete frees the
 capacity."""
 
+from composable import conf
 from composable.conductor import states
 from composable.db import api as db_api
 from composable.fabric import fake as fake_fabric
 from tests.unit.conductor import harness as h_mod
+
+CONF = conf.CONF
 
 
 def _bind(harness, uuid, host='compute-0'):
@@ -85,6 +88,7 @@ def test_fabric_failure_fails_bind(harness):
 
 
 def test_fabric_timeout_fails_bind(harness):
+    CONF.set_override('operation_timeout', 1, 'fabric')
     db_api.fabric_update(h_mod.admin(), harness.fabric.uuid,
                          {'driver_info': {'simulate_delay': 1.5}})
     uuid = harness.create(device_count=1)
@@ -116,3 +120,17 @@ def test_unbind_failure_goes_to_error_and_delete_recovers(harness):
     harness.idle()
     harness.assert_nothing_live()
     assert harness.pool(harness.memory_pool).used == 0
+
+
+def test_disabled_fabric_driver_fails_bind_with_a_reason(harness):
+    uuid = harness.create(device_count=1)
+    CONF.set_override('enabled_drivers', ['redfish'], 'fabric')
+    try:
+        from composable import fabric as fabric_drivers
+        fabric_drivers.reset()
+        _bind(harness, uuid)
+        lease = harness.wait(uuid, states.BIND_FAILED)
+    finally:
+        CONF.clear_override('enabled_drivers', 'fabric')
+    assert 'enabled_drivers' in lease.fault
+    assert 'internal error' not in lease.fault

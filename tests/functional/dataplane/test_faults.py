@@ -1,0 +1,182 @@
+"""Faults in the memory data plane, with the real processes.
+
+A private tgtd (so the machine's own is never killed) exports the memory
+node's tmpfs; a tiny guest on compute-0 gets the leases. Something is
+killed in the middle of a bind or an unbind; afterwards the lease ends in
+a state the conductor and the user can finish, and once it is finished
+nothing is left: no target (tgtadm --op show), no extent file (the
+tmpfs), no disk (virsh domblklist), no libvirt secret, no host swap
+(/proc/swaps).
+
+The memory agent's tgtadm can be made slow at the LUN step
+(DataPlaneStack.slow_lun), which is where the kills land.
+"""
+
+import os
+import time
+
+import pytest
+
+from tests.functional.compute_node import dataplane
+from tests.functional.dataplane import env
+from tests.functional.dataplane import test_guest_memory_lease as e2e
+
+LEASE_MB = e2e.LEASE_MB
+BIND_TIMEOUT = 10
+
+
+@pytest.fixture(scope='module')
+def private_tgt():
+    tgt = env.Tgt(private=True)
+    yield tgt
+    tgt.stop()
+
+
+@pytest.fixture(scope='module')
+def fdp(tmp_path_factory, private_tgt, libvirt_conn):
+    stack = env.DataPlaneStack(tmp_path_factory.mktemp('faults'),
+                               private_tgt, bind_timeout=BIND_TIMEOUT)
+    try:
+        stack.start()
+        yield stack
+    finally:
+        stack.stop()
+
+
+def _wait_file(path, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, 'the export never got to %s' % (
+            path)
+        time.sleep(0.05)
+
+
+def _lease(dp, name):
+    return dp.user.post('/leases', {'name': name, 'memory_mb': LEASE_MB,
+                                    'attach_mode': 'guest'},
+                        expect=201).json()
+
+
+def _post_bind(dp, lease, guest):
+    dp.user.post('/leases/%s/bind' % lease['uuid'],
+                 {'server': guest.uuid, 'host': env.COMPUTE,
+                  'attach_mode': 'guest'}, expect=202)
+
+
+def _release(dp, lease):
+    dp.user.delete('/leases/%s' % lease['uuid'])
+    done = dp.user.wait_lease(lease['uuid'], ('released', 'error'),
+                              timeout=120)
+    assert done['status'] == 'released', done['fault']
+
+
+def _extent_uuids(dp, lease):
+    return [e['uuid'] for e in dp.admin.get(
+        '/leases/%s' % lease['uuid']).json()['extents']]
+
+
+def test_tgtd_killed_during_bind(fdp, guest):
+    swaps = env.host_swaps()
+    lease = _lease(fdp, 'tgtd-killed')
+    reached = fdp.slow_lun(3)
+    _post_bind(fdp, lease, guest)
+    _wait_file(reached)
+    fdp.tgt.kill()
+    failed = fdp.user.wait_lease(lease['uuid'], ('bind_failed', 'bound'),
+                                 timeout=90)
+    assert failed['status'] == 'bind_failed'
+    assert 'tgtd' in failed['fault'] and 'memory-0' in failed['fault']
+    assert dataplane.domblklist(guest.uuid) == []
+
+    # tgtd is back (empty, as after any restart): binding again works.
+    fdp.fast_lun()
+    fdp.tgt.restart()
+    since = guest.mark()
+    bound = e2e._bind(fdp, lease, guest)
+    e2e._guest_swaps_on(guest, bound['extents'][0]['uuid'], LEASE_MB,
+                        since)
+    fdp.user.post('/leases/%s/unbind' % lease['uuid'], {}, expect=202)
+    assert fdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
+                               timeout=120)['status'] == 'reserved'
+    _release(fdp, lease)
+    e2e.assert_nothing_left(fdp, guest, _extent_uuids(fdp, lease), swaps)
+
+
+def test_memory_agent_killed_during_bind(fdp, guest):
+    swaps = env.host_swaps()
+    lease = _lease(fdp, 'memory-agent-killed')
+    reached = fdp.slow_lun(BIND_TIMEOUT * 3)
+    _post_bind(fdp, lease, guest)
+    _wait_file(reached)
+    fdp.stack.kill(env.MEMORY)
+    failed = fdp.user.wait_lease(lease['uuid'], ('bind_failed', 'bound'),
+                                 timeout=90)
+    assert failed['status'] == 'bind_failed'
+    assert 'memory-0' in failed['fault']
+    assert dataplane.domblklist(guest.uuid) == []
+
+    fdp.fast_lun()
+    fdp.start_agent(env.MEMORY)
+    # Deleting the lease unexports and scrubs what the bind left.
+    _release(fdp, lease)
+    e2e.assert_nothing_left(fdp, guest, _extent_uuids(fdp, lease), swaps)
+
+
+def test_compute_agent_killed_during_bind(fdp, guest):
+    swaps = env.host_swaps()
+    lease = _lease(fdp, 'compute-agent-killed')
+    reached = fdp.slow_lun(2)
+    _post_bind(fdp, lease, guest)
+    _wait_file(reached)
+    # The export goes on; the attach finds no agent.
+    fdp.stack.kill(env.COMPUTE)
+    failed = fdp.user.wait_lease(lease['uuid'], ('bind_failed', 'bound'),
+                                 timeout=90)
+    assert failed['status'] == 'bind_failed'
+    assert 'compute-0' in failed['fault']
+    # The failed bind took back the exports of the host that did not
+    # answer.
+    assert fdp.tgt.targets_of(_extent_uuids(fdp, lease)) == []
+    fdp.fast_lun()
+    fdp.start_agent(env.COMPUTE)
+    # The attach request that was never answered is not carried out
+    # late by the new agent: the guest gets no disk.
+    time.sleep(3)
+    assert dataplane.domblklist(guest.uuid) == []
+
+    since = guest.mark()
+    bound = e2e._bind(fdp, lease, guest)
+    e2e._guest_swaps_on(guest, bound['extents'][0]['uuid'], LEASE_MB,
+                        since)
+    fdp.user.post('/leases/%s/unbind' % lease['uuid'], {}, expect=202)
+    assert fdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
+                               timeout=120)['status'] == 'reserved'
+    _release(fdp, lease)
+    e2e.assert_nothing_left(fdp, guest, _extent_uuids(fdp, lease), swaps)
+
+
+def test_conductor_restarted_during_unbind(fdp, guest):
+    swaps = env.host_swaps()
+    lease = _lease(fdp, 'conductor-restarted')
+    since = guest.mark()
+    bound = e2e._bind(fdp, lease, guest)
+    name = e2e._guest_swaps_on(guest, bound['extents'][0]['uuid'],
+                               LEASE_MB, since)
+
+    since = guest.mark()
+    fdp.user.post('/leases/%s/unbind' % lease['uuid'], {}, expect=202)
+    fdp.stack.kill('conductor-0')
+    assert fdp.user.get('/leases/%s' % lease['uuid']).json()[
+        'status'] == 'unbinding'
+    # The same conductor comes back: it drops what its previous life
+    # held and finishes the unbind.
+    fdp.stack.start_conductor('conductor-0')
+    done = fdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
+                               timeout=120)
+    assert done['status'] == 'reserved', done['fault']
+    guest.wait_for_line(r'^disk-gone %s$' % name, e2e.GUEST_TIMEOUT,
+                        since=since)
+    assert dataplane.domblklist(guest.uuid) == []
+    assert fdp.tgt.targets_of(_extent_uuids(fdp, lease)) == []
+    _release(fdp, lease)
+    e2e.assert_nothing_left(fdp, guest, _extent_uuids(fdp, lease), swaps)
