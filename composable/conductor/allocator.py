@@ -317,34 +317,38 @@ def check_requested_devices(context, device_uuids):
         return pools.pop() if pools else None
 
 
+def _complete(session, lease_id, source, action, values=None):
+    """Move a lease from ``source`` to where DONE leads, compare-and-set.
+
+    True when this call moved it; False when it was there already (the
+    step is idempotent: a retried RPC or a resumed flow lands here);
+    InvalidState for any other state.
+    """
+    target = states.next_state(source, states.DONE)
+    moved = session.query(models.Lease).filter(
+        models.Lease.id == lease_id,
+        models.Lease.status == source).update(
+            dict(values or {}, status=target), synchronize_session=False)
+    if moved == 1:
+        return True
+    status = session.query(models.Lease.status).filter(
+        models.Lease.id == lease_id).scalar()
+    if status == target:
+        return False
+    raise exception.InvalidState(lease=lease_id, status=status,
+                                 action=action)
+
+
 def _allocate_once(context, lease_id):
     with dbapi.writer(context) as session:
-        # The lease row first: moving it to reserved here both locks it
-        # and makes the claim and the state change one commit.
-        target = states.next_state(states.ALLOCATING, states.DONE)
-        moved = session.query(models.Lease).filter(
-            models.Lease.id == lease_id,
-            models.Lease.status == states.ALLOCATING).update(
-                {'status': target, 'fault': None},
-                synchronize_session=False)
-        if moved != 1:
-            status = session.query(models.Lease.status).filter(
-                models.Lease.id == lease_id).scalar()
-            if status == target:
-                return False  # Claimed already: allocate is idempotent.
-            raise exception.InvalidState(lease=lease_id, status=status,
-                                         action='allocate')
+        # The lease row first (it names no pool yet, so this locks no
+        # pool): the claim and the state change are one commit.
+        if not _complete(session, lease_id, states.ALLOCATING, 'allocate',
+                         {'fault': None}):
+            return False
         lease = session.query(models.Lease).filter(
             models.Lease.id == lease_id).one()
-        memory_pool = None
-        if lease.memory_mb:
-            memory_pool = _claim_memory(session, lease)
-            lease.memory_pool_id = memory_pool.id
-        if lease.device_count or lease.requested_devices:
-            device_pool = _claim_devices(
-                session, lease,
-                memory_pool.fabric_id if memory_pool is not None else None)
-            lease.device_pool_id = device_pool.id
+        _claim(session, lease)
         session.flush()
         return True
 
@@ -542,19 +546,9 @@ def release_unbound(context, lease_id, action='delete'):
 def _release_once(context, lease_id):
     with dbapi.writer(context) as session:
         _lock_lease_pools(session, lease_id)
-        target = states.next_state(states.RELEASING, states.DONE)
-        moved = session.query(models.Lease).filter(
-            models.Lease.id == lease_id,
-            models.Lease.status == states.RELEASING).update(
-                {'status': target, 'reservation': None},
-                synchronize_session=False)
-        if moved != 1:
-            status = session.query(models.Lease.status).filter(
-                models.Lease.id == lease_id).scalar()
-            if status == target:
-                return False
-            raise exception.InvalidState(lease=lease_id, status=status,
-                                         action='release')
+        if not _complete(session, lease_id, states.RELEASING, 'release',
+                         {'reservation': None}):
+            return False
         memory_pool_id = session.query(models.Lease.memory_pool_id).filter(
             models.Lease.id == lease_id).scalar()
         extents = session.query(models.MemoryExtent.memory_node_id,
