@@ -467,18 +467,20 @@ def _lock_lease_pools(session, lease_id):
     references (foreign key check); asking for the exclusive pool lock
     after that deadlocks with a claim waiting for the same pool. Taking
     the pool locks first keeps one order everywhere: pools, then the rest.
+    Returns the lease's memory pool id.
     """
     row = session.query(models.Lease.memory_pool_id,
                         models.Lease.device_pool_id).filter(
         models.Lease.id == lease_id).first()
     if row is None:
-        return
+        return None
     device_pools = {pid for (pid,) in session.query(
         models.Device.pool_id).filter(models.Device.lease_id == lease_id)}
     if row.memory_pool_id is not None:
         dbapi.lock_pool(session, row.memory_pool_id)
     for pool_id in sorted(device_pools | ({row.device_pool_id} - {None})):
         dbapi.lock_pool(session, pool_id)
+    return row.memory_pool_id
 
 
 # Resting states from which a lease that was never bound can be released
@@ -500,7 +502,7 @@ def _release_unbound_once(context, lease_id, action):
     assert len(targets) == 1
     try:
         with dbapi.writer(context) as session:
-            _lock_lease_pools(session, lease_id)
+            memory_pool_id = _lock_lease_pools(session, lease_id)
             moved = session.query(models.Lease).filter(
                 models.Lease.id == lease_id,
                 models.Lease.reservation.is_(None),
@@ -526,7 +528,9 @@ def _release_unbound_once(context, lease_id, action):
             session.add(_action_row(context, lease_id, action, 'success'))
             session.flush()
             # Same transaction: return the capacity, move to released.
-            _release_once(context, lease_id)
+            _complete(session, lease_id, states.RELEASING, 'release',
+                      {'reservation': None})
+            _return_capacity(session, lease_id, memory_pool_id)
             return states.RELEASED
     except _NotQuick:
         return None
@@ -545,48 +549,51 @@ def release_unbound(context, lease_id, action='delete'):
 
 def _release_once(context, lease_id):
     with dbapi.writer(context) as session:
-        _lock_lease_pools(session, lease_id)
+        memory_pool_id = _lock_lease_pools(session, lease_id)
         if not _complete(session, lease_id, states.RELEASING, 'release',
                          {'reservation': None}):
             return False
-        memory_pool_id = session.query(models.Lease.memory_pool_id).filter(
-            models.Lease.id == lease_id).scalar()
-        extents = session.query(models.MemoryExtent.memory_node_id,
-                                models.MemoryExtent.size_mb).filter(
-            models.MemoryExtent.lease_id == lease_id).all()
-        if extents:
-            by_node = collections.Counter()
-            for node_id, size_mb in extents:
-                by_node[node_id] += size_mb
-            total = sum(by_node.values())
-            if memory_pool_id is not None:
-                # Locked already by _lock_lease_pools.
-                _unclaim_pool(session, memory_pool_id, total)
-            for node_id in sorted(by_node):
-                session.query(models.MemoryNode).filter(
-                    models.MemoryNode.id == node_id).update(
-                        {'allocated_mb': models.MemoryNode.allocated_mb -
-                         by_node[node_id]}, synchronize_session=False)
-            session.query(models.MemoryExtent).filter(
-                models.MemoryExtent.lease_id == lease_id).delete(
-                    synchronize_session=False)
-        devices = session.query(models.Device.pool_id).filter(
-            models.Device.lease_id == lease_id).all()
-        if devices:
-            per_pool = collections.Counter(pid for (pid,) in devices)
-            for pool_id in sorted(per_pool):
-                # Locked already by _lock_lease_pools.
-                _unclaim_pool(session, pool_id, per_pool[pool_id])
-            session.query(models.Device).filter(
-                models.Device.lease_id == lease_id).update(
-                    {'lease_id': None, 'pci_address': None,
-                     'state': sa.case(
-                         (models.Device.state.in_(
-                             [DEVICE_RESERVED, 'attached']),
-                          DEVICE_AVAILABLE),
-                         else_=models.Device.state)},
-                    synchronize_session=False)
+        _return_capacity(session, lease_id, memory_pool_id)
         return True
+
+
+def _return_capacity(session, lease_id, memory_pool_id):
+    """Give back what the lease holds; its pools are locked already."""
+    extents = session.query(models.MemoryExtent.memory_node_id,
+                            models.MemoryExtent.size_mb).filter(
+        models.MemoryExtent.lease_id == lease_id).all()
+    if extents:
+        by_node = collections.Counter()
+        for node_id, size_mb in extents:
+            by_node[node_id] += size_mb
+        total = sum(by_node.values())
+        if memory_pool_id is not None:
+            # Locked already by _lock_lease_pools.
+            _unclaim_pool(session, memory_pool_id, total)
+        for node_id in sorted(by_node):
+            session.query(models.MemoryNode).filter(
+                models.MemoryNode.id == node_id).update(
+                    {'allocated_mb': models.MemoryNode.allocated_mb -
+                     by_node[node_id]}, synchronize_session=False)
+        session.query(models.MemoryExtent).filter(
+            models.MemoryExtent.lease_id == lease_id).delete(
+                synchronize_session=False)
+    devices = session.query(models.Device.pool_id).filter(
+        models.Device.lease_id == lease_id).all()
+    if devices:
+        per_pool = collections.Counter(pid for (pid,) in devices)
+        for pool_id in sorted(per_pool):
+            # Locked already by _lock_lease_pools.
+            _unclaim_pool(session, pool_id, per_pool[pool_id])
+        session.query(models.Device).filter(
+            models.Device.lease_id == lease_id).update(
+                {'lease_id': None, 'pci_address': None,
+                 'state': sa.case(
+                     (models.Device.state.in_(
+                         [DEVICE_RESERVED, 'attached']),
+                      DEVICE_AVAILABLE),
+                     else_=models.Device.state)},
+                synchronize_session=False)
 
 
 def release_capacity(context, lease_id):
