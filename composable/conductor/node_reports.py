@@ -10,11 +10,22 @@ usage, and the extent files present) and:
 * scrubs orphan extent files: a file whose extent is already scrubbed, or
   unknown to the database, holds memory nobody leases any more (left by
   a memory agent killed in the middle of an export or a scrub, or by a
-  database restored from a backup). Scrubbing removes its target too.
+  database restored from a backup). Scrubbing removes its target too;
+* removes orphan targets: the agent also reports the extents its
+  exporter serves a target for (``exported_extent_uuids``). A target of
+  an extent that is scrubbed, unknown to the database, or placed on
+  another node is removed at once: nothing will ever export that extent
+  on this node again. A target of an extent the database says is not
+  exported (``allocated`` or ``unexported``, left by a bind cut short)
+  is removed only by a caller that names its conductor (``host``, the
+  reconciler), under the lease's reservation taken without waiting, and
+  only while no operation runs on the lease: a bind in progress exports
+  an extent before it marks it ``exported``.
 
 Extent rows are created when a lease is allocated, before anything is
-exported, and an extent is marked scrubbed only after its file is gone,
-so neither check races with a running bind or release.
+exported, and an extent is marked scrubbed (its row deleted once the
+lease is released) only after its target and file are gone, so no check
+races with a running bind or release.
 
 A node whose agent does not answer is reported and skipped; the next run
 asks again. ``check_memory_nodes`` returns what it found, per node.
@@ -23,28 +34,119 @@ asks again. ``check_memory_nodes`` returns what it found, per node.
 from oslo_log import log as logging
 
 from composable.agent import rpcapi as agent_rpcapi
+from composable.conductor import flows
+from composable.conductor import reservations
+from composable.conductor import states as lease_states
 from composable.db import api as db_api
 from composable.db import models
 
 LOG = logging.getLogger(__name__)
 
-SCRUBBED = 'scrubbed'
+SCRUBBED = flows.EXTENT_SCRUBBED
 
 
-def _extent_states(context, uuids):
+def _extents(context, uuids):
+    """{uuid: (export_state, memory_node_id, lease_id)} of the extents
+    the database knows among ``uuids``."""
     if not uuids:
         return {}
     with db_api.reader(context) as session:
         rows = session.query(models.MemoryExtent.uuid,
-                             models.MemoryExtent.export_state).filter(
+                             models.MemoryExtent.export_state,
+                             models.MemoryExtent.memory_node_id,
+                             models.MemoryExtent.lease_id).filter(
             models.MemoryExtent.uuid.in_(list(uuids))).all()
-    return {uuid: state for uuid, state in rows}
+    return {row[0]: tuple(row[1:]) for row in rows}
 
 
-def check_memory_node(context, node, agents):
+def _message(exc):
+    return getattr(exc, 'message', None) or str(exc) or type(exc).__name__
+
+
+def _unexport(context, node, agents, extent, result):
+    """Ask the node to remove the extent's target; True when done."""
+    try:
+        agents.unexport_extent(context, node.name, extent)
+    except Exception as exc:
+        result['problems'].append('could not remove the orphan target of '
+                                  'extent %s on %s: %s' %
+                                  (extent['uuid'], node.name,
+                                   _message(exc)))
+        LOG.warning('%s', result['problems'][-1])
+        return False
+    result['orphan_targets'].append(extent['uuid'])
+    return True
+
+
+def _bare_extent(node, uuid):
+    return {'uuid': uuid, 'memory_node': node.name, 'portal': node.portal,
+            'transport': node.transport}
+
+
+def _unexport_unmarked(context, node, agents, lease_id, uuid, host,
+                       result):
+    """Remove the target of an extent of a lease that the database says
+    is not exported, under the lease's reservation."""
+    reservation = reservations.try_reserve(context, lease_id, host)
+    if reservation is None:
+        # An operation runs on the lease: it may be exporting this very
+        # extent. The next run looks again.
+        return
+    with reservations.guard(reservation):
+        lease = db_api.lease_get_by_id(context, lease_id)
+        if lease.status in lease_states.TRANSIENT_STATES:
+            # Left by a conductor that stopped; the takeover resumes it.
+            return
+        extent = next((e for e in lease.extents if e.uuid == uuid), None)
+        if extent is None or extent.export_state in (
+                flows.EXTENT_EXPORTED, SCRUBBED):
+            return
+        LOG.warning('Memory node %(node)s serves a target for extent '
+                    '%(uuid)s of lease %(lease)s, which the database says '
+                    'is %(state)s; removing it',
+                    {'node': node.name, 'uuid': uuid, 'lease': lease.uuid,
+                     'state': extent.export_state})
+        if _unexport(context, node, agents,
+                     flows.extent_view(lease, extent), result):
+            # The backing file may hold what the lease wrote: the extent
+            # stays to be scrubbed (unexported), with no credentials.
+            db_api.extent_update(context, extent.id, flows._CLEAR_EXPORT)
+
+
+def _check_targets(context, node, agents, exported, known, skip, host,
+                   result):
+    for uuid in exported:
+        if uuid in skip:
+            # Its file is scrubbed below, which removes the target too.
+            continue
+        state, node_id, lease_id = known.get(uuid, (None, None, None))
+        if state == flows.EXTENT_EXPORTED and node_id == node.id:
+            continue
+        if state is None or state == SCRUBBED or node_id != node.id:
+            LOG.warning('Memory node %(node)s serves a target for extent '
+                        '%(uuid)s, which is %(why)s; removing it',
+                        {'node': node.name, 'uuid': uuid,
+                         'why': ('unknown to the database' if state is None
+                                 else 'scrubbed already'
+                                 if node_id == node.id else
+                                 'placed on another memory node')})
+            _unexport(context, node, agents, _bare_extent(node, uuid),
+                      result)
+        elif host is not None:
+            _unexport_unmarked(context, node, agents, lease_id, uuid, host,
+                               result)
+
+
+def check_memory_node(context, node, agents, host=None):
     """Check one memory node; returns a dict: report, orphans (the
-    extent uuids scrubbed now), problems (strings)."""
-    result = {'report': None, 'orphans': [], 'problems': []}
+    extent uuids scrubbed now), orphan_targets (the extent uuids whose
+    target was removed now), problems (strings).
+
+    ``host``: the conductor asking, which may then take lease
+    reservations (see the module's doc).
+    """
+    result = {'report': None, 'orphans': [], 'orphan_targets': [],
+              'problems': []}
     try:
         report = agents.get_memory_report(context, node.name)
     except Exception as exc:
@@ -55,7 +157,22 @@ def check_memory_node(context, node, agents):
         LOG.warning('%s', result['problems'][-1])
         return result
     result['report'] = report
-    if report.get('simulated'):
+    if report.get('exporter_problem'):
+        result['problems'].append('the exporter of memory node %s cannot '
+                                  'list its targets: %s' %
+                                  (node.name, report['exporter_problem']))
+        LOG.warning('%s', result['problems'][-1])
+    simulated = report.get('simulated')
+    files = [] if simulated else report.get('extent_uuids') or []
+    exported = report.get('exported_extent_uuids') or []
+    known = _extents(context, set(files) | set(exported))
+    orphan_files = [u for u in files
+                    if known.get(u, (SCRUBBED,))[0] == SCRUBBED]
+    # A simulated node's pretend targets are checked too: removing one
+    # touches nothing real.
+    _check_targets(context, node, agents, exported, known,
+                   set(orphan_files), host, result)
+    if simulated:
         return result
     total = report.get('total_mb')
     if total is not None and total < node.capacity_mb:
@@ -65,12 +182,8 @@ def check_memory_node(context, node, agents):
             'the capacity' % (node.name, node.capacity_mb,
                               report.get('path'), total))
         LOG.warning('%s', result['problems'][-1])
-    files = report.get('extent_uuids') or []
-    states = _extent_states(context, files)
-    for uuid in files:
-        state = states.get(uuid)
-        if state is not None and state != SCRUBBED:
-            continue
+    for uuid in orphan_files:
+        state = known.get(uuid, (None,))[0]
         LOG.warning('Memory node %(node)s has the file of extent %(uuid)s, '
                     'which is %(why)s; scrubbing it',
                     {'node': node.name, 'uuid': uuid,
@@ -89,11 +202,12 @@ def check_memory_node(context, node, agents):
     return result
 
 
-def check_memory_nodes(context, agents=None):
+def check_memory_nodes(context, agents=None, host=None):
     """Check every enabled memory node; {node name: result}."""
     agents = agents or agent_rpcapi.AgentAPI()
     results = {}
     for node in db_api.memory_node_list(context,
                                         filters={'enabled': True}):
-        results[node.name] = check_memory_node(context, node, agents)
+        results[node.name] = check_memory_node(context, node, agents,
+                                               host=host)
     return results

@@ -33,6 +33,33 @@ opts = [
                     'extent files no lease holds any more (left by an agent '
                     'killed mid-export) are scrubbed. 0 disables the '
                     'check.'),
+    cfg.IntOpt('reconcile_interval',
+               default=60,
+               min=0,
+               help='Seconds between two runs of the lease reconciler: it '
+                    'retries the release (or unbind) of leases in error, '
+                    'tears down what a failed bind left exported or '
+                    'attached (the lease stays bind_failed), removes '
+                    'iSCSI targets that memory nodes still serve for '
+                    'extents the database says are not exported, and '
+                    'scrubs orphan extent files. Each lease is handled '
+                    'under its reservation, so every conductor may run '
+                    'it. 0 disables the reconciler.'),
+    cfg.IntOpt('reconcile_retry_backoff',
+               default=60,
+               min=0,
+               help='Seconds the reconciler waits before it retries a '
+                    'lease after its own first failed attempt; the wait '
+                    'doubles with every further failure, up to '
+                    'reconcile_retry_max_backoff. A lease that failed '
+                    'because of a user request is retried at the next '
+                    'run. Failed attempts are counted in the lease\'s '
+                    'action log (action "reconcile").'),
+    cfg.IntOpt('reconcile_retry_max_backoff',
+               default=3600,
+               min=0,
+               help='The longest wait, in seconds, between two reconciler '
+                    'attempts on the same lease.'),
     cfg.IntOpt('reservation_wait',
                default=10,
                min=0,

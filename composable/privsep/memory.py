@@ -275,3 +275,9 @@ def lio_unexport(iqn):
 def lio_holders(path):
     """Names of the LIO backstores serving ``path``."""
     return _lio_call('holders', path)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def lio_target_names():
+    """The IQNs of every LIO iSCSI target."""
+    return _lio_call('target_names')

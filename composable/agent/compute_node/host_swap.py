@@ -36,18 +36,22 @@ again through composable.
 
 Commands go through an injectable runner (``runner(argv,
 ok_exit_codes=(0,), secrets=(), timeout=None)``); CHAP secrets are
-masked in everything logged or raised.
+masked in everything logged or raised. The default runner,
+PrivsepRunner, hands each command to the privileged function of its
+kind in composable.privsep.compute (run by the oslo.privsep daemon), so
+the agent itself needs no root: the argv above stays the contract, and
+the privileged side checks what it is asked to run.
 """
 
 import collections
 import os
-import subprocess
 import time
 
 from oslo_log import log as logging
 
 from composable.common import exception
 from composable import conf
+from composable.privsep import compute as priv_compute
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -102,24 +106,61 @@ class SwapoffWouldNotFit(exception.DriverError):
     error_code = 'composable.swap.would_not_fit'
 
 
-class ProcessRunner(object):
-    """Runs commands as the agent process (which runs as root)."""
+class PrivsepRunner(object):
+    """Runs the host-mode commands as root through the privsep daemon.
+
+    Each command of the contract maps to one privileged function
+    (``ops``, composable.privsep.compute by default); anything else is
+    refused here, and the privileged side refuses arguments it does not
+    accept (a device that is not a block device, an iscsiadm command
+    that is not in node mode...).
+    """
+
+    def __init__(self, ops=None):
+        self.ops = ops or priv_compute
+
+    def _dispatch(self, argv, timeout):
+        name = argv[0] if argv else None
+        if name in ('mkswap', 'swapon', 'swapoff') and \
+                not argv[-1].startswith('/'):
+            # Options (swapoff -a, mkswap -f...) are not part of the
+            # contract: the last argument is always a device path.
+            return None
+        if name == 'iscsiadm':
+            return self.ops.iscsiadm(argv[1:], timeout)
+        if name == 'mkswap' and len(argv) == 2:
+            return self.ops.mkswap(argv[1], timeout)
+        if name == 'swapon' and len(argv) == 4 and argv[1] == '-p':
+            return self.ops.swapon(argv[3], int(argv[2]), timeout)
+        if name == 'swapoff' and len(argv) == 2:
+            return self.ops.swapoff(argv[1], timeout)
+        return None
 
     def __call__(self, argv, ok_exit_codes=(0,), secrets=(), timeout=None):
-        LOG.debug('Running %s', _mask(' '.join(argv), secrets))
+        argv = [str(a) for a in argv]
+        shown = _mask(' '.join(argv), secrets)
+        LOG.debug('Running %s', shown)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True,
-                                  timeout=timeout, check=False)
-        except FileNotFoundError:
-            raise CommandFailed(argv, 127, stderr='%s: command not found'
-                                % argv[0], secrets=secrets)
-        except subprocess.TimeoutExpired:
+            result = self._dispatch(argv, timeout)
+        except (ValueError, TypeError) as exc:
+            raise exception.DriverError(
+                reason='refused to run %s as root: %s' % (
+                    shown, _mask(exc, secrets)))
+        if result is None:
+            raise exception.DriverError(
+                reason='%s is not a command this agent runs as root' %
+                shown)
+        if result.get('timed_out'):
             raise exception.DriverTimeout(
-                what=_mask(' '.join(argv), secrets), timeout=timeout)
-        if proc.returncode not in ok_exit_codes:
-            raise CommandFailed(argv, proc.returncode, proc.stdout,
-                                proc.stderr, secrets=secrets)
-        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+                what=shown, timeout=timeout or priv_compute.DEFAULT_TIMEOUT)
+        if result['exit_code'] not in ok_exit_codes:
+            raise CommandFailed(argv, result['exit_code'],
+                                result.get('stdout') or '',
+                                result.get('stderr') or '',
+                                secrets=secrets)
+        return CommandResult(result['exit_code'],
+                             _mask(result.get('stdout') or '', secrets),
+                             _mask(result.get('stderr') or '', secrets))
 
 
 def format_portal(portal):
@@ -175,7 +216,7 @@ class HostSwap(object):
                  poll_interval=POLL_INTERVAL, sleep=time.sleep,
                  clock=time.monotonic):
         opts = CONF.compute_node
-        self.runner = runner or ProcessRunner()
+        self.runner = runner or PrivsepRunner()
         self.priority = priority if priority is not None \
             else opts.swap_priority
         self.attach_timeout = attach_timeout or opts.attach_timeout

@@ -431,19 +431,56 @@ class GuestMemoryAttacher(object):
     def detach(self, instance_uuid, extents):
         """Unplug the extents' disks, wait for them to go, drop secrets.
 
-        A domain that does not exist or is not running has no live disks:
-        only the secrets are removed. Raises DriverTimeout if the guest
-        does not release a disk within the detach timeout (the secrets of
-        those disks are kept, so a retry finds everything consistent).
+        A domain that does not exist, is not running, or goes away
+        meanwhile has no live disks: only the secrets are removed. The
+        secrets are removed whatever happens to the unplug: QEMU got its
+        own copy of the credentials when the disk was plugged, so a disk
+        still plugged needs no secret in libvirt, and a retry of the
+        detach needs none either. Raises DriverTimeout if the guest does
+        not release a disk within the detach timeout, and DriverError if
+        a secret could not be removed (a retry removes it).
         """
         with lockutils.lock('composable-guest-%s' % instance_uuid):
+            try:
+                self._unplug_from(instance_uuid, extents)
+            finally:
+                failed = self._drop_secrets(extents)
+            if failed:
+                raise exception.DriverError(
+                    reason='could not remove the libvirt secret of extent '
+                           '%s on %s: %s' % (
+                               ', '.join(sorted(failed)), self.uri,
+                               '; '.join(sorted(set(failed.values())))))
+
+    def _unplug_from(self, instance_uuid, extents):
+        try:
             domain = self._domain(instance_uuid, missing_ok=True)
             if domain is not None and domain.isActive():
                 self._unplug(domain, instance_uuid, extents)
-            for extent in extents:
+        except Exception as exc:
+            if _error_code(exc) != VIR_ERR_NO_DOMAIN:
+                raise
+            # Destroyed (and gone, if it was transient) while unplugging:
+            # a domain that is not there has no disks.
+            LOG.info('Instance %s went away during the detach; its disks '
+                     'went with it', instance_uuid)
+
+    def _drop_secrets(self, extents):
+        """Undefine each extent's secret; {extent uuid: error} of those
+        that could not be removed."""
+        failed = {}
+        for extent in extents:
+            try:
                 if self._undefine_secret(extent['uuid']):
                     LOG.info('Removed the libvirt secret of extent %s',
                              extent['uuid'])
+            except Exception as exc:
+                # The error of a secret call never carries its value.
+                LOG.warning('Could not remove the libvirt secret of extent '
+                            '%(extent)s: %(exc)s',
+                            {'extent': extent['uuid'], 'exc': exc})
+                failed[extent['uuid']] = str(exc) or type(exc).__name__
+        return failed
 
     def _request_unplug(self, domain, disk):
         try:

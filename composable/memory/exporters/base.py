@@ -31,8 +31,25 @@ class MemoryExporter(object, metaclass=abc.ABCMeta):
         """Destroy the extent's contents and free its memory, so nothing a
         lease wrote can be read by the next one."""
 
+    def exported(self):
+        """The uuids of the extents this node serves a target for, or None
+        when the exporter cannot tell. The conductor compares them with
+        the database to remove targets nobody leases any more."""
+        return None
+
+
+TARGET_PREFIX = 'iqn.2026-11.org.openstack.composable:extent-'
+
 
 def target_iqn(extent):
     """The target IQN of an extent: derived from its uuid, so exporting it
     twice names the same target."""
-    return 'iqn.2026-11.org.openstack.composable:extent-%s' % extent['uuid']
+    return TARGET_PREFIX + str(extent['uuid'])
+
+
+def extent_uuid_of(iqn):
+    """The extent uuid a target IQN was made for, or None for a target
+    composable did not make."""
+    if iqn and iqn.startswith(TARGET_PREFIX):
+        return iqn[len(TARGET_PREFIX):] or None
+    return None

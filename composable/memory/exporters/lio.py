@@ -171,6 +171,10 @@ class LioConfig(object):
         return [so.name for so in self._root().storage_objects
                 if getattr(so, 'udev_path', None) == path]
 
+    def target_names(self):
+        """The IQNs of every iSCSI target LIO has."""
+        return sorted(target.wwn for target in self._root().targets)
+
 
 class PrivilegedLio(object):
     """LioConfig over the real rtslib_fb, run in the privsep daemon."""
@@ -183,6 +187,9 @@ class PrivilegedLio(object):
 
     def holders(self, path):
         return priv_memory.lio_holders(path)
+
+    def target_names(self):
+        return priv_memory.lio_target_names()
 
 
 class LioExporter(base.MemoryExporter):
@@ -241,6 +248,12 @@ class LioExporter(base.MemoryExporter):
         if self.backend.unexport(iqn):
             LOG.info('Unexported extent %(extent)s (LIO target %(iqn)s)',
                      {'extent': extent['uuid'], 'iqn': iqn})
+
+    def exported(self):
+        uuids = {base.extent_uuid_of(iqn)
+                 for iqn in self.backend.target_names()}
+        uuids.discard(None)
+        return sorted(uuids)
 
     def scrub(self, extent):
         self.unexport(extent)

@@ -50,6 +50,10 @@ class NoopExporter(base.MemoryExporter):
         with self._lock:
             self.exports.pop(extent['uuid'], None)
 
+    def exported(self):
+        with self._lock:
+            return sorted(self.exports)
+
     def scrub(self, extent):
         LOG.warning('%(nothing)s: would delete the backing file of extent '
                     '%(extent)s on %(node)s',

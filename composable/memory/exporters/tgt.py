@@ -372,6 +372,16 @@ class TgtExporter(base.MemoryExporter):
             LOG.info('Unexported extent %(extent)s (target %(iqn)s)',
                      {'extent': extent['uuid'], 'iqn': iqn})
 
+    # ---------------------------------------------------------- report
+
+    def exported(self):
+        """Extent uuids of the targets tgtd serves, over every driver."""
+        with _LOCK:
+            targets = self._targets(LLDS[0])
+        uuids = {base.extent_uuid_of(t['name']) for t in targets}
+        uuids.discard(None)
+        return sorted(uuids)
+
     # ------------------------------------------------------------- scrub
 
     def scrub(self, extent):

@@ -204,3 +204,15 @@ def domblklist(domain_uuid):
         if parts:
             devs.append(parts[0])
     return devs
+
+
+def secret_usages():
+    """The usage ids of the libvirt secrets, as virsh lists them
+    ("iscsi composable-extent-<uuid>" for an extent)."""
+    out = _run('virsh', '-c', LIBVIRT_URI, 'secret-list').stdout
+    usages = []
+    for line in out.splitlines()[2:]:
+        parts = line.split(None, 1)
+        if len(parts) == 2:
+            usages.append(parts[1].strip())
+    return usages

@@ -201,3 +201,59 @@ def test_initiator_not_allowed_fails_and_leaves_nothing(
 def test_detach_from_unknown_instance_is_a_no_op(libvirt_conn):
     extent = {'uuid': str(uuid.uuid4()), 'target_iqn': 'iqn.x:y', 'lun': 1}
     _attacher().detach(str(uuid.uuid4()), [extent])
+
+
+@pytest.mark.parametrize('undefine', [False, True],
+                         ids=['destroyed', 'destroyed-and-undefined'])
+def test_detach_after_the_domain_was_destroyed_leaves_no_secret(
+        libvirt_conn, tgt, undefine):
+    """Nova destroys a guest (delete, failed start...) before the lease is
+    taken away: the detach finds no running domain, or none at all, and
+    still removes the extent's libvirt secret."""
+    from tests.functional.guest import build
+    image = build.build()
+    extent = _extent(tgt, size_mb=16)
+    usage = libvirt_guest.secret_usage(extent['uuid'])
+    with build.running_guest(libvirt_conn, image=image,
+                             memory_mib=128) as doomed:
+        attacher = _attacher()
+        attacher.attach(doomed.uuid, [extent], INITIATOR)
+        assert any(usage in u for u in dataplane.secret_usages())
+
+        doomed.domain.destroy()
+        if undefine:
+            doomed.domain.undefine()
+
+        attacher.detach(doomed.uuid, [extent])
+
+        assert not _secret_exists(libvirt_conn, extent)
+        assert not any(usage in u for u in dataplane.secret_usages())
+        # Detaching again is fine.
+        attacher.detach(doomed.uuid, [extent])
+
+
+def test_detach_that_times_out_still_removes_the_secret(
+        libvirt_conn, tgt, guest):
+    """The unplug is asked for but the detach gives up before the guest
+    lets go of the disk (a zero timeout here): the secret goes anyway,
+    and a later detach finishes the unplug."""
+    extent = _extent(tgt, size_mb=16)
+    since = guest.mark()
+    details = _attacher().attach(guest.uuid, [extent], INITIATOR)
+    dev = details[extent['uuid']]['target_dev']
+    name = _guest_saw(guest, extent, since)
+    impatient = libvirt_guest.GuestMemoryAttacher(
+        uri=dataplane.LIBVIRT_URI, attach_timeout=60, detach_timeout=0)
+
+    since = guest.mark()
+    with pytest.raises(exception.DriverTimeout):
+        impatient.detach(guest.uuid, [extent])
+
+    assert not _secret_exists(libvirt_conn, extent)
+    usage = libvirt_guest.secret_usage(extent['uuid'])
+    assert not any(usage in u for u in dataplane.secret_usages())
+    # The unplug that was asked for completes; detaching again is fine.
+    _attacher().detach(guest.uuid, [extent])
+    assert dev not in dataplane.domblklist(guest.uuid)
+    guest.wait_for_line(r'^disk-gone %s$' % name, GUEST_TIMEOUT,
+                        since=since)

@@ -1,20 +1,25 @@
-"""Host-mode swap with the real kernel: mkswap, swapon -p, /proc/swaps,
-the swapoff memory check and swapoff, on a swap file and on a loop device.
+"""Host-mode swap with the real kernel, through the real oslo.privsep
+daemon: mkswap, swapon -p, /proc/swaps, the swapoff memory check and
+swapoff, on a loop device (the privileged functions accept block devices
+only, as an iSCSI LUN is one).
 
 The kernel iSCSI initiator cannot run on these machines, so in the full
 attach/detach flow below iscsiadm is played by the recording runner (its
 "login" makes the by-path link point at a loop device) while mkswap,
-swapon and swapoff really run. Skipped with the reason when this kernel
-or container does not allow swapon.
+swapon and swapoff really run, as root, in the privsep daemon. Skipped
+with the reason when this kernel or container does not allow swapon.
 """
 
 import os
 import subprocess
+import sys
 import uuid
 
 import pytest
 
 from composable.agent.compute_node import host_swap
+from composable.common import exception
+from composable import conf
 from tests.functional.compute_node import dataplane
 from tests.unit.compute_node import fakes
 
@@ -51,6 +56,23 @@ def swapon_allowed():
         os.unlink(path)
 
 
+@pytest.fixture(scope='module')
+def privsep_daemon():
+    """The privileged functions run in a privsep daemon started by the
+    privsep-helper of this Python (the tests run as root, so no sudo)."""
+    helper = os.path.join(os.path.dirname(sys.executable), 'privsep-helper')
+    if not os.path.exists(helper):
+        dataplane.unavailable('privsep-helper is not installed next to %s'
+                              % sys.executable)
+    if os.geteuid() != 0:
+        dataplane.unavailable('the privsep daemon needs root here')
+    # oslo.privsep adds the context and socket arguments itself.
+    conf.CONF.set_override('helper_command', helper,
+                           'composable_sys_admin')
+    yield
+    conf.CONF.clear_override('helper_command', 'composable_sys_admin')
+
+
 @pytest.fixture
 def swap_file(swapon_allowed):
     path = _make_swap_file()
@@ -74,7 +96,7 @@ def loop_device(swap_file):
 def _swap(**kw):
     kw.setdefault('priority', PRIORITY)
     kw.setdefault('headroom_mb', 0)
-    kw.setdefault('runner', host_swap.ProcessRunner())
+    # HostSwap's own default: every command through privsep.
     return host_swap.HostSwap(attach_timeout=10, detach_timeout=30, **kw)
 
 
@@ -85,40 +107,60 @@ def _entry(path):
     return None
 
 
-def test_swap_file_lifecycle(swap_file):
+def test_swap_lifecycle_through_privsep(loop_device, privsep_daemon):
     swap = _swap()
 
-    assert swap.enable_swap(swap_file) == swap_file
+    assert swap.enable_swap(loop_device) == loop_device
 
-    entry = _entry(swap_file)
+    entry = _entry(loop_device)
     assert entry is not None
-    assert entry.type == 'file'
+    assert entry.type == 'partition'
     assert entry.priority == PRIORITY
     assert entry.size_kb == SIZE_MB * 1024 - 4
     # Again: nothing to do.
-    swap.enable_swap(swap_file)
+    swap.enable_swap(loop_device)
     assert [e.filename for e in host_swap.read_swaps()].count(
-        swap_file) == 1
+        loop_device) == 1
 
-    assert swap.disable_swap(swap_file) is True
-    assert _entry(swap_file) is None
-    assert swap.disable_swap(swap_file) is False
+    assert swap.disable_swap(loop_device) is True
+    assert _entry(loop_device) is None
+    assert swap.disable_swap(loop_device) is False
 
 
-def test_swapoff_refused_when_memory_is_short(swap_file, tmp_path):
+def test_swapoff_refused_when_memory_is_short(loop_device, privsep_daemon,
+                                              tmp_path):
     meminfo = tmp_path / 'meminfo'
     meminfo.write_text('MemTotal: 262144 kB\nMemAvailable: 1024 kB\n')
     short = _swap(headroom_mb=64, proc_meminfo=str(meminfo))
-    short.enable_swap(swap_file)
+    short.enable_swap(loop_device)
 
     with pytest.raises(host_swap.SwapoffWouldNotFit) as info:
-        short.disable_swap(swap_file)
+        short.disable_swap(loop_device)
 
-    assert 'Refusing to swapoff %s' % swap_file in str(info.value)
-    assert _entry(swap_file) is not None
+    assert 'Refusing to swapoff %s' % loop_device in str(info.value)
+    assert _entry(loop_device) is not None
     # With this host's real /proc/meminfo it fits.
-    assert _swap(headroom_mb=64).disable_swap(swap_file) is True
-    assert _entry(swap_file) is None
+    assert _swap(headroom_mb=64).disable_swap(loop_device) is True
+    assert _entry(loop_device) is None
+
+
+def test_privsep_refuses_what_is_not_a_free_block_device(
+        swap_file, loop_device, privsep_daemon):
+    runner = host_swap.PrivsepRunner()
+    # A regular file: the privileged side never makes one swap.
+    with pytest.raises(exception.DriverError) as info:
+        runner(['mkswap', swap_file])
+    assert 'not a device under /dev' in str(info.value)
+    # Active swap is not wiped by a second mkswap.
+    _swap().enable_swap(loop_device)
+    with pytest.raises(exception.DriverError) as info:
+        runner(['mkswap', loop_device])
+    assert 'swap already' in str(info.value)
+    assert _entry(loop_device) is not None
+    # Nor is anything else iscsiadm can do than node records.
+    with pytest.raises(exception.DriverError):
+        runner(['iscsiadm', '-m', 'discovery', '-t', 'st', '-p',
+                '192.0.2.1'])
 
 
 class _HybridRunner(fakes.RecordingRunner):
@@ -127,7 +169,7 @@ class _HybridRunner(fakes.RecordingRunner):
     def __init__(self, host, device):
         super().__init__(host, make_devices=False)
         self.device = device
-        self.real = host_swap.ProcessRunner()
+        self.real = host_swap.PrivsepRunner()
 
     def __call__(self, argv, ok_exit_codes=(0,), secrets=(), timeout=None):
         if argv[0] != 'iscsiadm':
@@ -144,7 +186,8 @@ class _HybridRunner(fakes.RecordingRunner):
         return result
 
 
-def test_host_mode_attach_detach_on_a_loop_device(loop_device, tmp_path):
+def test_host_mode_attach_detach_on_a_loop_device(loop_device, tmp_path,
+                                                  privsep_daemon):
     host = fakes.FakeHostState(tmp_path / 'host')
     runner = _HybridRunner(host, loop_device)
     swap = _swap(runner=runner, by_path_dir=host.by_path,

@@ -144,7 +144,8 @@ class DataPlaneStack(object):
     """The processes, the inventory, and the checks."""
 
     def __init__(self, workdir, tgt, memory_mb=512, step_mb=128,
-                 bind_timeout=60):
+                 bind_timeout=60, reconcile_interval=None,
+                 reconcile_backoff=1, reconcile_max_backoff=8):
         check_tools()
         self.workdir = str(workdir)
         self.tgt = tgt
@@ -164,6 +165,13 @@ class DataPlaneStack(object):
             'composable_sys_admin': {
                 'helper_command': self._helper_command()},
         }
+        if reconcile_interval is not None:
+            # Short waits, so a test sees the reconciler converge within
+            # seconds of a fault.
+            extra['conductor'] = {
+                'reconcile_interval': reconcile_interval,
+                'reconcile_retry_backoff': reconcile_backoff,
+                'reconcile_retry_max_backoff': reconcile_max_backoff}
         self.stack = stack_mod.Stack(self.workdir, self.db_url, RABBIT,
                                      bind_timeout=bind_timeout, extra=extra)
         self.memory_mb = memory_mb
@@ -262,6 +270,43 @@ class DataPlaneStack(object):
         return sorted(f for f in os.listdir(self.tmpfs)
                       if f.startswith('extent-'))
 
+    def actions(self, lease_uuid):
+        """(action, result) of the lease, oldest first."""
+        return [(a['action'], a['result']) for a in self.admin.get(
+            '/leases/%s/actions' % lease_uuid).json()['actions']]
+
+    def marked_exports(self, lease_uuid):
+        """The extents of the lease the database says may be exported:
+        exported, or with CHAP credentials (given just before an export
+        is asked for, taken away once it is removed)."""
+        return [e['uuid'] for e in self.extent_secrets(lease_uuid)
+                if e['export_state'] == 'exported' or e['chap_username']]
+
+    def wait_reconciled(self, lease_uuid, statuses, extent_uuids,
+                        timeout=90):
+        """Wait, without any request on the lease, until the lease is in
+        one of ``statuses``, nothing of it may be exported any more, and
+        tgtd serves no target of its extents (``extent_uuids``: a
+        released lease has no extent rows any more); returns the
+        lease."""
+        deadline = time.monotonic() + timeout
+        uuids = list(extent_uuids)
+        while True:
+            lease = self.admin.get('/leases/%s' % lease_uuid).json()
+            if lease['status'] in statuses and \
+                    not self.marked_exports(lease_uuid) and \
+                    not self.tgt.targets_of(uuids):
+                return lease
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    'the reconciler did not converge on lease %s: %s '
+                    '(fault %s), marked exports %s, targets %s, actions %s'
+                    % (lease_uuid, lease['status'], lease.get('fault'),
+                       self.marked_exports(lease_uuid),
+                       self.tgt.targets_of(uuids),
+                       self.actions(lease_uuid)))
+            time.sleep(0.5)
+
     def extent_secrets(self, lease_uuid):
         """(username, secret) of each extent, read from the database as
         an operator could; the API never shows them."""
@@ -271,7 +316,8 @@ class DataPlaneStack(object):
             with engine.connect() as conn:
                 rows = conn.execute(sa.text(
                     'SELECT e.uuid, e.chap_username, e.chap_secret, '
-                    'e.target_iqn, e.lun FROM memory_extents e JOIN '
+                    'e.target_iqn, e.lun, e.export_state FROM '
+                    'memory_extents e JOIN '
                     'leases l ON e.lease_id = l.id WHERE l.uuid = :u '
                     'ORDER BY e.`index`'), {'u': lease_uuid}).fetchall()
         finally:

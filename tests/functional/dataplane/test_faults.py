@@ -2,11 +2,13 @@
 
 A private tgtd (so the machine's own is never killed) exports the memory
 node's tmpfs; a tiny guest on compute-0 gets the leases. Something is
-killed in the middle of a bind or an unbind; afterwards the lease ends in
-a state the conductor and the user can finish, and once it is finished
-nothing is left: no target (tgtadm --op show), no extent file (the
-tmpfs), no disk (virsh domblklist), no libvirt secret, no host swap
-(/proc/swaps).
+killed in the middle of a bind, an unbind or a release. Afterwards, with
+no request on the lease, the conductor's reconciler (run every
+RECONCILE_INTERVAL seconds here) converges: a failed bind gives back
+what it held, a failed release is finished once the memory agent is
+back. Then nothing is orphaned: no target of the lease (tgtadm --op
+show), no extent file of a released lease (the tmpfs), no disk (virsh
+domblklist), no libvirt secret, no host swap (/proc/swaps).
 
 The memory agent's tgtadm can be made slow at the LUN step
 (DataPlaneStack.slow_lun), which is where the kills land.
@@ -23,6 +25,7 @@ from tests.functional.dataplane import test_guest_memory_lease as e2e
 
 LEASE_MB = e2e.LEASE_MB
 BIND_TIMEOUT = 10
+RECONCILE_INTERVAL = 2
 
 
 @pytest.fixture(scope='module')
@@ -35,7 +38,8 @@ def private_tgt():
 @pytest.fixture(scope='module')
 def fdp(tmp_path_factory, private_tgt, libvirt_conn):
     stack = env.DataPlaneStack(tmp_path_factory.mktemp('faults'),
-                               private_tgt, bind_timeout=BIND_TIMEOUT)
+                               private_tgt, bind_timeout=BIND_TIMEOUT,
+                               reconcile_interval=RECONCILE_INTERVAL)
     try:
         stack.start()
         yield stack
@@ -71,13 +75,32 @@ def _release(dp, lease):
 
 
 def _extent_uuids(dp, lease):
-    return [e['uuid'] for e in dp.admin.get(
+    # Read while the lease holds them: a released lease has none.
+    uuids = [e['uuid'] for e in dp.admin.get(
         '/leases/%s' % lease['uuid']).json()['extents']]
+    assert uuids
+    return uuids
+
+
+def _converged(dp, guest, lease, uuids, swaps, statuses):
+    """Wait for the reconciler, with no request on the lease, then check
+    that nothing of the lease is left exported or attached."""
+    done = dp.wait_reconciled(lease['uuid'], statuses, uuids)
+    assert dp.tgt.targets_of(uuids) == []
+    assert dataplane.domblklist(guest.uuid) == []
+    for extent_uuid in uuids:
+        assert not e2e._secret_defined(guest.conn, extent_uuid)
+    assert env.host_swaps() == swaps
+    if done['status'] == 'released':
+        assert not [f for f in dp.extent_files()
+                    if any(u in f for u in uuids)]
+    return done
 
 
 def test_tgtd_killed_during_bind(fdp, guest):
     swaps = env.host_swaps()
     lease = _lease(fdp, 'tgtd-killed')
+    uuids = _extent_uuids(fdp, lease)
     reached = fdp.slow_lun(3)
     _post_bind(fdp, lease, guest)
     _wait_file(reached)
@@ -87,10 +110,17 @@ def test_tgtd_killed_during_bind(fdp, guest):
     assert failed['status'] == 'bind_failed'
     assert 'tgtd' in failed['fault'] and 'memory-0' in failed['fault']
     assert dataplane.domblklist(guest.uuid) == []
+    # The failed bind could not unexport from a dead tgtd.
+    assert fdp.marked_exports(lease['uuid']) == uuids
 
-    # tgtd is back (empty, as after any restart): binding again works.
+    # tgtd is back (empty, as after any restart): the reconciler clears
+    # what the bind left marked, and the lease waits in bind_failed.
     fdp.fast_lun()
     fdp.tgt.restart()
+    _converged(fdp, guest, lease, uuids, swaps, ('bind_failed',))
+    assert ('reconcile', 'success') in fdp.actions(lease['uuid'])
+
+    # Binding again works.
     since = guest.mark()
     bound = e2e._bind(fdp, lease, guest)
     e2e._guest_swaps_on(guest, bound['extents'][0]['uuid'], LEASE_MB,
@@ -99,12 +129,13 @@ def test_tgtd_killed_during_bind(fdp, guest):
     assert fdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
                                timeout=120)['status'] == 'reserved'
     _release(fdp, lease)
-    e2e.assert_nothing_left(fdp, guest, _extent_uuids(fdp, lease), swaps)
+    e2e.assert_nothing_left(fdp, guest, uuids, swaps)
 
 
 def test_memory_agent_killed_during_bind(fdp, guest):
     swaps = env.host_swaps()
     lease = _lease(fdp, 'memory-agent-killed')
+    uuids = _extent_uuids(fdp, lease)
     reached = fdp.slow_lun(BIND_TIMEOUT * 3)
     _post_bind(fdp, lease, guest)
     _wait_file(reached)
@@ -114,17 +145,25 @@ def test_memory_agent_killed_during_bind(fdp, guest):
     assert failed['status'] == 'bind_failed'
     assert 'memory-0' in failed['fault']
     assert dataplane.domblklist(guest.uuid) == []
+    # The agent died with the target half built, and nobody could ask
+    # it to remove it.
+    assert fdp.tgt.targets_of(uuids) == uuids
 
+    # Once the agent is back the reconciler removes the target.
     fdp.fast_lun()
     fdp.start_agent(env.MEMORY)
-    # Deleting the lease unexports and scrubs what the bind left.
+    _converged(fdp, guest, lease, uuids, swaps, ('bind_failed',))
+    assert ('reconcile', 'success') in fdp.actions(lease['uuid'])
+
+    # Deleting the lease scrubs the memory the bind reserved.
     _release(fdp, lease)
-    e2e.assert_nothing_left(fdp, guest, _extent_uuids(fdp, lease), swaps)
+    e2e.assert_nothing_left(fdp, guest, uuids, swaps)
 
 
 def test_compute_agent_killed_during_bind(fdp, guest):
     swaps = env.host_swaps()
     lease = _lease(fdp, 'compute-agent-killed')
+    uuids = _extent_uuids(fdp, lease)
     reached = fdp.slow_lun(2)
     _post_bind(fdp, lease, guest)
     _wait_file(reached)
@@ -136,13 +175,14 @@ def test_compute_agent_killed_during_bind(fdp, guest):
     assert 'compute-0' in failed['fault']
     # The failed bind took back the exports of the host that did not
     # answer.
-    assert fdp.tgt.targets_of(_extent_uuids(fdp, lease)) == []
+    assert fdp.tgt.targets_of(uuids) == []
     fdp.fast_lun()
     fdp.start_agent(env.COMPUTE)
     # The attach request that was never answered is not carried out
     # late by the new agent: the guest gets no disk.
     time.sleep(3)
     assert dataplane.domblklist(guest.uuid) == []
+    _converged(fdp, guest, lease, uuids, swaps, ('bind_failed',))
 
     since = guest.mark()
     bound = e2e._bind(fdp, lease, guest)
@@ -152,12 +192,13 @@ def test_compute_agent_killed_during_bind(fdp, guest):
     assert fdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
                                timeout=120)['status'] == 'reserved'
     _release(fdp, lease)
-    e2e.assert_nothing_left(fdp, guest, _extent_uuids(fdp, lease), swaps)
+    e2e.assert_nothing_left(fdp, guest, uuids, swaps)
 
 
 def test_conductor_restarted_during_unbind(fdp, guest):
     swaps = env.host_swaps()
     lease = _lease(fdp, 'conductor-restarted')
+    uuids = _extent_uuids(fdp, lease)
     since = guest.mark()
     bound = e2e._bind(fdp, lease, guest)
     name = e2e._guest_swaps_on(guest, bound['extents'][0]['uuid'],
@@ -176,7 +217,42 @@ def test_conductor_restarted_during_unbind(fdp, guest):
     assert done['status'] == 'reserved', done['fault']
     guest.wait_for_line(r'^disk-gone %s$' % name, e2e.GUEST_TIMEOUT,
                         since=since)
-    assert dataplane.domblklist(guest.uuid) == []
-    assert fdp.tgt.targets_of(_extent_uuids(fdp, lease)) == []
+    _converged(fdp, guest, lease, uuids, swaps, ('reserved',))
     _release(fdp, lease)
-    e2e.assert_nothing_left(fdp, guest, _extent_uuids(fdp, lease), swaps)
+    e2e.assert_nothing_left(fdp, guest, uuids, swaps)
+
+
+def test_release_with_the_memory_agent_down_is_finished_by_the_reconciler(
+        fdp, guest):
+    swaps = env.host_swaps()
+    lease = _lease(fdp, 'release-retried')
+    uuids = _extent_uuids(fdp, lease)
+    since = guest.mark()
+    bound = e2e._bind(fdp, lease, guest)
+    name = e2e._guest_swaps_on(guest, bound['extents'][0]['uuid'],
+                               LEASE_MB, since)
+
+    fdp.stack.kill(env.MEMORY)
+    since = guest.mark()
+    fdp.user.delete('/leases/%s' % lease['uuid'])
+    failed = fdp.user.wait_lease(lease['uuid'], ('error', 'released'),
+                                 timeout=120)
+    assert failed['status'] == 'error', failed
+    assert 'memory-0' in failed['fault']
+    # The guest let go of its disk before the unexport failed; the lease
+    # keeps its capacity until its memory is scrubbed.
+    guest.wait_for_line(r'^disk-gone %s$' % name, e2e.GUEST_TIMEOUT,
+                        since=since)
+    pools = {p['name']: p for p in fdp.admin.get('/pools').json()['pools']}
+    assert pools['memory-pool']['used'] == LEASE_MB
+    assert fdp.extent_files() == ['extent-%s' % u for u in uuids]
+
+    # The memory agent comes back; nobody asks anything of the lease.
+    fdp.start_agent(env.MEMORY)
+    _converged(fdp, guest, lease, uuids, swaps, ('released',))
+    actions = fdp.actions(lease['uuid'])
+    assert ('delete', 'error') in actions
+    assert actions[-1] == ('reconcile', 'success')
+    e2e.assert_nothing_left(fdp, guest, uuids, swaps)
+    pools = {p['name']: p for p in fdp.admin.get('/pools').json()['pools']}
+    assert pools['memory-pool']['used'] == 0

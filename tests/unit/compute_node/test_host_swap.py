@@ -265,26 +265,3 @@ def test_read_swaps(tmp_path):
     assert swaps == [
         host_swap.SwapEntry('/dev/sdb', 'partition', 1048572, 2048, 10),
         host_swap.SwapEntry('/var/tmp/my swap', 'file', 16380, 0, -2)]
-
-
-def test_process_runner_masks_secrets():
-    runner = host_swap.ProcessRunner()
-    result = runner(['sh', '-c', 'echo out'])
-    assert result.stdout == 'out\n'
-    with pytest.raises(host_swap.CommandFailed) as info:
-        runner(['sh', '-c', 'echo "bad $0" >&2; exit 3', SECRET],
-               secrets=(SECRET,))
-    assert info.value.exit_code == 3
-    assert SECRET not in str(info.value)
-    assert '***' in str(info.value)
-    result = runner(['sh', '-c', 'exit 15'], ok_exit_codes=(0, 15))
-    assert result.exit_code == 15
-
-
-def test_process_runner_missing_command_and_timeout():
-    runner = host_swap.ProcessRunner()
-    with pytest.raises(host_swap.CommandFailed) as info:
-        runner(['/nonexistent/iscsiadm'])
-    assert info.value.exit_code == 127
-    with pytest.raises(exception.DriverTimeout):
-        runner(['sleep', '5'], timeout=0.2)

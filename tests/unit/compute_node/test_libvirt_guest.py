@@ -228,7 +228,7 @@ def test_detach_waits_for_the_guest_and_drops_secrets(conn, domain):
     attacher.detach(INSTANCE, [one, two])
 
 
-def test_detach_timeout_keeps_the_secret(conn, domain):
+def test_detach_timeout_still_drops_the_secret(conn, domain):
     extent = _extent()
     attacher = _attacher(conn, detach_timeout=0.2,
                          detach_retry_interval=0.05)
@@ -240,7 +240,60 @@ def test_detach_timeout_keeps_the_secret(conn, domain):
 
     assert 'vdb' in str(info.value)
     assert len(domain.detach_calls) >= 2  # the request was repeated
-    assert 'composable-extent-' + extent['uuid'] in conn.secrets
+    # QEMU holds its own copy for the disk that stays; libvirt keeps no
+    # secret of a lease that is being taken away.
+    assert conn.secrets == {}
+    # The retry finds the disk and no secret, and finishes once the guest
+    # lets go.
+    domain.unplug_after = 1
+    attacher.detach(INSTANCE, [extent])
+    assert domain.disk_aliases() == ['virtio-disk0']
+
+
+def test_domain_destroyed_during_the_detach_drops_secrets(conn, domain):
+    one, two = _extent(1), _extent(2)
+    attacher = _attacher(conn)
+    attacher.attach(INSTANCE, [one, two], INITIATOR)
+    domain.unplug_after = None
+    original = domain.XMLDesc
+    reads = []
+
+    def xml_then_gone(flags=0):
+        reads.append(flags)
+        if len(reads) > 1:
+            # Destroyed, and undefined with it (a transient domain).
+            conn.domains.pop(INSTANCE, None)
+            raise fakes.FakeLibvirtError('Domain not found',
+                                         libvirt_guest.VIR_ERR_NO_DOMAIN)
+        return original(flags)
+    domain.XMLDesc = xml_then_gone
+
+    attacher.detach(INSTANCE, [one, two])
+
+    assert conn.secrets == {}
+
+
+def test_secret_that_cannot_be_removed_fails_the_detach(conn, domain):
+    extent = _extent()
+    attacher = _attacher(conn)
+    attacher.attach(INSTANCE, [extent], INITIATOR)
+    secret = conn.secrets['composable-extent-' + extent['uuid']]
+
+    def broken():
+        raise fakes.FakeLibvirtError('internal error: no connection', 1)
+    secret.undefine = broken
+
+    with pytest.raises(exception.DriverError) as info:
+        attacher.detach(INSTANCE, [extent])
+
+    assert extent['uuid'] in str(info.value)
+    assert 'no connection' in str(info.value)
+    assert extent['chap_secret'] not in str(info.value)
+    # The disk is gone anyway; a retry removes the secret.
+    assert domain.disk_aliases() == ['virtio-disk0']
+    del secret.undefine
+    attacher.detach(INSTANCE, [extent])
+    assert conn.secrets == {}
 
 
 def test_detach_finds_a_disk_by_its_lun_without_alias(conn):

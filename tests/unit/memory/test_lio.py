@@ -195,3 +195,25 @@ def test_privileged_entrypoints_are_registered():
                  priv_memory.stat_extent_file,
                  priv_memory.list_extent_files):
         assert privsep.sys_admin_pctxt.is_entrypoint(func)
+
+
+def test_exported_lists_the_extents_lio_serves(exporter, rts):
+    extent = make_extent(size_mb=4)
+    _export(exporter, extent)
+    # A target composable did not make is none of its business.
+    rts.Target(rts.FabricModule('iscsi'), 'iqn.2001-04.com.example:other')
+
+    assert exporter.exported() == [extent['uuid']]
+    exporter.unexport(extent)
+    assert exporter.exported() == []
+
+
+def test_privileged_target_names(privsep_in_process, monkeypatch, rts):
+    monkeypatch.setattr(lio, 'load_rtslib', lambda: rts)
+    iqn = 'iqn.2026-11.org.openstack.composable:extent-x'
+    backend = lio.PrivilegedLio()
+    backend.export(iqn, '/dev/shm/f', MiB, INITIATOR, 'u', SECRET,
+                   '127.0.0.1', 3260, False)
+    assert backend.target_names() == [iqn]
+    assert privsep.sys_admin_pctxt.is_entrypoint(
+        priv_memory.lio_target_names)

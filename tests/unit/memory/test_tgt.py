@@ -431,3 +431,45 @@ def test_loaded_by_name():
     assert isinstance(exporter.area, tmpfs.TmpfsArea)
     assert isinstance(exporters.get_exporter('lio', 'mem-1'),
                       lio.LioExporter)
+
+
+def test_exported_lists_the_extents_tgtd_serves(exporter, fake_tgtadm):
+    one, two = make_extent(), make_extent()
+    _export(exporter, one)
+    _export(exporter, two)
+    # A target composable did not make is none of its business.
+    fake_tgtadm.add_target(9, 'iqn.2001-04.com.example:other')
+
+    assert exporter.exported() == sorted([one['uuid'], two['uuid']])
+
+    exporter.unexport(one)
+    assert exporter.exported() == [two['uuid']]
+
+
+def test_extent_uuid_of_target_names():
+    extent = make_extent()
+    assert base.extent_uuid_of(base.target_iqn(extent)) == extent['uuid']
+    assert base.extent_uuid_of('iqn.2001-04.com.example:other') is None
+    assert base.extent_uuid_of(base.TARGET_PREFIX) is None
+    assert base.extent_uuid_of(None) is None
+
+
+def test_agent_report_lists_the_targets_or_says_why_not(exporter,
+                                                        fake_tgtadm):
+    from composable.agent import manager as agent_manager
+    agent = agent_manager.AgentManager('mem-1', ['memory_node'],
+                                       exporter=exporter)
+    extent = make_extent()
+    _export(exporter, extent)
+
+    report = agent.get_memory_report(None)
+    assert report['exported_extent_uuids'] == [extent['uuid']]
+    assert report['extent_uuids'] == [extent['uuid']]
+    # The periodic log line does not ask tgtd.
+    assert 'exported_extent_uuids' not in agent.report()
+
+    fake_tgtadm.down = True
+    report = agent.get_memory_report(None)
+    # Unknown is not "none": the conductor then leaves targets alone.
+    assert report['exported_extent_uuids'] is None
+    assert 'start the tgt service' in report['exporter_problem']
