@@ -43,6 +43,7 @@ from composable.agent import rpcapi as agent_rpcapi
 from composable.common import exception
 from composable import conf
 from composable.conductor import allocator
+from composable.conductor import placement_claims
 from composable.conductor import states
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
@@ -290,6 +291,10 @@ class LeaseFlows(object):
                       getattr(context, 'request_id', None))
         # The allocator moved the lease to reserved itself (same
         # transaction as the claim).
+        if placement_claims.enabled() and not (
+                placement_claims.claim_allocated(context, lease_id, action)):
+            # Refused by Placement: rolled back, alloc_failed, action ended.
+            return states.ALLOC_FAILED
         db_api.action_finish(context, lease_id, action, 'success')
         return states.RESERVED
 
@@ -621,6 +626,8 @@ class LeaseFlows(object):
                                 'fixed; until then it keeps its capacity.')
             return self._finish(context, lease_id, states.RELEASING,
                                 states.FAIL, action, fault=fault)
+        if placement_claims.enabled():
+            placement_claims.release(lease.uuid)
         db_api.action_finish(context, lease_id, action, 'success')
         return states.RELEASED
 

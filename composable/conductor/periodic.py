@@ -17,6 +17,7 @@ from oslo_log import log as logging
 from composable.common import utils
 from composable import conf
 from composable.conductor import allocator
+from composable.conductor import placement_claims
 from composable.conductor import reservations
 from composable.conductor import states
 from composable.db import api as db_api
@@ -158,6 +159,8 @@ class PeriodicTasks(object):
     def expire(self, context, lease):
         if allocator.release_unbound(context, lease.id, 'expire'):
             LOG.info('Lease %s reached its end time; released', lease.uuid)
+            if placement_claims.enabled():
+                placement_claims.release(lease.uuid)
             return None
         reservation, lease = self._reserve(context, lease)
         if reservation is None:

@@ -32,6 +32,27 @@ group = cfg.OptGroup(
          'a sharing resource provider and each lease a consumer.')
 
 opts = [
+    cfg.BoolOpt('composable_enabled',
+                default=None,
+                help='Whether composable reports to Placement: pools as '
+                     'sharing resource providers, leases as consumers '
+                     'holding what they were given. Unset (the default): '
+                     'on when [placement]auth_type is set, so configuring '
+                     'the credentials is enough; true: on (the conductor '
+                     'refuses to start without credentials); false: off, '
+                     'as for a standalone deployment without Nova. With '
+                     'it off, Nova can give the pools\' capacity to '
+                     'instances a second time.'),
+    cfg.IntOpt('composable_reconcile_interval',
+               default=60,
+               min=0,
+               help='Seconds between two passes of the conductor that '
+                    'make Placement match the database: providers, traits, '
+                    'aggregates and inventories of the pools, allocations '
+                    'of the leases (missing ones written, stale ones '
+                    'deleted). Each correction is logged. 0 disables the '
+                    'periodic pass; pool changes and lease claims still '
+                    'reach Placement at once.'),
     cfg.IntOpt('composable_generation_retries',
                default=5,
                min=0,
@@ -58,6 +79,14 @@ def _adapter_opts():
     cfg.set_defaults(adapter, valid_interfaces=['internal', 'public'],
                      service_type=SERVICE_TYPE)
     return adapter
+
+
+def enabled(conf):
+    """Whether composable reports to Placement (see composable_enabled)."""
+    group = conf[GROUP]
+    if group.composable_enabled is not None:
+        return group.composable_enabled
+    return bool(group.auth_type)
 
 
 def register_opts(conf):

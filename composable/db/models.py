@@ -222,6 +222,11 @@ class Lease(Base):
     host_id = sa.Column(sa.Integer, sa.ForeignKey('hosts.id'), nullable=True)
     instance_uuid = sa.Column(sa.String(36), nullable=True)
     attach_mode = sa.Column(sa.String(16), nullable=False, default='host')
+    # The Placement consumer holding the lease's capacity: NULL = none of
+    # its own, the lease uuid = composable's claim (released with the
+    # lease), an instance uuid = Nova's claim for that instance (never
+    # deleted by composable). See composable.conductor.placement_claims.
+    placement_consumer = sa.Column(sa.String(36), nullable=True)
     # One of composable.conductor.states.
     status = sa.Column(sa.String(32), nullable=False)
     fault = sa.Column(sa.Text, nullable=True)

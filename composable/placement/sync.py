@@ -19,7 +19,9 @@ The database is the truth. Allocations of consumers that are not leases
 (Nova instances that took pool capacity through a flavor) are never
 touched; they are recognized by also holding resources of providers that
 are not pools (every instance holds VCPU or MEMORY_MB of a compute node),
-or by being the instance of a lease.
+or by being the instance of a lease, or the ``placement_consumer`` of a
+lease made from Nova's allocation (a flavor-driven lease: composable
+writes no allocation of its own for it).
 """
 
 import collections
@@ -150,9 +152,27 @@ def lease_resources(lease):
     return dict(held)
 
 
+def nova_claimed(lease):
+    """True when Placement holds the lease's capacity under another
+    consumer (``placement_consumer``: the Nova instance whose flavor asked
+    for it): composable then writes and deletes nothing for the lease."""
+    consumer = getattr(lease, 'placement_consumer', None)
+    return bool(consumer) and consumer != lease.uuid
+
+
+def claimed_resources(lease):
+    """What the lease's own consumer should hold in Placement: what it
+    holds in the database, or nothing when Nova's claim covers it."""
+    if nova_claimed(lease):
+        return {}
+    return lease_resources(lease)
+
+
 def claim_lease(lease, client=None):
     """Write the lease's allocations into Placement (idempotent); True
-    when Placement changed."""
+    when Placement changed. Nothing for a lease Nova claimed for."""
+    if nova_claimed(lease):
+        return False
     client = client or get_client()
     resources = lease_resources(lease)
     if not resources:
@@ -162,7 +182,10 @@ def claim_lease(lease, client=None):
 
 
 def release_lease(lease, client=None):
-    """Remove the lease's allocations from Placement (idempotent)."""
+    """Remove the lease's allocations from Placement (idempotent). A
+    lease Nova claimed for has none of its own: Nova's stays."""
+    if nova_claimed(lease):
+        return False
     client = client or get_client()
     return client.delete_allocations(lease.uuid)
 
@@ -237,9 +260,11 @@ def reconcile(context=None, client=None, delete_orphans=None):
     by_uuid = {lease.uuid: lease for lease in leases}
     instances = {lease.instance_uuid for lease in leases
                  if lease.instance_uuid}
+    instances.update(lease.placement_consumer for lease in leases
+                     if nova_claimed(lease))
     for lease in leases:
         try:
-            wanted = lease_resources(lease)
+            wanted = claimed_resources(lease)
             if not wanted:
                 continue  # handled below, from the providers' side
             current = client.get_allocations(lease.uuid)['allocations']
@@ -250,7 +275,7 @@ def reconcile(context=None, client=None, delete_orphans=None):
             fresh = _reread_lease(context, lease.id)
             if fresh is None:
                 continue
-            wanted = lease_resources(fresh)
+            wanted = claimed_resources(fresh)
             if not wanted or not client.put_allocations(
                     fresh.uuid, wanted, fresh.project_id, fresh.user_id):
                 continue
@@ -288,11 +313,16 @@ def reconcile(context=None, client=None, delete_orphans=None):
             try:
                 if lease is not None:
                     fresh = _reread_lease(context, lease.id)
-                    if fresh is not None and lease_resources(fresh):
+                    if fresh is not None and claimed_resources(fresh):
                         continue
-                    why = 'lease %s is %s and holds nothing' % (
-                        consumer, fresh.status if fresh is not None
-                        else 'gone')
+                    if fresh is not None and nova_claimed(fresh):
+                        why = ('lease %s is held by the allocation of '
+                               'instance %s; its own counted it twice' %
+                               (consumer, fresh.placement_consumer))
+                    else:
+                        why = 'lease %s is %s and holds nothing' % (
+                            consumer, fresh.status if fresh is not None
+                            else 'gone')
                 elif _consumer_is_foreign(client, consumer,
                                           pool_providers):
                     continue

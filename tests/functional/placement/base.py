@@ -1,15 +1,24 @@
 """Placement for tests: placement's own PlacementFixture, reached
 through a keystoneauth1 Adapter like in production."""
 
+import contextlib
+
 import fixtures
 from keystoneauth1 import adapter as ks_adapter
+from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
+from oslo_db.sqlalchemy import engines as db_engines
 from placement import db_api as placement_db
+from placement.db.sqlalchemy import migration as placement_migration
+from placement.objects import resource_class as placement_rc
+from placement.objects import trait as placement_trait
 from placement.tests.functional.fixtures import placement as pfixture
 
 from composable.common import context as ctx_mod
+from composable import conf
 from composable.conductor import allocator
+from composable.conductor import placement_claims
 from composable.conductor import states
 from composable.db import api as dbapi
 from composable.placement import client as pclient
@@ -28,16 +37,63 @@ def foreign_keys_off():
         raw.close()
 
 
+class _PlacementOn(pfixture.PlacementFixture):
+    """Placement's fixture with its database at ``url`` (an empty
+    database on a server), set up as Placement's own Database fixture
+    sets up its in-memory one: the schema from the models, the engine
+    patched into Placement's transaction factory, the standard traits and
+    resource classes synced again into the new database."""
+
+    def __init__(self, url, **kwargs):
+        kwargs['db'] = False
+        super().__init__(**kwargs)
+        self.url = url
+
+    def _configure_placement(self, conf_fixture):
+        conf_fixture.config(connection=self.url, group='placement_database')
+        # Starts the factory if no earlier test did (run once).
+        placement_db.configure(conf_fixture.conf)
+        engine = db_engines.create_engine(self.url)
+        self.addCleanup(engine.dispose)
+        placement_migration.create_schema(engine)
+        self.addCleanup(
+            placement_db.placement_context_manager.patch_engine(engine))
+        self.addCleanup(self._unsynced)
+        self._unsynced()
+
+    @staticmethod
+    def _unsynced():
+        # Placement remembers per process that it synced these; the new
+        # database has none yet (loadapp syncs them).
+        placement_trait._TRAITS_SYNCED = False
+        placement_rc._RESOURCE_CLASSES_SYNCED = False
+
+
 class RealPlacement(fixtures.Fixture):
     """Placement's WSGI application with its noauth2 middleware; the
-    token "admin" makes every request an admin's."""
+    token "admin" makes every request an admin's.
+
+    Its database is in-memory SQLite on one shared connection unless
+    ``url`` names another: requests made at the same time by several
+    threads then share one transaction, so tests of concurrent claims
+    give Placement a database server of its own.
+    """
+
+    def __init__(self, url=None):
+        super().__init__()
+        self.url = url
 
     def _setUp(self):
-        self.fixture = self.useFixture(pfixture.PlacementFixture(
-            token='admin', db=True, use_intercept=True))
+        kwargs = dict(token='admin', db=True, use_intercept=True)
+        if self.url:
+            self.fixture = self.useFixture(_PlacementOn(self.url, **kwargs))
+        else:
+            self.fixture = self.useFixture(
+                pfixture.PlacementFixture(**kwargs))
         self.endpoint = self.fixture.endpoint
-        # Runs before the fixture drops Placement's tables.
-        self.addCleanup(foreign_keys_off)
+        if not self.url or self.url.startswith('sqlite'):
+            # Runs before the fixture drops Placement's tables.
+            self.addCleanup(foreign_keys_off)
 
     def adapter(self):
         auth = token_endpoint.Token(self.endpoint, 'admin')
@@ -47,6 +103,32 @@ class RealPlacement(fixtures.Fixture):
     def client(self, **kwargs):
         kwargs.setdefault('retry_delay', 0)
         return pclient.ReportClient(self.adapter(), **kwargs)
+
+
+@contextlib.contextmanager
+def placement_configured(endpoint, **extra):
+    """composable configured to reach the Placement at ``endpoint`` the
+    way an operator configures it: [placement] credentials (auth_type
+    set, so composable_enabled's default turns Placement on)."""
+    conf_ = conf.CONF
+    conf_.register_opts(
+        ks_loading.get_auth_plugin_conf_options('admin_token'),
+        group='placement')
+    overrides = {'auth_type': 'admin_token', 'token': 'admin',
+                 'endpoint': endpoint,
+                 # Tests run the periodic pass themselves unless they say
+                 # otherwise.
+                 'composable_reconcile_interval': 0}
+    overrides.update(extra)
+    for name, value in overrides.items():
+        conf_.set_override(name, value, 'placement')
+    placement_claims.set_client(None)
+    try:
+        yield overrides
+    finally:
+        placement_claims.set_client(None)
+        for name in overrides:
+            conf_.clear_override(name, 'placement')
 
 
 def admin():

@@ -7,6 +7,7 @@ import pytest
 from composable import conf
 from composable.db import api as dbapi
 from tests.functional.placement import base
+from tests.unit.conductor import harness as harness_mod
 
 CONF = conf.CONF
 
@@ -36,3 +37,21 @@ def placement():
 @pytest.fixture
 def client(placement):
     return placement.client()
+
+
+@pytest.fixture
+def placement_conf(placement):
+    with base.placement_configured(placement.endpoint) as overrides:
+        yield overrides
+
+
+@pytest.fixture
+def harness(composable_db, placement_conf):
+    """A conductor with its agents (tests/unit/conductor/harness.py) on
+    composable's SQLite database, using the Placement fixture."""
+    h = harness_mod.Harness(rpc_timeout=5, fabric_timeout=5)
+    h.start()
+    try:
+        yield h
+    finally:
+        h.stop()

@@ -4,14 +4,18 @@ Every project may read pools (to choose one for a lease); only admins
 manage them.
 """
 
+from oslo_log import log as logging
+
 from composable.api.schemas import pool as schema
 from composable.api import utils
 from composable.common import exception
 from composable import conf
+from composable.conf import placement as placement_conf
 from composable.db import api as db_api
 from composable import policies
 
 CONF = conf.CONF
+LOG = logging.getLogger(__name__)
 
 SORT_KEYS = utils.COMMON_SORT_KEYS + ('kind', 'total', 'used')
 
@@ -61,6 +65,23 @@ def render(request, pool):
         'updated_at': utils.isotime(pool.updated_at),
         'links': utils.self_link(request, 'pools', pool.uuid),
     }
+
+
+def _report_to_placement(request, ctx, pool_uuid, provider_uuid=None):
+    # A cast to a conductor rather than a Placement call from here: the
+    # conductor holds the Placement client and credentials, the API
+    # answers without waiting on Placement, and a change the cast misses
+    # (no conductor up, Placement down) is repaired by the conductor's
+    # periodic Placement pass anyway.
+    if not placement_conf.enabled(CONF):
+        return
+    try:
+        utils.conductor(request).sync_pool_placement(
+            ctx, pool_uuid, provider_uuid=provider_uuid)
+    except Exception as exc:
+        LOG.warning('Could not ask a conductor to update Placement for '
+                    'pool %(pool)s (%(err)s); its periodic Placement pass '
+                    'will.', {'pool': pool_uuid, 'err': exc})
 
 
 def list_pools(request):
@@ -124,6 +145,7 @@ def create_pool(request):
     body.setdefault('traits', [])
     pool = db_api.pool_create(ctx, body)
     pool = db_api.pool_get(ctx, pool.uuid)
+    _report_to_placement(request, ctx, pool.uuid)
     return utils.json_response(
         render(request, pool), status=201,
         headers={'Location': utils.self_link(
@@ -149,6 +171,7 @@ def update_pool(request, ident):
                        'most %d' % (locked.name, locked.used, locked.total,
                                     max(0, locked.total - locked.used)))
         db_api.pool_update(ctx, pool.uuid, body)
+    _report_to_placement(request, ctx, pool.uuid)
     return utils.json_response(render(request,
                                       db_api.pool_get(ctx, pool.uuid)))
 
@@ -157,5 +180,7 @@ def delete_pool(request, ident):
     ctx = utils.context(request)
     policies.authorize('composable:pool:delete', ctx)
     utils.reject_empty_body(request)
-    db_api.pool_delete(ctx, ident)
+    pool = db_api.pool_get(ctx, ident)
+    db_api.pool_delete(ctx, pool.uuid)
+    _report_to_placement(request, ctx, pool.uuid, pool.provider_uuid)
     return utils.no_content()
