@@ -61,6 +61,31 @@ function configure_composable {
     fi
 }
 
+# The libvirt hook binds an instance's leases when its domain starts: on
+# a compute node, the agent answers it on a unix socket and the hook is
+# installed in /etc/libvirt/hooks/qemu.d/50-composable.
+function is_composable_compute {
+    is_service_enabled composable-agent && is_service_enabled n-cpu && \
+        [[ ",$COMPOSABLE_AGENT_ROLES," == *",compute_node,"* ]]
+}
+
+# install_composable_libvirt_hook - the hook, and libvirtd told about it
+function install_composable_libvirt_hook {
+    local socket=${COMPOSABLE_HOOK_SOCKET:-/run/composable/libvirt-hook.sock}
+    # The agent runs as $STACK_USER; libvirtd runs the hook as root.
+    sudo install -d -o $STACK_USER -m 755 $(dirname $socket)
+    iniset $COMPOSABLE_CONF_FILE compute_node hook_socket $socket
+    sudo $COMPOSABLE_BIN_DIR/composable-libvirt-hook --install \
+        --config-file $COMPOSABLE_CONF_FILE
+    # libvirtd looks for hooks when it starts and on SIGHUP (reload).
+    local daemon
+    for daemon in libvirtd virtqemud; do
+        if sudo systemctl is-active --quiet $daemon; then
+            sudo systemctl reload $daemon
+        fi
+    done
+}
+
 # create_composable_accounts - the service user and the keystone catalog
 function create_composable_accounts {
     # The "composable" user, with the service role in the service project:
@@ -108,6 +133,9 @@ function cleanup_composable {
     if is_service_enabled composable-api; then
         remove_uwsgi_config "$COMPOSABLE_UWSGI_CONF" "composable-api"
     fi
+    if [[ -x $COMPOSABLE_BIN_DIR/composable-libvirt-hook ]]; then
+        sudo $COMPOSABLE_BIN_DIR/composable-libvirt-hook --uninstall
+    fi
 }
 
 if is_composable_enabled; then
@@ -117,6 +145,9 @@ if is_composable_enabled; then
     elif [[ "$1" == "stack" && "$2" == "post-config" ]]; then
         echo_summary "Configuring composable"
         configure_composable
+        if is_composable_compute; then
+            install_composable_libvirt_hook
+        fi
         if is_service_enabled keystone; then
             create_composable_accounts
         fi

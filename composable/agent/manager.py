@@ -11,7 +11,9 @@ memory_node role
     the area, so a node whose tmpfs is missing says so when the agent
     starts, not at the first bind. The capacity and usage of the area are
     logged every ``[agent]report_interval`` seconds and answered by
-    ``get_memory_report``.
+    ``get_memory_report``, which also lists the extents the exporter
+    serves a target for (the conductor's reconciler removes the targets
+    no lease holds).
 
 compute_node role
     attach_memory/detach_memory go, by the lease's attach mode, to
@@ -35,6 +37,7 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from composable.agent.compute_node import host_swap as host_swap_mod
+from composable.agent import hook_server as hook_server_mod
 from composable.agent.compute_node import libvirt_guest
 from composable.common import exception
 from composable import conf
@@ -69,7 +72,8 @@ def _public(extent):
 class AgentManager(object):
 
     # 1.1: get_memory_report
-    target = messaging.Target(version='1.1')
+    # 1.2: instance_leases_changed (fanout cast, for the libvirt hook)
+    target = messaging.Target(version='1.2')
 
     def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
                  host_swap=None, simulate=None):
@@ -90,6 +94,8 @@ class AgentManager(object):
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._reporter = None
+        # The libvirt hook's socket (compute_node role, started by start()).
+        self.hook_server = None
         # What this node has live, by lease uuid; kept so repeated calls
         # answer the same and tests can check nothing is left over.
         self.memory_attachments = {}
@@ -151,9 +157,30 @@ class AgentManager(object):
                          'initiator %(iqn)s',
                          {'host': self.host,
                           'iqn': CONF.compute_node.initiator_iqn})
+            if CONF.compute_node.hook_socket:
+                self._start_hook_server()
+            else:
+                LOG.warning('[compute_node]hook_socket is empty: the libvirt '
+                            'hook gets no answer, and domains start without '
+                            'their leases')
+
+    def _start_hook_server(self):
+        server = hook_server_mod.HookServer(self)
+        try:
+            server.start()
+        except Exception as exc:
+            # The agent's RPC work goes on; domains start without leases.
+            LOG.error('Cannot answer the libvirt hook on %(path)s: %(exc)s',
+                      {'path': server.path,
+                       'exc': getattr(exc, 'message', None) or exc})
+            return
+        self.hook_server = server
 
     def stop(self):
         self._stopping.set()
+        if self.hook_server is not None:
+            self.hook_server.stop()
+            self.hook_server = None
         if self._reporter is not None:
             self._reporter.join(5)
             self._reporter = None
@@ -166,8 +193,10 @@ class AgentManager(object):
                 LOG.exception('Could not report the memory of %s',
                               self.host)
 
-    def memory_report(self):
-        """Capacity and usage of this memory node, in MiB."""
+    def memory_report(self, targets=False):
+        """Capacity and usage of this memory node, in MiB; with
+        ``targets``, also the extents the exporter serves a target for
+        (``exported_extent_uuids``, None when it cannot tell)."""
         self._require(MEMORY_NODE, 'report memory')
         report = {'node': self.host,
                   'exporter': CONF.agent.memory_exporter}
@@ -181,6 +210,16 @@ class AgentManager(object):
             report.update(area.usage())
             report['extent_uuids'] = sorted(f['uuid'] for f in area.list())
             report['simulated'] = False
+        if targets:
+            exported = getattr(self.exporter, 'exported', None)
+            try:
+                report['exported_extent_uuids'] = (
+                    exported() if exported is not None else None)
+            except exception.ComposableException as exc:
+                # Unknown, not empty: the conductor then leaves every
+                # target alone.
+                report['exported_extent_uuids'] = None
+                report['exporter_problem'] = exc.message
         return report
 
     def report(self):
@@ -227,7 +266,7 @@ class AgentManager(object):
         self.exporter.scrub(extent)
 
     def get_memory_report(self, context):
-        return self.memory_report()
+        return self.memory_report(targets=True)
 
     # ------------------------------------------------------ compute_node
 
@@ -271,13 +310,25 @@ class AgentManager(object):
                         reason='guest-mode memory of lease %s needs the '
                                'server (libvirt domain) to attach to' %
                                lease['uuid'])
-                details = self.guest_attacher.attach(instance_uuid, extents,
-                                                     initiator)
+                # While the domain is being prepared (libvirt hook) QEMU
+                # does not run yet: the hook's started step plugs it.
+                details = None
+                if self.hook_server is not None:
+                    details = self.hook_server.defer_guest_attach(
+                        lease, extents, initiator, instance_uuid)
+                if details is None:
+                    details = self.guest_attacher.attach(
+                        instance_uuid, extents, initiator)
             else:
                 details = self.host_swap.attach(extents, initiator)
-        with self._lock:
-            self.memory_attachments[lease['uuid']] = details
+        if instance_uuid and self.hook_server is not None:
+            self.hook_server.cache.add(instance_uuid, lease['uuid'])
+        self.memory_attached(lease['uuid'], details)
         return details
+
+    def memory_attached(self, lease_uuid, details):
+        with self._lock:
+            self.memory_attachments[lease_uuid] = details
 
     def detach_memory(self, context, lease, extents, mode,
                       instance_uuid=None):
@@ -291,7 +342,12 @@ class AgentManager(object):
                              'iqn': extent.get('target_iqn'),
                              'lease': lease['uuid']})
         elif mode == GUEST:
-            if instance_uuid:
+            # forget_guest: while the libvirt hook of the domain runs, no
+            # libvirt call may touch the domain; QEMU is gone anyway.
+            if instance_uuid and not (
+                    self.hook_server is not None and
+                    self.hook_server.forget_guest(instance_uuid,
+                                                  lease['uuid'], extents)):
                 self.guest_attacher.detach(instance_uuid, extents)
             else:
                 LOG.warning('Guest-mode memory of lease %s names no '
@@ -365,3 +421,11 @@ class AgentManager(object):
                 held.pop(device['uuid'], None)
             if not held:
                 self.device_attachments.pop(lease['uuid'], None)
+
+    # ------------------------------------------------------ libvirt hook
+
+    def instance_leases_changed(self, context, instance_uuid, lease_uuids):
+        """The conductor's push (fanout): the leases of an instance
+        changed; the libvirt hook's answers follow it at once."""
+        if self.hook_server is not None:
+            self.hook_server.leases_changed(instance_uuid, lease_uuids)

@@ -8,6 +8,7 @@ repeat any call after a timeout.
 Version history:
     1.0 - Initial version.
     1.1 - get_memory_report.
+    1.2 - instance_leases_changed (fanout cast).
 """
 
 from composable.common import rpc
@@ -17,7 +18,7 @@ CONF = conf.CONF
 
 
 class AgentAPI(object):
-    RPC_API_VERSION = '1.1'
+    RPC_API_VERSION = '1.2'
 
     def __init__(self):
         self.client = rpc.get_client(rpc.AGENT_TOPIC, self.RPC_API_VERSION)
@@ -69,3 +70,10 @@ class AgentAPI(object):
     def detach_devices(self, context, node, lease, devices):
         return self._call(context, node, 'detach_devices', lease=lease,
                           devices=devices)
+
+    def instance_leases_changed(self, context, instance_uuid, lease_uuids):
+        """Tell every agent (fanout cast) the leases of an instance, so
+        the libvirt hook of the host it starts on finds them."""
+        cctxt = self.client.prepare(fanout=True, version='1.2')
+        cctxt.cast(context, 'instance_leases_changed',
+                   instance_uuid=instance_uuid, lease_uuids=lease_uuids)

@@ -1,6 +1,7 @@
 """Options of the compute_node role of composable-agent: how leased memory
 reaches this host (host mode: iSCSI login + swap) or one of its guests
-(guest mode: a hot-plugged libvirt network disk)."""
+(guest mode: a hot-plugged libvirt network disk), and how the libvirt hook
+reaches the agent."""
 
 import socket
 
@@ -12,6 +13,8 @@ group = cfg.OptGroup('compute_node',
                           'attaches leased memory.')
 
 IQN_PREFIX = 'iqn.2010-10.org.openstack.composable'
+# Where composable-libvirt-hook looks when no configuration names a socket.
+DEFAULT_HOOK_SOCKET = '/run/composable/libvirt-hook.sock'
 
 
 def default_initiator_iqn(hostname=None):
@@ -73,6 +76,57 @@ opts = [
                help='Host mode: swapoff of an extent is refused unless the '
                     'pages it holds fit into MemAvailable with this many '
                     'MiB to spare.'),
+    # The libvirt hook (composable-libvirt-hook) reads hook_socket,
+    # hook_failure and hook_prepare_timeout itself, with a plain line
+    # scanner: keep them one-line values.
+    cfg.StrOpt('hook_socket',
+               default=DEFAULT_HOOK_SOCKET,
+               help='Unix socket on which the composable-agent of a compute '
+                    'node answers the libvirt hook '
+                    '(/etc/libvirt/hooks/qemu.d/50-composable). The hook '
+                    'reads this option from the same configuration file. '
+                    'Empty: the agent does not listen, and domains start '
+                    'without their leases.'),
+    cfg.StrOpt('hook_socket_group',
+               help='Group allowed to talk to the hook socket besides root '
+                    'and the agent\'s own user: the socket is then mode 0660 '
+                    'with that group (default: 0600). The hook itself runs '
+                    'as root under libvirtd.'),
+    cfg.StrOpt('hook_failure',
+               default='abort',
+               choices=[('abort', 'the domain does not start; libvirt '
+                                  'shows the reason to Nova'),
+                        ('continue', 'the domain starts without the '
+                                     'leases that could not be bound')],
+               help='What happens when an instance that has leases (or '
+                    'whose flavor asks for composable resources) starts and '
+                    'its leases cannot be bound to this host in time. A '
+                    'flavor\'s composable:on_bind_failure extra spec (fail '
+                    'or ignore) overrides it for the flavor\'s instances.'),
+    cfg.IntOpt('hook_prepare_timeout',
+               default=120,
+               min=1,
+               help='Seconds the start of a domain waits, in the libvirt '
+                    'hook\'s prepare step, for the instance\'s leases to be '
+                    'bound to this host (exports made, host-mode memory '
+                    'attached, devices bound); hook_failure says what '
+                    'happens after that.'),
+    cfg.IntOpt('hook_release_timeout',
+               default=60,
+               min=1,
+               help='Seconds the stop of a domain waits, in the libvirt '
+                    'hook\'s stopped step, for the instance\'s leases to be '
+                    'unbound from this host. The stop never fails: a lease '
+                    'not unbound by then is unbound in the background, or '
+                    'shows why not in its fault.'),
+    cfg.IntOpt('hook_cache_refresh_interval',
+               default=30,
+               min=0,
+               help='Seconds between two refreshes of the agent\'s list of '
+                    'instances that have leases, which lets domains without '
+                    'leases start without asking the conductor. The '
+                    'conductor also pushes changes as they happen. 0: only '
+                    'at start and on pushes.'),
 ]
 
 

@@ -1,0 +1,793 @@
+"""The unix socket the libvirt hook of this compute node talks to.
+
+composable-libvirt-hook (composable/hooks/libvirt.py) runs inside
+libvirtd for every start and stop of every domain on the host. It sends
+one JSON line, ``{"op": "prepare", "instance": <uuid>, ...}``, and waits
+for one JSON line back, ``{"ok": true|false, "abort": bool, "message":
+...}``. This module answers it, one thread per connection:
+
+``prepare``
+    An instance that has no lease (the agent keeps the list of instances
+    that have leases in memory, see LeaseCache) is answered at once. For
+    the others the conductor binds the instance's leases to this host
+    (``prepare_instance``, the ordinary bind flow) and answers once they
+    are bound or after ``[compute_node]hook_prepare_timeout`` seconds.
+    Guest-mode memory cannot be hot-plugged yet (QEMU does not run): the
+    bind flow's attach_memory call is answered "deferred" and the extents
+    are kept here until ``started``.
+``started``
+    The deferred extents are hot-plugged into the guest, in a thread,
+    after the hook has returned.
+``stopped`` / ``release``
+    The conductor unbinds the instance's leases from this host
+    (``release_instance``); they stay the instance's for its next start.
+``reconnect``
+    After the hook has returned, a thread checks that the guest-mode
+    disks of the instance's bound leases are still in the domain, and
+    binds them again if not.
+``migrate``
+    The instance is marked as arriving by live migration: its next
+    prepare does not take its leases from the host it comes from. An
+    instance holding passed-through devices or guest-mode memory cannot
+    be live migrated: the hook refuses (the migration fails, the guest
+    goes on running where it is).
+
+While libvirtd runs a hook it holds the domain: a libvirt call on that
+domain made by this agent before the hook returns would wait for the hook
+forever. Hence the deferred hot-plug, and ``domain_busy``: a guest-mode
+detach asked for while the hook of the domain runs removes only the
+libvirt secrets (QEMU is gone, and its disks with it).
+
+The socket is mode 0600 (0660 with ``[compute_node]hook_socket_group``);
+peers are also checked by their credentials (SO_PEERCRED).
+"""
+
+import contextlib
+import grp
+import json
+import os
+import socket
+import socketserver
+import struct
+import threading
+import time
+
+from oslo_log import log as logging
+import oslo_messaging as messaging
+
+from composable.agent.compute_node import libvirt_guest
+from composable.common import context as composable_context
+from composable.common import exception
+from composable import conf
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+PROTOCOL = 1
+MAX_REQUEST = 1 << 20
+ABORT = 'abort'
+CONTINUE = 'continue'
+_FLAVOR_POLICY = {'fail': ABORT, 'ignore': CONTINUE}
+
+# How long a migrate hook marks an instance as arriving, and how long a
+# stop that unbound the leases answers the release hook that follows.
+INCOMING_TTL = 3600.0
+RELEASED_TTL = 300.0
+# Hot-plug attempts at started: QEMU may still be finishing its start.
+ATTACH_ATTEMPTS = 3
+ATTACH_RETRY_DELAY = 2.0
+# Cache refresh: retry this soon after a failure.
+REFRESH_RETRY = 5.0
+# Seconds a prepare waits for a first cache load before going on.
+FIRST_LOAD_WAIT = 5.0
+# RPC round trips on top of the conductor's own bounded wait.
+RPC_MARGIN = 15.0
+
+_UCRED = struct.Struct('3i')
+
+
+def states_holding():
+    """Lease states that hold capacity (composable.conductor.states),
+    imported when needed: the conductor package is not the agent's."""
+    from composable.conductor import states
+    return states.HOLDS_CAPACITY
+
+
+def _ok(**kwargs):
+    reply = {'v': PROTOCOL, 'ok': True}
+    reply.update(kwargs)
+    return reply
+
+
+def _refused(message, abort=False, **kwargs):
+    reply = {'v': PROTOCOL, 'ok': False, 'abort': abort, 'message': message}
+    reply.update(kwargs)
+    return reply
+
+
+class LeaseCache(object):
+    """Which instances have leases, as far as this agent knows:
+    instance uuid -> lease uuids.
+
+    Loaded from the conductor (``instance_leases``) at start and every
+    ``hook_cache_refresh_interval`` seconds; kept current between loads by
+    what the conductor pushes and by the answers to prepare and release.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._leases = {}
+        self._loaded = False
+        self._stamps = {}
+
+    @property
+    def loaded(self):
+        return self._loaded
+
+    def leases_of(self, instance_uuid):
+        """Sorted lease uuids, [] for none, None when unknown (never
+        loaded, and nothing heard about the instance)."""
+        with self._lock:
+            leases = self._leases.get(instance_uuid)
+            if leases:
+                return sorted(leases)
+            if self._loaded or instance_uuid in self._stamps:
+                return []
+            return None
+
+    def set(self, instance_uuid, lease_uuids):
+        with self._lock:
+            self._stamps[instance_uuid] = time.monotonic()
+            if lease_uuids:
+                self._leases[instance_uuid] = set(lease_uuids)
+            else:
+                self._leases.pop(instance_uuid, None)
+
+    def add(self, instance_uuid, lease_uuid):
+        with self._lock:
+            self._stamps[instance_uuid] = time.monotonic()
+            self._leases.setdefault(instance_uuid, set()).add(lease_uuid)
+
+    def replace(self, mapping, since):
+        """Take a snapshot read from the conductor that started at
+        ``since`` (time.monotonic()): what was heard about an instance
+        after that is newer than the snapshot and stays."""
+        fresh = {i: set(l) for i, l in mapping.items() if l}
+        with self._lock:
+            for instance, stamp in self._stamps.items():
+                if stamp >= since:
+                    if instance in self._leases:
+                        fresh[instance] = self._leases[instance]
+                    else:
+                        fresh.pop(instance, None)
+            self._leases = fresh
+            self._stamps = {i: s for i, s in self._stamps.items()
+                            if s >= since}
+            self._loaded = True
+
+    def instances(self):
+        with self._lock:
+            return len(self._leases)
+
+
+class _Handler(socketserver.StreamRequestHandler):
+
+    def handle(self):
+        hook = self.server.hook
+        if not hook.peer_allowed(self.request):
+            self._send(_refused('not allowed'))
+            return
+        line = self.rfile.readline(MAX_REQUEST + 1)
+        if not line:
+            return
+        self._send(hook.handle_line(line))
+
+    def _send(self, reply):
+        try:
+            self.wfile.write(json.dumps(reply).encode('utf-8') + b'\n')
+            self.wfile.flush()
+        except OSError:
+            # The hook gave up (its own timeout); it has decided already.
+            pass
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    # Hooks of many domains starting at once (a host reboot).
+    request_queue_size = 64
+
+    def __init__(self, hook, sock):
+        self.hook = hook
+        socketserver.BaseServer.__init__(self, sock.getsockname(),
+                                         _Handler)
+        self.socket = sock
+
+    def handle_error(self, request, client_address):
+        LOG.exception('Error while answering the libvirt hook')
+
+
+class HookServer(object):
+    """Serves the libvirt hook for one AgentManager (compute_node role).
+
+    ``conductor`` (a ConductorAPI) and ``path`` can be injected; by
+    default they come from composable.conductor.rpcapi and
+    ``[compute_node]hook_socket``.
+    """
+
+    def __init__(self, agent, path=None, group=None, conductor=None,
+                 refresh_interval=None):
+        self.agent = agent
+        self.host = agent.host
+        self.path = path if path is not None else \
+            CONF.compute_node.hook_socket
+        self.group = group if group is not None else \
+            CONF.compute_node.hook_socket_group
+        self.refresh_interval = (
+            refresh_interval if refresh_interval is not None
+            else CONF.compute_node.hook_cache_refresh_interval)
+        self._conductor = conductor
+        self.cache = LeaseCache()
+        self._lock = threading.Lock()
+        self._preparing = {}
+        self._busy = {}
+        self._pending = {}
+        self._incoming = {}
+        self._released = {}
+        self._server = None
+        self._threads = []
+        self._stopping = threading.Event()
+        self._loaded = threading.Event()
+        self._gid = None
+        self._inode = None
+        self.requests = 0
+
+    @property
+    def conductor(self):
+        if self._conductor is None:
+            from composable.conductor import rpcapi
+            self._conductor = rpcapi.ConductorAPI()
+        return self._conductor
+
+    # ------------------------------------------------------------ life
+
+    def start(self):
+        self._stopping.clear()
+        if self.group:
+            try:
+                self._gid = grp.getgrnam(self.group).gr_gid
+            except KeyError:
+                raise exception.DriverError(
+                    reason='[compute_node]hook_socket_group %s is not a '
+                           'group on this host' % self.group)
+        sock = self._listen()
+        self._server = _Server(self, sock)
+        self._spawn('hook-server', self._server.serve_forever)
+        self._spawn('hook-cache', self._refresh_loop)
+        LOG.info('Answering the libvirt hook on %(path)s (mode %(mode)s)',
+                 {'path': self.path,
+                  'mode': '0660, group %s' % self.group if self.group
+                  else '0600'})
+
+    def _spawn(self, name, target, *args):
+        thread = threading.Thread(target=target, args=args, daemon=True,
+                                  name=name)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    def _listen(self):
+        directory = os.path.dirname(self.path) or '.'
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        if os.path.exists(self.path):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.settimeout(1)
+            try:
+                probe.connect(self.path)
+            except OSError:
+                # Left behind by an agent that was killed.
+                os.unlink(self.path)
+            else:
+                raise exception.DriverError(
+                    reason='something already answers on %s: another '
+                           'composable-agent? Stop it, or give this one '
+                           'another [compute_node]hook_socket' % self.path)
+            finally:
+                probe.close()
+        # Bound under a temporary name and renamed once its mode is set:
+        # no one can connect to it before that.
+        tmp = os.path.join(directory, '.%s.%d' % (
+            os.path.basename(self.path), os.getpid()))
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(tmp)
+            if self._gid is not None:
+                os.chown(tmp, -1, self._gid)
+                os.chmod(tmp, 0o660)
+            else:
+                os.chmod(tmp, 0o600)
+            sock.listen(_Server.request_queue_size)
+            os.rename(tmp, self.path)
+        except Exception:
+            sock.close()
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        self._inode = os.stat(self.path).st_ino
+        return sock
+
+    def stop(self):
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+            try:
+                # Only our own socket: another agent may have taken the
+                # path over since.
+                if os.stat(self.path).st_ino == self._inode:
+                    os.unlink(self.path)
+            except OSError:
+                pass
+        for thread in self._threads:
+            thread.join(5)
+        self._threads = []
+
+    def peer_allowed(self, sock):
+        try:
+            _pid, uid, gid = _UCRED.unpack(sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+        except OSError:
+            return False
+        if uid in (0, os.geteuid()):
+            return True
+        if self._gid is not None and gid == self._gid:
+            return True
+        LOG.warning('Refused a connection to the hook socket from uid '
+                    '%(uid)d gid %(gid)d', {'uid': uid, 'gid': gid})
+        return False
+
+    # ------------------------------------------------------------ cache
+
+    def _refresh_loop(self):
+        delay = 0.0
+        while not self._stopping.wait(delay):
+            try:
+                self.refresh()
+            except Exception as exc:
+                LOG.warning('Could not read from the conductor which '
+                            'instances have leases (%s); trying again in '
+                            '%d s', exc, REFRESH_RETRY)
+                delay = REFRESH_RETRY
+                continue
+            if not self.refresh_interval:
+                return
+            delay = self.refresh_interval
+
+    def refresh(self):
+        since = time.monotonic()
+        mapping = self.conductor.instance_leases(
+            composable_context.get_admin_context(), self.host)
+        self.cache.replace(mapping or {}, since)
+        self._loaded.set()
+        LOG.debug('%d instance(s) have leases reachable from %s',
+                  self.cache.instances(), self.host)
+
+    def leases_changed(self, instance_uuid, lease_uuids):
+        """The conductor's push: the leases of one instance changed."""
+        self.cache.set(instance_uuid, lease_uuids)
+
+    # ------------------------------------------------------------ guests
+
+    @contextlib.contextmanager
+    def _held(self, instance_uuid, preparing=False):
+        """libvirtd holds the domain for the length of the block (its
+        hook is waiting for us)."""
+        with self._lock:
+            self._busy[instance_uuid] = self._busy.get(instance_uuid, 0) + 1
+            if preparing:
+                self._preparing[instance_uuid] = \
+                    self._preparing.get(instance_uuid, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                for held in ((self._busy, self._preparing) if preparing
+                             else (self._busy,)):
+                    held[instance_uuid] -= 1
+                    if not held[instance_uuid]:
+                        del held[instance_uuid]
+
+    def domain_busy(self, instance_uuid):
+        """True while the libvirt hook of the domain waits for us: no
+        libvirt call on it may be made now."""
+        with self._lock:
+            return instance_uuid in self._busy
+
+    def defer_guest_attach(self, lease, extents, initiator_iqn,
+                           instance_uuid):
+        """Keep guest-mode extents for the ``started`` hook when the
+        domain is being prepared (QEMU does not run yet). Returns the
+        attach details to report, or None when not deferred."""
+        with self._lock:
+            if instance_uuid not in self._preparing:
+                return None
+            self._pending.setdefault(instance_uuid, {})[lease['uuid']] = (
+                lease, extents, initiator_iqn)
+        LOG.info('Instance %(instance)s is starting: %(n)d extent(s) of '
+                 'lease %(lease)s are exported to this host and go into '
+                 'the guest once it runs',
+                 {'instance': instance_uuid, 'n': len(extents),
+                  'lease': lease['uuid']})
+        return {e['uuid']: {'mode': 'guest', 'instance_uuid': instance_uuid,
+                            'target_iqn': e.get('target_iqn'),
+                            'lun': e.get('lun'), 'deferred': 'started'}
+                for e in extents}
+
+    def forget_guest(self, instance_uuid, lease_uuid, extents):
+        """A guest-mode detach: drop what waits for ``started``. Returns
+        True when the detach is done (the domain is held by its hook, so
+        QEMU and its disks are gone, and only the libvirt secrets of the
+        extents are removed, which needs no domain)."""
+        with self._lock:
+            pending = self._pending.get(instance_uuid)
+            if pending is not None:
+                pending.pop(lease_uuid, None)
+                if not pending:
+                    del self._pending[instance_uuid]
+            busy = instance_uuid in self._busy
+        if not busy:
+            return False
+        attacher = self.agent.guest_attacher
+        for extent in extents:
+            # Secrets are a libvirt object of their own: no domain lock.
+            if attacher._undefine_secret(extent['uuid']):
+                LOG.info('Removed the libvirt secret of extent %s',
+                         extent['uuid'])
+        return True
+
+    # ------------------------------------------------------------ requests
+
+    def handle_line(self, line):
+        try:
+            request = json.loads(line.decode('utf-8'))
+        except (ValueError, UnicodeDecodeError):
+            return _refused('the request is not a JSON line')
+        if not isinstance(request, dict):
+            return _refused('the request is not a JSON object')
+        return self.handle(request)
+
+    def handle(self, request):
+        self.requests += 1
+        op = request.get('op')
+        instance = request.get('instance')
+        if not isinstance(instance, str) or not instance:
+            return _refused('the request names no instance')
+        request['instance'] = instance.lower()
+        handler = {'prepare': self._prepare,
+                   'started': self._started,
+                   'stopped': self._stop,
+                   'release': self._stop,
+                   'reconnect': self._reconnect,
+                   'migrate': self._migrate}.get(op)
+        if handler is None:
+            return _ok(message='nothing to do for %s' % op)
+        try:
+            return handler(request)
+        except Exception as exc:
+            LOG.exception('The libvirt hook %(op)s of instance %(instance)s '
+                          'failed', {'op': op, 'instance': instance})
+            return self._failure(request, 'the composable-agent failed '
+                                          '(%s); see its log' %
+                                 type(exc).__name__)
+
+    @staticmethod
+    def _policy(request):
+        specs = request.get('specs') or {}
+        return _FLAVOR_POLICY.get(specs.get('composable:on_bind_failure'),
+                                  CONF.compute_node.hook_failure)
+
+    def _failure(self, request, reason):
+        instance = request.get('instance')
+        if request.get('op') != 'prepare':
+            return _refused('instance %s, %s: %s' % (
+                instance, request.get('op'), reason))
+        policy = self._policy(request)
+        message = ('the composable leases of instance %s cannot be bound '
+                   'to host %s: %s' % (instance, self.host, reason))
+        if policy == ABORT:
+            LOG.error('%s; the domain does not start', message)
+            return _refused(message, abort=True)
+        LOG.warning('%s; the domain starts without them', message)
+        return _refused(message + '; the domain starts without them')
+
+    def _known(self, instance):
+        known = self.cache.leases_of(instance)
+        if known is None and not self._loaded.is_set():
+            self._loaded.wait(FIRST_LOAD_WAIT)
+            known = self.cache.leases_of(instance)
+        return known
+
+    def _is_incoming(self, instance):
+        with self._lock:
+            stamp = self._incoming.get(instance)
+            if stamp is not None and time.monotonic() - stamp > INCOMING_TTL:
+                del self._incoming[instance]
+                stamp = None
+        return stamp is not None
+
+    def _prepare(self, request):
+        instance = request['instance']
+        wants = bool(request.get('flavor_resources'))
+        with self._lock:
+            self._released.pop(instance, None)
+            self._pending.pop(instance, None)
+        known = self._known(instance)
+        if not wants and not known:
+            if known is None:
+                LOG.warning('Instance %s starts before this agent could '
+                            'learn from the conductor which instances have '
+                            'leases; it starts without any', instance)
+                return _ok(leases=0, message='unknown; not waiting')
+            LOG.debug('libvirt hook prepare: instance %s has no lease',
+                      instance)
+            return _ok(leases=0, message='no leases')
+        timeout = CONF.compute_node.hook_prepare_timeout
+        incoming = self._is_incoming(instance)
+        LOG.info('Instance %(instance)s (domain %(domain)s) is starting: '
+                 'binding its leases to %(host)s%(why)s',
+                 {'instance': instance, 'domain': request.get('domain'),
+                  'host': self.host,
+                  'why': ' (its flavor asks for composable resources)'
+                         if wants else ''})
+        started = time.monotonic()
+        with self._held(instance, preparing=True):
+            try:
+                specs = request.get('specs') or {}
+                result = self.conductor.prepare_instance(
+                    composable_context.get_admin_context(), instance,
+                    self.host, project_id=request.get('project_id'),
+                    user_id=request.get('user_id'),
+                    flavor_resources=wants, wait=timeout,
+                    incoming=incoming, rpc_timeout=timeout + RPC_MARGIN,
+                    extra_specs={k: v for k, v in specs.items()
+                                 if k.startswith('composable:')})
+            except messaging.MessagingTimeout:
+                return self._failure(
+                    request, 'the composable-conductor did not answer '
+                             'within %d s' % (timeout + RPC_MARGIN))
+            except exception.ComposableException as exc:
+                return self._failure(request, exc.message)
+            except messaging.RemoteError as exc:
+                return self._failure(
+                    request, 'the composable-conductor failed (%s); see '
+                             'its log' % exc.exc_type)
+        leases = result.get('leases') or []
+        self.cache.set(instance, [lease['uuid'] for lease in leases])
+        if not result.get('ok'):
+            return self._failure(request, result.get('message') or
+                                 'unknown reason')
+        LOG.info('Instance %(instance)s: %(n)d lease(s) bound to %(host)s '
+                 'in %(secs).1f s', {'instance': instance,
+                                     'n': len(leases), 'host': self.host,
+                                     'secs': time.monotonic() - started})
+        return _ok(leases=len(leases), message=result.get('message'))
+
+    def _started(self, request):
+        instance = request['instance']
+        with self._lock:
+            pending = self._pending.pop(instance, None)
+            incoming = self._incoming.pop(instance, None) is not None
+        if pending:
+            self._spawn('hook-attach-%s' % instance[:8],
+                        self._attach_pending, instance, pending,
+                        time.monotonic())
+            return _ok(message='attaching in the background')
+        if incoming:
+            if self.cache.leases_of(instance):
+                LOG.warning('Instance %s arrived by live migration; its '
+                            'leases are bound to this host at its next '
+                            'start', instance)
+            return _ok()
+        if self.cache.leases_of(instance) and not self.agent.simulate:
+            self._spawn('hook-check-%s' % instance[:8], self._ensure,
+                        instance, 'started')
+        return _ok()
+
+    def _stop(self, request):
+        instance = request['instance']
+        op = request['op']
+        with self._lock:
+            self._pending.pop(instance, None)
+            self._incoming.pop(instance, None)
+            done = self._released.get(instance)
+            if op == 'release' and done is not None:
+                del self._released[instance]
+                if time.monotonic() - done < RELEASED_TTL:
+                    return _ok(message='released at stopped')
+        known = self.cache.leases_of(instance)
+        if known == [] and not request.get('flavor_resources'):
+            LOG.debug('libvirt hook %s: instance %s has no lease', op,
+                      instance)
+            return _ok(leases=0)
+        timeout = CONF.compute_node.hook_release_timeout
+        LOG.info('Instance %(instance)s stopped: unbinding its leases from '
+                 '%(host)s', {'instance': instance, 'host': self.host})
+        with self._held(instance):
+            try:
+                result = self.conductor.release_instance(
+                    composable_context.get_admin_context(), instance,
+                    self.host, wait=timeout,
+                    rpc_timeout=timeout + RPC_MARGIN)
+            except Exception as exc:
+                reason = getattr(exc, 'message', None) or \
+                    type(exc).__name__
+                LOG.error('Could not unbind the leases of instance '
+                          '%(instance)s from %(host)s: %(reason)s',
+                          {'instance': instance, 'host': self.host,
+                           'reason': reason})
+                return _refused('the leases of instance %s could not be '
+                                'unbound from %s: %s' % (instance,
+                                                         self.host, reason))
+        leases = result.get('leases') or []
+        self.cache.set(instance, [lease['uuid'] for lease in leases])
+        if not result.get('ok'):
+            LOG.error('Instance %(instance)s: %(message)s',
+                      {'instance': instance,
+                       'message': result.get('message')})
+            return _refused(result.get('message') or 'unbinding failed')
+        if op == 'stopped':
+            with self._lock:
+                self._released[instance] = time.monotonic()
+        return _ok(leases=len(leases))
+
+    def _reconnect(self, request):
+        instance = request['instance']
+        if self.cache.leases_of(instance) and not self.agent.simulate:
+            self._spawn('hook-check-%s' % instance[:8], self._ensure,
+                        instance, 'reconnect')
+        return _ok()
+
+    def _migrate(self, request):
+        """An incoming live migration. Refused (the migration fails, the
+        guest runs on where it is) when the instance holds what cannot
+        follow it: passed-through fabric devices, or guest-mode memory
+        (its disk is an iSCSI session of the source's QEMU)."""
+        instance = request['instance']
+        with self._lock:
+            self._incoming[instance] = time.monotonic()
+        if not self.cache.leases_of(instance):
+            return _ok()
+        try:
+            leases = self.conductor.instance_status(
+                composable_context.get_admin_context(), instance, self.host)
+        except Exception as exc:
+            LOG.warning('Could not check the leases of instance %(instance)s '
+                        'arriving by live migration: %(exc)s',
+                        {'instance': instance, 'exc': exc})
+            return _ok()
+        holding = set(states_holding())
+        devices = [lease['uuid'] for lease in leases
+                   if lease['status'] in holding and lease['device_count']]
+        guest = [lease['uuid'] for lease in leases
+                 if lease['status'] == 'bound' and
+                 lease.get('attach_mode') == 'guest' and lease['memory_mb']]
+        reasons = []
+        if devices:
+            reasons.append('holds pooled PCIe devices passed through from '
+                           'the fabric (lease %s), which cannot follow a '
+                           'live migration' % ', '.join(devices))
+        if guest:
+            reasons.append('has guest-mode memory (lease %s), a disk of '
+                           'the guest that cannot follow a live migration '
+                           'yet' % ', '.join(guest))
+        if not reasons:
+            return _ok()
+        message = ('composable refuses the live migration of instance %s '
+                   'to %s: it %s. Cold migrate it (migrate or resize), or '
+                   'unbind the lease first.' % (instance, self.host,
+                                                '; and it '.join(reasons)))
+        LOG.error(message)
+        with self._lock:
+            self._incoming.pop(instance, None)
+        return _refused(message, abort=True)
+
+    # ------------------------------------------------------------ threads
+
+    def _attach_pending(self, instance, pending, since):
+        """started: hot-plug what prepare exported. On failure the lease
+        is unbound (it stays the instance's) with the reason as its
+        fault."""
+        attacher = self.agent.guest_attacher
+        for lease_uuid, (lease, extents, initiator) in pending.items():
+            reason = None
+            for attempt in range(ATTACH_ATTEMPTS):
+                if self._stopped_since(instance, since):
+                    return
+                try:
+                    details = attacher.attach(instance, extents, initiator)
+                except Exception as exc:
+                    reason = getattr(exc, 'message', None) or \
+                        type(exc).__name__
+                    LOG.warning('Hot-plug of lease %(lease)s into instance '
+                                '%(instance)s failed (attempt %(n)d): '
+                                '%(reason)s', {'lease': lease_uuid,
+                                               'instance': instance,
+                                               'n': attempt + 1,
+                                               'reason': reason})
+                    if self._stopping.wait(ATTACH_RETRY_DELAY):
+                        return
+                    continue
+                self.agent.memory_attached(lease_uuid, details)
+                reason = None
+                break
+            if reason is None or self._stopped_since(instance, since):
+                continue
+            fault = ('The guest did not get the memory of this lease when '
+                     'instance %s started on %s: %s' % (instance, self.host,
+                                                        reason))
+            try:
+                self.conductor.release_instance(
+                    composable_context.get_admin_context(), instance,
+                    self.host, wait=CONF.compute_node.hook_release_timeout,
+                    leases=[lease_uuid], fault=fault,
+                    rpc_timeout=(CONF.compute_node.hook_release_timeout +
+                                 RPC_MARGIN))
+            except Exception:
+                LOG.exception('Could not unbind lease %s after its failed '
+                              'hot-plug', lease_uuid)
+
+    def _stopped_since(self, instance, since):
+        """True when the domain stopped (its stop hook runs, or ran)
+        since ``since``."""
+        with self._lock:
+            stopping = (instance in self._busy and
+                        instance not in self._preparing)
+            stamp = self._released.get(instance)
+            return stopping or (stamp is not None and stamp >= since)
+
+    def _ensure(self, instance, why):
+        """The guest-mode leases of the instance bound here have their
+        disks in the domain; those that do not are bound again."""
+        ctx = composable_context.get_admin_context()
+        try:
+            leases = self.conductor.instance_status(ctx, instance, self.host)
+            missing = [lease['uuid'] for lease in leases
+                       if lease['status'] == 'bound' and
+                       lease.get('host') == self.host and
+                       lease.get('attach_mode') == 'guest' and
+                       not self._disks_present(instance,
+                                               lease.get('extents') or [])]
+        except Exception as exc:
+            LOG.warning('Could not check the leases of instance '
+                        '%(instance)s after %(why)s: %(exc)s',
+                        {'instance': instance, 'why': why, 'exc': exc})
+            return
+        if not missing:
+            return
+        LOG.warning('Instance %(instance)s (%(why)s) lacks the disks of '
+                    'its guest-mode lease(s) %(leases)s; binding them again',
+                    {'instance': instance, 'why': why,
+                     'leases': ', '.join(missing)})
+        wait = CONF.compute_node.hook_prepare_timeout
+        try:
+            self.conductor.release_instance(
+                ctx, instance, self.host, wait=wait, leases=missing,
+                rpc_timeout=wait + RPC_MARGIN)
+            # The domain runs now: the bind flow hot-plugs directly.
+            self.conductor.prepare_instance(
+                ctx, instance, self.host, wait=wait, leases=missing,
+                rpc_timeout=wait + RPC_MARGIN)
+        except Exception:
+            LOG.exception('Could not bind the leases of instance %s again',
+                          instance)
+
+    def _disks_present(self, instance, extent_uuids):
+        attacher = self.agent.guest_attacher
+        domain = attacher._domain(instance, missing_ok=True)
+        if domain is None or not domain.isActive():
+            return True
+        disks = libvirt_guest.live_disks(domain.XMLDesc(0))
+        return all(libvirt_guest.find_disk(disks, {'uuid': uuid})
+                   for uuid in extent_uuids)
