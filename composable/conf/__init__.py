@@ -17,6 +17,7 @@ from composable.conf import default
 from composable.conf import fabric
 from composable.conf import memory
 from composable.conf import messaging
+from composable.conf import nova
 from composable.conf import placement
 
 CONF = cfg.CONF
@@ -31,4 +32,5 @@ fabric.register_opts(CONF)
 memory.register_opts(CONF)
 database.register_opts(CONF)
 messaging.register_opts(CONF)
+nova.register_opts(CONF)
 placement.register_opts(CONF)

@@ -14,10 +14,11 @@ from composable.conf import database
 from composable.conf import default
 from composable.conf import fabric
 from composable.conf import memory
+from composable.conf import nova
 from composable.conf import placement
 
 _MODULES = (default, api, conductor, allocator, agent, compute, fabric,
-            memory, database, placement)
+            memory, database, placement, nova)
 
 
 def list_opts():

@@ -1,0 +1,207 @@
+"""Flavor-driven leases: the leases of an instance whose flavor asked Nova
+for pool capacity (``resources:CUSTOM_COMPOSABLE_MEMORY_MB=4096``, ...).
+
+Nova's scheduler claimed that capacity in Placement itself, from the
+pools' sharing resource providers, under the instance's consumer. The
+conductor turns that claim into leases, one per pool the instance holds
+capacity in:
+
+* the database claim is the allocator's (``create_and_allocate``: extents
+  on memory nodes, devices), so the lease can be bound like any other;
+* there is no second Placement claim: the lease records
+  ``placement_consumer`` = the instance, so composable never writes an
+  allocation for it, never deletes Nova's (Nova frees it when the instance
+  goes), and the periodic Placement pass leaves it alone
+  (composable.conductor.placement_claims, composable.placement.sync);
+* ``instance_uuid`` = the instance.
+
+Each lease has a uuid derived from (instance, pool, generation), so two
+callers making the leases of one instance at the same time (the libvirt
+hook's prepare and Nova's ``instance.create.end`` notification) cannot
+both create one: the second insert hits the unique lease uuid and finds
+the first one's lease. The generation counts the instance's earlier
+leases on the pool, all released: an instance shelved (Nova frees its
+allocation, its leases are released) and unshelved gets new ones.
+"""
+
+import uuid as uuid_mod
+
+from oslo_db import exception as db_exc
+from oslo_log import log as logging
+import sqlalchemy as sa
+
+from composable.common import context as ctx_mod
+from composable.common import exception
+from composable.conductor import allocator
+from composable.conductor import placement_claims
+from composable.conductor import states
+from composable.db import api as db_api
+from composable.db import models
+
+LOG = logging.getLogger(__name__)
+
+# Namespace of the uuids of flavor-driven leases (uuid5).
+LEASE_NAMESPACE = uuid_mod.UUID('0b6f7a52-3c1e-5d8a-9f4e-2a7c61d0e9b3')
+
+PCI_PREFIX = 'CUSTOM_COMPOSABLE_PCI_'
+
+EXTRA_ATTACH_MODE = 'composable:attach_mode'
+EXTRA_GPU_MODEL = 'composable:gpu_model'
+EXTRA_LEASE_NAME = 'composable:lease_name'
+
+
+def lease_uuid(instance_uuid, pool_uuid, generation=0):
+    """The uuid of the instance's ``generation``-th lease on the pool."""
+    return str(uuid_mod.uuid5(LEASE_NAMESPACE, '%s/%s/%d' % (
+        instance_uuid, pool_uuid, generation)))
+
+
+def is_flavor_lease(lease):
+    """True for a lease made from Nova's allocation of an instance."""
+    consumer = getattr(lease, 'placement_consumer', None)
+    return bool(consumer) and consumer != lease.uuid
+
+
+def instance_leases(context, instance_uuid, include_released=False):
+    """The leases of an instance: made from its flavor (placement_consumer)
+    or bound to it (instance_uuid), oldest first."""
+    with db_api.reader(context) as session:
+        query = session.query(models.Lease).filter(sa.or_(
+            models.Lease.placement_consumer == instance_uuid,
+            models.Lease.instance_uuid == instance_uuid))
+        if not include_released:
+            query = query.filter(models.Lease.status != states.RELEASED)
+        return query.order_by(models.Lease.id).all()
+
+
+def _lease_values(pool, amount, instance_uuid, project_id, user_id,
+                  extra_specs, name):
+    values = {'project_id': project_id, 'user_id': user_id,
+              'instance_uuid': instance_uuid,
+              'placement_consumer': instance_uuid,
+              'requested_pools': [pool.uuid], 'name': name,
+              'description': 'Pool resources of the flavor of server %s' %
+                             instance_uuid,
+              'attach_mode': extra_specs.get(EXTRA_ATTACH_MODE) or 'host'}
+    if pool.kind == 'memory':
+        values['memory_mb'] = int(amount)
+    elif pool.kind == 'gpu':
+        values.update(device_count=int(amount), device_kind='gpu')
+        if extra_specs.get(EXTRA_GPU_MODEL):
+            values['device_model'] = extra_specs[EXTRA_GPU_MODEL]
+    else:
+        kind = pool.resource_class
+        if kind.startswith(PCI_PREFIX):
+            kind = kind[len(PCI_PREFIX):]
+        values.update(device_count=int(amount), device_kind=kind.lower())
+    return values
+
+
+def _pool_allocations(context, client, instance_uuid):
+    if client is None:
+        client = placement_claims.get_client()
+    return placement_claims.instance_pool_allocations(client, instance_uuid,
+                                                      context)
+
+
+def ensure_instance_leases(context, instance_uuid, host_name, project_id,
+                           user_id=None, extra_specs=None, client=None,
+                           allocations=None):
+    """Make sure the instance has one lease per pool Nova claimed capacity
+    in for it; the uuids of those leases (made now or before).
+
+    ``allocations`` ({pool uuid: {resource class: amount}}) is read from
+    Placement (GET /allocations/{instance}) unless given. ``extra_specs``
+    are the flavor's (composable:attach_mode, composable:gpu_model,
+    composable:lease_name). Idempotent: an instance gets its leases once;
+    a lease the pool cannot hold in composable's database (Placement and
+    the database disagree) is created ``alloc_failed`` with a fault, and is
+    not retried.
+    """
+    extra_specs = dict(extra_specs or {})
+    if allocations is None:
+        allocations = _pool_allocations(context, client, instance_uuid)
+    if not allocations:
+        return []
+    existing = instance_leases(context, instance_uuid,
+                               include_released=True)
+    base_name = (extra_specs.get(EXTRA_LEASE_NAME) or
+                 'server-%s' % instance_uuid)
+    result = []
+    for pool_uuid in sorted(allocations):
+        try:
+            pool = db_api.pool_get(context, pool_uuid)
+        except exception.PoolNotFound:
+            LOG.warning('Instance %(inst)s holds capacity of pool %(pool)s, '
+                        'which composable does not know (any more); no '
+                        'lease made for it.',
+                        {'inst': instance_uuid, 'pool': pool_uuid})
+            continue
+        amount = allocations[pool_uuid].get(pool.resource_class)
+        if not amount:
+            continue
+        # requested_pools, not the chosen pool: an alloc_failed lease
+        # was given none.
+        mine = [lease for lease in existing if is_flavor_lease(lease) and
+                pool.uuid in (lease.requested_pools or [])]
+        live = [lease for lease in mine if lease.status != states.RELEASED]
+        if live:
+            result.append(live[0].uuid)
+            continue
+        _check_host(host_name, pool, instance_uuid)
+        name = base_name if len(allocations) == 1 else '%s-%s' % (
+            base_name, pool.name)
+        values = _lease_values(pool, amount, instance_uuid, project_id,
+                               user_id, extra_specs, name)
+        values['uuid'] = lease_uuid(instance_uuid, pool.uuid, len(mine))
+        result.append(_create(context, values, instance_uuid, pool))
+    return result
+
+
+def _check_host(host_name, pool, instance_uuid):
+    if not host_name:
+        return
+    try:
+        host = db_api.host_get(_admin(), host_name)
+    except exception.HostNotFound:
+        LOG.warning('Instance %(inst)s runs on %(host)s, which is not a '
+                    'composable host; its lease on pool %(pool)s cannot be '
+                    'bound there. Register the host (on the fabric of the '
+                    'pool) and add it to the fabric\'s aggregate.',
+                    {'inst': instance_uuid, 'host': host_name,
+                     'pool': pool.name})
+        return
+    if host.fabric_id != pool.fabric_id:
+        LOG.warning('Instance %(inst)s runs on %(host)s, which is not on '
+                    'the fabric of pool %(pool)s; Nova\'s aggregate and '
+                    'composable\'s hosts disagree.',
+                    {'inst': instance_uuid, 'host': host_name,
+                     'pool': pool.name})
+
+
+def _admin():
+    return ctx_mod.get_admin_context()
+
+
+def _create(context, values, instance_uuid, pool):
+    try:
+        uuid, status = allocator.create_and_allocate(context, values,
+                                                     action='create')
+    except db_exc.DBDuplicateEntry:
+        # Made by a concurrent caller for the same instance and pool.
+        LOG.debug('Lease %s of instance %s was made concurrently',
+                  values['uuid'], instance_uuid)
+        return values['uuid']
+    if status == states.ALLOC_FAILED:
+        lease = db_api.lease_get(_admin(), uuid)
+        LOG.warning('Nova gave instance %(inst)s capacity of pool %(pool)s '
+                    'that composable\'s database cannot hold: lease '
+                    '%(lease)s is alloc_failed (%(fault)s). Placement and '
+                    'the database disagree; see the reconciler.',
+                    {'inst': instance_uuid, 'pool': pool.name,
+                     'lease': uuid, 'fault': lease.fault})
+    else:
+        LOG.info('Made lease %(lease)s for instance %(inst)s from its '
+                 'allocation on pool %(pool)s.',
+                 {'lease': uuid, 'inst': instance_uuid, 'pool': pool.name})
+    return uuid

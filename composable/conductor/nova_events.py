@@ -1,0 +1,595 @@
+"""Nova's versioned notifications: leases end and move with their instance.
+
+The conductor listens (``[nova] notifications_enabled``) on Nova's
+versioned notification topic (``versioned_notifications``, exchange
+``nova``) in a listener *pool* of its own (``composable``): the pool gets
+its own queue, so composable sees every notification without taking any
+from Nova's other consumers, and the conductors of one deployment share
+it, so each notification is handled by one of them. The threading
+executor runs the handlers; the lease flows they start run in the
+conductor's own workers, under each lease's reservation, exactly as the
+API's requests do.
+
+Which leases: the instance's *flavor-driven* leases (made from Nova's
+Placement allocation, see instance_leases.py), and the leases bound to it
+(``instance_uuid``). Only leases of the instance's project are touched
+(the notification names the project), whatever else names the instance.
+
+=============================== ==========================================
+event                           what happens to the instance's leases
+=============================== ==========================================
+instance.create.end             flavor-driven leases made from Nova's
+                                allocation; leases named by the
+                                ``composable_lease`` scheduler hint (when
+                                Nova can be asked) taken; all bound on the
+                                instance's host
+instance.resize_finish.end,     follow the instance: unbound from the
+instance.resize_confirm.end,    host they are on and bound on the host the
+instance.resize_revert.end,     instance runs on now (a cold migration or
+instance.live_migration_post_   resize runs the guest on the destination
+dest.end, instance.rebuild.end  from resize_finish on; a revert brings it
+(evacuation ends with it),      back); an unshelved instance also gets new
+instance.unshelve.end           flavor-driven leases (Nova claimed again)
+instance.shelve_offload.end     flavor-driven leases released (Nova freed
+                                their allocation); other leases unbound,
+                                still naming the instance
+instance.delete.end             flavor-driven leases released (their
+                                capacity was Nova's claim, which Nova
+                                freed); leases bound to the instance are
+                                unbound and stay reserved for their owner
+instance.live_migration_pre.    leases that cannot follow a live
+start                           migration (passed-through devices,
+                                guest-mode memory) get a fault saying why
+instance.evacuate               logged; the rebuild on the destination
+                                moves the leases
+anything else                   ignored
+=============================== ==========================================
+
+Where the instance runs: the host Nova reports for it when Nova can be
+asked (``[nova]`` credentials), else the host in the notification. Asking
+Nova makes a late or redelivered move notification harmless: leases go
+where the instance *is*, not where an old message says it went.
+
+Redelivery: every handler is idempotent (a lease already where the
+instance is, or already released, is left alone). A lease busy with
+another operation is waited for up to ``[nova] notifications_busy_wait``
+seconds, then the message is put back on the queue (requeue) and handled
+again later.
+
+Live migration of an instance holding a passed-through fabric device
+cannot work (the device is bound to the source host's partition; VFIO
+devices do not migrate), nor, for now, of one with guest-mode memory (an
+iSCSI disk of the source host's QEMU). A notification cannot stop Nova:
+it only tells what Nova is doing. The refusal that prevents it belongs
+where Nova can still be stopped: the libvirt hook's ``migrate`` operation
+(composable/agent/hook_server.py) refuses such a migration, and
+:func:`live_migration_allowed` gives the same answer to any other caller.
+Here the lease only gets a fault and the conductor log an error, so the
+owner and the operator see why.
+"""
+
+import threading
+import time
+
+from oslo_db import exception as db_exc
+from oslo_log import log as logging
+import oslo_messaging as messaging
+from oslo_messaging.rpc import dispatcher as rpc_dispatcher
+
+from composable.common import context as ctx_mod
+from composable.common import exception
+from composable import conf
+from composable.conductor import instance_binding
+from composable.conductor import instance_leases
+from composable.conductor import nova_api
+from composable.conductor import placement_claims
+from composable.conductor import reservations
+from composable.conductor import states
+from composable.db import api as db_api
+from composable.placement import client as pclient
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+CREATE_END = 'instance.create.end'
+DELETE_END = 'instance.delete.end'
+SHELVE_OFFLOAD_END = 'instance.shelve_offload.end'
+UNSHELVE_END = 'instance.unshelve.end'
+EVACUATE = 'instance.evacuate'
+LIVE_MIGRATION_PRE_START = 'instance.live_migration_pre.start'
+
+# After these the instance runs on (or is back on) a host: its leases
+# follow it there.
+FOLLOW_EVENTS = frozenset([
+    'instance.resize_finish.end',
+    'instance.resize_confirm.end',
+    'instance.resize_revert.end',
+    'instance.live_migration_post_dest.end',
+    'instance.rebuild.end',
+    UNSHELVE_END,
+])
+
+LEASE_HINT = 'composable_lease'
+
+# Seconds between two looks at a busy lease.
+_BUSY_POLL = 0.5
+
+
+class Requeue(Exception):
+    """The notification cannot be handled now; put it back on the queue."""
+
+
+class _Busy(Exception):
+    """A lease is in a transient state or reserved by someone else."""
+
+
+def payload_data(payload):
+    """The fields of a versioned notification payload (the ``nova_object``
+    envelope taken off)."""
+    if isinstance(payload, dict) and 'nova_object.data' in payload:
+        return payload['nova_object.data'] or {}
+    return payload or {}
+
+
+def flavor_extra_specs(data):
+    flavor = payload_data(data.get('flavor'))
+    return dict(flavor.get('extra_specs') or {})
+
+
+def _cannot_follow(lease):
+    """Why ``lease`` cannot follow a live migration of its instance, or
+    None: passed-through fabric devices (bound to the source host's
+    partition, VFIO devices do not migrate), and bound guest-mode memory
+    (an iSCSI disk of the source host's QEMU)."""
+    if lease.status in states.HOLDS_CAPACITY and lease.devices:
+        return 'pooled PCIe device(s) passed through from the fabric'
+    if (lease.status == states.BOUND and lease.attach_mode == 'guest' and
+            lease.memory_mb):
+        return 'guest-mode memory, a disk of the guest'
+    return None
+
+
+def live_migration_allowed(context, instance_uuid):
+    """(True, None) when the instance may be live migrated as far as
+    composable is concerned; (False, reason) when one of its leases holds
+    what cannot follow a live migration (see _cannot_follow).
+
+    For the code that can still refuse the migration (the libvirt hook's
+    ``migrate`` operation, a scheduler-side check); the notification
+    handler can only record why.
+    """
+    reasons = []
+    for lease in instance_leases.instance_leases(context, instance_uuid):
+        why = _cannot_follow(lease)
+        if why:
+            reasons.append('%s (lease %s)' % (why, lease.uuid))
+    if not reasons:
+        return True, None
+    return False, (
+        'Server %s holds %s, which cannot follow a live migration. Cold '
+        'migrate the server (migrate or resize) instead, or unbind the '
+        'lease first.' % (instance_uuid, '; and '.join(reasons)))
+
+
+def _call(fn, *args, **kwargs):
+    """Call a ConductorManager RPC method from inside the conductor: its
+    refusals come wrapped for the RPC server (ExpectedException)."""
+    try:
+        return fn(*args, **kwargs)
+    except rpc_dispatcher.ExpectedException as wrapped:
+        raise wrapped.exc_info[1]
+
+
+def _event_context(ctxt):
+    """An admin context carrying Nova's request id, so logs and lease
+    actions can be traced back to the Nova request."""
+    ctxt = ctxt or {}
+    global_id = ctxt.get('global_request_id') or ctxt.get('request_id')
+    context = ctx_mod.get_admin_context()
+    if global_id:
+        context.global_request_id = global_id
+    return context
+
+
+class NovaEventHandler(object):
+    """Handles one notification at a time; thread-safe (each lease is
+    changed under its reservation)."""
+
+    def __init__(self, manager, placement_client=None):
+        self.manager = manager
+        self.placement_client = placement_client
+
+    # ------------------------------------------------------------ dispatch
+
+    def handle(self, event_type, payload, ctxt=None):
+        """Act on one notification. Raises Requeue when it must be
+        handled again later; returns True when it was acted upon, False
+        when ignored."""
+        data = payload_data(payload)
+        instance = data.get('uuid')
+        if not instance:
+            return False
+        if event_type == DELETE_END:
+            handler = self._on_delete
+        elif event_type == CREATE_END:
+            handler = self._on_create
+        elif event_type in FOLLOW_EVENTS:
+            handler = self._on_follow
+        elif event_type == SHELVE_OFFLOAD_END:
+            handler = self._on_shelve_offload
+        elif event_type == LIVE_MIGRATION_PRE_START:
+            handler = self._on_live_migration
+        elif event_type == EVACUATE:
+            LOG.info('Server %s is being evacuated; its leases move when '
+                     'it is rebuilt on its new host.', instance)
+            return False
+        else:
+            return False
+        context = _event_context(ctxt)
+        LOG.debug('Handling %(event)s for server %(inst)s',
+                  {'event': event_type, 'inst': instance})
+        try:
+            handler(context, event_type, instance, data)
+        except (pclient.PlacementUnavailable, exception.ServiceUnavailable,
+                db_exc.DBConnectionError) as exc:
+            LOG.warning('%(event)s for server %(inst)s cannot be handled '
+                        'now (%(err)s); it will be handled again.',
+                        {'event': event_type, 'inst': instance, 'err': exc})
+            raise Requeue()
+        return True
+
+    # ------------------------------------------------------------ leases
+
+    def _leases(self, context, instance, project):
+        """The instance's live leases that belong to its project (none
+        when the notification names no project)."""
+        if not project:
+            LOG.warning('A notification about server %s names no project; '
+                        'its leases are left alone.', instance)
+            return []
+        leases = instance_leases.instance_leases(context, instance)
+        foreign = [lease.uuid for lease in leases
+                   if lease.project_id != project]
+        if foreign:
+            LOG.warning('Leases %(leases)s name server %(inst)s but belong '
+                        'to another project than the server\'s; Nova\'s '
+                        'events do not touch them.',
+                        {'leases': ', '.join(foreign), 'inst': instance})
+        return [lease for lease in leases if lease.project_id == project]
+
+    def _for_each(self, context, leases, fn, *args):
+        """Run fn(context, lease, *args) on every lease, each waiting for
+        its lease while busy; Requeue when one stays busy too long."""
+        busy = []
+        for lease in leases:
+            deadline = time.monotonic() + CONF.nova.notifications_busy_wait
+            while True:
+                try:
+                    fn(context, db_api.lease_get_by_id(context, lease.id),
+                       *args)
+                    break
+                except exception.LeaseNotFound:
+                    break
+                except (_Busy, exception.LeaseLocked,
+                        exception.InvalidState):
+                    # InvalidState: the lease moved between our look and
+                    # the manager's; look again. Always after a pause: a
+                    # requeued message comes straight back.
+                    time.sleep(_BUSY_POLL)
+                    if time.monotonic() >= deadline:
+                        busy.append(lease.uuid)
+                        break
+        if busy:
+            LOG.info('Leases %s stay busy; the notification will be '
+                     'handled again.', ', '.join(busy))
+            raise Requeue()
+
+    def _ensure_flavor_leases(self, context, instance, host, data):
+        if not placement_claims.enabled():
+            LOG.debug('Placement is not configured: no flavor-driven '
+                      'leases for server %s.', instance)
+            return []
+        return instance_leases.ensure_instance_leases(
+            context, instance, host, data.get('tenant_id'),
+            user_id=data.get('user_id'),
+            extra_specs=flavor_extra_specs(data),
+            client=self.placement_client)
+
+    def _where(self, context, instance, data):
+        """(host name or None, known) where the instance runs: Nova's word
+        when Nova can be asked, else the notification's. ``known`` is
+        False when Nova no longer knows the server."""
+        if nova_api.configured():
+            try:
+                return nova_api.server_host(context, instance), True
+            except exception.NotFound:
+                return None, False
+        return data.get('host'), True
+
+    # ------------------------------------------------------------ events
+
+    def _on_delete(self, context, event, instance, data):
+        leases = self._leases(context, instance, data.get('tenant_id'))
+        self._for_each(context, leases, self._end, instance)
+
+    def _end(self, context, lease, instance):
+        if lease.status in (states.RELEASING, states.RELEASED):
+            return
+        if lease.status in states.TRANSIENT_STATES:
+            raise _Busy()
+        if instance_leases.is_flavor_lease(lease):
+            LOG.info('Server %(inst)s is deleted; releasing its lease '
+                     '%(lease)s.', {'inst': instance, 'lease': lease.uuid})
+            _call(self.manager.delete_lease, context, lease.uuid)
+        elif lease.status in (states.BOUND, states.BIND_FAILED):
+            LOG.info('Server %(inst)s is deleted; unbinding lease '
+                     '%(lease)s, which stays reserved for its owner.',
+                     {'inst': instance, 'lease': lease.uuid})
+            _call(self.manager.unbind_lease, context, lease.uuid)
+        elif lease.instance_uuid == instance:
+            db_api.lease_update(context, lease.id, {'instance_uuid': None},
+                                expected_status=lease.status)
+
+    def _on_create(self, context, event, instance, data):
+        host, known = self._where(context, instance, data)
+        if not known:
+            return
+        project = data.get('tenant_id')
+        self._ensure_flavor_leases(context, instance, host, data)
+        self._take_hinted_leases(context, instance, project)
+        if host:
+            self._for_each(context, self._leases(context, instance, project),
+                           self._follow, instance, host, event)
+
+    def _take_hinted_leases(self, context, instance, project):
+        """Name the instance in the reserved leases it was booted with
+        (``--hint composable_lease=<lease>``), so they are bound with it."""
+        if not nova_api.configured():
+            return
+        hints = nova_api.scheduler_hints(context, instance) or {}
+        wanted = hints.get(LEASE_HINT) or []
+        if isinstance(wanted, str):
+            wanted = [wanted]
+        linked = False
+        for ident in wanted:
+            try:
+                lease = db_api.lease_get(context, ident)
+            except (exception.NotFound, exception.Conflict):
+                LOG.warning('Server %(inst)s was booted with lease hint '
+                            '%(lease)s, which does not name one lease.',
+                            {'inst': instance, 'lease': ident})
+                continue
+            if lease.project_id != project:
+                LOG.warning('Server %(inst)s was booted with lease hint '
+                            '%(lease)s of another project; ignored.',
+                            {'inst': instance, 'lease': lease.uuid})
+                continue
+            if lease.instance_uuid not in (None, instance):
+                continue
+            db_api.lease_update(context, lease.id,
+                                {'instance_uuid': instance},
+                                expected_status=[states.RESERVED,
+                                                 states.BIND_FAILED])
+            linked = True
+        if linked:
+            # The agents' caches answer the libvirt hook: tell them now
+            # rather than at their next refresh.
+            instance_binding.notify_agents(context, instance)
+
+    def _on_follow(self, context, event, instance, data):
+        host, known = self._where(context, instance, data)
+        if not known:
+            return
+        project = data.get('tenant_id')
+        if event == UNSHELVE_END and host:
+            self._ensure_flavor_leases(context, instance, host, data)
+        self._for_each(context, self._leases(context, instance, project),
+                       self._follow, instance, host, event)
+
+    def _on_shelve_offload(self, context, event, instance, data):
+        leases = self._leases(context, instance, data.get('tenant_id'))
+        self._for_each(context, leases, self._offload, instance, event)
+
+    def _offload(self, context, lease, instance, event):
+        if lease.status in (states.RELEASING, states.RELEASED):
+            return
+        if lease.status in states.TRANSIENT_STATES:
+            raise _Busy()
+        if instance_leases.is_flavor_lease(lease):
+            # Nova deleted the instance's allocation: the capacity is no
+            # longer the instance's. Unshelving claims (and leases) anew.
+            LOG.info('Server %(inst)s is shelved offloaded; releasing its '
+                     'lease %(lease)s.', {'inst': instance,
+                                          'lease': lease.uuid})
+            _call(self.manager.delete_lease, context, lease.uuid)
+        else:
+            self._follow(context, lease, instance, None, event)
+
+    def _on_live_migration(self, context, event, instance, data):
+        allowed, reason = live_migration_allowed(context, instance)
+        if allowed:
+            return
+        LOG.error('Nova is live migrating server %(inst)s: %(reason)s '
+                  'Refuse it in the libvirt hook (migrate) or the '
+                  'scheduler; a notification cannot stop Nova.',
+                  {'inst': instance, 'reason': reason})
+        for lease in self._leases(context, instance, data.get('tenant_id')):
+            if _cannot_follow(lease) and lease.fault != reason:
+                db_api.lease_update(context, lease.id, {'fault': reason})
+                db_api.action_start(context, lease.id, 'live_migration',
+                                    message=reason)
+                db_api.action_finish(context, lease.id, 'live_migration',
+                                     'error', message=reason)
+
+    # ------------------------------------------------------------ moving
+
+    def _follow(self, context, lease, instance, host_name, event):
+        """Put ``lease`` where the instance runs (``host_name``; None: on
+        no host). Idempotent."""
+        status = lease.status
+        if status in states.TRANSIENT_STATES:
+            raise _Busy()
+        if status not in (states.RESERVED, states.BOUND, states.BIND_FAILED):
+            # Holds nothing to move (alloc_failed, requested), or is being
+            # released or repaired (error: the reconciler's).
+            return
+        target = None
+        if host_name:
+            try:
+                target = db_api.host_get(ctx_mod.get_admin_context(),
+                                         host_name)
+            except exception.HostNotFound:
+                LOG.warning('Server %(inst)s runs on %(host)s, which is not '
+                            'a composable host: lease %(lease)s cannot '
+                            'follow it there and is unbound.',
+                            {'inst': instance, 'host': host_name,
+                             'lease': lease.uuid})
+        if target is not None and not self._reaches(lease, target):
+            LOG.warning('Server %(inst)s runs on %(host)s, which is not on '
+                        'the fabric of lease %(lease)s: the lease is '
+                        'unbound.', {'inst': instance, 'host': host_name,
+                                     'lease': lease.uuid})
+            target = None
+        here = target is not None and lease.host_id == target.id
+        if status == states.BOUND and here:
+            return
+        if status == states.BIND_FAILED and here:
+            # Failed on this very host already: the owner rebinds it.
+            return
+        if status == states.RESERVED:
+            if target is None:
+                return
+            LOG.info('Binding lease %(lease)s of server %(inst)s on '
+                     '%(host)s (%(event)s).', {'lease': lease.uuid,
+                                               'inst': instance,
+                                               'host': target.name,
+                                               'event': event})
+            _call(self.manager.bind_lease, context, lease.uuid,
+                  target.uuid, instance_uuid=instance,
+                  attach_mode=lease.attach_mode)
+            return
+        # Bound (or failed) elsewhere: unbind there, then bind here.
+        self._move(context, lease, instance, target, event)
+
+    @staticmethod
+    def _reaches(lease, host):
+        fabrics = {pool.fabric_id for pool in (lease.memory_pool,
+                                               lease.device_pool)
+                   if pool is not None}
+        return not fabrics or host.fabric_id in fabrics
+
+    def _move(self, context, lease, instance, target, event):
+        manager = self.manager
+        res = reservations.try_reserve(context, lease.id, manager.host)
+        if res is None:
+            raise _Busy()
+        with reservations.guard(res):
+            current = db_api.lease_get_by_id(context, lease.id)
+            if (current.status != lease.status or
+                    current.host_id != lease.host_id):
+                raise _Busy()
+            where = target.name if target is not None else 'no host'
+            message = ('Server %s moved to %s (Nova %s).' %
+                       (instance, where, event))
+            if not _cas(context, lease.id, current.status, states.UNBIND):
+                raise _Busy()
+            db_api.action_start(context, lease.id, 'unbind', message=message)
+            LOG.info('Lease %(lease)s: %(msg)s Unbinding it from its old '
+                     'host.', {'lease': lease.uuid, 'msg': message})
+            manager.spawn(res, self._move_flow, context, lease.id, instance,
+                          target.id if target is not None else None,
+                          message)
+
+    def _move_flow(self, context, lease_id, instance, host_id, message):
+        """Runs in a conductor worker holding the lease's reservation."""
+        flows = self.manager.flows
+        if flows.unbind(context, lease_id, action='unbind') != (
+                states.RESERVED):
+            # Unbinding failed: the lease is in error with a fault, and
+            # the reconciler retries the unbind.
+            return
+        # Unbind forgets the instance; the lease is still the instance's.
+        values = {'instance_uuid': instance}
+        if host_id is None:
+            db_api.lease_update(context, lease_id, values,
+                                expected_status=states.RESERVED)
+            return
+        lease = db_api.lease_get_by_id(context, lease_id)
+        values.update(host_id=host_id, attach_mode=lease.attach_mode,
+                      fault=None)
+        if not _cas(context, lease_id, states.RESERVED, states.BIND, values):
+            return
+        db_api.action_start(context, lease_id, 'bind', message=message)
+        flows.bind(context, lease_id, action='bind')
+
+
+def _cas(context, lease_id, current, event, values=None):
+    """Move the lease from ``current`` on ``event`` if it is still
+    there; True when moved."""
+    values = dict(values or {})
+    values['status'] = states.next_state(current, event)
+    return db_api.lease_update(context, lease_id, values,
+                               expected_status=current)
+
+
+class _Endpoint(object):
+    """The oslo.messaging notification endpoint (info priority: Nova
+    sends instance.*.error events at error priority, which are left
+    out)."""
+
+    filter_rule = messaging.NotificationFilter(event_type=r'^instance\.')
+
+    def __init__(self, handler):
+        self.handler = handler
+
+    def info(self, ctxt, publisher_id, event_type, payload, metadata):
+        try:
+            self.handler.handle(event_type, payload, ctxt)
+        except Requeue:
+            return messaging.NotificationResult.REQUEUE
+        except Exception:
+            # A bug or bad data: requeueing would loop on it forever.
+            LOG.exception('Handling %(event)s from %(publisher)s failed; '
+                          'the notification is dropped.',
+                          {'event': event_type, 'publisher': publisher_id})
+        return messaging.NotificationResult.HANDLED
+
+
+class NovaNotificationListener(object):
+    """The listener the conductor starts when ``[nova]
+    notifications_enabled`` is on."""
+
+    def __init__(self, manager, handler=None):
+        self.handler = handler or NovaEventHandler(manager)
+        self._transport = None
+        self._listener = None
+        self._lock = threading.Lock()
+
+    def start(self):
+        group = CONF.nova
+        with self._lock:
+            self._transport = messaging.get_notification_transport(
+                CONF, url=group.notifications_transport_url)
+            targets = [messaging.Target(topic=topic,
+                                        exchange=group.notifications_exchange)
+                       for topic in group.notifications_topics]
+            self._listener = messaging.get_notification_listener(
+                self._transport, targets, [_Endpoint(self.handler)],
+                executor='threading', pool=group.notifications_pool,
+                allow_requeue=True)
+            self._listener.start()
+        LOG.info('Listening to Nova\'s notifications on %(topics)s '
+                 '(exchange %(exchange)s, pool %(pool)s)',
+                 {'topics': ', '.join(group.notifications_topics),
+                  'exchange': group.notifications_exchange,
+                  'pool': group.notifications_pool})
+
+    def stop(self):
+        with self._lock:
+            listener, self._listener = self._listener, None
+            transport, self._transport = self._transport, None
+        if listener is not None:
+            listener.stop()
+            listener.wait()
+        if transport is not None:
+            transport.cleanup()

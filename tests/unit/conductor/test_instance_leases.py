@@ -1,0 +1,213 @@
+"""Flavor-driven leases made from an instance's allocation in a real
+Placement (placement's own fixture behind wsgi-intercept), with the
+conductor harness (SQLite, in-process messaging, real agents)."""
+
+import threading
+
+from keystoneauth1 import loading as ks_loading
+from oslo_utils import uuidutils
+import pytest
+
+from composable import conf
+from composable.conductor import instance_leases
+from composable.conductor import placement_claims
+from composable.conductor import states
+from composable.db import api as db_api
+from composable.placement import sync
+from tests.functional.placement import base as placement_base
+from tests.unit.conductor import harness as h_mod
+
+CONF = conf.CONF
+MEM = 'CUSTOM_COMPOSABLE_MEMORY_MB'
+GPU = 'CUSTOM_COMPOSABLE_GPU'
+
+
+@pytest.fixture
+def placement():
+    fixture = placement_base.RealPlacement()
+    fixture.setUp()
+    try:
+        yield fixture
+    finally:
+        fixture.cleanUp()
+
+
+def configure_placement(endpoint):
+    """composable's [placement] pointing at the fixture, as an operator
+    configures it (auth_type set: Placement is on)."""
+    CONF.register_opts(
+        ks_loading.get_auth_plugin_conf_options('admin_token'),
+        group='placement')
+    for name, value in (('auth_type', 'admin_token'), ('token', 'admin'),
+                        ('endpoint', endpoint)):
+        CONF.set_override(name, value, 'placement')
+    placement_claims.set_client(None)
+
+
+def unconfigure_placement():
+    placement_claims.set_client(None)
+    for name in ('auth_type', 'token', 'endpoint'):
+        CONF.clear_override(name, 'placement')
+
+
+class World(object):
+    """The harness's inventory reported to Placement, and a compute node
+    provider for the instances' own resources."""
+
+    def __init__(self, harness, placement):
+        self.h = harness
+        self.client = placement.client()
+        ctx = h_mod.admin()
+        for pool in (harness.memory_pool, harness.gpu_pool):
+            sync.sync_pool(db_api.pool_get(ctx, pool.uuid), self.client, ctx)
+        self.memory_pool = db_api.pool_get(ctx, harness.memory_pool.uuid)
+        self.gpu_pool = db_api.pool_get(ctx, harness.gpu_pool.uuid)
+        self.compute_rp = uuidutils.generate_uuid()
+        self.client.create_provider(self.compute_rp, 'compute-0')
+        self.client.set_inventories(self.compute_rp, {'VCPU': {
+            'total': 64, 'reserved': 0, 'min_unit': 1, 'max_unit': 64,
+            'step_size': 1, 'allocation_ratio': 1.0}})
+
+    def boot(self, memory_mb=0, gpus=0, project=h_mod.PROJECT):
+        """What Nova's scheduler claims for an instance of a flavor with
+        resources:CUSTOM_COMPOSABLE_*: its compute node share and the
+        pools' share, one consumer."""
+        instance = uuidutils.generate_uuid()
+        resources = {self.compute_rp: {'VCPU': 1}}
+        if memory_mb:
+            resources[self.memory_pool.provider_uuid] = {MEM: memory_mb}
+        if gpus:
+            resources[self.gpu_pool.provider_uuid] = {GPU: gpus}
+        self.client.put_allocations(instance, resources, project, 'u1',
+                                    consumer_type='INSTANCE')
+        return instance
+
+    def usage(self, pool):
+        return self.client.get_usages(pool.provider_uuid)
+
+    def allocations(self, consumer):
+        return {rp: alloc['resources'] for rp, alloc in
+                self.client.get_allocations(consumer)['allocations'].items()}
+
+
+@pytest.fixture
+def world(harness, placement):
+    configure_placement(placement.endpoint)
+    try:
+        yield World(harness, placement)
+    finally:
+        unconfigure_placement()
+
+
+def ensure(world, instance, **kwargs):
+    kwargs.setdefault('project_id', h_mod.PROJECT)
+    return instance_leases.ensure_instance_leases(
+        h_mod.admin(), instance, kwargs.pop('host', 'compute-0'),
+        kwargs.pop('project_id'), **kwargs)
+
+
+def test_lease_from_the_instance_allocation(world):
+    instance = world.boot(memory_mb=2048)
+    made = ensure(world, instance, user_id='u7',
+                  extra_specs={'composable:attach_mode': 'guest'})
+    assert len(made) == 1
+    lease = world.h.lease(made[0])
+    assert lease.status == states.RESERVED
+    assert lease.memory_mb == 2048
+    assert lease.memory_pool_id == world.memory_pool.id
+    assert lease.project_id == h_mod.PROJECT and lease.user_id == 'u7'
+    assert lease.instance_uuid == instance
+    assert lease.placement_consumer == instance
+    assert lease.attach_mode == 'guest'
+    assert sum(e.size_mb for e in lease.extents) == 2048
+    assert world.h.pool(world.memory_pool).used == 2048
+    # Nova's claim is the only one: nothing under the lease's consumer.
+    assert world.allocations(lease.uuid) == {}
+    assert world.usage(world.memory_pool) == {MEM: 2048}
+
+
+def test_an_instance_gets_its_leases_once(world):
+    instance = world.boot(memory_mb=1024)
+    first = ensure(world, instance)
+    assert ensure(world, instance) == first
+    assert world.h.pool(world.memory_pool).used == 1024
+    assert [lease.uuid for lease in instance_leases.instance_leases(
+        h_mod.admin(), instance)] == first
+
+
+def test_concurrent_callers_make_one_lease(world):
+    instance = world.boot(memory_mb=1024)
+    allocations = placement_claims.instance_pool_allocations(
+        world.client, instance)
+    results, errors = [], []
+    start = threading.Barrier(4)
+
+    def call():
+        start.wait()
+        try:
+            results.append(tuple(ensure(world, instance,
+                                        allocations=allocations)))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert len(set(results)) == 1, results
+    assert world.h.pool(world.memory_pool).used == 1024
+    assert len(instance_leases.instance_leases(h_mod.admin(), instance,
+                                               include_released=True)) == 1
+
+
+def test_memory_and_gpu_make_one_lease_per_pool(world):
+    instance = world.boot(memory_mb=1024, gpus=1)
+    made = ensure(world, instance,
+                  extra_specs={'composable:gpu_model': 'FakeGPU-16G',
+                               'composable:lease_name': 'train'})
+    leases = sorted((world.h.lease(uuid) for uuid in made),
+                    key=lambda lease: lease.memory_mb)
+    gpu, memory = leases
+    assert len(gpu.devices) == 1 and gpu.device_kind == 'gpu'
+    assert gpu.device_model == 'FakeGPU-16G'
+    assert memory.memory_mb == 1024
+    assert {lease.name for lease in leases} == {'train-gpu-pool',
+                                                'train-memory-pool'}
+    assert world.usage(world.gpu_pool) == {GPU: 1}
+
+
+def test_no_pool_allocation_no_lease(world):
+    assert ensure(world, world.boot()) == []
+    assert ensure(world, uuidutils.generate_uuid()) == []
+
+
+def test_release_keeps_novas_allocation_and_a_new_life_gets_new_leases(
+        world):
+    instance = world.boot(memory_mb=2048)
+    [first] = ensure(world, instance)
+    world.h.api.delete_lease(h_mod.user_context(), first)
+    world.h.wait(first, states.RELEASED)
+    assert world.h.pool(world.memory_pool).used == 0
+    # Nova frees its allocation itself, when the instance goes.
+    assert world.allocations(instance)[world.memory_pool.provider_uuid] == {
+        MEM: 2048}
+    # Unshelved (Nova claimed again): a new lease, not the released one.
+    [second] = ensure(world, instance)
+    assert second != first
+    assert world.h.lease(second).status == states.RESERVED
+    assert world.h.pool(world.memory_pool).used == 2048
+
+
+def test_database_out_of_step_gives_alloc_failed_once(world):
+    # Placement has room, composable's database has not (its pool was
+    # filled behind Placement's back).
+    ctx = h_mod.admin()
+    db_api.pool_update(ctx, world.memory_pool.uuid, {'reserved': 8192})
+    instance = world.boot(memory_mb=1024)
+    [uuid] = ensure(world, instance)
+    lease = world.h.lease(uuid)
+    assert lease.status == states.ALLOC_FAILED
+    assert lease.fault
+    assert ensure(world, instance) == [uuid]
