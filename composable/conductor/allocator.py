@@ -45,6 +45,7 @@ S MiB. ``[allocator] memory_placement`` chooses where they go:
 """
 
 import collections
+import types
 
 from oslo_log import log as logging
 from oslo_utils import uuidutils
@@ -56,12 +57,20 @@ from composable import conf
 from composable.conductor import states
 from composable.db import api as dbapi
 from composable.db import models
+from composable.db import views
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 DEVICE_AVAILABLE = 'available'
 DEVICE_RESERVED = 'reserved'
+
+_LEASES = models.Lease.__table__
+_EXTENTS = models.MemoryExtent.__table__
+_ATTACHMENTS = models.Attachment.__table__
+_DEVICES = models.Device.__table__
+_POOLS = models.Pool.__table__
+_NODES = models.MemoryNode.__table__
 
 
 class _LostRace(Exception):
@@ -82,18 +91,17 @@ def _free(pool):
 
 
 def _claim_pool(session, pool, amount):
-    count = session.query(models.Pool).filter(
-        models.Pool.id == pool.id,
-        models.Pool.used + amount <= models.Pool.total - models.Pool.reserved
-    ).update({'used': models.Pool.used + amount},
-             synchronize_session=False)
+    count = session.execute(_POOLS.update().where(
+        _POOLS.c.id == pool.id,
+        _POOLS.c.used + amount <= _POOLS.c.total - _POOLS.c.reserved
+    ).values(used=_POOLS.c.used + amount)).rowcount
     return count == 1
 
 
 def _unclaim_pool(session, pool_id, amount):
     if amount:
-        session.query(models.Pool).filter(models.Pool.id == pool_id).update(
-            {'used': models.Pool.used - amount}, synchronize_session=False)
+        session.execute(_POOLS.update().where(
+            _POOLS.c.id == pool_id).values(used=_POOLS.c.used - amount))
 
 
 def _plan_extents(nodes, count, step, policy):
@@ -117,18 +125,40 @@ def _plan_extents(nodes, count, step, policy):
     return {by_id[nid]: n for nid, n in sorted(plan.items())}
 
 
-def _memory_candidates(session, lease, fabric_id=None):
-    query = session.query(models.Pool).filter(models.Pool.kind == 'memory')
-    if lease.requested_pools:
-        query = query.filter(models.Pool.uuid.in_(lease.requested_pools))
-    if fabric_id is not None:
-        query = query.filter(models.Pool.fabric_id == fabric_id)
-    pools = query.all()
+# The claim path reads and writes with Core statements on the tables: it
+# runs for every lease created, and the ORM's unit of work and identity
+# map cost more than the statements themselves. Rows read here are plain
+# rows (attribute access by column name), never ORM objects.
+_POOL_COLUMNS = (_POOLS.c.id, _POOLS.c.uuid, _POOLS.c.name, _POOLS.c.kind,
+                 _POOLS.c.fabric_id, _POOLS.c.total, _POOLS.c.reserved,
+                 _POOLS.c.used, _POOLS.c.step_size)
+_NODE_COLUMNS = (_NODES.c.id, _NODES.c.name, _NODES.c.capacity_mb,
+                 _NODES.c.reserved_mb, _NODES.c.allocated_mb)
+_DEVICE_COLUMNS = (_DEVICES.c.id, _DEVICES.c.uuid, _DEVICES.c.pool_id,
+                   _DEVICES.c.kind, _DEVICES.c.model, _DEVICES.c.traits,
+                   _DEVICES.c.state, _DEVICES.c.lease_id,
+                   _DEVICES.c.pci_address, _DEVICES.c.address)
+
+
+def _pools_by_free(session, query):
     # Most free first, then by id so equal pools are tried in a fixed order.
-    return sorted(pools, key=lambda p: (-_free(p), p.id))
+    return sorted(session.execute(query).all(),
+                  key=lambda p: (-_free(p), p.id))
+
+
+def _memory_candidates(session, lease, fabric_id=None):
+    query = sa.select(*_POOL_COLUMNS).where(_POOLS.c.kind == 'memory')
+    if lease.requested_pools:
+        query = query.where(_POOLS.c.uuid.in_(lease.requested_pools))
+    if fabric_id is not None:
+        query = query.where(_POOLS.c.fabric_id == fabric_id)
+    return _pools_by_free(session, query)
 
 
 def _claim_memory(session, lease):
+    """Claim the lease's memory; returns (pool row, extent rows to insert
+    once the lease has an id, as dicts without lease_id, with their memory
+    node's name under 'node_name')."""
     step_reasons = []
     pools = _memory_candidates(session, lease)
     if not pools:
@@ -146,10 +176,12 @@ def _claim_memory(session, lease):
             step_reasons.append(
                 '%s has %d MiB free' % (pool.name, _free(pool)))
             continue
-        nodes = dbapi.locking(session.query(models.MemoryNode).filter(
-            models.MemoryNode.pool_id == pool.id,
-            models.MemoryNode.enabled.is_(True)).order_by(
-                models.MemoryNode.id)).all()
+        # Locked, and read again under the lock: a claim that committed
+        # since is seen.
+        nodes = session.execute(sa.select(*_NODE_COLUMNS).where(
+            _NODES.c.pool_id == pool.id,
+            _NODES.c.enabled.is_(True)).order_by(
+                _NODES.c.id).with_for_update()).all()
         plan = _plan_extents(nodes, lease.memory_mb // step, step,
                              CONF.allocator.memory_placement)
         if plan is None:
@@ -159,24 +191,25 @@ def _claim_memory(session, lease):
                 'its nodes' % (pool.name, lease.memory_mb // step, step))
             continue
         index = 0
+        extents = []
         for node, n in plan.items():
             amount = n * step
-            count = session.query(models.MemoryNode).filter(
-                models.MemoryNode.id == node.id,
-                models.MemoryNode.enabled.is_(True),
-                models.MemoryNode.allocated_mb + amount <=
-                models.MemoryNode.capacity_mb - models.MemoryNode.reserved_mb
-            ).update({'allocated_mb': models.MemoryNode.allocated_mb +
-                      amount}, synchronize_session=False)
+            count = session.execute(_NODES.update().where(
+                _NODES.c.id == node.id,
+                _NODES.c.enabled.is_(True),
+                _NODES.c.allocated_mb + amount <=
+                _NODES.c.capacity_mb - _NODES.c.reserved_mb
+            ).values(allocated_mb=_NODES.c.allocated_mb + amount)).rowcount
             if count != 1:
                 raise _LostRace('memory node %s' % node.name)
             for _ in range(n):
-                session.add(models.MemoryExtent(
-                    uuid=uuidutils.generate_uuid(), lease_id=lease.id,
-                    memory_node_id=node.id, size_mb=step, index=index,
-                    export_state='allocated'))
+                extents.append({
+                    'uuid': uuidutils.generate_uuid(),
+                    'memory_node_id': node.id, 'size_mb': step,
+                    'index': index, 'export_state': 'allocated',
+                    'node_name': node.name})
                 index += 1
-        return pool
+        return pool, extents
     raise exception.InsufficientCapacity(
         reason='No memory pool can hold %d MiB now: %s. Delete leases you '
                'no longer need, ask for less memory, or try again later.' %
@@ -185,32 +218,31 @@ def _claim_memory(session, lease):
 
 def _device_candidates(session, lease, fabric_id):
     kind, resource_class = pool_kind_for_device_kind(lease.device_kind)
-    query = session.query(models.Pool).filter(
-        models.Pool.kind == kind,
-        models.Pool.resource_class == resource_class)
+    query = sa.select(*_POOL_COLUMNS).where(
+        _POOLS.c.kind == kind, _POOLS.c.resource_class == resource_class)
     if lease.requested_pools:
-        query = query.filter(models.Pool.uuid.in_(lease.requested_pools))
+        query = query.where(_POOLS.c.uuid.in_(lease.requested_pools))
     if fabric_id is not None:
-        query = query.filter(models.Pool.fabric_id == fabric_id)
-    return sorted(query.all(), key=lambda p: (-_free(p), p.id))
+        query = query.where(_POOLS.c.fabric_id == fabric_id)
+    return _pools_by_free(session, query)
 
 
-def _take_devices(session, lease, devices):
-    for device in devices:
-        count = session.query(models.Device).filter(
-            models.Device.id == device.id,
-            models.Device.state == DEVICE_AVAILABLE,
-            models.Device.lease_id.is_(None)).update(
-                {'state': DEVICE_RESERVED, 'lease_id': lease.id},
-                synchronize_session=False)
-        if count != 1:
-            raise _LostRace('device %s' % device.uuid)
+def _take_devices(session, lease_id, devices):
+    """Give ``devices`` to the lease, all or none (_LostRace)."""
+    ids = [device.id for device in devices]
+    count = session.execute(_DEVICES.update().where(
+        _DEVICES.c.id.in_(ids),
+        _DEVICES.c.state == DEVICE_AVAILABLE,
+        _DEVICES.c.lease_id.is_(None)).values(
+            state=DEVICE_RESERVED, lease_id=lease_id)).rowcount
+    if count != len(ids):
+        raise _LostRace('device %s' % ', '.join(d.uuid for d in devices))
 
 
 def _claim_requested_devices(session, lease, fabric_id):
-    devices = dbapi.locking(session.query(models.Device).filter(
-        models.Device.uuid.in_(lease.requested_devices)).order_by(
-            models.Device.id)).all()
+    devices = session.execute(sa.select(*_DEVICE_COLUMNS).where(
+        _DEVICES.c.uuid.in_(lease.requested_devices)).order_by(
+            _DEVICES.c.id).with_for_update()).all()
     missing = set(lease.requested_devices) - {d.uuid for d in devices}
     if missing:
         raise exception.InsufficientCapacity(
@@ -226,8 +258,8 @@ def _claim_requested_devices(session, lease, fabric_id):
                 reason='Device %s was taken by another lease or went to '
                        '%s meanwhile; ask for another device.' %
                 (device.uuid, device.state))
-    pool = session.query(models.Pool).filter(
-        models.Pool.id == pool_ids.pop()).one()
+    pool = session.execute(sa.select(*_POOL_COLUMNS).where(
+        _POOLS.c.id == pool_ids.pop())).one()
     if fabric_id is not None and pool.fabric_id != fabric_id:
         raise exception.InsufficientCapacity(
             reason='The devices asked for are on another fabric than the '
@@ -236,8 +268,7 @@ def _claim_requested_devices(session, lease, fabric_id):
         raise exception.InsufficientCapacity(
             reason='Pool %s keeps its remaining devices as headroom '
                    '(reserved %d).' % (pool.name, pool.reserved))
-    _take_devices(session, lease, devices)
-    return pool
+    return pool, devices
 
 
 def _matches_traits(device, traits):
@@ -245,6 +276,9 @@ def _matches_traits(device, traits):
 
 
 def _claim_devices(session, lease, fabric_id):
+    """Claim the lease's devices in their pool; returns (pool row, device
+    rows) for the caller to give the devices to the lease
+    (_take_devices) once it has an id."""
     if lease.requested_devices:
         return _claim_requested_devices(session, lease, fabric_id)
     count = lease.device_count
@@ -265,13 +299,19 @@ def _claim_devices(session, lease, fabric_id):
         if not _claim_pool(session, pool, count):
             reasons.append('%s has %d free' % (pool.name, _free(pool)))
             continue
-        query = session.query(models.Device).filter(
-            models.Device.pool_id == pool.id,
-            models.Device.state == DEVICE_AVAILABLE,
-            models.Device.lease_id.is_(None))
+        query = sa.select(*_DEVICE_COLUMNS).where(
+            _DEVICES.c.pool_id == pool.id,
+            _DEVICES.c.state == DEVICE_AVAILABLE,
+            _DEVICES.c.lease_id.is_(None))
         if lease.device_model:
-            query = query.filter(models.Device.model == lease.device_model)
-        locked = dbapi.locking(query.order_by(models.Device.id)).all()
+            query = query.where(_DEVICES.c.model == lease.device_model)
+        if not lease.device_traits:
+            # Any free device will do: lock only as many as needed
+            # (SKIP LOCKED is not on every backend; the pool claim above
+            # already guarantees that enough are free).
+            query = query.limit(count)
+        locked = session.execute(
+            query.order_by(_DEVICES.c.id).with_for_update()).all()
         candidates = [d for d in locked
                       if _matches_traits(d, lease.device_traits)]
         if len(candidates) < count:
@@ -279,8 +319,7 @@ def _claim_devices(session, lease, fabric_id):
             reasons.append('%s has %d matching free' %
                            (pool.name, len(candidates)))
             continue
-        _take_devices(session, lease, candidates[:count])
-        return pool
+        return pool, candidates[:count]
     raise exception.InsufficientCapacity(
         reason='No pool can give %s now: %s. Delete leases you no longer '
                'need, relax the model or traits, or try again later.' %
@@ -339,17 +378,69 @@ def _complete(session, lease_id, source, action, values=None):
                                  action=action)
 
 
+def _claim(session, lease):
+    """Claim, in the pools (and on the memory nodes), what ``lease`` asks
+    for: anything with memory_mb, requested_pools, device_count,
+    device_kind, device_model, device_traits and requested_devices.
+    Returns the claim for _give (which needs the lease's id)."""
+    claim = {'memory_pool': None, 'extents': [], 'device_pool': None,
+             'devices': []}
+    if lease.memory_mb:
+        claim['memory_pool'], claim['extents'] = _claim_memory(session,
+                                                               lease)
+    if lease.device_count or lease.requested_devices:
+        memory_pool = claim['memory_pool']
+        claim['device_pool'], claim['devices'] = _claim_devices(
+            session, lease,
+            memory_pool.fabric_id if memory_pool is not None else None)
+    return claim
+
+
+def _give(session, lease_id, claim):
+    """Give the lease what ``claim`` holds for it (extents, devices);
+    returns the parts of the lease's document the claim decided."""
+    if claim['extents']:
+        session.execute(_EXTENTS.insert(), [
+            dict({k: v for k, v in e.items() if k != 'node_name'},
+                 lease_id=lease_id) for e in claim['extents']])
+    if claim['devices']:
+        _take_devices(session, lease_id, claim['devices'])
+    memory_pool, device_pool = claim['memory_pool'], claim['device_pool']
+    return {
+        'memory_pool_uuid': memory_pool.uuid if memory_pool else None,
+        'device_pool_uuid': device_pool.uuid if device_pool else None,
+        'extents': [views.extent_document(
+            types.SimpleNamespace(target_iqn=None, lun=None, **e),
+            e['node_name']) for e in claim['extents']],
+        # Taken just now: reserved, whatever the rows read before said.
+        'devices': [views.device_document(d, state=DEVICE_RESERVED)
+                    for d in claim['devices']],
+    }
+
+
+def _pool_ids(claim):
+    return {'memory_pool_id': claim['memory_pool'].id
+            if claim['memory_pool'] else None,
+            'device_pool_id': claim['device_pool'].id
+            if claim['device_pool'] else None}
+
+
 def _allocate_once(context, lease_id):
     with dbapi.writer(context) as session:
-        # The lease row first (it names no pool yet, so this locks no
-        # pool): the claim and the state change are one commit.
+        lease = session.execute(sa.select(_LEASES).where(
+            _LEASES.c.id == lease_id,
+            _LEASES.c.status == states.ALLOCATING)).first()
+        if lease is None:
+            # Claimed already (a retried RPC or a resumed flow), or moved
+            # on: _complete says which.
+            return _complete(session, lease_id, states.ALLOCATING,
+                             'allocate')
+        claim = _claim(session, lease)
+        # The lease row after the pools: one lock order everywhere.
         if not _complete(session, lease_id, states.ALLOCATING, 'allocate',
-                         {'fault': None}):
-            return False
-        lease = session.query(models.Lease).filter(
-            models.Lease.id == lease_id).one()
-        _claim(session, lease)
-        session.flush()
+                         dict(_pool_ids(claim), fault=None)):
+            raise _LostRace('lease %s' % lease.uuid)
+        _give(session, lease_id, claim)
         return True
 
 
@@ -374,50 +465,71 @@ def allocate(context, lease_id):
         reason='The pools changed too fast to place this lease; try again.')
 
 
-def _claim(session, lease):
-    memory_pool = None
-    if lease.memory_mb:
-        memory_pool = _claim_memory(session, lease)
-        lease.memory_pool_id = memory_pool.id
-    if lease.device_count or lease.requested_devices:
-        device_pool = _claim_devices(
-            session, lease,
-            memory_pool.fabric_id if memory_pool is not None else None)
-        lease.device_pool_id = device_pool.id
-
-
-def _action_row(context, lease_id, action, result, message=None):
+def _action_values(context, lease_id, action, result, message=None):
     now = utils.utcnow()
-    return models.LeaseAction(
+    return dict(
         lease_id=lease_id, action=action,
         request_id=getattr(context, 'request_id', None),
         user_id=getattr(context, 'user_id', None),
         project_id=getattr(context, 'project_id', None),
-        start_time=now, finish_time=now, result=result, message=message)
+        start_time=now, finish_time=now, result=result, message=message,
+        created_at=now)
 
 
-def _insert_lease(session, values, status):
-    lease = models.Lease()
-    lease.update(values)
-    lease.uuid = values.get('uuid') or uuidutils.generate_uuid()
-    lease.status = status
-    session.add(lease)
-    session.flush()
-    return lease
+def _action_row(context, lease_id, action, result, message=None):
+    return models.LeaseAction(**_action_values(context, lease_id, action,
+                                               result, message))
+
+
+# Lease fields a create may set, and their defaults.
+_LEASE_DEFAULTS = {
+    'uuid': None, 'name': None, 'description': None, 'project_id': None,
+    'user_id': None, 'memory_mb': 0, 'device_count': 0, 'device_kind': None,
+    'device_model': None, 'device_traits': None, 'requested_pools': None,
+    'requested_devices': None, 'memory_pool_id': None,
+    'device_pool_id': None, 'start_at': None, 'end_at': None,
+    'host_id': None, 'instance_uuid': None, 'attach_mode': 'host',
+    'placement_consumer': None, 'status': None, 'fault': None,
+    'reservation': None, 'created_at': None, 'updated_at': None}
+
+
+def _lease_values(values, status, **more):
+    unknown = set(values) - set(_LEASE_DEFAULTS)
+    if unknown:
+        raise exception.Invalid(reason='unknown lease fields: %s' %
+                                ', '.join(sorted(unknown)))
+    row = dict(_LEASE_DEFAULTS)
+    row.update({k: v for k, v in values.items() if v is not None})
+    row.update(more)
+    row['uuid'] = row['uuid'] or uuidutils.generate_uuid()
+    row['status'] = status
+    row['created_at'] = utils.utcnow()
+    row['updated_at'] = None
+    return row
+
+
+def _insert_lease(session, row):
+    return session.execute(_LEASES.insert().values(**row)
+                           ).inserted_primary_key[0]
 
 
 def _create_once(context, values, action):
     with dbapi.writer(context) as session:
-        # The new lease names no pool yet, so inserting it locks no pool
-        # row: the claim's UPDATE on the pool is the first pool lock.
-        lease = _insert_lease(
-            session, values,
-            states.next_state(states.REQUESTED, states.ALLOCATE))
-        _claim(session, lease)
-        lease.status = states.next_state(lease.status, states.DONE)
-        session.add(_action_row(context, lease.id, action, 'success'))
-        session.flush()
-        return lease.uuid, lease.status
+        request = types.SimpleNamespace(**dict(_LEASE_DEFAULTS, **values))
+        # Pools first, then the new lease that names them (InnoDB's
+        # foreign key check on the insert takes shared locks on the pool
+        # rows, which this transaction holds already).
+        claim = _claim(session, request)
+        status = states.next_state(
+            states.next_state(states.REQUESTED, states.ALLOCATE),
+            states.DONE)
+        row = _lease_values(values, status, **_pool_ids(claim))
+        lease_id = _insert_lease(session, row)
+        parts = _give(session, lease_id, claim)
+        session.execute(models.LeaseAction.__table__.insert().values(
+            **_action_values(context, lease_id, action, 'success')))
+        return row['uuid'], status, views.lease_document(
+            types.SimpleNamespace(**row), **parts)
 
 
 def _create_failed(context, values, action, fault):
@@ -425,13 +537,16 @@ def _create_failed(context, values, action, fault):
         status = states.next_state(
             states.next_state(states.REQUESTED, states.ALLOCATE),
             states.FAIL)
-        lease = _insert_lease(session, dict(values, fault=fault), status)
-        session.add(_action_row(context, lease.id, action, 'error', fault))
-        session.flush()
-        return lease.uuid, lease.status
+        row = _lease_values(values, status, fault=fault)
+        lease_id = _insert_lease(session, row)
+        session.execute(models.LeaseAction.__table__.insert().values(
+            **_action_values(context, lease_id, action, 'error', fault)))
+        return row['uuid'], status, views.lease_document(
+            types.SimpleNamespace(**row), extents=[], devices=[])
 
 
-def create_and_allocate(context, values, action='create'):
+def create_and_allocate(context, values, action='create',
+                        want_document=False):
     """Insert a lease and claim what it asks for, in one transaction.
 
     The lease goes requested -> allocating -> reserved and its first action
@@ -441,23 +556,28 @@ def create_and_allocate(context, values, action='create'):
     recorded in alloc_failed, with the allocator's message as its fault,
     in a second one. (Not a savepoint: InnoDB rolls a deadlock victim back
     entirely, savepoints included, and the deadlock must reach the retry.)
-    Returns (uuid, status).
+    Returns (uuid, status), and with ``want_document`` (uuid, status,
+    document): the lease's document (composable.db.views) as committed.
     """
     attempts = CONF.allocator.claim_retries + 1
     fault = ('The pools changed too fast to place this lease; delete it '
              'and try again.')
+    result = None
     for attempt in range(attempts):
         try:
-            return dbapi.retry_on_deadlock(_create_once)(context, values,
-                                                         action)
+            result = dbapi.retry_on_deadlock(_create_once)(context, values,
+                                                           action)
+            break
         except exception.InsufficientCapacity as exc:
             fault = exc.message
             break
         except _LostRace as race:
             LOG.info('Lost a race for %s while creating a lease (attempt '
                      '%d of %d); retrying.', race, attempt + 1, attempts)
-    return dbapi.retry_on_deadlock(_create_failed)(context, values, action,
-                                                   fault)
+    if result is None:
+        result = dbapi.retry_on_deadlock(_create_failed)(context, values,
+                                                         action, fault)
+    return result if want_document else result[:2]
 
 
 def _lock_lease_pools(session, lease_id):
@@ -489,51 +609,87 @@ _QUICK_RELEASE_FROM = (states.REQUESTED, states.RESERVED,
                        states.ALLOC_FAILED)
 
 
-class _NotQuick(Exception):
-    """The lease has something live: roll back, use the full flow."""
+def _quick_release_target(event):
+    """Where the short path leaves a lease: through the state machine, the
+    ``event`` (delete or expire) and then the release's DONE. Every state
+    the short path starts from must lead to the same one."""
+    targets = {states.next_state(states.next_state(status, event),
+                                 states.DONE)
+               for status in _QUICK_RELEASE_FROM}
+    assert len(targets) == 1, targets
+    return targets.pop()
+
+
+def _lock_pools_of(session, ref):
+    """Row-lock, in id order and in one statement, every pool ``ref`` (a
+    lease_ref row) holds capacity in: its memory and device pools and the
+    pools of the devices it holds (the locking order of
+    _lock_lease_pools)."""
+    named = [pid for pid in (ref.memory_pool_id, ref.device_pool_id)
+             if pid is not None]
+    where = _POOLS.c.id.in_(sa.select(_DEVICES.c.pool_id).where(
+        _DEVICES.c.lease_id == ref.id))
+    if named:
+        where = sa.or_(_POOLS.c.id.in_(named), where)
+    session.execute(sa.select(_POOLS.c.id).where(where).order_by(
+        _POOLS.c.id).with_for_update()).all()
+
+
+def _release_unbound_in(session, context, ref, action):
+    """The short release of lease ``ref`` in ``session``; the new status,
+    or None (nothing changed) when the lease is busy or holds anything
+    live. A handful of statements: this is the path every delete of a
+    lease that was never bound takes."""
+    if ref.status not in _QUICK_RELEASE_FROM or ref.reservation is not None:
+        return None
+    event = states.DELETE if action == 'delete' else states.EXPIRE
+    target = _quick_release_target(event)
+    _lock_pools_of(session, ref)
+    # Compare-and-set, and only while nothing of the lease is live: an
+    # extent exported or given credentials, an attachment, a device bound
+    # on the fabric. Another request changing the lease in between makes
+    # this match no row, and the full flow decides.
+    live_extent = sa.exists().where(
+        _EXTENTS.c.lease_id == ref.id,
+        sa.or_(_EXTENTS.c.export_state != 'allocated',
+               _EXTENTS.c.chap_username.isnot(None)))
+    live_attachment = sa.exists().where(
+        _ATTACHMENTS.c.lease_id == ref.id,
+        _ATTACHMENTS.c.state != 'detached')
+    bound_device = sa.exists().where(
+        _DEVICES.c.lease_id == ref.id,
+        sa.or_(_DEVICES.c.state != DEVICE_RESERVED,
+               _DEVICES.c.pci_address.isnot(None)))
+    # The pools locked above must still be the lease's (a deferred start
+    # may have allocated it since ``ref`` was read).
+    same_pools = [
+        column == value if value is not None else column.is_(None)
+        for column, value in ((_LEASES.c.memory_pool_id, ref.memory_pool_id),
+                              (_LEASES.c.device_pool_id, ref.device_pool_id))]
+    moved = session.execute(
+        _LEASES.update().where(
+            _LEASES.c.id == ref.id,
+            _LEASES.c.reservation.is_(None),
+            _LEASES.c.status.in_(_QUICK_RELEASE_FROM),
+            *same_pools,
+            ~live_extent, ~live_attachment, ~bound_device).values(
+                status=target, updated_at=utils.utcnow())).rowcount
+    if moved != 1:
+        return None
+    session.add(_action_row(context, ref.id, action, 'success'))
+    _return_capacity(session, ref.id, ref.memory_pool_id,
+                     has_memory=ref.memory_pool_id is not None)
+    session.flush()
+    return target
 
 
 def _release_unbound_once(context, lease_id, action):
-    now = utils.utcnow()
-    event = states.DELETE if action == 'delete' else states.EXPIRE
-    # Every state the short path starts from moves to the same one.
-    targets = {states.next_state(status, event)
-               for status in _QUICK_RELEASE_FROM}
-    assert len(targets) == 1
-    try:
-        with dbapi.writer(context) as session:
-            memory_pool_id = _lock_lease_pools(session, lease_id)
-            moved = session.query(models.Lease).filter(
-                models.Lease.id == lease_id,
-                models.Lease.reservation.is_(None),
-                models.Lease.status.in_(_QUICK_RELEASE_FROM)).update(
-                    {'status': targets.pop(), 'updated_at': now},
-                    synchronize_session=False)
-            if moved != 1:
-                return None
-            touched = session.query(models.MemoryExtent.id).filter(
-                models.MemoryExtent.lease_id == lease_id,
-                sa.or_(models.MemoryExtent.export_state != 'allocated',
-                       models.MemoryExtent.chap_username.isnot(None))
-            ).first()
-            live = session.query(models.Attachment.id).filter(
-                models.Attachment.lease_id == lease_id,
-                models.Attachment.state != 'detached').first()
-            bound = session.query(models.Device.id).filter(
-                models.Device.lease_id == lease_id,
-                sa.or_(models.Device.state != DEVICE_RESERVED,
-                       models.Device.pci_address.isnot(None))).first()
-            if touched or live or bound:
-                raise _NotQuick()
-            session.add(_action_row(context, lease_id, action, 'success'))
-            session.flush()
-            # Same transaction: return the capacity, move to released.
-            _complete(session, lease_id, states.RELEASING, 'release',
-                      {'reservation': None})
-            _return_capacity(session, lease_id, memory_pool_id)
-            return states.RELEASED
-    except _NotQuick:
-        return None
+    with dbapi.writer(context) as session:
+        ref = session.execute(sa.select(*dbapi._LEASE_REF_COLUMNS).where(
+            _LEASES.c.id == lease_id)).first()
+        if ref is None:
+            return None
+        return _release_unbound_in(session, context, ref, action)
 
 
 def release_unbound(context, lease_id, action='delete'):
@@ -547,6 +703,21 @@ def release_unbound(context, lease_id, action='delete'):
                                                           action)
 
 
+def _release_unbound_ident_once(context, ident, action):
+    with dbapi.writer(context) as session:
+        ref = dbapi.lease_ref_in(session, context, ident)
+        return ref, _release_unbound_in(session, context, ref, action)
+
+
+def release_unbound_ident(context, ident, action='delete'):
+    """Look lease ``ident`` up as db_api.lease_ref does (scoped to the
+    context's project; LeaseNotFound, Conflict) and release it as
+    release_unbound does, in the same transaction. Returns (the lease_ref
+    row, the new status or None)."""
+    return dbapi.retry_on_deadlock(_release_unbound_ident_once)(
+        context, ident, action)
+
+
 def _release_once(context, lease_id):
     with dbapi.writer(context) as session:
         memory_pool_id = _lock_lease_pools(session, lease_id)
@@ -557,43 +728,42 @@ def _release_once(context, lease_id):
         return True
 
 
-def _return_capacity(session, lease_id, memory_pool_id):
-    """Give back what the lease holds; its pools are locked already."""
-    extents = session.query(models.MemoryExtent.memory_node_id,
-                            models.MemoryExtent.size_mb).filter(
-        models.MemoryExtent.lease_id == lease_id).all()
-    if extents:
-        by_node = collections.Counter()
-        for node_id, size_mb in extents:
-            by_node[node_id] += size_mb
-        total = sum(by_node.values())
-        if memory_pool_id is not None:
-            # Locked already by _lock_lease_pools.
-            _unclaim_pool(session, memory_pool_id, total)
-        for node_id in sorted(by_node):
-            session.query(models.MemoryNode).filter(
-                models.MemoryNode.id == node_id).update(
-                    {'allocated_mb': models.MemoryNode.allocated_mb -
-                     by_node[node_id]}, synchronize_session=False)
-        session.query(models.MemoryExtent).filter(
-            models.MemoryExtent.lease_id == lease_id).delete(
-                synchronize_session=False)
-    devices = session.query(models.Device.pool_id).filter(
-        models.Device.lease_id == lease_id).all()
-    if devices:
-        per_pool = collections.Counter(pid for (pid,) in devices)
-        for pool_id in sorted(per_pool):
-            # Locked already by _lock_lease_pools.
-            _unclaim_pool(session, pool_id, per_pool[pool_id])
-        session.query(models.Device).filter(
-            models.Device.lease_id == lease_id).update(
-                {'lease_id': None, 'pci_address': None,
-                 'state': sa.case(
-                     (models.Device.state.in_(
-                         [DEVICE_RESERVED, 'attached']),
-                      DEVICE_AVAILABLE),
-                     else_=models.Device.state)},
-                synchronize_session=False)
+def _return_capacity(session, lease_id, memory_pool_id, has_memory=True):
+    """Give back what the lease holds; its pools are locked already.
+    ``has_memory`` False skips the extents (a lease with no memory pool
+    has none)."""
+    if has_memory:
+        by_node = session.execute(
+            sa.select(_EXTENTS.c.memory_node_id,
+                      sa.func.sum(_EXTENTS.c.size_mb)).where(
+                _EXTENTS.c.lease_id == lease_id).group_by(
+                _EXTENTS.c.memory_node_id).order_by(
+                _EXTENTS.c.memory_node_id)).all()
+        if by_node:
+            if memory_pool_id is not None:
+                _unclaim_pool(session, memory_pool_id,
+                              sum(int(mb) for _, mb in by_node))
+            for node_id, size_mb in by_node:
+                session.execute(_NODES.update().where(
+                    _NODES.c.id == node_id).values(
+                        allocated_mb=_NODES.c.allocated_mb - int(size_mb)))
+            session.execute(_EXTENTS.delete().where(
+                _EXTENTS.c.lease_id == lease_id))
+    per_pool = session.execute(
+        sa.select(_DEVICES.c.pool_id, sa.func.count()).where(
+            _DEVICES.c.lease_id == lease_id).group_by(
+            _DEVICES.c.pool_id).order_by(_DEVICES.c.pool_id)).all()
+    if per_pool:
+        for pool_id, count in per_pool:
+            # Locked already by the caller.
+            _unclaim_pool(session, pool_id, int(count))
+        session.execute(_DEVICES.update().where(
+            _DEVICES.c.lease_id == lease_id).values(
+                lease_id=None, pci_address=None,
+                state=sa.case(
+                    (_DEVICES.c.state.in_([DEVICE_RESERVED, 'attached']),
+                     DEVICE_AVAILABLE),
+                    else_=_DEVICES.c.state)))
 
 
 def release_capacity(context, lease_id):

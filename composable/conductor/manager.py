@@ -25,10 +25,15 @@ from composable import conf
 from composable.conductor import allocator
 from composable.conductor import flows as lease_flows
 from composable.conductor import node_reports
+from composable.conductor import nova_api
+from composable.conductor import nova_events
 from composable.conductor import periodic
+from composable.conductor import placement_claims
+from composable.conductor import reconciler
 from composable.conductor import reservations
 from composable.conductor import states
 from composable.db import api as db_api
+from composable.db import views
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -60,7 +65,7 @@ def _parse_time(value, field):
 
 class ConductorManager(object):
 
-    target = messaging.Target(version='1.0')
+    target = messaging.Target(version='1.3')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -73,6 +78,7 @@ class ConductorManager(object):
         self._futures_lock = threading.Lock()
         self._stopping = threading.Event()
         self._threads = []
+        self._nova_listener = None
 
     # ------------------------------------------------------------ life
 
@@ -96,6 +102,10 @@ class ConductorManager(object):
         if CONF.conductor.node_check_interval:
             loops.append(('node-check', CONF.conductor.node_check_interval,
                           self._check_memory_nodes))
+        if CONF.conductor.reconcile_interval:
+            loops.append(('reconcile', CONF.conductor.reconcile_interval,
+                          reconciler.Reconciler(self).run))
+        loops.extend(placement_claims.loops(self))
         for name, interval, fn in loops:
             thread = threading.Thread(target=self._loop,
                                       args=(name, interval, fn),
@@ -103,11 +113,18 @@ class ConductorManager(object):
                                       daemon=True)
             thread.start()
             self._threads.append(thread)
+        if CONF.nova.notifications_enabled:
+            self._nova_listener = nova_events.NovaNotificationListener(self)
+            self._nova_listener.start()
         LOG.info('Conductor %s started', self.host)
 
     def stop(self):
         """Stop the loops, let running flows finish, then go offline
         (which also drops any reservation left)."""
+        if self._nova_listener is not None:
+            # No new Nova events once the workers are shutting down.
+            self._nova_listener.stop()
+            self._nova_listener = None
         self._stopping.set()
         for thread in self._threads:
             thread.join()
@@ -253,26 +270,41 @@ class ConductorManager(object):
     # without a traceback.
 
     @_EXPECTED
-    def create_lease(self, context, values):
+    def create_lease(self, context, values, return_document=False):
+        """Create a lease; its uuid, or with ``return_document`` (1.2) its
+        document (composable.db.views)."""
         values = self._create_values(context, values)
         self._check_requested(context, values)
         start_at = values.get('start_at')
+        document = None
         if start_at is None or start_at <= utils.utcnow():
-            return self._create_and_allocate(context, values)
-        values['status'] = states.REQUESTED
-        lease = db_api.lease_create(context, values, action='create')
-        db_api.action_finish(
-            context, lease.id, 'create', 'success',
-            message='The lease starts at %s; it is allocated then.' %
-            utils.isotime(start_at))
-        return lease.uuid
+            uuid, document = self._create_and_allocate(context, values)
+        else:
+            values['status'] = states.REQUESTED
+            lease = db_api.lease_create(context, values, action='create')
+            db_api.action_finish(
+                context, lease.id, 'create', 'success',
+                message='The lease starts at %s; it is allocated then.' %
+                utils.isotime(start_at))
+            uuid = lease.uuid
+        if not return_document:
+            return uuid
+        if document is None:
+            document = views.lease_document(
+                db_api.lease_get(self._admin(), uuid, for_view=True))
+        return document
 
     def _create_and_allocate(self, context, values):
         # Insert and claim in one transaction (the allocator's): no one can
         # see the lease before it is reserved or alloc_failed, so it needs
         # no reservation, and a request error leaves nothing behind.
-        uuid, status = allocator.create_and_allocate(context, values,
-                                                     action='create')
+        placement = placement_claims.enabled()
+        if placement:
+            # Inserted under this conductor's reservation until the
+            # Placement claim is settled (see placement_claims).
+            values = placement_claims.prepare_create(values, self.host)
+        uuid, status, document = allocator.create_and_allocate(
+            context, values, action='create', want_document=True)
         if status == states.ALLOC_FAILED and values.get('requested_devices'):
             # Lost a race for a device picked by uuid: the same answer as
             # when it was taken before the request, and nothing created.
@@ -284,12 +316,27 @@ class ConductorManager(object):
                 db_api.lease_purge(self._admin(),
                                    db_api.lease_get(self._admin(), uuid).id)
                 raise
-        return uuid
+        if placement:
+            # The claim in Placement may have rolled the lease back: its
+            # document is read again then.
+            if placement_claims.after_create(context, uuid, status,
+                                             self.host) != status:
+                document = None
+        return uuid, document
 
     @_EXPECTED
     def bind_lease(self, context, lease_uuid, host_uuid, instance_uuid=None,
                    attach_mode=None):
         lease = db_api.lease_get(context, lease_uuid)
+        if instance_uuid and nova_api.configured():
+            # Where the server runs, and whether it is the lease's
+            # project's, is Nova's to say.
+            host_uuid = nova_api.host_for_bind(context, lease, host_uuid,
+                                               instance_uuid)
+        if not host_uuid:
+            raise exception.Invalid(
+                reason='give the host to bind to (or a server, with '
+                       '[nova] configured, to bind where it runs)')
         try:
             host = db_api.host_get(self._admin(), host_uuid)
         except exception.HostNotFound:
@@ -340,10 +387,13 @@ class ConductorManager(object):
     def delete_lease(self, context, lease_uuid):
         # Identity and state only: the short path needs no more, and the
         # full flow re-reads the lease under its reservation.
-        lease = db_api.lease_ref(context, lease_uuid)
-        if allocator.release_unbound(context, lease.id, 'delete'):
+        lease, released = allocator.release_unbound_ident(
+            context, lease_uuid, 'delete')
+        if released:
             # Never bound and not busy: released in one transaction, with
             # nothing to ask of any agent or fabric.
+            if placement_claims.enabled():
+                placement_claims.release(lease.uuid)
             return lease.uuid
         with reservations.lease_reservation(context, lease.id, self.host,
                                             lease_ident=lease.uuid) as res:
@@ -360,3 +410,42 @@ class ConductorManager(object):
             self.spawn(res, self.flows.release, context, lease.id,
                        action=action)
         return lease.uuid
+
+    def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):
+        """Bring one pool's resource provider up to date in Placement (a
+        cast from composable-api after it changed the pool)."""
+        placement_claims.sync_pool_now(pool_uuid, provider_uuid)
+
+    # ------------------------------------------------------ libvirt hook
+    # For the agents of compute nodes (composable.agent.hook_server); the
+    # work is in composable.conductor.instance_binding.
+
+    @property
+    def instance_binding(self):
+        if getattr(self, '_instance_binding', None) is None:
+            from composable.conductor import instance_binding
+            self._instance_binding = instance_binding.InstanceBinding(self)
+        return self._instance_binding
+
+    @_EXPECTED
+    def instance_leases(self, context, host):
+        return self.instance_binding.instance_leases(host)
+
+    @_EXPECTED
+    def instance_status(self, context, instance_uuid, host=None):
+        return self.instance_binding.instance_status(instance_uuid, host)
+
+    @_EXPECTED
+    def prepare_instance(self, context, instance_uuid, host, project_id=None,
+                         flavor_resources=False, wait=0, incoming=False,
+                         leases=None, user_id=None, extra_specs=None):
+        return self.instance_binding.prepare(
+            instance_uuid, host, project_id=project_id,
+            flavor_resources=flavor_resources, wait=wait, incoming=incoming,
+            leases=leases, user_id=user_id, extra_specs=extra_specs)
+
+    @_EXPECTED
+    def release_instance(self, context, instance_uuid, host, wait=0,
+                         leases=None, fault=None):
+        return self.instance_binding.release(instance_uuid, host, wait=wait,
+                                             leases=leases, fault=fault)

@@ -2,6 +2,10 @@
 
 Version history:
     1.0 - Initial version.
+    1.1 - sync_pool_placement.
+    1.2 - create_lease(return_document=True) returns the lease document.
+    1.3 - instance_leases, instance_status, prepare_instance,
+          release_instance (the libvirt hook, through the agent).
 """
 
 import oslo_messaging as messaging
@@ -10,13 +14,13 @@ from composable.common import rpc
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.0'
+    RPC_API_VERSION = '1.3'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
                                      self.RPC_API_VERSION, timeout=timeout)
 
-    def create_lease(self, context, values):
+    def create_lease(self, context, values, return_document=False):
         """Insert a lease and allocate it (unless it starts later).
 
         ``values`` are validated API fields with references resolved:
@@ -26,7 +30,15 @@ class ConductorAPI(object):
         end_at (ISO 8601 strings, UTC). Returns the lease uuid. A lease
         that cannot be placed is still created, in ``alloc_failed`` with a
         fault; input errors raise (and create nothing).
+
+        With ``return_document``, returns the lease's document
+        (composable.db.views) instead, so the caller need not read the
+        lease back; a conductor older than 1.2 still answers with the uuid.
         """
+        if return_document and self.client.can_send_version('1.2'):
+            cctxt = self.client.prepare(version='1.2')
+            return cctxt.call(context, 'create_lease', values=values,
+                              return_document=True)
         cctxt = self.client.prepare(version='1.0')
         return cctxt.call(context, 'create_lease', values=values)
 
@@ -48,6 +60,56 @@ class ConductorAPI(object):
         background."""
         cctxt = self.client.prepare(version='1.0')
         return cctxt.call(context, 'delete_lease', lease_uuid=lease_uuid)
+
+    def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):
+        """Ask a conductor to bring the pool's resource provider up to
+        date in Placement (a cast: the caller does not wait). For a
+        deleted pool, ``provider_uuid`` names the provider to delete."""
+        cctxt = self.client.prepare(version='1.1')
+        cctxt.cast(context, 'sync_pool_placement', pool_uuid=pool_uuid,
+                   provider_uuid=provider_uuid)
+
+    # The libvirt hook, through the agent of a compute node. The conductor
+    # waits up to ``wait`` seconds for the flows it starts; ``rpc_timeout``
+    # must be longer than that.
+
+    def _hook_call(self, context, method, rpc_timeout=None, **kwargs):
+        cctxt = self.client.prepare(version='1.3', timeout=rpc_timeout)
+        return cctxt.call(context, method, **kwargs)
+
+    def instance_leases(self, context, host):
+        """{instance uuid: [lease uuid, ...]} of the leases linked to an
+        instance that can be bound to ``host``."""
+        return self._hook_call(context, 'instance_leases', host=host)
+
+    def instance_status(self, context, instance_uuid, host=None):
+        """Summaries of the instance's leases."""
+        return self._hook_call(context, 'instance_status',
+                               instance_uuid=instance_uuid, host=host)
+
+    def prepare_instance(self, context, instance_uuid, host, project_id=None,
+                         flavor_resources=False, wait=0, incoming=False,
+                         leases=None, user_id=None, extra_specs=None,
+                         rpc_timeout=None):
+        """Bind the instance's leases to ``host``; {"ok", "message",
+        "leases"} once they are bound or after ``wait`` seconds.
+        ``flavor_resources``: the flavor asks for composable resources
+        (its leases are made first; ``extra_specs`` are its composable:*
+        ones)."""
+        return self._hook_call(
+            context, 'prepare_instance', rpc_timeout=rpc_timeout,
+            instance_uuid=instance_uuid, host=host, project_id=project_id,
+            flavor_resources=flavor_resources, wait=wait, incoming=incoming,
+            leases=leases, user_id=user_id, extra_specs=extra_specs)
+
+    def release_instance(self, context, instance_uuid, host, wait=0,
+                         leases=None, fault=None, rpc_timeout=None):
+        """Unbind the instance's leases from ``host``; they stay the
+        instance's. {"ok", "message", "leases"}."""
+        return self._hook_call(
+            context, 'release_instance', rpc_timeout=rpc_timeout,
+            instance_uuid=instance_uuid, host=host, wait=wait, leases=leases,
+            fault=fault)
 
 
 def is_timeout(exc):

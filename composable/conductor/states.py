@@ -75,6 +75,9 @@ TRANSITIONS = (
     (ALLOCATING, FAIL, ALLOC_FAILED),
     (ALLOC_FAILED, DELETE, RELEASING),
     (ALLOC_FAILED, EXPIRE, RELEASING),
+    # Placement refused the claim that follows the database claim: the
+    # database claim is undone and the lease ends as a failed allocate.
+    (RESERVED, FAIL, ALLOC_FAILED),
     (RESERVED, BIND, BINDING),
     (RESERVED, DELETE, RELEASING),
     (RESERVED, EXPIRE, RELEASING),

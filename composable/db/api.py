@@ -562,27 +562,42 @@ def lease_get(context, ident, session=None, for_view=False):
         return found[0]
 
 
+_LEASES = models.Lease.__table__
+# What lease_ref returns: a lease's identity, state and pools.
+_LEASE_REF_COLUMNS = (
+    _LEASES.c.id, _LEASES.c.uuid, _LEASES.c.name, _LEASES.c.project_id,
+    _LEASES.c.status, _LEASES.c.attach_mode, _LEASES.c.reservation,
+    _LEASES.c.memory_pool_id, _LEASES.c.device_pool_id)
+
+
+def lease_ref_in(session, context, ident):
+    """lease_ref inside the caller's ``session`` (one statement)."""
+    query = sa.select(*_LEASE_REF_COLUMNS)
+    if uuidutils.is_uuid_like(ident):
+        query = query.where(_LEASES.c.uuid == ident)
+    else:
+        query = query.where(_LEASES.c.name == ident)
+    if not getattr(context, 'is_admin', False):
+        query = query.where(_LEASES.c.project_id == context.project_id)
+    found = session.execute(query.limit(2)).all()
+    if not found:
+        raise exception.LeaseNotFound(lease=ident)
+    if len(found) > 1:
+        raise exception.Conflict(
+            reason='more than one lease is named %s; use its UUID' % ident)
+    return found[0]
+
+
 def lease_ref(context, ident):
     """The identity and state of a lease, without loading what hangs off
-    it: id, uuid, name, project_id, status, attach_mode, reservation.
+    it: id, uuid, name, project_id, status, attach_mode, reservation,
+    memory_pool_id, device_pool_id.
 
     Scoped and refused exactly like lease_get; for the hot paths (delete,
     checks before an RPC call) that need no extents, devices or pools.
     """
     with reader(context) as session:
-        query = _by_ident(_lease_query(context, session), models.Lease,
-                          ident).with_entities(
-            models.Lease.id, models.Lease.uuid, models.Lease.name,
-            models.Lease.project_id, models.Lease.status,
-            models.Lease.attach_mode, models.Lease.reservation)
-        found = query.limit(2).all()
-        if not found:
-            raise exception.LeaseNotFound(lease=ident)
-        if len(found) > 1:
-            raise exception.Conflict(
-                reason='more than one lease is named %s; use its UUID' %
-                ident)
-        return found[0]
+        return lease_ref_in(session, context, ident)
 
 
 def lease_list(context, filters=None, limit=None, marker=None,

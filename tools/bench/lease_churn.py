@@ -90,6 +90,37 @@ def snapshot_problems(engine):
     return problems
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds used so far by process ``pid``."""
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def mariadb_pid():
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            try:
+                with open('/proc/%s/comm' % entry) as f:
+                    if f.read().strip() in ('mariadbd', 'mysqld'):
+                        return int(entry)
+            except OSError:
+                pass
+    return None
+
+
+def cpu_usage(stack):
+    """CPU seconds so far of the service processes, MariaDB and this
+    benchmark (whose client threads share the machine too)."""
+    usage = {name: cpu_seconds(proc.pid)
+             for name, proc in stack.procs.items()}
+    db = mariadb_pid()
+    if db:
+        usage['mariadb'] = cpu_seconds(db)
+    usage['clients'] = cpu_seconds(os.getpid())
+    return usage
+
+
 def percentile(values, pct):
     if not values:
         return 0.0
@@ -123,8 +154,11 @@ def main():
     db_url = 'mysql+pymysql://root@%s/%s?charset=utf8mb4' % (args.db_host,
                                                              dbname)
     workdir = tempfile.mkdtemp(prefix='lease-churn-')
+    # The conductor's default intervals, as deployed: the test suites'
+    # one-second heartbeat and periodic tasks would be measured as well.
     stack = stack_mod.Stack(
         workdir, db_url, args.transport_url,
+        heartbeat_interval=10, heartbeat_timeout=60, periodic_interval=30,
         extra={'DEFAULT': {'executor_thread_pool_size': args.rpc_threads},
                'api': {'workers': args.api_threads}})
     engine = sa.create_engine(db_url)
@@ -197,6 +231,7 @@ def main():
         threads = [threading.Thread(target=client, args=(n,), daemon=True)
                    for n in range(args.clients)]
         watcher = threading.Thread(target=checker, daemon=True)
+        cpu_before = cpu_usage(stack)
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -206,6 +241,7 @@ def main():
         for thread in threads:
             thread.join(timeout=120)
         elapsed = time.perf_counter() - started
+        cpu_after = cpu_usage(stack)
         watcher.join()
 
         # Every delete is released in the background: wait for the last.
@@ -243,6 +279,13 @@ def main():
                                 percentile(latencies, 90) * 1000,
                                 percentile(latencies, 99) * 1000,
                                 max(latencies) * 1000))
+        if latencies:
+            # Where the machine's CPU goes, per create + delete: the
+            # figure that decides throughput on a small box.
+            print('cpu ms per create+delete: %s' % ' '.join(
+                '%s=%.1f' % (name, (cpu_after[name] - cpu_before[name]) *
+                             1000.0 / creates)
+                for name in sorted(cpu_after) if name in cpu_before))
         print('lease_churn: creates_per_s=%.1f p50_ms=%.1f p99_ms=%.1f '
               'overcommit=%d' % (creates / elapsed,
                                  percentile(latencies, 50) * 1000,

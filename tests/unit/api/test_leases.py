@@ -55,6 +55,35 @@ def test_create_memory_lease(client, inventory, conductor, member):
     assert client.get('/v1/pools/mem1').json['used'] == 2048
 
 
+@pytest.mark.parametrize('who', ['member', 'admin'])
+@pytest.mark.parametrize('body', [
+    {'memory_mb': 2048, 'device_count': 1, 'name': 'both'},
+    {'memory_mb': 999999, 'name': 'too-big-for-free'},
+], ids=['reserved', 'alloc_failed'])
+def test_create_answer_is_what_get_shows(client, inventory, conductor,
+                                         member, who, body):
+    # The create answer is built by the conductor from the rows it wrote,
+    # not read back: it must be exactly what a read shows afterwards.
+    caller = member if who == 'member' else client
+    if body['memory_mb'] > 4096:
+        # The whole pool, once part of it is taken: allowed, not placed.
+        total = client.get('/v1/pools/mem1').json['total']
+        body = dict(body, memory_mb=total)
+        assert caller.post('/v1/leases', {'memory_mb': 1024}).status == 201
+    resp = caller.post('/v1/leases', body)
+    assert resp.status == 201, resp
+    created = resp.json
+    shown = caller.get('/v1/leases/%s' % created['uuid']).json
+    assert created == shown
+    assert created['status'] == ('reserved' if body['name'] == 'both'
+                                 else 'alloc_failed')
+    if created['status'] == 'reserved':
+        assert created['extents'] and created['devices']
+        assert created['devices'][0]['state'] == 'reserved'
+        assert ('address' in created['devices'][0]) == (who == 'admin')
+        assert ('target_iqn' in created['extents'][0]) == (who == 'admin')
+
+
 def test_create_device_lease(client, inventory, conductor, member):
     resp = member.post('/v1/leases', {'device_count': 1})
     assert resp.status == 201, resp
@@ -180,10 +209,14 @@ def test_bind_and_unbind(client, inventory, conductor, member):
     resp = member.post(url + '/bind', {})
     assert resp.status == 400
     assert "'host'" in resp.error['detail']
+    # A server without a host: where it runs is Nova's to say, and this
+    # composable has no [nova] section to ask.
     resp = member.post(url + '/bind', {
         'server': '9d5a1a5e-0e9b-4c3c-9b4e-2b1f2a1d2c3b'})
     assert resp.status == 400
-    assert 'give host' in resp.error['detail']
+    assert 'give the host to bind to' in resp.error['detail']
+    assert '[nova]' in resp.error['detail']
+    assert member.get(url).json['status'] == 'reserved'
     resp = member.post(url + '/bind', {'host': 'nope'})
     assert resp.status == 400
     assert resp.error['detail'] == (

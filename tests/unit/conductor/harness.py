@@ -68,6 +68,8 @@ class Harness(object):
         CONF.set_override('periodic_interval', 3600, 'conductor')
         CONF.set_override('heartbeat_interval', 3600, 'conductor')
         CONF.set_override('heartbeat_timeout', 60, 'conductor')
+        # The reconciler is run by the tests that want it (Reconciler.run).
+        CONF.set_override('reconcile_interval', 0, 'conductor')
         impl_fake.FakeExchangeManager.cleanup()
         fake_fabric.FakeFabricDriver.reset()
         fabric_drivers.reset()
@@ -123,7 +125,8 @@ class Harness(object):
                             ('reservation_wait', 'conductor'),
                             ('periodic_interval', 'conductor'),
                             ('heartbeat_interval', 'conductor'),
-                            ('heartbeat_timeout', 'conductor')):
+                            ('heartbeat_timeout', 'conductor'),
+                            ('reconcile_interval', 'conductor')):
             CONF.clear_override(name, group)
 
     def inventory(self, node_mb=4096, gpus=2):

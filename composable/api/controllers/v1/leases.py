@@ -21,6 +21,7 @@ from composable.common import exception
 from composable.common import utils as common_utils
 from composable.conductor import states
 from composable.db import api as db_api
+from composable.db import views
 from composable import policies
 
 SORT_KEYS = utils.COMMON_SORT_KEYS + ('status', 'memory_mb', 'device_count',
@@ -31,63 +32,25 @@ LIST_FILTERS = ('project_id', 'all_projects', 'status', 'pool', 'kind',
 DEFAULT_LIST_STATES = sorted(states.ALL_STATES - {states.RELEASED})
 
 
-def _render_extent(extent, admin):
-    item = {
-        'uuid': extent.uuid,
-        'index': extent.index,
-        'memory_node': extent.memory_node.name,
-        'size_mb': extent.size_mb,
-        'export_state': extent.export_state,
-    }
-    if admin:
-        # Where the memory is exported; the CHAP secret never leaves.
-        item.update(target_iqn=extent.target_iqn, lun=extent.lun)
-    return item
-
-
-def _render_device(device, admin):
-    item = {
-        'uuid': device.uuid,
-        'kind': device.kind,
-        'model': device.model,
-        'state': device.state,
-        'pci_address': device.pci_address,
-    }
-    if admin:
-        item['address'] = device.address
-    return item
+def present(request, document):
+    """The lease ``document`` (composable.db.views) as ``request``'s caller
+    may see it: admin-only fields removed for others, links added."""
+    body = dict(document)
+    if not utils.context(request).is_admin:
+        body['extents'] = [
+            {k: v for k, v in e.items()
+             if k not in views.ADMIN_EXTENT_FIELDS}
+            for e in document['extents']]
+        body['devices'] = [
+            {k: v for k, v in d.items()
+             if k not in views.ADMIN_DEVICE_FIELDS}
+            for d in document['devices']]
+    body['links'] = utils.self_link(request, 'leases', document['uuid'])
+    return body
 
 
 def render(request, lease):
-    admin = utils.context(request).is_admin
-    return {
-        'uuid': lease.uuid,
-        'name': lease.name,
-        'description': lease.description,
-        'project_id': lease.project_id,
-        'user_id': lease.user_id,
-        'status': lease.status,
-        'fault': lease.fault,
-        'memory_mb': lease.memory_mb,
-        'device_count': lease.device_count,
-        'device_kind': lease.device_kind,
-        'device_model': lease.device_model,
-        'device_traits': lease.device_traits or [],
-        'attach_mode': lease.attach_mode,
-        'start_at': utils.isotime(lease.start_at),
-        'end_at': utils.isotime(lease.end_at),
-        'host': lease.host.name if lease.host is not None else None,
-        'instance_uuid': lease.instance_uuid,
-        'memory_pool_uuid': (lease.memory_pool.uuid
-                             if lease.memory_pool is not None else None),
-        'device_pool_uuid': (lease.device_pool.uuid
-                             if lease.device_pool is not None else None),
-        'extents': [_render_extent(e, admin) for e in lease.extents],
-        'devices': [_render_device(d, admin) for d in lease.devices],
-        'created_at': utils.isotime(lease.created_at),
-        'updated_at': utils.isotime(lease.updated_at),
-        'links': utils.self_link(request, 'leases', lease.uuid),
-    }
+    return present(request, views.lease_document(lease))
 
 
 def _admin_context():
@@ -351,12 +314,17 @@ def create_lease(request):
         'start_at': utils.isotime(start_at),
         'end_at': utils.isotime(end_at),
     }
-    lease_uuid = utils.conductor(request).create_lease(ctx, values)
-    lease = db_api.lease_get(_admin_context(), lease_uuid, for_view=True)
+    created = utils.conductor(request).create_lease(ctx, values,
+                                                    return_document=True)
+    if isinstance(created, dict):
+        body = present(request, created)
+    else:
+        # A conductor that answers with the uuid only.
+        body = render(request, db_api.lease_get(_admin_context(), created,
+                                                for_view=True))
     return utils.json_response(
-        render(request, lease), status=201,
-        headers={'Location': utils.self_link(
-            request, 'leases', lease.uuid)[0]['href']})
+        body, status=201,
+        headers={'Location': body['links'][0]['href']})
 
 
 def update_lease(request, ident):
@@ -393,31 +361,32 @@ def bind_lease(request, ident):
     body = utils.read_body(request, schema.BIND)
     lease = _get_lease(ctx, ident, 'composable:lease:bind')
     server = body.get('server')
-    if not body.get('host'):
-        if server:
-            raise exception.Invalid(
-                "Invalid input for field 'host': finding the host of a "
-                "server is not supported yet; give host as well")
+    if not body.get('host') and not server:
         raise exception.Invalid(
             "Invalid input for field 'host': give the host (name or UUID) "
-            "to bind to")
+            "to bind to, or the server to bind where it runs")
     attach_mode = body.get('attach_mode')
     if (attach_mode or lease.attach_mode) == 'guest' and not server:
         raise exception.Invalid(
             "Invalid input for field 'server': attach_mode guest attaches "
             "to a server; give its UUID")
-    host = utils.referenced(db_api.host_get, ctx, body['host'], 'host',
-                            'Host')
     _check_transition(lease, states.BIND, 'bind')
-    fabrics = {pool.fabric_id for pool in (lease.memory_pool,
-                                           lease.device_pool)
-               if pool is not None}
-    if fabrics and host.fabric_id not in fabrics:
-        raise exception.Conflict(
-            reason='host %s is not on the fabric of lease %s' % (
-                host.name, lease.uuid))
+    host = None
+    if body.get('host'):
+        host = utils.referenced(db_api.host_get, ctx, body['host'], 'host',
+                                'Host')
+        fabrics = {pool.fabric_id for pool in (lease.memory_pool,
+                                               lease.device_pool)
+                   if pool is not None}
+        if fabrics and host.fabric_id not in fabrics:
+            raise exception.Conflict(
+                reason='host %s is not on the fabric of lease %s' % (
+                    host.name, lease.uuid))
+    # With a server and no host, the conductor asks Nova where the server
+    # runs (and refuses when it cannot: no [nova] configured).
     utils.conductor(request).bind_lease(_rpc_context(ctx, lease),
-                                        lease.uuid, host.uuid,
+                                        lease.uuid,
+                                        host.uuid if host else None,
                                         instance_uuid=server,
                                         attach_mode=attach_mode)
     return utils.json_response(render(request, _reread(lease)), status=202)
