@@ -39,6 +39,7 @@ import oslo_messaging as messaging
 from composable.agent.compute_node import host_swap as host_swap_mod
 from composable.agent import hook_server as hook_server_mod
 from composable.agent.compute_node import libvirt_guest
+from composable.agent.compute_node import memory_tuning
 from composable.common import exception
 from composable import conf
 from composable.memory import exporters
@@ -76,7 +77,7 @@ class AgentManager(object):
     target = messaging.Target(version='1.2')
 
     def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
-                 host_swap=None, simulate=None):
+                 host_swap=None, simulate=None, memory_tuner=None):
         self.host = host
         self.roles = tuple(roles if roles is not None else CONF.agent.roles)
         unknown = set(self.roles) - set(ROLES)
@@ -86,6 +87,7 @@ class AgentManager(object):
         self._exporter = exporter
         self._guest = guest_attacher
         self._host_swap = host_swap
+        self._tuner = memory_tuner
         if simulate is None:
             simulate = (CONF.agent.memory_exporter == NOOP and
                         guest_attacher is None and host_swap is None)
@@ -124,6 +126,15 @@ class AgentManager(object):
                 if self._guest is None:
                     self._guest = libvirt_guest.GuestMemoryAttacher()
         return self._guest
+
+    @property
+    def memory_tuner(self):
+        if self._tuner is None:
+            with self._lock:
+                if self._tuner is None:
+                    self._tuner = memory_tuning.GuestMemoryTuner(
+                        self.guest_attacher)
+        return self._tuner
 
     @property
     def host_swap(self):
@@ -321,6 +332,9 @@ class AgentManager(object):
                         instance_uuid, extents, initiator)
             else:
                 details = self.host_swap.attach(extents, initiator)
+                if instance_uuid:
+                    self.memory_tuner.apply(instance_uuid, lease['uuid'],
+                                            lease.get('memory_mb') or 0)
         if instance_uuid and self.hook_server is not None:
             self.hook_server.cache.add(instance_uuid, lease['uuid'])
         self.memory_attached(lease['uuid'], details)
@@ -357,6 +371,10 @@ class AgentManager(object):
             # logged in to.
             known = [e for e in extents if e.get('target_iqn') and
                      e.get('lun') is not None]
+            if instance_uuid:
+                # Lift the guest's limit first: its pages come back to RAM
+                # before swapoff needs the room.
+                self.memory_tuner.clear(instance_uuid, lease['uuid'])
             if known:
                 self.host_swap.detach(known)
         with self._lock:

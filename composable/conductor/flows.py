@@ -79,6 +79,24 @@ _CLEAR_EXPORT = {'export_state': EXTENT_UNEXPORTED, 'target_iqn': None,
                  'lun': None, 'chap_username': None, 'chap_secret': None}
 
 
+# Unbinds that are not the owner's: the lease stays its instance's. Their
+# action names say so in the lease's action log, and tell a conductor that
+# resumes or retries one how to finish it (unbind_options).
+ACTION_STOP = 'stop'          # the instance's domain stopped (libvirt hook)
+ACTION_MOVE = 'move'          # Nova moved the instance to another host
+ACTION_EVACUATE = 'evacuate'  # ... away from a host that is down
+UNBIND_ACTIONS = ('unbind', ACTION_STOP, ACTION_MOVE, ACTION_EVACUATE)
+
+
+def unbind_options(action):
+    """The keyword arguments of LeaseFlows.unbind that finish an unbind
+    started as ``action``."""
+    if action in (ACTION_STOP, ACTION_MOVE, ACTION_EVACUATE):
+        return {'keep_instance': True,
+                'source_gone': action == ACTION_EVACUATE}
+    return {}
+
+
 class StepFailed(Exception):
     """One step of a flow failed; ``message`` says which step, where, and
     why, in words for the lease's owner."""
@@ -462,13 +480,16 @@ class LeaseFlows(object):
     # ------------------------------------------------------------ teardown
 
     def _teardown(self, context, lease, best_effort=False, skip_nodes=(),
-                  abandon_skipped=False):
+                  abandon_skipped=False, abandon_unreachable=False):
         """Undo every bind step whose mark is in the database, in reverse
         order: detach devices, fabric unbind, detach memory, unexport.
 
         Strict mode raises the first StepFailed. Best-effort mode goes on
         after failures, skips nodes in ``skip_nodes`` (they did not
         answer), and returns what it could not undo; those marks stay.
+        ``abandon_unreachable`` (best effort, a host known to be gone):
+        a host that does not answer now is treated as one in
+        ``skip_nodes`` with ``abandon_skipped``.
 
         ``abandon_skipped`` (undoing a failed bind): a host that did not
         answer never confirmed the attach. Its attachment is closed anyway
@@ -497,6 +518,13 @@ class LeaseFlows(object):
         devices = list(lease.devices or [])
         extents = list(lease.extents or [])
 
+        def on_host(host, fn, *args):
+            # A step on the host itself. When its host is being abandoned,
+            # the host not answering is no failure: what it held is cut off
+            # by the unexport and fabric unbind that follow.
+            done = attempt(fn, *args)
+            return done or (abandon_unreachable and host.name in skip)
+
         # Hosts that may hold the lease's devices or memory.
         outcome = {}
         for att in attachments:
@@ -508,8 +536,8 @@ class LeaseFlows(object):
                                          {'state': ATT_DETACHING})
             if devices:
                 if host.name not in skip:
-                    clean &= attempt(
-                        self._call_agent, context, host.name,
+                    clean &= on_host(
+                        host, self._call_agent, context, host.name,
                         'detaching devices on host %s' % host.name,
                         'detach_devices', view,
                         [device_view(d) for d in devices])
@@ -522,14 +550,16 @@ class LeaseFlows(object):
                                      devices, host)
             if extents:
                 if host.name not in skip:
-                    clean &= attempt(
-                        self._call_agent, context, host.name,
+                    clean &= on_host(
+                        host, self._call_agent, context, host.name,
                         'detaching the memory on host %s' % host.name,
                         'detach_memory', view,
                         [extent_view(lease, e) for e in extents],
                         att.mode, att.instance_uuid)
                 elif not abandoned:
                     clean = False
+            abandoned = abandoned or (abandon_unreachable and
+                                      host.name in skip)
             outcome[att.id] = (host.name, clean, abandoned)
 
         # A lease that went to binding but has no host attachment may still
@@ -585,23 +615,57 @@ class LeaseFlows(object):
 
     # ------------------------------------------------------------ unbind
 
-    def unbind(self, context, lease_id, action='unbind'):
+    def unbind(self, context, lease_id, action='unbind', keep_instance=False,
+               source_gone=False, advice=None):
+        """Undo the lease's binding; the lease's new status.
+
+        ``keep_instance``: the lease stays linked to its instance (the
+        instance stopped, or moves), only its host is forgotten.
+
+        ``source_gone``: the host the lease is bound to is down for good
+        (Nova evacuates only from a compute service that is down). If it
+        does not answer, its attachment is let go of once every export and
+        fabric binding of the lease is gone -- nothing of the lease can
+        reach it then -- as after a failed bind. Any other failure still
+        fails the unbind.
+        """
         lease = self._lease(context, lease_id)
         if lease.status != states.UNBINDING:
             LOG.info('Lease %(lease)s is %(status)s, not unbinding.',
                      {'lease': lease.uuid, 'status': lease.status})
             return lease.status
+        advice = advice or (' Unbind it again once that is fixed, or delete '
+                            'it.')
         try:
-            self._teardown(context, lease)
+            if source_gone:
+                self._teardown_from_gone_host(context, lease)
+            else:
+                self._teardown(context, lease)
         except Exception as exc:
-            fault = self._fault('Unbinding', exc, lease,
-                                ' Unbind it again once that is fixed, or '
-                                'delete it.')
+            fault = self._fault('Unbinding', exc, lease, advice)
             return self._finish(context, lease_id, states.UNBINDING,
                                 states.FAIL, action, fault=fault)
+        values = {'host_id': None}
+        if not keep_instance:
+            values['instance_uuid'] = None
         return self._finish(context, lease_id, states.UNBINDING, states.DONE,
-                            action, values={'host_id': None,
-                                            'instance_uuid': None})
+                            action, values=values)
+
+    def _teardown_from_gone_host(self, context, lease):
+        problems = self._teardown(context, lease, best_effort=True,
+                                  abandon_unreachable=True)
+        live = db_api.attachment_list(context, lease.id,
+                                      states_=LIVE_ATTACHMENT_STATES)
+        lease = self._lease(context, lease.id)
+        exported = [e for e in lease.extents or []
+                    if e.export_state == EXTENT_EXPORTED or e.chap_username]
+        if live or exported:
+            raise StepFailed('; '.join(problems) or
+                             'the binding could not be undone')
+        if problems:
+            LOG.warning('Lease %(lease)s: let go of its host, which is gone '
+                        '(%(problems)s)', {'lease': lease.uuid,
+                                           'problems': '; '.join(problems)})
 
     # ------------------------------------------------------------ release
 

@@ -32,6 +32,7 @@ from oslo_messaging.rpc import dispatcher as rpc_dispatcher
 from composable.agent import rpcapi as agent_rpcapi
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.conductor import flows as lease_flows
 from composable.conductor import reservations
 from composable.conductor import states
 from composable.db import api as db_api
@@ -46,7 +47,8 @@ LIVE_STATES = sorted(states.ALL_STATES - {states.RELEASING, states.RELEASED})
 POLL_INTERVAL = 0.2
 
 ACTION_PREPARE = 'bind'
-ACTION_RELEASE = 'unbind'
+# The domain stopped: unbound, still the instance's (see flows).
+ACTION_RELEASE = lease_flows.ACTION_STOP
 
 
 def lease_summary(lease):
@@ -323,24 +325,11 @@ class InstanceBinding(object):
         return True
 
     def _unbind(self, context, lease_id, fault=None):
-        """LeaseFlows' unbind, except that the lease stays linked to its
-        instance (host_id only is cleared)."""
-        flows = self.flows
-        lease = flows._lease(context, lease_id)
-        if lease.status != states.UNBINDING:
-            return lease.status
-        try:
-            flows._teardown(context, lease)
-        except Exception as exc:
-            text = flows._fault('Unbinding', exc, lease,
-                                ' It is unbound again at the next stop or '
-                                'start of its instance, or unbind or delete '
-                                'it.')
-            return flows._finish(context, lease_id, states.UNBINDING,
-                                 states.FAIL, ACTION_RELEASE, fault=text)
-        target = flows._finish(context, lease_id, states.UNBINDING,
-                               states.DONE, ACTION_RELEASE,
-                               values={'host_id': None})
+        """LeaseFlows' unbind, the lease staying linked to its instance."""
+        target = self.flows.unbind(
+            context, lease_id, action=ACTION_RELEASE, keep_instance=True,
+            advice=' It is unbound again at the next stop or start of its '
+                   'instance, or unbind or delete it.')
         if fault and target == states.RESERVED:
             db_api.lease_update(context, lease_id, {'fault': fault},
                                 expected_status=states.RESERVED)

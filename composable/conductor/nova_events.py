@@ -79,6 +79,7 @@ from oslo_messaging.rpc import dispatcher as rpc_dispatcher
 from composable.common import context as ctx_mod
 from composable.common import exception
 from composable import conf
+from composable.conductor import flows as lease_flows
 from composable.conductor import instance_binding
 from composable.conductor import instance_leases
 from composable.conductor import nova_api
@@ -96,6 +97,7 @@ DELETE_END = 'instance.delete.end'
 SHELVE_OFFLOAD_END = 'instance.shelve_offload.end'
 UNSHELVE_END = 'instance.unshelve.end'
 EVACUATE = 'instance.evacuate'
+REBUILD_END = 'instance.rebuild.end'
 LIVE_MIGRATION_PRE_START = 'instance.live_migration_pre.start'
 
 # After these the instance runs on (or is back on) a host: its leases
@@ -105,7 +107,7 @@ FOLLOW_EVENTS = frozenset([
     'instance.resize_confirm.end',
     'instance.resize_revert.end',
     'instance.live_migration_post_dest.end',
-    'instance.rebuild.end',
+    REBUILD_END,
     UNSHELVE_END,
 ])
 
@@ -493,30 +495,34 @@ class NovaEventHandler(object):
                        (instance, where, event))
             if not _cas(context, lease.id, current.status, states.UNBIND):
                 raise _Busy()
-            db_api.action_start(context, lease.id, 'unbind', message=message)
+            # A rebuild that moves the instance is an evacuation: Nova does
+            # it only when the old host's compute service is down.
+            action = (lease_flows.ACTION_EVACUATE if event == REBUILD_END
+                      else lease_flows.ACTION_MOVE)
+            db_api.action_start(context, lease.id, action, message=message)
             LOG.info('Lease %(lease)s: %(msg)s Unbinding it from its old '
                      'host.', {'lease': lease.uuid, 'msg': message})
             manager.spawn(res, self._move_flow, context, lease.id, instance,
                           target.id if target is not None else None,
-                          message)
+                          message, action)
 
-    def _move_flow(self, context, lease_id, instance, host_id, message):
+    def _move_flow(self, context, lease_id, instance, host_id, message,
+                   action=lease_flows.ACTION_MOVE):
         """Runs in a conductor worker holding the lease's reservation."""
         flows = self.manager.flows
-        if flows.unbind(context, lease_id, action='unbind') != (
+        # Evacuating: the old host not answering does not keep the lease
+        # from following (flows.unbind, source_gone).
+        if flows.unbind(context, lease_id, action=action,
+                        **lease_flows.unbind_options(action)) != (
                 states.RESERVED):
             # Unbinding failed: the lease is in error with a fault, and
             # the reconciler retries the unbind.
             return
-        # Unbind forgets the instance; the lease is still the instance's.
-        values = {'instance_uuid': instance}
         if host_id is None:
-            db_api.lease_update(context, lease_id, values,
-                                expected_status=states.RESERVED)
             return
         lease = db_api.lease_get_by_id(context, lease_id)
-        values.update(host_id=host_id, attach_mode=lease.attach_mode,
-                      fault=None)
+        values = {'instance_uuid': instance, 'host_id': host_id,
+                  'attach_mode': lease.attach_mode, 'fault': None}
         if not _cas(context, lease_id, states.RESERVED, states.BIND, values):
             return
         db_api.action_start(context, lease_id, 'bind', message=message)

@@ -17,6 +17,7 @@ from oslo_log import log as logging
 from composable.common import utils
 from composable import conf
 from composable.conductor import allocator
+from composable.conductor import flows as lease_flows
 from composable.conductor import placement_claims
 from composable.conductor import reservations
 from composable.conductor import states
@@ -113,9 +114,13 @@ class PeriodicTasks(object):
                         '%(status)s by a conductor that stopped',
                         {'method': method, 'lease': lease.uuid,
                          'status': lease.status})
+            options = {}
+            if method == 'unbind':
+                options = lease_flows.unbind_options(action)
             return self.manager.spawn(reservation,
                                       getattr(self.manager.flows, method),
-                                      context, lease.id, action=action)
+                                      context, lease.id, action=action,
+                                      **options)
 
     # ------------------------------------------------------------ start
 

@@ -38,6 +38,7 @@ summary of what it changed and what it could not.
 """
 
 import datetime
+import functools
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
@@ -166,12 +167,15 @@ def next_attempt(actions):
 
 
 def user_intent(actions):
-    """What the user last asked of a lease in error: 'unbind' or
-    'release'."""
+    """What was last asked of a lease in error: 'release', or the action
+    of an unbind (the owner's 'unbind', or one of an instance's:
+    lease_flows.UNBIND_ACTIONS)."""
     for row in reversed(actions):
         if row.action == RECONCILE:
             continue
-        return 'unbind' if row.action == 'unbind' else 'release'
+        if row.action in lease_flows.UNBIND_ACTIONS:
+            return row.action
+        return 'release'
     return 'release'
 
 
@@ -309,8 +313,10 @@ class Reconciler(object):
             if lease.status != states.ERROR:
                 return None
             intent = user_intent(db_api.action_list(context, lease.id))
-            if intent == 'unbind':
-                event, flow = states.UNBIND, flows.unbind
+            if intent != 'release':
+                event = states.UNBIND
+                flow = functools.partial(flows.unbind,
+                                         **lease_flows.unbind_options(intent))
                 message = ('The reconciler retries the unbind that '
                            'failed.')
             else:

@@ -76,6 +76,15 @@ opts = [
                help='Host mode: swapoff of an extent is refused unless the '
                     'pages it holds fit into MemAvailable with this many '
                     'MiB to spare.'),
+    cfg.IntOpt('min_resident_percent',
+               default=25,
+               min=1,
+               max=100,
+               help='Host-mode memory leases lower the memory soft limit of '
+                    'the instance they are bound for by their size, so '
+                    'that the kernel moves that guest\'s cold pages to the '
+                    'leased swap; the limit never goes below this share '
+                    '(per cent) of the guest\'s memory.'),
     # The libvirt hook (composable-libvirt-hook) reads hook_socket,
     # hook_failure and hook_prepare_timeout itself, with a plain line
     # scanner: keep them one-line values.

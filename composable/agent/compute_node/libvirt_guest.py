@@ -248,6 +248,11 @@ class GuestMemoryAttacher(object):
                        (self.uri, exc))
         return self._conn
 
+    def domain(self, instance_uuid, missing_ok=False):
+        """The live domain of an instance (None when it has none and
+        ``missing_ok``)."""
+        return self._domain(instance_uuid, missing_ok=missing_ok)
+
     def _domain(self, instance_uuid, missing_ok=False):
         conn = self._connection()
         try:

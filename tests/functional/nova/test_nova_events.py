@@ -368,7 +368,7 @@ class NovaEventsTest(base.ProviderUsageTestCase):
                lambda: 'instance.resize_confirm.end' in self.bridge.sent)
         lease = c.wait_lease(server['id'], states.BOUND, target)
         actions = [a.action for a in db_api.action_list(admin(), lease.id)]
-        self.assertEqual(['create', 'bind', 'unbind', 'bind'], actions)
+        self.assertEqual(['create', 'bind', 'move', 'bind'], actions)
 
         # instance.delete.end: the lease ends, the capacity returns.
         self._delete_server(server)

@@ -161,6 +161,39 @@ def test_host_mode_goes_to_host_swap(real_conf):
     assert guest.calls == []
 
 
+class FakeTuner(object):
+    def __init__(self, calls):
+        self.calls = calls
+
+    def apply(self, *args):
+        self.calls.append(('tune',) + args)
+
+    def clear(self, *args):
+        self.calls.append(('untune',) + args)
+
+
+def test_host_mode_for_an_instance_tunes_its_memory(real_conf):
+    swap = FakeAttacher()
+    tuner = FakeTuner(swap.calls)
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 guest_attacher=FakeAttacher(),
+                                 host_swap=swap, memory_tuner=tuner)
+    extent = dict(EXTENT, target_iqn='iqn.t:e1', lun=1)
+    lease = dict(LEASE, memory_mb=1024)
+    agent.attach_memory(None, lease, [extent], 'host', 'inst-1')
+    # The swap exists before the guest is pushed towards it ...
+    assert swap.calls == [('attach', [extent], 'iqn.x:compute-0'),
+                          ('tune', 'inst-1', 'l1', 1024)]
+    agent.detach_memory(None, lease, [extent], 'host', 'inst-1')
+    # ... and the guest's limit is lifted before swapoff.
+    assert swap.calls[2:] == [('untune', 'inst-1', 'l1'),
+                              ('detach', [extent])]
+    # Host mode for the host itself: no instance, no tuning.
+    agent.attach_memory(None, lease, [extent], 'host', None)
+    agent.detach_memory(None, lease, [extent], 'host', None)
+    assert [c[0] for c in swap.calls[4:]] == ['attach', 'detach']
+
+
 def test_initiator_must_be_the_registered_one(real_conf):
     agent = _real_agent()
     lease = dict(LEASE, initiator_iqn='iqn.x:somebody-else')

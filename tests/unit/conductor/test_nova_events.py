@@ -147,8 +147,49 @@ def test_resize_moves_the_lease_and_revert_brings_it_back(events):
     lease = events.h.wait(uuid, states.BOUND)
     assert lease.host.name == 'compute-0'
     assert [a for a, _ in events.h.actions(uuid)] == [
-        'create', 'bind', 'unbind', 'bind', 'unbind', 'bind']
+        'create', 'bind', 'move', 'bind', 'move', 'bind']
     assert events.h.pool(events.h.memory_pool).used == 1024
+
+
+def _live_attachments(uuid):
+    lease = db_api.lease_get(h_mod.admin(), uuid)
+    return sorted(a.host.name for a in db_api.attachment_list(
+        h_mod.admin(), lease.id,
+        states_=['attaching', 'attached', 'detaching', 'failed']))
+
+
+def test_evacuation_lets_go_of_the_dead_host(events):
+    instance = events.boot(memory_mb=1024)
+    uuid = events.only(instance).uuid
+    # compute-0 dies; Nova rebuilds the instance on compute-1.
+    events.h.stop_agent('compute-0')
+    CONF.set_override('rpc_response_timeout_bind', 2)
+    events.send('instance.rebuild.end', instance, 'compute-1')
+    lease = events.h.wait(uuid, [states.BOUND, states.ERROR], timeout=60)
+    assert lease.status == states.BOUND, lease.fault
+    assert lease.host.name == 'compute-1'
+    assert lease.instance_uuid == instance
+    assert [a for a, _ in events.h.actions(uuid)] == [
+        'create', 'bind', 'evacuate', 'bind']
+    # The dead host's attachment is closed: its exports are gone, so
+    # nothing of the lease can reach it any more.
+    assert _live_attachments(uuid) == ['compute-1']
+    assert events.h.pool(events.h.memory_pool).used == 1024
+
+
+def test_a_move_from_a_host_that_does_not_answer_fails_safely(events):
+    # Not an evacuation: the host may still be swapping on the lease, so
+    # nothing is pulled from under it; the lease waits in error.
+    instance = events.boot(memory_mb=1024)
+    uuid = events.only(instance).uuid
+    events.h.stop_agent('compute-0')
+    CONF.set_override('rpc_response_timeout_bind', 2)
+    events.send('instance.resize_finish.end', instance, 'compute-1')
+    lease = events.h.wait(uuid, [states.BOUND, states.ERROR], timeout=60)
+    assert lease.status == states.ERROR
+    assert 'compute-0' in lease.fault
+    assert lease.instance_uuid == instance
+    assert _live_attachments(uuid) == ['compute-0']
 
 
 def test_live_migration_of_memory_follows_the_guest(events):

@@ -68,7 +68,7 @@ def test_start_stop_start(harness):
     assert lease.fault is None
     harness.assert_nothing_live()
     actions = harness.actions(uuid)
-    assert actions[-2:] == [('bind', 'success'), ('unbind', 'success')]
+    assert actions[-2:] == [('bind', 'success'), ('stop', 'success')]
 
     result = _prepare(harness)
     assert result['ok'], result
