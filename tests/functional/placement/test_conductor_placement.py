@@ -529,19 +529,28 @@ def test_pool_changes_through_the_api_reach_placement(harness, client):
     assert 'CUSTOM_RDMA' in client.get_traits(uuid)[1]
     assert client.get_inventories(uuid)[1] == {}  # no memory node yet
 
-    node = api.post('/v1/memory_nodes', {'name': 'mn-9', 'pool': 'mem2',
-                                         'capacity_mb': 4096})
-    assert node.status == 201, node
-    changed = api.patch('/v1/pools/mem2', {'reserved': 1024})
-    assert changed.status == 200, changed
-
     def inventory():
         return client.get_inventories(uuid)[1].get(MEM)
 
+    # A memory node added: the pool's total, and its inventory, grow
+    # without a pool change.
+    node = api.post('/v1/memory_nodes', {'name': 'mn-9', 'pool': 'mem2',
+                                         'capacity_mb': 4096})
+    assert node.status == 201, node
     inv = _wait_for(inventory)
+    assert (inv['total'], inv['reserved']) == (4096, 0)
+    changed = api.patch('/v1/pools/mem2', {'reserved': 1024})
+    assert changed.status == 200, changed
+
+    _wait_for(lambda: (inventory() or {}).get('reserved') == 1024)
+    inv = inventory()
     assert (inv['total'], inv['reserved'], inv['step_size']) == (
         4096, 1024, 512)
+    grown = api.patch('/v1/memory_nodes/mn-9', {'capacity_mb': 6144})
+    assert grown.status == 200, grown
+    _wait_for(lambda: inventory()['total'] == 6144)
 
     assert api.delete('/v1/memory_nodes/mn-9').status == 204
+    _wait_for(lambda: inventory() is None)
     assert api.delete('/v1/pools/mem2').status == 204
     _wait_for(lambda: client.get_provider(uuid) is None)

@@ -101,6 +101,9 @@ def create_device(request):
     body.update(pool_id=pool.id, state='available')
     device = db_api.device_create(ctx, body)
     device = db_api.device_get(ctx, device.uuid)
+    # The pool's total follows its devices: so does its Placement
+    # inventory.
+    pools.report_to_placement(request, ctx, pool.uuid)
     return utils.json_response(
         render(request, device), status=201,
         headers={'Location': utils.self_link(
@@ -116,6 +119,7 @@ def update_device(request, ident):
     utils.validate_traits('traits', body.get('traits'))
     device = db_api.device_get(ctx, ident)
     db_api.device_update(ctx, device.uuid, body)
+    pools.report_to_placement(request, ctx, device.pool.uuid)
     return utils.json_response(
         render(request, db_api.device_get(ctx, device.uuid)))
 
@@ -124,5 +128,7 @@ def delete_device(request, ident):
     ctx = utils.context(request)
     policies.authorize('composable:device:delete', ctx)
     utils.reject_empty_body(request)
-    db_api.device_delete(ctx, ident)
+    device = db_api.device_get(ctx, ident)
+    db_api.device_delete(ctx, device.uuid)
+    pools.report_to_placement(request, ctx, device.pool.uuid)
     return utils.no_content()

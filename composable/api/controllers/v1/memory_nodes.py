@@ -2,6 +2,7 @@
 
 from importlib import metadata
 
+from composable.api.controllers.v1 import pools as pools_controller
 from composable.api.schemas import memory_node as schema
 from composable.api import utils
 from composable.common import exception
@@ -91,6 +92,8 @@ def create_memory_node(request):
     body.update(pool_id=pool.id, allocated_mb=0)
     node = db_api.memory_node_create(ctx, body)
     node = db_api.memory_node_get(ctx, node.uuid)
+    # The pool's total follows its nodes: so does its Placement inventory.
+    pools_controller.report_to_placement(request, ctx, pool.uuid)
     return utils.json_response(
         render(request, node), status=201,
         headers={'Location': utils.self_link(
@@ -105,6 +108,7 @@ def update_memory_node(request, ident):
     _check_reserved(body.get('capacity_mb', node.capacity_mb),
                     body.get('reserved_mb', node.reserved_mb))
     db_api.memory_node_update(ctx, node.uuid, body)
+    pools_controller.report_to_placement(request, ctx, node.pool.uuid)
     return utils.json_response(
         render(request, db_api.memory_node_get(ctx, node.uuid)))
 
@@ -113,5 +117,7 @@ def delete_memory_node(request, ident):
     ctx = utils.context(request)
     policies.authorize('composable:memory_node:delete', ctx)
     utils.reject_empty_body(request)
-    db_api.memory_node_delete(ctx, ident)
+    node = db_api.memory_node_get(ctx, ident)
+    db_api.memory_node_delete(ctx, node.uuid)
+    pools_controller.report_to_placement(request, ctx, node.pool.uuid)
     return utils.no_content()

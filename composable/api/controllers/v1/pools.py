@@ -67,7 +67,7 @@ def render(request, pool):
     }
 
 
-def _report_to_placement(request, ctx, pool_uuid, provider_uuid=None):
+def report_to_placement(request, ctx, pool_uuid, provider_uuid=None):
     # A cast to a conductor rather than a Placement call from here: the
     # conductor holds the Placement client and credentials, the API
     # answers without waiting on Placement, and a change the cast misses
@@ -145,7 +145,7 @@ def create_pool(request):
     body.setdefault('traits', [])
     pool = db_api.pool_create(ctx, body)
     pool = db_api.pool_get(ctx, pool.uuid)
-    _report_to_placement(request, ctx, pool.uuid)
+    report_to_placement(request, ctx, pool.uuid)
     return utils.json_response(
         render(request, pool), status=201,
         headers={'Location': utils.self_link(
@@ -171,7 +171,7 @@ def update_pool(request, ident):
                        'most %d' % (locked.name, locked.used, locked.total,
                                     max(0, locked.total - locked.used)))
         db_api.pool_update(ctx, pool.uuid, body)
-    _report_to_placement(request, ctx, pool.uuid)
+    report_to_placement(request, ctx, pool.uuid)
     return utils.json_response(render(request,
                                       db_api.pool_get(ctx, pool.uuid)))
 
@@ -182,5 +182,5 @@ def delete_pool(request, ident):
     utils.reject_empty_body(request)
     pool = db_api.pool_get(ctx, ident)
     db_api.pool_delete(ctx, pool.uuid)
-    _report_to_placement(request, ctx, pool.uuid, pool.provider_uuid)
+    report_to_placement(request, ctx, pool.uuid, pool.provider_uuid)
     return utils.no_content()
