@@ -20,6 +20,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import uuid
 
@@ -58,6 +59,13 @@ def check_tools():
     """Skip (or fail) unless the data plane can run here."""
     if os.geteuid() != 0:
         dataplane.unavailable('the data-plane tests need root')
+    # The agents' privsep daemons are started by the privsep-helper of
+    # this Python's environment (tox puts it on PATH; a benchmark run with
+    # the environment's interpreter directly does not).
+    bindir = os.path.dirname(sys.executable)
+    if bindir not in os.environ.get('PATH', '').split(os.pathsep):
+        os.environ['PATH'] = bindir + os.pathsep + os.environ.get('PATH',
+                                                                  '')
     for tool in ('tgtd', 'tgtadm', 'privsep-helper', 'virsh'):
         if not shutil.which(tool):
             dataplane.unavailable('%s is not installed' % tool)
