@@ -23,6 +23,8 @@ Example::
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+from composable.conf import keystone_adapter
+
 GROUP = 'placement'
 SERVICE_TYPE = 'placement'
 
@@ -67,18 +69,9 @@ opts = [
                      'that still holds allocations of Nova instances).'),
 ]
 
-# Leave out the version options of the adapter: the client picks a
-# microversion per call, and Nova registers placeholders under these
-# names in its own [placement] group.
-_ADAPTER_VERSION_OPTS = ('version', 'min_version', 'max_version')
-
 
 def _adapter_opts():
-    adapter = [opt for opt in ks_loading.get_adapter_conf_options(
-        include_deprecated=False) if opt.dest not in _ADAPTER_VERSION_OPTS]
-    cfg.set_defaults(adapter, valid_interfaces=['internal', 'public'],
-                     service_type=SERVICE_TYPE)
-    return adapter
+    return keystone_adapter.adapter_opts(SERVICE_TYPE)
 
 
 def enabled(conf):
