@@ -90,18 +90,29 @@ def _free(pool):
     return max(0, pool.total - pool.reserved - pool.used)
 
 
+# The statements of the claim and release paths are built once, with bound
+# parameters (b_*): every lease created and deleted runs them, and building
+# a statement and computing its cache key cost more than executing it.
+_B = sa.bindparam
+
+_CLAIM_POOL = _POOLS.update().where(
+    _POOLS.c.id == _B('b_pool'),
+    _POOLS.c.used + _B('b_amount') <= _POOLS.c.total - _POOLS.c.reserved
+).values(used=_POOLS.c.used + _B('b_amount'))
+_UNCLAIM_POOL = _POOLS.update().where(_POOLS.c.id == _B('b_pool')).values(
+    used=_POOLS.c.used - _B('b_amount'))
+
+
 def _claim_pool(session, pool, amount):
-    count = session.execute(_POOLS.update().where(
-        _POOLS.c.id == pool.id,
-        _POOLS.c.used + amount <= _POOLS.c.total - _POOLS.c.reserved
-    ).values(used=_POOLS.c.used + amount)).rowcount
+    count = session.execute(_CLAIM_POOL, {'b_pool': pool.id,
+                                          'b_amount': amount}).rowcount
     return count == 1
 
 
 def _unclaim_pool(session, pool_id, amount):
     if amount:
-        session.execute(_POOLS.update().where(
-            _POOLS.c.id == pool_id).values(used=_POOLS.c.used - amount))
+        session.execute(_UNCLAIM_POOL, {'b_pool': pool_id,
+                                        'b_amount': amount})
 
 
 def _plan_extents(nodes, count, step, policy):
@@ -146,8 +157,22 @@ def _pools_by_free(session, query):
                   key=lambda p: (-_free(p), p.id))
 
 
+_MEMORY_POOLS = sa.select(*_POOL_COLUMNS).where(_POOLS.c.kind == 'memory')
+_LOCK_NODES = sa.select(*_NODE_COLUMNS).where(
+    _NODES.c.pool_id == _B('b_pool'),
+    _NODES.c.enabled.is_(True)).order_by(_NODES.c.id).with_for_update()
+_CLAIM_NODE = _NODES.update().where(
+    _NODES.c.id == _B('b_node'),
+    _NODES.c.enabled.is_(True),
+    _NODES.c.allocated_mb + _B('b_amount') <=
+    _NODES.c.capacity_mb - _NODES.c.reserved_mb
+).values(allocated_mb=_NODES.c.allocated_mb + _B('b_amount'))
+_UNCLAIM_NODE = _NODES.update().where(_NODES.c.id == _B('b_node')).values(
+    allocated_mb=_NODES.c.allocated_mb - _B('b_amount'))
+
+
 def _memory_candidates(session, lease, fabric_id=None):
-    query = sa.select(*_POOL_COLUMNS).where(_POOLS.c.kind == 'memory')
+    query = _MEMORY_POOLS
     if lease.requested_pools:
         query = query.where(_POOLS.c.uuid.in_(lease.requested_pools))
     if fabric_id is not None:
@@ -178,10 +203,7 @@ def _claim_memory(session, lease):
             continue
         # Locked, and read again under the lock: a claim that committed
         # since is seen.
-        nodes = session.execute(sa.select(*_NODE_COLUMNS).where(
-            _NODES.c.pool_id == pool.id,
-            _NODES.c.enabled.is_(True)).order_by(
-                _NODES.c.id).with_for_update()).all()
+        nodes = session.execute(_LOCK_NODES, {'b_pool': pool.id}).all()
         plan = _plan_extents(nodes, lease.memory_mb // step, step,
                              CONF.allocator.memory_placement)
         if plan is None:
@@ -194,12 +216,8 @@ def _claim_memory(session, lease):
         extents = []
         for node, n in plan.items():
             amount = n * step
-            count = session.execute(_NODES.update().where(
-                _NODES.c.id == node.id,
-                _NODES.c.enabled.is_(True),
-                _NODES.c.allocated_mb + amount <=
-                _NODES.c.capacity_mb - _NODES.c.reserved_mb
-            ).values(allocated_mb=_NODES.c.allocated_mb + amount)).rowcount
+            count = session.execute(_CLAIM_NODE, {
+                'b_node': node.id, 'b_amount': amount}).rowcount
             if count != 1:
                 raise _LostRace('memory node %s' % node.name)
             for _ in range(n):
@@ -227,14 +245,27 @@ def _device_candidates(session, lease, fabric_id):
     return _pools_by_free(session, query)
 
 
+_TAKE_DEVICES = _DEVICES.update().where(
+    _DEVICES.c.id.in_(_B('b_ids', expanding=True)),
+    _DEVICES.c.state == DEVICE_AVAILABLE,
+    _DEVICES.c.lease_id.is_(None)).values(
+        state=DEVICE_RESERVED, lease_id=_B('b_lease'))
+_FREE_DEVICES = sa.select(*_DEVICE_COLUMNS).where(
+    _DEVICES.c.pool_id == _B('b_pool'),
+    _DEVICES.c.state == DEVICE_AVAILABLE,
+    _DEVICES.c.lease_id.is_(None))
+# Any free device will do (no model, no traits): lock only as many as
+# needed. The pool claim before it guarantees that enough are free; SKIP
+# LOCKED is not on every backend.
+_LOCK_ANY_FREE_DEVICES = _FREE_DEVICES.order_by(_DEVICES.c.id).limit(
+    _B('b_limit')).with_for_update()
+
+
 def _take_devices(session, lease_id, devices):
     """Give ``devices`` to the lease, all or none (_LostRace)."""
     ids = [device.id for device in devices]
-    count = session.execute(_DEVICES.update().where(
-        _DEVICES.c.id.in_(ids),
-        _DEVICES.c.state == DEVICE_AVAILABLE,
-        _DEVICES.c.lease_id.is_(None)).values(
-            state=DEVICE_RESERVED, lease_id=lease_id)).rowcount
+    count = session.execute(_TAKE_DEVICES, {'b_ids': ids,
+                                            'b_lease': lease_id}).rowcount
     if count != len(ids):
         raise _LostRace('device %s' % ', '.join(d.uuid for d in devices))
 
@@ -299,19 +330,17 @@ def _claim_devices(session, lease, fabric_id):
         if not _claim_pool(session, pool, count):
             reasons.append('%s has %d free' % (pool.name, _free(pool)))
             continue
-        query = sa.select(*_DEVICE_COLUMNS).where(
-            _DEVICES.c.pool_id == pool.id,
-            _DEVICES.c.state == DEVICE_AVAILABLE,
-            _DEVICES.c.lease_id.is_(None))
-        if lease.device_model:
-            query = query.where(_DEVICES.c.model == lease.device_model)
-        if not lease.device_traits:
-            # Any free device will do: lock only as many as needed
-            # (SKIP LOCKED is not on every backend; the pool claim above
-            # already guarantees that enough are free).
-            query = query.limit(count)
-        locked = session.execute(
-            query.order_by(_DEVICES.c.id).with_for_update()).all()
+        if not (lease.device_model or lease.device_traits):
+            query = _LOCK_ANY_FREE_DEVICES
+        else:
+            query = _FREE_DEVICES
+            if lease.device_model:
+                query = query.where(_DEVICES.c.model == lease.device_model)
+            if not lease.device_traits:
+                query = query.limit(count)
+            query = query.order_by(_DEVICES.c.id).with_for_update()
+        locked = session.execute(query, {'b_pool': pool.id,
+                                         'b_limit': count}).all()
         candidates = [d for d in locked
                       if _matches_traits(d, lease.device_traits)]
         if len(candidates) < count:
@@ -400,7 +429,7 @@ def _give(session, lease_id, claim):
     """Give the lease what ``claim`` holds for it (extents, devices);
     returns the parts of the lease's document the claim decided."""
     if claim['extents']:
-        session.execute(_EXTENTS.insert(), [
+        session.execute(_INSERT_EXTENTS, [
             dict({k: v for k, v in e.items() if k != 'node_name'},
                  lease_id=lease_id) for e in claim['extents']])
     if claim['devices']:
@@ -508,9 +537,13 @@ def _lease_values(values, status, **more):
     return row
 
 
+_INSERT_LEASE = _LEASES.insert()
+_INSERT_EXTENTS = _EXTENTS.insert()
+_INSERT_ACTION = models.LeaseAction.__table__.insert()
+
+
 def _insert_lease(session, row):
-    return session.execute(_LEASES.insert().values(**row)
-                           ).inserted_primary_key[0]
+    return session.execute(_INSERT_LEASE, row).inserted_primary_key[0]
 
 
 def _create_once(context, values, action):
@@ -526,8 +559,8 @@ def _create_once(context, values, action):
         row = _lease_values(values, status, **_pool_ids(claim))
         lease_id = _insert_lease(session, row)
         parts = _give(session, lease_id, claim)
-        session.execute(models.LeaseAction.__table__.insert().values(
-            **_action_values(context, lease_id, action, 'success')))
+        session.execute(_INSERT_ACTION,
+                        _action_values(context, lease_id, action, 'success'))
         return row['uuid'], status, views.lease_document(
             types.SimpleNamespace(**row), **parts)
 
@@ -539,8 +572,8 @@ def _create_failed(context, values, action, fault):
             states.FAIL)
         row = _lease_values(values, status, fault=fault)
         lease_id = _insert_lease(session, row)
-        session.execute(models.LeaseAction.__table__.insert().values(
-            **_action_values(context, lease_id, action, 'error', fault)))
+        session.execute(_INSERT_ACTION, _action_values(
+            context, lease_id, action, 'error', fault))
         return row['uuid'], status, views.lease_document(
             types.SimpleNamespace(**row), extents=[], devices=[])
 
@@ -620,19 +653,46 @@ def _quick_release_target(event):
     return targets.pop()
 
 
+# Every pool a lease holds capacity in: its memory and device pools (given)
+# and the pools of the devices it holds, locked in id order.
+_LOCK_LEASE_POOLS = sa.select(_POOLS.c.id).where(sa.or_(
+    _POOLS.c.id.in_(_B('b_pools', expanding=True)),
+    _POOLS.c.id.in_(sa.select(_DEVICES.c.pool_id).where(
+        _DEVICES.c.lease_id == _B('b_lease'))))).order_by(
+    _POOLS.c.id).with_for_update()
+
+# The short release, compare-and-set: the lease is still where it was read
+# (status, no reservation, the pools locked for it: a deferred start may
+# have allocated it since), and nothing of it is live: no extent exported
+# or given credentials, no attachment, no device bound on the fabric.
+_QUICK_RELEASE = _LEASES.update().where(
+    _LEASES.c.id == _B('b_lease'),
+    _LEASES.c.reservation.is_(None),
+    _LEASES.c.status.in_(_QUICK_RELEASE_FROM),
+    _LEASES.c.memory_pool_id.is_not_distinct_from(_B('b_memory_pool')),
+    _LEASES.c.device_pool_id.is_not_distinct_from(_B('b_device_pool')),
+    ~sa.exists().where(
+        _EXTENTS.c.lease_id == _B('b_lease'),
+        sa.or_(_EXTENTS.c.export_state != 'allocated',
+               _EXTENTS.c.chap_username.isnot(None))),
+    ~sa.exists().where(
+        _ATTACHMENTS.c.lease_id == _B('b_lease'),
+        _ATTACHMENTS.c.state != 'detached'),
+    ~sa.exists().where(
+        _DEVICES.c.lease_id == _B('b_lease'),
+        sa.or_(_DEVICES.c.state != DEVICE_RESERVED,
+               _DEVICES.c.pci_address.isnot(None)))).values(
+    status=_B('b_status'), updated_at=_B('b_now'))
+
+
 def _lock_pools_of(session, ref):
     """Row-lock, in id order and in one statement, every pool ``ref`` (a
-    lease_ref row) holds capacity in: its memory and device pools and the
-    pools of the devices it holds (the locking order of
+    lease_ref row) holds capacity in (the locking order of
     _lock_lease_pools)."""
     named = [pid for pid in (ref.memory_pool_id, ref.device_pool_id)
              if pid is not None]
-    where = _POOLS.c.id.in_(sa.select(_DEVICES.c.pool_id).where(
-        _DEVICES.c.lease_id == ref.id))
-    if named:
-        where = sa.or_(_POOLS.c.id.in_(named), where)
-    session.execute(sa.select(_POOLS.c.id).where(where).order_by(
-        _POOLS.c.id).with_for_update()).all()
+    session.execute(_LOCK_LEASE_POOLS, {'b_pools': named,
+                                        'b_lease': ref.id}).all()
 
 
 def _release_unbound_in(session, context, ref, action):
@@ -645,48 +705,24 @@ def _release_unbound_in(session, context, ref, action):
     event = states.DELETE if action == 'delete' else states.EXPIRE
     target = _quick_release_target(event)
     _lock_pools_of(session, ref)
-    # Compare-and-set, and only while nothing of the lease is live: an
-    # extent exported or given credentials, an attachment, a device bound
-    # on the fabric. Another request changing the lease in between makes
-    # this match no row, and the full flow decides.
-    live_extent = sa.exists().where(
-        _EXTENTS.c.lease_id == ref.id,
-        sa.or_(_EXTENTS.c.export_state != 'allocated',
-               _EXTENTS.c.chap_username.isnot(None)))
-    live_attachment = sa.exists().where(
-        _ATTACHMENTS.c.lease_id == ref.id,
-        _ATTACHMENTS.c.state != 'detached')
-    bound_device = sa.exists().where(
-        _DEVICES.c.lease_id == ref.id,
-        sa.or_(_DEVICES.c.state != DEVICE_RESERVED,
-               _DEVICES.c.pci_address.isnot(None)))
-    # The pools locked above must still be the lease's (a deferred start
-    # may have allocated it since ``ref`` was read).
-    same_pools = [
-        column == value if value is not None else column.is_(None)
-        for column, value in ((_LEASES.c.memory_pool_id, ref.memory_pool_id),
-                              (_LEASES.c.device_pool_id, ref.device_pool_id))]
-    moved = session.execute(
-        _LEASES.update().where(
-            _LEASES.c.id == ref.id,
-            _LEASES.c.reservation.is_(None),
-            _LEASES.c.status.in_(_QUICK_RELEASE_FROM),
-            *same_pools,
-            ~live_extent, ~live_attachment, ~bound_device).values(
-                status=target, updated_at=utils.utcnow())).rowcount
+    moved = session.execute(_QUICK_RELEASE, {
+        'b_lease': ref.id, 'b_memory_pool': ref.memory_pool_id,
+        'b_device_pool': ref.device_pool_id, 'b_status': target,
+        'b_now': utils.utcnow()}).rowcount
     if moved != 1:
         return None
-    session.add(_action_row(context, ref.id, action, 'success'))
+    session.execute(_INSERT_ACTION, _action_values(context, ref.id, action,
+                                                   'success'))
     _return_capacity(session, ref.id, ref.memory_pool_id,
-                     has_memory=ref.memory_pool_id is not None)
-    session.flush()
+                     has_memory=ref.memory_pool_id is not None,
+                     has_devices=ref.device_pool_id is not None)
     return target
 
 
 def _release_unbound_once(context, lease_id, action):
     with dbapi.writer(context) as session:
-        ref = session.execute(sa.select(*dbapi._LEASE_REF_COLUMNS).where(
-            _LEASES.c.id == lease_id)).first()
+        ref = session.execute(dbapi.LEASE_REF_BY_ID,
+                              {'b_id': lease_id}).first()
         if ref is None:
             return None
         return _release_unbound_in(session, context, ref, action)
@@ -728,42 +764,48 @@ def _release_once(context, lease_id):
         return True
 
 
-def _return_capacity(session, lease_id, memory_pool_id, has_memory=True):
+_EXTENTS_BY_NODE = sa.select(
+    _EXTENTS.c.memory_node_id, sa.func.sum(_EXTENTS.c.size_mb)).where(
+    _EXTENTS.c.lease_id == _B('b_lease')).group_by(
+    _EXTENTS.c.memory_node_id).order_by(_EXTENTS.c.memory_node_id)
+_DELETE_EXTENTS = _EXTENTS.delete().where(
+    _EXTENTS.c.lease_id == _B('b_lease'))
+_DEVICES_BY_POOL = sa.select(_DEVICES.c.pool_id, sa.func.count()).where(
+    _DEVICES.c.lease_id == _B('b_lease')).group_by(
+    _DEVICES.c.pool_id).order_by(_DEVICES.c.pool_id)
+_GIVE_BACK_DEVICES = _DEVICES.update().where(
+    _DEVICES.c.lease_id == _B('b_lease')).values(
+    lease_id=None, pci_address=None,
+    state=sa.case(
+        (_DEVICES.c.state.in_([DEVICE_RESERVED, 'attached']),
+         DEVICE_AVAILABLE),
+        else_=_DEVICES.c.state))
+
+
+def _return_capacity(session, lease_id, memory_pool_id, has_memory=True,
+                     has_devices=True):
     """Give back what the lease holds; its pools are locked already.
-    ``has_memory`` False skips the extents (a lease with no memory pool
-    has none)."""
+    ``has_memory`` / ``has_devices`` False skip the extents / devices (a
+    lease with no memory / device pool has none: the claim sets the pool
+    and takes the extents or devices in one transaction)."""
+    lease = {'b_lease': lease_id}
     if has_memory:
-        by_node = session.execute(
-            sa.select(_EXTENTS.c.memory_node_id,
-                      sa.func.sum(_EXTENTS.c.size_mb)).where(
-                _EXTENTS.c.lease_id == lease_id).group_by(
-                _EXTENTS.c.memory_node_id).order_by(
-                _EXTENTS.c.memory_node_id)).all()
+        by_node = session.execute(_EXTENTS_BY_NODE, lease).all()
         if by_node:
             if memory_pool_id is not None:
                 _unclaim_pool(session, memory_pool_id,
                               sum(int(mb) for _, mb in by_node))
             for node_id, size_mb in by_node:
-                session.execute(_NODES.update().where(
-                    _NODES.c.id == node_id).values(
-                        allocated_mb=_NODES.c.allocated_mb - int(size_mb)))
-            session.execute(_EXTENTS.delete().where(
-                _EXTENTS.c.lease_id == lease_id))
-    per_pool = session.execute(
-        sa.select(_DEVICES.c.pool_id, sa.func.count()).where(
-            _DEVICES.c.lease_id == lease_id).group_by(
-            _DEVICES.c.pool_id).order_by(_DEVICES.c.pool_id)).all()
+                session.execute(_UNCLAIM_NODE, {'b_node': node_id,
+                                                'b_amount': int(size_mb)})
+            session.execute(_DELETE_EXTENTS, lease)
+    per_pool = (session.execute(_DEVICES_BY_POOL, lease).all()
+                if has_devices else None)
     if per_pool:
         for pool_id, count in per_pool:
             # Locked already by the caller.
             _unclaim_pool(session, pool_id, int(count))
-        session.execute(_DEVICES.update().where(
-            _DEVICES.c.lease_id == lease_id).values(
-                lease_id=None, pci_address=None,
-                state=sa.case(
-                    (_DEVICES.c.state.in_([DEVICE_RESERVED, 'attached']),
-                     DEVICE_AVAILABLE),
-                    else_=_DEVICES.c.state)))
+        session.execute(_GIVE_BACK_DEVICES, lease)
 
 
 def release_capacity(context, lease_id):

@@ -570,16 +570,28 @@ _LEASE_REF_COLUMNS = (
     _LEASES.c.memory_pool_id, _LEASES.c.device_pool_id)
 
 
+# Built once (lease_ref runs for every delete): by uuid or name, within a
+# project or not.
+_LEASE_REFS = {
+    (by, scoped): (sa.select(*_LEASE_REF_COLUMNS).where(
+        column == sa.bindparam('b_ident'),
+        *([_LEASES.c.project_id == sa.bindparam('b_project')]
+          if scoped else [])).limit(2))
+    for by, column in (('uuid', _LEASES.c.uuid), ('name', _LEASES.c.name))
+    for scoped in (True, False)}
+LEASE_REF_BY_ID = sa.select(*_LEASE_REF_COLUMNS).where(
+    _LEASES.c.id == sa.bindparam('b_id'))
+
+
 def lease_ref_in(session, context, ident):
     """lease_ref inside the caller's ``session`` (one statement)."""
-    query = sa.select(*_LEASE_REF_COLUMNS)
-    if uuidutils.is_uuid_like(ident):
-        query = query.where(_LEASES.c.uuid == ident)
-    else:
-        query = query.where(_LEASES.c.name == ident)
-    if not getattr(context, 'is_admin', False):
-        query = query.where(_LEASES.c.project_id == context.project_id)
-    found = session.execute(query.limit(2)).all()
+    scoped = not getattr(context, 'is_admin', False)
+    query = _LEASE_REFS['uuid' if uuidutils.is_uuid_like(ident) else 'name',
+                        scoped]
+    params = {'b_ident': ident}
+    if scoped:
+        params['b_project'] = context.project_id
+    found = session.execute(query, params).all()
     if not found:
         raise exception.LeaseNotFound(lease=ident)
     if len(found) > 1:
