@@ -546,36 +546,53 @@ def _insert_lease(session, row):
     return session.execute(_INSERT_LEASE, row).inserted_primary_key[0]
 
 
+def create_in(session, context, values, action):
+    """Insert a lease and claim what it asks for, in ``session``'s
+    transaction; (uuid, status, document). Raises InsufficientCapacity or
+    _LostRace, after which the caller must roll back what this did."""
+    request = types.SimpleNamespace(**dict(_LEASE_DEFAULTS, **values))
+    # Pools first, then the new lease that names them (InnoDB's foreign
+    # key check on the insert takes shared locks on the pool rows, which
+    # this transaction holds already).
+    claim = _claim(session, request)
+    status = states.next_state(
+        states.next_state(states.REQUESTED, states.ALLOCATE), states.DONE)
+    row = _lease_values(values, status, **_pool_ids(claim))
+    lease_id = _insert_lease(session, row)
+    parts = _give(session, lease_id, claim)
+    session.execute(_INSERT_ACTION,
+                    _action_values(context, lease_id, action, 'success'))
+    return row['uuid'], status, views.lease_document(
+        types.SimpleNamespace(**row), **parts)
+
+
+def create_failed_in(session, context, values, action, fault):
+    """Record a lease that could not be placed: alloc_failed, with
+    ``fault``; (uuid, status, document)."""
+    status = states.next_state(
+        states.next_state(states.REQUESTED, states.ALLOCATE), states.FAIL)
+    row = _lease_values(values, status, fault=fault)
+    lease_id = _insert_lease(session, row)
+    session.execute(_INSERT_ACTION, _action_values(
+        context, lease_id, action, 'error', fault))
+    return row['uuid'], status, views.lease_document(
+        types.SimpleNamespace(**row), extents=[], devices=[])
+
+
+LostRace = _LostRace
+
+CREATE_RACE_FAULT = ('The pools changed too fast to place this lease; '
+                     'delete it and try again.')
+
+
 def _create_once(context, values, action):
     with dbapi.writer(context) as session:
-        request = types.SimpleNamespace(**dict(_LEASE_DEFAULTS, **values))
-        # Pools first, then the new lease that names them (InnoDB's
-        # foreign key check on the insert takes shared locks on the pool
-        # rows, which this transaction holds already).
-        claim = _claim(session, request)
-        status = states.next_state(
-            states.next_state(states.REQUESTED, states.ALLOCATE),
-            states.DONE)
-        row = _lease_values(values, status, **_pool_ids(claim))
-        lease_id = _insert_lease(session, row)
-        parts = _give(session, lease_id, claim)
-        session.execute(_INSERT_ACTION,
-                        _action_values(context, lease_id, action, 'success'))
-        return row['uuid'], status, views.lease_document(
-            types.SimpleNamespace(**row), **parts)
+        return create_in(session, context, values, action)
 
 
 def _create_failed(context, values, action, fault):
     with dbapi.writer(context) as session:
-        status = states.next_state(
-            states.next_state(states.REQUESTED, states.ALLOCATE),
-            states.FAIL)
-        row = _lease_values(values, status, fault=fault)
-        lease_id = _insert_lease(session, row)
-        session.execute(_INSERT_ACTION, _action_values(
-            context, lease_id, action, 'error', fault))
-        return row['uuid'], status, views.lease_document(
-            types.SimpleNamespace(**row), extents=[], devices=[])
+        return create_failed_in(session, context, values, action, fault)
 
 
 def create_and_allocate(context, values, action='create',
@@ -593,8 +610,7 @@ def create_and_allocate(context, values, action='create',
     document): the lease's document (composable.db.views) as committed.
     """
     attempts = CONF.allocator.claim_retries + 1
-    fault = ('The pools changed too fast to place this lease; delete it '
-             'and try again.')
+    fault = CREATE_RACE_FAULT
     result = None
     for attempt in range(attempts):
         try:
@@ -739,10 +755,15 @@ def release_unbound(context, lease_id, action='delete'):
                                                           action)
 
 
+def release_unbound_ident_in(session, context, ident, action):
+    """release_unbound_ident in ``session``'s transaction."""
+    ref = dbapi.lease_ref_in(session, context, ident)
+    return ref, _release_unbound_in(session, context, ref, action)
+
+
 def _release_unbound_ident_once(context, ident, action):
     with dbapi.writer(context) as session:
-        ref = dbapi.lease_ref_in(session, context, ident)
-        return ref, _release_unbound_in(session, context, ref, action)
+        return release_unbound_ident_in(session, context, ident, action)
 
 
 def release_unbound_ident(context, ident, action='delete'):

@@ -23,6 +23,7 @@ from composable.common import exception
 from composable.common import utils
 from composable import conf
 from composable.conductor import allocator
+from composable.conductor import claim_batches
 from composable.conductor import flows as lease_flows
 from composable.conductor import node_reports
 from composable.conductor import nova_api
@@ -71,6 +72,7 @@ class ConductorManager(object):
         self.host = host
         self.flows = lease_flows.LeaseFlows(host, agent_api=agent_api)
         self.periodic = periodic.PeriodicTasks(self)
+        self.claims = claim_batches.ClaimBatcher()
         self._executor = futures.ThreadPoolExecutor(
             max_workers=CONF.conductor.workers,
             thread_name_prefix='conductor-worker')
@@ -95,6 +97,7 @@ class ConductorManager(object):
         db_api.conductor_offline(admin, self.host)
         db_api.conductor_heartbeat(admin, self.host)
         self._stopping.clear()
+        self.claims.start()
         loops = [('heartbeat', CONF.conductor.heartbeat_interval,
                   self._heartbeat),
                  ('periodic', CONF.conductor.periodic_interval,
@@ -126,6 +129,7 @@ class ConductorManager(object):
             self._nova_listener.stop()
             self._nova_listener = None
         self._stopping.set()
+        self.claims.stop()
         for thread in self._threads:
             thread.join()
         self._threads = []
@@ -303,8 +307,8 @@ class ConductorManager(object):
             # Inserted under this conductor's reservation until the
             # Placement claim is settled (see placement_claims).
             values = placement_claims.prepare_create(values, self.host)
-        uuid, status, document = allocator.create_and_allocate(
-            context, values, action='create', want_document=True)
+        uuid, status, document = self.claims.create(context, values,
+                                                    action='create')
         if status == states.ALLOC_FAILED and values.get('requested_devices'):
             # Lost a race for a device picked by uuid: the same answer as
             # when it was taken before the request, and nothing created.
@@ -387,8 +391,8 @@ class ConductorManager(object):
     def delete_lease(self, context, lease_uuid):
         # Identity and state only: the short path needs no more, and the
         # full flow re-reads the lease under its reservation.
-        lease, released = allocator.release_unbound_ident(
-            context, lease_uuid, 'delete')
+        lease, released = self.claims.release(context, lease_uuid,
+                                              'delete')
         if released:
             # Never bound and not busy: released in one transaction, with
             # nothing to ask of any agent or fabric.

@@ -25,6 +25,15 @@ opts = [
                                  'available.')],
                help='How extents of a memory lease are placed on the memory '
                     'nodes of a pool.'),
+    cfg.IntOpt('claim_batch_size',
+               default=32,
+               min=1,
+               help='Most lease creates and releases of never-bound leases '
+                    'a conductor commits in one database transaction (each '
+                    'in a savepoint of its own). Requests that arrive '
+                    'while a batch runs wait for the next one; a lone '
+                    'request runs at once. 1 gives every request its own '
+                    'transaction.'),
     cfg.IntOpt('claim_retries',
                default=5,
                min=0,

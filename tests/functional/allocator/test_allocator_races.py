@@ -133,3 +133,57 @@ def test_one_step_creates_and_quick_releases_race(db_backend):
     assert memory <= 8192 and gpus <= 4
     assert dbapi.pool_get(inv.admin(), 'mem').used == memory
     assert dbapi.pool_get(inv.admin(), 'gpu').used == gpus
+
+
+def test_batched_creates_and_releases_race_across_conductors(db_backend):
+    """Two conductors' claim threads (group commit, a savepoint a lease)
+    racing on the same pools, with creates and quick releases mixed in
+    their batches: never an over-commit, counters equal to the leases."""
+    from composable.common import context as ctx_mod
+    from composable.conductor import claim_batches
+
+    fabric, _ = inv.memory_inventory(nodes=(4096, 4096), step=1024)
+    inv.gpu_inventory(fabric, models_=['A'] * 4)
+    conductors = [claim_batches.ClaimBatcher(max_batch=8) for _ in range(2)]
+    for claims in conductors:
+        claims.start()
+    made = []
+    lock = threading.Lock()
+
+    def worker(n):
+        claims = conductors[n % 2]
+        ctx = ctx_mod.RequestContext(user_id='u', project_id='p%d' % n)
+        for i in range(6):
+            values = {'project_id': 'p%d' % n}
+            if (n + i) % 2:
+                values['memory_mb'] = 2048
+            else:
+                values.update(device_count=1, device_kind='gpu')
+            uuid, status, document = claims.create(ctx, values)
+            assert document['status'] == status
+            with lock:
+                made.append((uuid, status))
+            if i % 3 == 2:
+                ref, released = claims.release(ctx, uuid)
+                assert ref.uuid == uuid and released == states.RELEASED
+
+    threads = [threading.Thread(target=worker, args=(n,))
+               for n in range(12)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for claims in conductors:
+            claims.stop()
+    assert len(made) == 72
+    assert allocator.check_consistency(inv.admin()) == []
+    held = [dbapi.lease_get(inv.admin(), uuid) for uuid, _ in made]
+    memory = sum(lease.memory_mb for lease in held
+                 if lease.status == states.RESERVED)
+    gpus = sum(lease.device_count for lease in held
+               if lease.status == states.RESERVED)
+    assert memory <= 8192 and gpus <= 4
+    assert dbapi.pool_get(inv.admin(), 'mem').used == memory
+    assert dbapi.pool_get(inv.admin(), 'gpu').used == gpus
