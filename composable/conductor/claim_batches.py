@@ -140,6 +140,10 @@ class ClaimBatcher(object):
                 return
 
     def _execute(self, batch):
+        if len(batch) == 1:
+            # Alone: its own transaction, no savepoint round trips.
+            self._alone(batch[0])
+            return
         try:
             db_api.retry_on_deadlock(self._once)(batch)
         except Exception as exc:

@@ -97,12 +97,12 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
-def mariadb_pid():
+def pid_of(*names):
     for entry in os.listdir('/proc'):
         if entry.isdigit():
             try:
                 with open('/proc/%s/comm' % entry) as f:
-                    if f.read().strip() in ('mariadbd', 'mysqld'):
+                    if f.read().strip() in names:
                         return int(entry)
             except OSError:
                 pass
@@ -110,13 +110,15 @@ def mariadb_pid():
 
 
 def cpu_usage(stack):
-    """CPU seconds so far of the service processes, MariaDB and this
-    benchmark (whose client threads share the machine too)."""
+    """CPU seconds so far of the service processes, MariaDB, RabbitMQ and
+    this benchmark (whose client threads share the machine too)."""
     usage = {name: cpu_seconds(proc.pid)
              for name, proc in stack.procs.items()}
-    db = mariadb_pid()
-    if db:
-        usage['mariadb'] = cpu_seconds(db)
+    for name, comms in (('mariadb', ('mariadbd', 'mysqld')),
+                        ('rabbitmq', ('beam.smp',))):
+        pid = pid_of(*comms)
+        if pid:
+            usage[name] = cpu_seconds(pid)
     usage['clients'] = cpu_seconds(os.getpid())
     return usage
 
@@ -139,6 +141,10 @@ def main():
     parser.add_argument('--transport-url',
                         default='rabbit://guest:guest@127.0.0.1:5672/')
     parser.add_argument('--conductors', type=int, default=1)
+    parser.add_argument('--apis', type=int, default=1,
+                        help='composable-api processes (as several API '
+                             'workers behind a load balancer); each client '
+                             'talks to one of them')
     parser.add_argument('--api-threads', type=int, default=8,
                         help='[api]workers of the standalone API server')
     parser.add_argument('--rpc-threads', type=int, default=8,
@@ -167,16 +173,23 @@ def main():
         for i in range(args.conductors):
             stack.start_conductor('conductor-%d' % i)
             stack.wait_conductor('conductor-%d' % i)
-        stack.start_api()
-        admin = stack_mod.Client(stack.endpoint, project='admin')
+        endpoints = []
+        for i in range(args.apis):
+            if i:
+                stack.api_port = stack_mod.free_port()
+                stack.endpoint = 'http://127.0.0.1:%d' % stack.api_port
+            stack.start_api('api-%d' % i)
+            endpoints.append(stack.endpoint)
+        admin = stack_mod.Client(endpoints[0], project='admin')
         stack_mod.demo_inventory(
             admin, memory_nodes=['memory-%d' % i
                                  for i in range(args.memory_nodes)],
             node_mb=16384, gpus=args.gpus)
         print('lease_churn: %d clients for %.0f s; %d memory nodes x 16 GiB,'
-              ' %d GPUs; conductor(s)=%d on MariaDB over RabbitMQ; logs in '
-              '%s' % (args.clients, args.seconds, args.memory_nodes,
-                      args.gpus, args.conductors, workdir), flush=True)
+              ' %d GPUs; api(s)=%d conductor(s)=%d on MariaDB over RabbitMQ;'
+              ' logs in %s' % (args.clients, args.seconds, args.memory_nodes,
+                               args.gpus, args.apis, args.conductors,
+                               workdir), flush=True)
 
         stop = threading.Event()
         lock = threading.Lock()
@@ -186,8 +199,9 @@ def main():
         problems = []
 
         def client(n):
-            c = stack_mod.Client(stack.endpoint, project='project-%d' %
-                                 (n % 8), roles='member,reader')
+            c = stack_mod.Client(endpoints[n % len(endpoints)],
+                                 project='project-%d' % (n % 8),
+                                 roles='member,reader')
             rnd = random.Random(n)
             while not stop.is_set():
                 if rnd.random() < 0.5:
