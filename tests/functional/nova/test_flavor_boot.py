@@ -19,6 +19,7 @@ from composable.placement import sync
 from tests.functional.nova import base
 
 MEM = 'CUSTOM_COMPOSABLE_MEMORY_MB'
+GPU = 'CUSTOM_COMPOSABLE_GPU'
 
 
 def placement_client(test):
@@ -44,6 +45,19 @@ def fabric_with_pool(test, hosts, total=16384, step=1024):
     client = placement_client(test)
     sync.sync_pool(pool, client)
     return aggregate, pool, client
+
+
+def gpu_pool(test, aggregate, client, total=2):
+    """A GPU pool's sharing provider in the same aggregate, with a model
+    trait, as composable's sync makes it."""
+    pool = types.SimpleNamespace(
+        name='gpu', uuid=uuidutils.generate_uuid(),
+        provider_uuid=uuidutils.generate_uuid(), resource_class=GPU,
+        traits=['CUSTOM_GPU_A100'], total=total, reserved=0, used=0,
+        step_size=1,
+        fabric=types.SimpleNamespace(aggregate_uuid=aggregate['uuid']))
+    sync.sync_pool(pool, client)
+    return pool
 
 
 class FlavorBootTest(base.ProviderUsageTestCase):
@@ -104,3 +118,29 @@ class FlavorBootTest(base.ProviderUsageTestCase):
                          self._get_provider_usages(self.pool.provider_uuid))
         for server in servers:
             self._delete_server(server)
+
+    def test_pool_gpu_lands_only_on_hosts_of_the_fabric(self):
+        gpus = gpu_pool(self, self.aggregate, self.client, total=2)
+        flavor = self._create_flavor(
+            vcpu=1, memory_mb=512, disk=1, ephemeral=0,
+            extra_spec={'resources:%s' % GPU: '1',
+                        'trait:CUSTOM_GPU_A100': 'required',
+                        'composable:gpu_model': 'A100'})
+        servers = [self._create_server(flavor_id=flavor, networks='none')
+                   for _ in range(2)]
+        for server in servers:
+            self.assertIn(server['OS-EXT-SRV-ATTR:host'],
+                          ('host1', 'host2'))
+            allocations = self._get_allocations_by_server_uuid(server['id'])
+            self.assertEqual({GPU: 1},
+                             allocations[gpus.provider_uuid]['resources'])
+        self.assertEqual({GPU: 2},
+                         self._get_provider_usages(gpus.provider_uuid))
+        # Both GPUs taken: a third server finds no host.
+        refused = self._create_server(flavor_id=flavor, networks='none',
+                                      expected_state='ERROR')
+        self.assertIn('No valid host', refused['fault']['message'])
+        for server in servers:
+            self._delete_server(server)
+        self.assertEqual({GPU: 0},
+                         self._get_provider_usages(gpus.provider_uuid))
