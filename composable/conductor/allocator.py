@@ -73,7 +73,7 @@ _POOLS = models.Pool.__table__
 _NODES = models.MemoryNode.__table__
 
 
-class _LostRace(Exception):
+class LostRace(Exception):
     """A conditional UPDATE matched nothing although the rows were locked
     (a database without row locks, or inventory changed underneath):
     the whole transaction is rolled back and tried again."""
@@ -219,7 +219,7 @@ def _claim_memory(session, lease):
             count = session.execute(_CLAIM_NODE, {
                 'b_node': node.id, 'b_amount': amount}).rowcount
             if count != 1:
-                raise _LostRace('memory node %s' % node.name)
+                raise LostRace('memory node %s' % node.name)
             for _ in range(n):
                 extents.append({
                     'uuid': uuidutils.generate_uuid(),
@@ -262,12 +262,12 @@ _LOCK_ANY_FREE_DEVICES = _FREE_DEVICES.order_by(_DEVICES.c.id).limit(
 
 
 def _take_devices(session, lease_id, devices):
-    """Give ``devices`` to the lease, all or none (_LostRace)."""
+    """Give ``devices`` to the lease, all or none (LostRace)."""
     ids = [device.id for device in devices]
     count = session.execute(_TAKE_DEVICES, {'b_ids': ids,
                                             'b_lease': lease_id}).rowcount
     if count != len(ids):
-        raise _LostRace('device %s' % ', '.join(d.uuid for d in devices))
+        raise LostRace('device %s' % ', '.join(d.uuid for d in devices))
 
 
 def _claim_requested_devices(session, lease, fabric_id):
@@ -468,7 +468,7 @@ def _allocate_once(context, lease_id):
         # The lease row after the pools: one lock order everywhere.
         if not _complete(session, lease_id, states.ALLOCATING, 'allocate',
                          dict(_pool_ids(claim), fault=None)):
-            raise _LostRace('lease %s' % lease.uuid)
+            raise LostRace('lease %s' % lease.uuid)
         _give(session, lease_id, claim)
         return True
 
@@ -486,7 +486,7 @@ def allocate(context, lease_id):
     for attempt in range(attempts):
         try:
             return dbapi.retry_on_deadlock(_allocate_once)(context, lease_id)
-        except _LostRace as race:
+        except LostRace as race:
             LOG.info('Lost a race for %s while allocating lease %s '
                      '(attempt %d of %d); retrying.', race, lease_id,
                      attempt + 1, attempts)
@@ -503,11 +503,6 @@ def _action_values(context, lease_id, action, result, message=None):
         project_id=getattr(context, 'project_id', None),
         start_time=now, finish_time=now, result=result, message=message,
         created_at=now)
-
-
-def _action_row(context, lease_id, action, result, message=None):
-    return models.LeaseAction(**_action_values(context, lease_id, action,
-                                               result, message))
 
 
 # Lease fields a create may set, and their defaults.
@@ -549,7 +544,7 @@ def _insert_lease(session, row):
 def create_in(session, context, values, action):
     """Insert a lease and claim what it asks for, in ``session``'s
     transaction; (uuid, status, document). Raises InsufficientCapacity or
-    _LostRace, after which the caller must roll back what this did."""
+    LostRace, after which the caller must roll back what this did."""
     request = types.SimpleNamespace(**dict(_LEASE_DEFAULTS, **values))
     # Pools first, then the new lease that names them (InnoDB's foreign
     # key check on the insert takes shared locks on the pool rows, which
@@ -578,8 +573,6 @@ def create_failed_in(session, context, values, action, fault):
     return row['uuid'], status, views.lease_document(
         types.SimpleNamespace(**row), extents=[], devices=[])
 
-
-LostRace = _LostRace
 
 CREATE_RACE_FAULT = ('The pools changed too fast to place this lease; '
                      'delete it and try again.')
@@ -620,7 +613,7 @@ def create_and_allocate(context, values, action='create',
         except exception.InsufficientCapacity as exc:
             fault = exc.message
             break
-        except _LostRace as race:
+        except LostRace as race:
             LOG.info('Lost a race for %s while creating a lease (attempt '
                      '%d of %d); retrying.', race, attempt + 1, attempts)
     if result is None:
@@ -638,18 +631,11 @@ def _lock_lease_pools(session, lease_id):
     the pool locks first keeps one order everywhere: pools, then the rest.
     Returns the lease's memory pool id.
     """
-    row = session.query(models.Lease.memory_pool_id,
-                        models.Lease.device_pool_id).filter(
-        models.Lease.id == lease_id).first()
-    if row is None:
+    ref = session.execute(dbapi.LEASE_REF_BY_ID, {'b_id': lease_id}).first()
+    if ref is None:
         return None
-    device_pools = {pid for (pid,) in session.query(
-        models.Device.pool_id).filter(models.Device.lease_id == lease_id)}
-    if row.memory_pool_id is not None:
-        dbapi.lock_pool(session, row.memory_pool_id)
-    for pool_id in sorted(device_pools | ({row.device_pool_id} - {None})):
-        dbapi.lock_pool(session, pool_id)
-    return row.memory_pool_id
+    _lock_pools_of(session, ref)
+    return ref.memory_pool_id
 
 
 # Resting states from which a lease that was never bound can be released
@@ -703,8 +689,7 @@ _QUICK_RELEASE = _LEASES.update().where(
 
 def _lock_pools_of(session, ref):
     """Row-lock, in id order and in one statement, every pool ``ref`` (a
-    lease_ref row) holds capacity in (the locking order of
-    _lock_lease_pools)."""
+    lease_ref row) holds capacity in (see _lock_lease_pools)."""
     named = [pid for pid in (ref.memory_pool_id, ref.device_pool_id)
              if pid is not None]
     session.execute(_LOCK_LEASE_POOLS, {'b_pools': named,
