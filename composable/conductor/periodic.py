@@ -68,19 +68,7 @@ class PeriodicTasks(object):
                 LOG.exception('Periodic task %s failed', task.__name__)
 
     def _reserve(self, context, lease):
-        if lease.reservation is not None:
-            return None, None
-        reservation = reservations.try_reserve(context, lease.id, self.host)
-        if reservation is None:
-            return None, None
-        try:
-            # Read again under the reservation: another conductor may have
-            # finished with the lease since the list was read.
-            fresh = db_api.lease_get_by_id(context, lease.id)
-        except Exception:
-            reservation.release()
-            raise
-        return reservation, fresh
+        return reservations.try_reserve_fresh(context, lease, self.host)
 
     # ------------------------------------------------------------ takeover
 

@@ -274,15 +274,7 @@ class Reconciler(object):
         if _lease_nodes(context, lease) & unreachable:
             summary['waiting'].append(lease.uuid)
             return None, None
-        reservation = reservations.try_reserve(context, lease.id, self.host)
-        if reservation is None:
-            return None, None
-        try:
-            fresh = db_api.lease_get_by_id(context, lease.id)
-        except Exception:
-            reservation.release()
-            raise
-        return reservation, fresh
+        return reservations.try_reserve_fresh(context, lease, self.host)
 
     @staticmethod
     def _start_action(context, lease_id, message):

@@ -125,6 +125,24 @@ def try_reserve(context, lease_id, host):
     return Reservation(context, lease_id, host)
 
 
+def try_reserve_fresh(context, lease, host):
+    """For a task that finds ``lease`` in a list and must act only where
+    nobody else does: (its reservation, the lease read again under it), or
+    (None, None) when it is reserved already. Read again because another
+    conductor may have finished with it since the list was read."""
+    if lease.reservation is not None:
+        return None, None
+    reservation = try_reserve(context, lease.id, host)
+    if reservation is None:
+        return None, None
+    try:
+        fresh = db_api.lease_get_by_id(context, lease.id)
+    except Exception:
+        reservation.release()
+        raise
+    return reservation, fresh
+
+
 def reserve(context, lease_id, host, wait=None, lease_ident=None):
     """Take the reservation, waiting up to ``wait`` seconds (default
     ``[conductor]reservation_wait``); raise LeaseLocked after that."""
