@@ -47,6 +47,7 @@ from oslo_log import log as logging
 
 from composable.common import context as ctx_mod
 from composable.common import exception
+from composable.common import keystone
 from composable import conf
 from composable.db import api as db_api
 
@@ -131,15 +132,7 @@ class NovaAPI(object):
             return self._service_auth
 
     def _adapter_kwargs(self):
-        group = self.conf[NOVA_GROUP]
-        return dict(service_type=group.service_type,
-                    service_name=group.service_name,
-                    region_name=group.region_name,
-                    endpoint_override=group.endpoint_override,
-                    connect_retries=group.connect_retries,
-                    connect_retry_delay=group.connect_retry_delay,
-                    status_code_retries=group.status_code_retries,
-                    status_code_retry_delay=group.status_code_retry_delay)
+        return keystone.adapter_options(self.conf[NOVA_GROUP])
 
     def _user_auth(self, context):
         """The user's token with composable's service token attached, or

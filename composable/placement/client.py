@@ -32,6 +32,7 @@ from oslo_log import log as logging
 from oslo_utils import uuidutils
 
 from composable.common import exception
+from composable.common import keystone
 
 LOG = logging.getLogger(__name__)
 
@@ -132,15 +133,8 @@ class ReportClient(object):
         session = ks_loading.load_session_from_conf_options(
             conf, 'placement', auth=auth)
         adapter = ks_adapter.Adapter(
-            session, auth=auth, service_type=group.service_type,
-            service_name=group.service_name,
-            interface=group.valid_interfaces,
-            region_name=group.region_name,
-            endpoint_override=group.endpoint_override,
-            connect_retries=group.connect_retries,
-            connect_retry_delay=group.connect_retry_delay,
-            status_code_retries=group.status_code_retries,
-            status_code_retry_delay=group.status_code_retry_delay)
+            session, auth=auth, interface=group.valid_interfaces,
+            **keystone.adapter_options(group))
         return cls(adapter, retries=group.composable_generation_retries)
 
     # ------------------------------------------------------------ plumbing
