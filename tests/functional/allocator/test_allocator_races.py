@@ -95,6 +95,30 @@ def test_claims_and_releases_interleaved(db_backend):
     assert dbapi.pool_get(inv.admin(), 'mem').used == 1024 * len(granted)
 
 
+def _churn_values(n, i):
+    """The i-th lease worker n asks for: memory and GPUs in turn."""
+    values = {'project_id': 'p%d' % n}
+    if (n + i) % 2:
+        values['memory_mb'] = 2048
+    else:
+        values.update(device_count=1, device_kind='gpu')
+    return values
+
+
+def _assert_pools_hold_what_leases_hold(made):
+    """``made``: (uuid, status) of leases created on 8 GiB of memory and
+    4 GPUs: never more given out, counters equal to the live leases."""
+    assert allocator.check_consistency(inv.admin()) == []
+    held = [dbapi.lease_get(inv.admin(), uuid) for uuid, _ in made]
+    memory = sum(lease.memory_mb for lease in held
+                 if lease.status == states.RESERVED)
+    gpus = sum(lease.device_count for lease in held
+               if lease.status == states.RESERVED)
+    assert memory <= 8192 and gpus <= 4
+    assert dbapi.pool_get(inv.admin(), 'mem').used == memory
+    assert dbapi.pool_get(inv.admin(), 'gpu').used == gpus
+
+
 def test_one_step_creates_and_quick_releases_race(db_backend):
     """create_and_allocate and release_unbound, as the conductor runs them
     for the API: racing creates and deletes never over-commit."""
@@ -105,11 +129,7 @@ def test_one_step_creates_and_quick_releases_race(db_backend):
 
     def worker(n):
         for i in range(6):
-            values = {'project_id': 'p%d' % n}
-            if (n + i) % 2:
-                values['memory_mb'] = 2048
-            else:
-                values.update(device_count=1, device_kind='gpu')
+            values = _churn_values(n, i)
             uuid, status = allocator.create_and_allocate(inv.admin(),
                                                          values)
             with lock:
@@ -124,15 +144,7 @@ def test_one_step_creates_and_quick_releases_race(db_backend):
     for thread in threads:
         thread.join()
     assert len(made) == 48
-    assert allocator.check_consistency(inv.admin()) == []
-    held = [dbapi.lease_get(inv.admin(), uuid) for uuid, _ in made]
-    memory = sum(lease.memory_mb for lease in held
-                 if lease.status == states.RESERVED)
-    gpus = sum(lease.device_count for lease in held
-               if lease.status == states.RESERVED)
-    assert memory <= 8192 and gpus <= 4
-    assert dbapi.pool_get(inv.admin(), 'mem').used == memory
-    assert dbapi.pool_get(inv.admin(), 'gpu').used == gpus
+    _assert_pools_hold_what_leases_hold(made)
 
 
 def test_batched_creates_and_releases_race_across_conductors(db_backend):
@@ -154,11 +166,7 @@ def test_batched_creates_and_releases_race_across_conductors(db_backend):
         claims = conductors[n % 2]
         ctx = ctx_mod.RequestContext(user_id='u', project_id='p%d' % n)
         for i in range(6):
-            values = {'project_id': 'p%d' % n}
-            if (n + i) % 2:
-                values['memory_mb'] = 2048
-            else:
-                values.update(device_count=1, device_kind='gpu')
+            values = _churn_values(n, i)
             uuid, status, document = claims.create(ctx, values)
             assert document['status'] == status
             with lock:
@@ -178,12 +186,4 @@ def test_batched_creates_and_releases_race_across_conductors(db_backend):
         for claims in conductors:
             claims.stop()
     assert len(made) == 72
-    assert allocator.check_consistency(inv.admin()) == []
-    held = [dbapi.lease_get(inv.admin(), uuid) for uuid, _ in made]
-    memory = sum(lease.memory_mb for lease in held
-                 if lease.status == states.RESERVED)
-    gpus = sum(lease.device_count for lease in held
-               if lease.status == states.RESERVED)
-    assert memory <= 8192 and gpus <= 4
-    assert dbapi.pool_get(inv.admin(), 'mem').used == memory
-    assert dbapi.pool_get(inv.admin(), 'gpu').used == gpus
+    _assert_pools_hold_what_leases_hold(made)

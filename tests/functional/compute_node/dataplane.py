@@ -216,3 +216,24 @@ def secret_usages():
         if len(parts) == 2:
             usages.append(parts[1].strip())
     return usages
+
+
+def running_tiny_guest(conn, **kwargs):
+    """Generator for module fixtures: the tiny guest the tests build,
+    running under libvirt (TCG), destroyed afterwards; ``kwargs`` go to
+    build.running_guest. Skips (or fails) where it cannot run."""
+    from tests.functional.guest import build
+    import libvirt
+    try:
+        image = build.build()
+    except build.GuestUnavailable as exc:
+        unavailable(str(exc))
+    guest_cm = build.running_guest(conn, image=image, **kwargs)
+    try:
+        running = guest_cm.__enter__()
+    except libvirt.libvirtError as exc:
+        unavailable('QEMU (TCG) could not start the tiny guest: %s' % exc)
+    try:
+        yield running
+    finally:
+        guest_cm.__exit__(None, None, None)

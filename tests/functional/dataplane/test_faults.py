@@ -97,19 +97,42 @@ def _converged(dp, guest, lease, uuids, swaps, statuses):
     return done
 
 
+def _bind_failing(dp, guest, lease, lun_delay, kill, *in_fault):
+    """Bind ``lease`` to the guest, run ``kill`` once the memory agent is
+    at the (slowed) LUN step, and wait for the bind to fail with a fault
+    naming ``in_fault``; the guest gets no disk."""
+    reached = dp.slow_lun(lun_delay)
+    _post_bind(dp, lease, guest)
+    _wait_file(reached)
+    kill()
+    failed = dp.user.wait_lease(lease['uuid'], ('bind_failed', 'bound'),
+                                timeout=90)
+    assert failed['status'] == 'bind_failed'
+    for word in in_fault:
+        assert word in failed['fault']
+    assert dataplane.domblklist(guest.uuid) == []
+    return failed
+
+
+def _bind_unbind_release(dp, guest, lease, uuids, swaps):
+    """Bind the lease again (the guest swaps on it), unbind it, release
+    it: nothing of it is left."""
+    since = guest.mark()
+    bound = e2e._bind(dp, lease, guest)
+    e2e._guest_swaps_on(guest, bound['extents'][0]['uuid'], LEASE_MB,
+                        since)
+    dp.user.post('/leases/%s/unbind' % lease['uuid'], {}, expect=202)
+    assert dp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
+                              timeout=120)['status'] == 'reserved'
+    _release(dp, lease)
+    e2e.assert_nothing_left(dp, guest, uuids, swaps)
+
+
 def test_tgtd_killed_during_bind(fdp, guest):
     swaps = env.host_swaps()
     lease = _lease(fdp, 'tgtd-killed')
     uuids = _extent_uuids(fdp, lease)
-    reached = fdp.slow_lun(3)
-    _post_bind(fdp, lease, guest)
-    _wait_file(reached)
-    fdp.tgt.kill()
-    failed = fdp.user.wait_lease(lease['uuid'], ('bind_failed', 'bound'),
-                                 timeout=90)
-    assert failed['status'] == 'bind_failed'
-    assert 'tgtd' in failed['fault'] and 'memory-0' in failed['fault']
-    assert dataplane.domblklist(guest.uuid) == []
+    _bind_failing(fdp, guest, lease, 3, fdp.tgt.kill, 'tgtd', 'memory-0')
     # The failed bind could not unexport from a dead tgtd.
     assert fdp.marked_exports(lease['uuid']) == uuids
 
@@ -121,30 +144,15 @@ def test_tgtd_killed_during_bind(fdp, guest):
     assert ('reconcile', 'success') in fdp.actions(lease['uuid'])
 
     # Binding again works.
-    since = guest.mark()
-    bound = e2e._bind(fdp, lease, guest)
-    e2e._guest_swaps_on(guest, bound['extents'][0]['uuid'], LEASE_MB,
-                        since)
-    fdp.user.post('/leases/%s/unbind' % lease['uuid'], {}, expect=202)
-    assert fdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
-                               timeout=120)['status'] == 'reserved'
-    _release(fdp, lease)
-    e2e.assert_nothing_left(fdp, guest, uuids, swaps)
+    _bind_unbind_release(fdp, guest, lease, uuids, swaps)
 
 
 def test_memory_agent_killed_during_bind(fdp, guest):
     swaps = env.host_swaps()
     lease = _lease(fdp, 'memory-agent-killed')
     uuids = _extent_uuids(fdp, lease)
-    reached = fdp.slow_lun(BIND_TIMEOUT * 3)
-    _post_bind(fdp, lease, guest)
-    _wait_file(reached)
-    fdp.stack.kill(env.MEMORY)
-    failed = fdp.user.wait_lease(lease['uuid'], ('bind_failed', 'bound'),
-                                 timeout=90)
-    assert failed['status'] == 'bind_failed'
-    assert 'memory-0' in failed['fault']
-    assert dataplane.domblklist(guest.uuid) == []
+    _bind_failing(fdp, guest, lease, BIND_TIMEOUT * 3,
+                  lambda: fdp.stack.kill(env.MEMORY), 'memory-0')
     # The agent died with the target half built, and nobody could ask
     # it to remove it.
     assert fdp.tgt.targets_of(uuids) == uuids
@@ -164,15 +172,9 @@ def test_compute_agent_killed_during_bind(fdp, guest):
     swaps = env.host_swaps()
     lease = _lease(fdp, 'compute-agent-killed')
     uuids = _extent_uuids(fdp, lease)
-    reached = fdp.slow_lun(2)
-    _post_bind(fdp, lease, guest)
-    _wait_file(reached)
     # The export goes on; the attach finds no agent.
-    fdp.stack.kill(env.COMPUTE)
-    failed = fdp.user.wait_lease(lease['uuid'], ('bind_failed', 'bound'),
-                                 timeout=90)
-    assert failed['status'] == 'bind_failed'
-    assert 'compute-0' in failed['fault']
+    _bind_failing(fdp, guest, lease, 2,
+                  lambda: fdp.stack.kill(env.COMPUTE), 'compute-0')
     # The failed bind took back the exports of the host that did not
     # answer.
     assert fdp.tgt.targets_of(uuids) == []
@@ -183,16 +185,7 @@ def test_compute_agent_killed_during_bind(fdp, guest):
     time.sleep(3)
     assert dataplane.domblklist(guest.uuid) == []
     _converged(fdp, guest, lease, uuids, swaps, ('bind_failed',))
-
-    since = guest.mark()
-    bound = e2e._bind(fdp, lease, guest)
-    e2e._guest_swaps_on(guest, bound['extents'][0]['uuid'], LEASE_MB,
-                        since)
-    fdp.user.post('/leases/%s/unbind' % lease['uuid'], {}, expect=202)
-    assert fdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
-                               timeout=120)['status'] == 'reserved'
-    _release(fdp, lease)
-    e2e.assert_nothing_left(fdp, guest, uuids, swaps)
+    _bind_unbind_release(fdp, guest, lease, uuids, swaps)
 
 
 def test_conductor_restarted_during_unbind(fdp, guest):

@@ -115,13 +115,6 @@ def installed_hook(config_file):
 
 
 @pytest.fixture(scope='module')
-def libvirt_conn():
-    conn = dataplane.libvirt_connection()
-    yield conn
-    conn.close()
-
-
-@pytest.fixture(scope='module')
 def image():
     try:
         return build.build()

@@ -341,12 +341,21 @@ def test_periodic_pass_repairs_drift(composable_db, placement_conf, client,
         mem = harness.pool(harness.memory_pool)
         # Someone edits the pool's inventory and deletes the lease's
         # allocation behind composable's back.
-        generation, inventories = client.get_inventories(mem.provider_uuid)
-        inventories[MEM].update(total=65536, max_unit=65536)
-        client._call('PUT', '/resource_providers/%s/inventories' %
-                     mem.provider_uuid, '1.26', body={
-                         'resource_provider_generation': generation,
-                         'inventories': inventories})
+        # The conductor's pass runs every second and may change the
+        # provider between the read and the write: write again then.
+        for attempt in range(10):
+            generation, inventories = client.get_inventories(
+                mem.provider_uuid)
+            inventories[MEM].update(total=65536, max_unit=65536)
+            try:
+                client._call('PUT', '/resource_providers/%s/inventories' %
+                             mem.provider_uuid, '1.26', body={
+                                 'resource_provider_generation': generation,
+                                 'inventories': inventories})
+                break
+            except pclient.PlacementError as exc:
+                if exc.status != 409 or attempt == 9:
+                    raise
         client._call('DELETE', '/allocations/%s' % uuid, '1.38',
                      ok=(204,))
         deadline = time.monotonic() + 30
