@@ -19,6 +19,7 @@ from oslo_utils import uuidutils
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy import orm
+from sqlalchemy.pool import base as sa_pool_base
 
 from composable.common import exception
 from composable.common import utils
@@ -50,9 +51,56 @@ def _sqlite_on_begin(conn):
         conn.info['in_transaction'] = True
 
 
+def _mysql_on_connect(dbapi_conn, record):
+    # READ COMMITTED, as PostgreSQL runs by default. Correctness rests on
+    # row locks and compare-and-set UPDATEs, never on REPEATABLE READ's
+    # snapshot; what REPEATABLE READ adds on InnoDB is gap locks, on every
+    # index range a locking statement searches (the devices of a memory
+    # lease, which has none, lock the gap where a device claim inserts):
+    # transactions on disjoint pools then deadlock with each other.
+    cursor = dbapi_conn.cursor()
+    cursor.execute('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED')
+    cursor.close()
+
+
+# The IN_TRANS flag of the MySQL protocol's server status (PyMySQL keeps the
+# last status the server sent as Connection.server_status).
+_MYSQL_IN_TRANS = 1
+
+
+def _mysql_on_reset(dbapi_conn, record, reset_state):
+    """Roll a connection back on its way to the pool only when the server
+    says a transaction is open. SQLAlchemy's own reset sends a ROLLBACK
+    after every COMMIT too: a round trip per transaction for nothing."""
+    if reset_state.terminate_only or reset_state.transaction_was_reset:
+        return
+    status = getattr(dbapi_conn, 'server_status', None)
+    if isinstance(status, int) and not status & _MYSQL_IN_TRANS:
+        return
+    dbapi_conn.rollback()
+
+
+def _take_over_mysql_reset(engine):
+    reset_rollback = getattr(sa_pool_base, 'reset_rollback', None)
+    reset_none = getattr(sa_pool_base, 'reset_none', None)
+    if (reset_none is None or
+            getattr(engine.pool, '_reset_on_return', None) is not
+            reset_rollback):
+        return
+    event.listen(engine.pool, 'reset', _mysql_on_reset)
+    engine.pool._reset_on_return = reset_none
+
+
 def _configure_engine(engine):
-    """Composable's SQLite settings, on composable's engine only (Nova's
-    and Placement's engines in the same test process keep theirs)."""
+    """Composable's SQLite and MySQL settings, on composable's engine only
+    (Nova's and Placement's engines in the same test process keep
+    theirs)."""
+    if engine.dialect.name == 'mysql':
+        if not event.contains(engine, 'connect', _mysql_on_connect):
+            event.listen(engine, 'connect', _mysql_on_connect)
+            _take_over_mysql_reset(engine)
+            engine.dispose()
+        return
     if engine.dialect.name != 'sqlite':
         return
     if not event.contains(engine, 'begin', _sqlite_on_begin):
@@ -84,6 +132,14 @@ def _facade():
 
 def get_engine():
     return _configured_facade().writer.get_engine()
+
+
+def is_sqlite(conf_=None):
+    """True when [database]connection names SQLite (which locks the whole
+    database, not rows)."""
+    from composable import conf
+    connection = (conf_ or conf.CONF).database.connection or ''
+    return connection.startswith('sqlite')
 
 
 def reset_facade():
