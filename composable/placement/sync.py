@@ -27,6 +27,7 @@ writes no allocation of its own for it).
 import collections
 
 from oslo_log import log as logging
+from oslo_utils import uuidutils
 
 from composable.common import context as ctx_mod
 from composable.db import api as dbapi
@@ -205,6 +206,12 @@ def _reread_lease(context, lease_id):
             models.Lease.id == lease_id).first()
 
 
+def _lease_by_uuid(context, uuid):
+    with dbapi.reader(context) as session:
+        return session.query(models.Lease).filter(
+            models.Lease.uuid == uuid).first()
+
+
 def _fmt(resources):
     parts = []
     for rp, res in sorted(resources.items()):
@@ -311,6 +318,10 @@ def reconcile(context=None, client=None, delete_orphans=None):
                 continue  # a Nova instance's share of the pool
             lease = by_uuid.get(consumer)
             try:
+                if lease is None and uuidutils.is_uuid_like(consumer):
+                    # Created since the leases were read (its claim may
+                    # have been written meanwhile): not an orphan.
+                    lease = _lease_by_uuid(context, consumer)
                 if lease is not None:
                     fresh = _reread_lease(context, lease.id)
                     if fresh is not None and claimed_resources(fresh):

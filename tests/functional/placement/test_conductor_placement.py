@@ -16,6 +16,7 @@ import time
 from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
+from oslo_utils import uuidutils
 import pytest
 
 from composable.api import app as api_app
@@ -373,6 +374,31 @@ def test_periodic_pass_repairs_drift(composable_db, placement_conf, client,
                 'Placement' % uuid) in caplog.text
     finally:
         harness.stop()
+
+
+def test_reconcile_spares_a_lease_created_during_the_pass(
+        harness, client, monkeypatch):
+    """The pass reads the leases, then the providers' consumers. A lease
+    created and claimed in between is in Placement but not in what the
+    pass read: it is looked up again, not deleted as an orphan."""
+    placement_claims.reconcile_pass()
+    before = sync._load(h_mod.admin())
+    uuid = _create(harness, memory_mb=1024)
+    mem = harness.pool(harness.memory_pool)
+    assert _held(client, uuid) == {mem.provider_uuid: {MEM: 1024}}
+    monkeypatch.setattr(sync, '_load', lambda context: before)
+    assert placement_claims.reconcile_pass() == []
+    assert _held(client, uuid) == {mem.provider_uuid: {MEM: 1024}}
+    # A consumer that is no lease at all is still an orphan.
+    stranger = uuidutils.generate_uuid()
+    client.put_allocations(stranger, {mem.provider_uuid: {MEM: 1024}},
+                           'p1', 'u1')
+    corrections = placement_claims.reconcile_pass()
+    assert corrections == [
+        'provider %s (memory-pool): consumer %s is no lease composable '
+        'knows; deleted its allocations' % (mem.provider_uuid, stranger)]
+    assert _held(client, stranger) == {}
+    assert _held(client, uuid) == {mem.provider_uuid: {MEM: 1024}}
 
 
 def test_nova_claimed_lease_is_never_claimed_or_released(harness, client):
