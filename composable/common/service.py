@@ -59,21 +59,31 @@ class RPCService(object):
             self._server = None
 
 
-def wait_for_signal(stop_event=None):
-    """Block until SIGTERM or SIGINT (or ``stop_event`` is set). Must run
-    in the main thread, where Python delivers signals."""
-    stop_event = stop_event or threading.Event()
+def _catch_signals(stop_event):
+    """Make SIGTERM and SIGINT set ``stop_event``; the previous handlers,
+    to put back."""
 
     def _handler(signum, frame):
         LOG.info('Caught signal %s, stopping', signum)
         stop_event.set()
 
-    previous = {sig: signal.signal(sig, _handler)
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+    return {sig: signal.signal(sig, _handler)
+            for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _wait(stop_event):
+    # A timed wait keeps the main thread responsive to signals.
+    while not stop_event.wait(1):
+        pass
+
+
+def wait_for_signal(stop_event=None):
+    """Block until SIGTERM or SIGINT (or ``stop_event`` is set). Must run
+    in the main thread, where Python delivers signals."""
+    stop_event = stop_event or threading.Event()
+    previous = _catch_signals(stop_event)
     try:
-        # A timed wait keeps the main thread responsive to signals.
-        while not stop_event.wait(1):
-            pass
+        _wait(stop_event)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -81,13 +91,19 @@ def wait_for_signal(stop_event=None):
 
 def run(services, stop_event=None):
     """Start ``services``, run until signalled, then stop them in reverse
-    order."""
+    order. The signals are caught before the first service starts: a
+    SIGTERM that comes while they start (a conductor has written its
+    first heartbeat, say) stops them cleanly too."""
+    stop_event = stop_event or threading.Event()
+    previous = _catch_signals(stop_event)
     started = []
     try:
         for service in services:
+            if stop_event.is_set():
+                break
             service.start()
             started.append(service)
-        wait_for_signal(stop_event)
+        _wait(stop_event)
     finally:
         for service in reversed(started):
             try:
@@ -96,3 +112,5 @@ def run(services, stop_event=None):
                 LOG.exception('Error while stopping %s', service)
         for service in reversed(started):
             service.wait()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -367,6 +367,17 @@ def test_listener_in_its_own_pool(events):
     CONF.set_override('notifications_busy_wait', 0, 'nova')
     exchange = 'nova-test'
     CONF.set_override('notifications_exchange', exchange, 'nova')
+    # Nova publishes on its control exchange: a transport whose
+    # control_exchange is that exchange.
+    nova_conf = cfg.ConfigOpts()
+    nova_conf([], default_config_files=[], default_config_dirs=[])
+    # (The first transport registers the options; the driver takes its
+    # default exchange when it is made.) Made and cleaned up before the
+    # listeners start: the fake driver's cleanup empties every exchange,
+    # queues of listeners included, and a pool's queue made again later
+    # misses what the other consumer took from the shared queue.
+    messaging.get_notification_transport(nova_conf, url='fake:/').cleanup()
+    nova_conf.set_override('control_exchange', exchange)
     transport = messaging.get_notification_transport(CONF)
     other = _OtherConsumer()
     other_listener = messaging.get_notification_listener(
@@ -377,14 +388,6 @@ def test_listener_in_its_own_pool(events):
     listener = nova_events.NovaNotificationListener(
         events.h.conductor, handler=events.handler)
     listener.start()
-    # Nova publishes on its control exchange: a transport whose
-    # control_exchange is that exchange.
-    nova_conf = cfg.ConfigOpts()
-    nova_conf([], default_config_files=[], default_config_dirs=[])
-    # (The first transport registers the options; the driver takes its
-    # default exchange when it is made.)
-    messaging.get_notification_transport(nova_conf, url='fake:/').cleanup()
-    nova_conf.set_override('control_exchange', exchange)
     nova_transport = messaging.get_notification_transport(
         nova_conf, url='fake:/')
     notifier = messaging.Notifier(nova_transport,
