@@ -13,6 +13,7 @@ import pecan.util
 
 from composable.api.controllers import root
 from composable.api import hooks
+from composable.common import utils
 from composable import conf
 
 CONF = conf.CONF
@@ -55,20 +56,7 @@ def _remember_controller_signatures():
     original = pecan.util.getargspec
     if getattr(original, 'remembers', False):
         return
-    specs = {}
-
-    def getargspec(method):
-        key = getattr(method, '__func__', method)
-        try:
-            return specs[key]
-        except KeyError:
-            spec = specs[key] = original(method)
-            return spec
-        except TypeError:
-            # Not hashable: inspect it every time, as pecan does.
-            return original(method)
-
-    getargspec.remembers = True
+    getargspec = utils.remembered_per_function(original)
     # Pecan's modules import the function by name.
     for module in (pecan.util, pecan.core, pecan.routing, pecan.rest,
                    pecan.decorators):

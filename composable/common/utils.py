@@ -48,3 +48,26 @@ def mask_secrets(info):
         else:
             masked[key] = value
     return masked
+
+
+def remembered_per_function(inspect_signature):
+    """``inspect_signature`` (a function of a function, such as
+    inspect.getfullargspec) remembered per function, for libraries that
+    inspect the same functions on every request: the signature of a
+    function never changes while the process runs. Bound methods share
+    their function's entry; what cannot be a key is inspected every time.
+    """
+    specs = {}
+
+    def remembered(func):
+        key = getattr(func, '__func__', func)
+        try:
+            return specs[key]
+        except KeyError:
+            spec = specs[key] = inspect_signature(func)
+            return spec
+        except TypeError:
+            return inspect_signature(func)
+
+    remembered.remembers = True
+    return remembered
