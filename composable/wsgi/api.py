@@ -4,12 +4,15 @@ For example::
 
     uwsgi --http-socket :6590 --module composable.wsgi.api:application
 
-The configuration is read from the default files
-(/etc/composable/composable.conf, or ~/.composable/, ...) when the
-application is first called, not at import time, so that importing this
-module has no side effects.
+The configuration is read when the application is first called, not at
+import time, so that importing this module has no side effects. It comes
+from the files named in ``OS_COMPOSABLE_CONFIG_FILES`` (separated by ``;``)
+and the directory ``OS_COMPOSABLE_CONFIG_DIR``, as Nova's WSGI applications
+do, and otherwise from oslo.config's default places
+(/etc/composable/composable.conf, ~/.composable/, ...).
 """
 
+import os
 import threading
 
 from oslo_config import cfg
@@ -25,18 +28,35 @@ LOG = logging.getLogger(__name__)
 _LOCK = threading.Lock()
 _APPLICATION = None
 
+CONFIG_FILES_ENV = 'OS_COMPOSABLE_CONFIG_FILES'
+CONFIG_DIR_ENV = 'OS_COMPOSABLE_CONFIG_DIR'
+
+
+def config_args(environ=None):
+    """oslo.config arguments naming the files and directory given in the
+    environment; none when it names nothing (the default places)."""
+    environ = os.environ if environ is None else environ
+    args = []
+    for path in (environ.get(CONFIG_FILES_ENV) or '').split(';'):
+        if path.strip():
+            args += ['--config-file', path.strip()]
+    if (environ.get(CONFIG_DIR_ENV) or '').strip():
+        args += ['--config-dir', environ[CONFIG_DIR_ENV].strip()]
+    return args
+
 
 def init_application(argv=None):
     """Parse the configuration, set up logging and RPC, build the app.
 
-    ``argv`` defaults to no arguments: uWSGI and mod_wsgi have argv of
-    their own, which oslo.config must not read.
+    ``argv`` defaults to the files named in the environment (see
+    config_args): uWSGI and mod_wsgi have argv of their own, which
+    oslo.config must not read.
     """
     try:
         logging.register_options(CONF)
     except cfg.ArgsAlreadyParsedError:
         pass
-    CONF(argv or [], project='composable')
+    CONF(config_args() if argv is None else argv, project='composable')
     logging.setup(CONF, 'composable')
     rpc.init()
     app = api_app.setup_app()

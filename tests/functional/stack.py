@@ -44,6 +44,16 @@ def _command(name):
             'import sys; from %s import main; sys.exit(main())' % module]
 
 
+def uwsgi_binary():
+    """The uwsgi of this environment (the pyuwsgi wheel), else the one on
+    PATH; None when there is none."""
+    path = os.path.join(BIN, 'uwsgi')
+    if os.path.exists(path):
+        return path
+    import shutil
+    return shutil.which('uwsgi')
+
+
 class Stack(object):
     def __init__(self, workdir, db_url, transport_url,
                  heartbeat_interval=1, heartbeat_timeout=6,
@@ -122,11 +132,14 @@ class Stack(object):
 
     def _start(self, name, command, host, args=()):
         conf = self.config_file(host)
+        return self._spawn(name, _command(command) +
+                           ['--config-file', conf] + list(args))
+
+    def _spawn(self, name, argv, env=None):
         out = open(os.path.join(self.workdir, '%s.out' % name), 'ab')
         proc = subprocess.Popen(
-            _command(command) + ['--config-file', conf] + list(args),
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            argv, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         self.procs[name] = proc
         return proc
 
@@ -145,6 +158,39 @@ class Stack(object):
 
     def start_api(self, host='api-0'):
         proc = self._start(host, 'composable-api', host)
+        self.wait_http()
+        return proc
+
+    def start_api_uwsgi(self, host='api-0', processes=1, threads=8,
+                        socket='http'):
+        """composable.wsgi.api under uWSGI, as deployments run it:
+        ``processes`` workers of ``threads`` threads, the configuration
+        named in the environment. ``socket`` is "http" (an HTTP socket in
+        the workers, one connection per request), or "router" (uWSGI's
+        HTTP router in front, keeping client connections alive, talking
+        to the workers over the uwsgi protocol).
+        """
+        env = dict(os.environ)
+        env['OS_COMPOSABLE_CONFIG_FILES'] = self.config_file(host)
+        address = '127.0.0.1:%d' % self.api_port
+        if socket == 'router':
+            listen = ['--http', address, '--http-keepalive',
+                      '--socket', os.path.join(self.workdir, host + '.sock')]
+        else:
+            # It closes the connection after each response: say so, or
+            # an HTTP/1.1 client sends its next request into a closed
+            # socket.
+            listen = ['--http-socket', address,
+                      '--add-header', 'Connection: close']
+        argv = [uwsgi_binary()] + listen + [
+            '--module', 'composable.wsgi.api:application',
+            '--master', '--processes', str(processes),
+            '--threads', str(threads),
+            # Each worker builds the application (and its RPC
+            # connections) itself, after the fork.
+            '--lazy-apps', '--die-on-term', '--need-app',
+            '--disable-logging', '--procname-prefix', host + ' ']
+        proc = self._spawn(host, argv, env=env)
         self.wait_http()
         return proc
 

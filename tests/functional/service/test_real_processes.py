@@ -45,7 +45,9 @@ def mariadb_url():
 
 
 @pytest.fixture
-def stack(tmp_path, mariadb_url):
+def stack(request, tmp_path, mariadb_url):
+    """The stack, its API served by composable-api or (param "uwsgi") by
+    uWSGI running composable.wsgi.api, as deployments do."""
     if not _rabbit_up():
         if os.environ.get('COMPOSABLE_REQUIRE_DBS') == '1':
             pytest.fail('RabbitMQ is required but not running on :5672')
@@ -56,7 +58,13 @@ def stack(tmp_path, mariadb_url):
     s.wait_conductor('conductor-0')
     s.start_agent('compute-0', roles='compute_node')
     s.start_agent('memory-0', roles='memory_node')
-    s.start_api()
+    if getattr(request, 'param', 'standalone') == 'uwsgi':
+        if stack_mod.uwsgi_binary() is None:
+            pytest.fail('uwsgi is not installed (test-requirements.txt '
+                        'has pyuwsgi)')
+        s.start_api_uwsgi(processes=2, threads=4)
+    else:
+        s.start_api()
     admin = stack_mod.Client(s.endpoint, project='admin')
     stack_mod.demo_inventory(admin)
     yield s
@@ -72,6 +80,7 @@ def _pools(client):
     return {p['name']: p for p in client.get('/pools').json()['pools']}
 
 
+@pytest.mark.parametrize('stack', ['standalone', 'uwsgi'], indirect=True)
 def test_lease_life_cycle_across_processes(stack):
     user = stack_mod.Client(stack.endpoint, project='project-a',
                             roles='member,reader')

@@ -63,3 +63,27 @@ def test_wsgi_application_is_lazy(api_env, monkeypatch):
         assert resp.status_int == 200
         assert resp.json['versions'][0]['id'] == 'v1'
     assert calls == [True]
+
+
+def test_wsgi_config_from_environment():
+    assert wsgi_api.config_args({}) == []
+    assert wsgi_api.config_args({
+        wsgi_api.CONFIG_FILES_ENV: '/etc/a.conf; /etc/b.conf;',
+        wsgi_api.CONFIG_DIR_ENV: '/etc/composable/conf.d',
+    }) == ['--config-file', '/etc/a.conf', '--config-file', '/etc/b.conf',
+           '--config-dir', '/etc/composable/conf.d']
+
+
+def test_wsgi_reads_the_files_named_in_the_environment(api_env, monkeypatch,
+                                                       tmp_path):
+    conf_file = tmp_path / 'composable.conf'
+    conf_file.write_text('[api]\nmax_limit = 77\n')
+    monkeypatch.setenv(wsgi_api.CONFIG_FILES_ENV, str(conf_file))
+    monkeypatch.setattr(wsgi_api.logging, 'setup', lambda *a, **k: None)
+    try:
+        wsgi_api.init_application()
+        assert api_env.api.max_limit == 77
+    finally:
+        # The next tests see the configuration without that file.
+        api_env([], project='composable', default_config_files=[])
+    assert api_env.api.max_limit != 77
