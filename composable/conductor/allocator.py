@@ -52,6 +52,7 @@ from oslo_utils import uuidutils
 import sqlalchemy as sa
 
 from composable.common import exception
+from composable.common import pool_fit
 from composable.common import utils
 from composable import conf
 from composable.conductor import states
@@ -180,12 +181,15 @@ def _memory_candidates(session, lease, fabric_id=None):
     return _pools_by_free(session, query)
 
 
-def _claim_memory(session, lease):
+def _claim_memory(session, lease, check_fit=False):
     """Claim the lease's memory; returns (pool row, extent rows to insert
     once the lease has an id, as dicts without lease_id, with their memory
-    node's name under 'node_name')."""
+    node's name under 'node_name'). ``check_fit``: refuse (Invalid) a
+    request that no memory pool could ever hold."""
     step_reasons = []
     pools = _memory_candidates(session, lease)
+    if check_fit:
+        pool_fit.check_memory(lease.memory_mb, pools)
     if not pools:
         raise exception.InsufficientCapacity(
             reason='There is no memory pool%s to take %d MiB from.' % (
@@ -306,15 +310,19 @@ def _matches_traits(device, traits):
     return set(traits or []) <= set(device.traits or [])
 
 
-def _claim_devices(session, lease, fabric_id):
+def _claim_devices(session, lease, fabric_id, check_fit=False):
     """Claim the lease's devices in their pool; returns (pool row, device
     rows) for the caller to give the devices to the lease
-    (_take_devices) once it has an id."""
+    (_take_devices) once it has an id. ``check_fit``: refuse (Invalid) a
+    request that no pool of its kind could ever give."""
     if lease.requested_devices:
         return _claim_requested_devices(session, lease, fabric_id)
     count = lease.device_count
     reasons = []
     pools = _device_candidates(session, lease, fabric_id)
+    if check_fit:
+        pool_fit.check_device_candidates(count, lease.device_kind or 'gpu',
+                                         pools)
     what = '%d %s device%s%s' % (
         count, lease.device_kind or 'gpu', 's' if count != 1 else '',
         ' of model %s' % lease.device_model if lease.device_model else '')
@@ -407,21 +415,34 @@ def _complete(session, lease_id, source, action, values=None):
                                  action=action)
 
 
-def _claim(session, lease):
+def _claim(session, lease, check_fit=False):
     """Claim, in the pools (and on the memory nodes), what ``lease`` asks
     for: anything with memory_mb, requested_pools, device_count,
     device_kind, device_model, device_traits and requested_devices.
-    Returns the claim for _give (which needs the lease's id)."""
+    Returns the claim for _give (which needs the lease's id).
+
+    ``check_fit`` (a request that names no pools or devices): refuse with
+    Invalid, before claiming anything, what no pool could ever hold (see
+    composable.common.pool_fit), checked on the pool rows the claim reads.
+    """
     claim = {'memory_pool': None, 'extents': [], 'device_pool': None,
              'devices': []}
+    wants_devices = lease.device_count or lease.requested_devices
+    if check_fit and lease.memory_mb and wants_devices:
+        # The device pools the claim reads are those of the memory's
+        # fabric; the check is against every pool of the kind, first.
+        pool_fit.check_device_candidates(
+            lease.device_count, lease.device_kind or 'gpu',
+            _device_candidates(session, lease, None))
     if lease.memory_mb:
-        claim['memory_pool'], claim['extents'] = _claim_memory(session,
-                                                               lease)
-    if lease.device_count or lease.requested_devices:
+        claim['memory_pool'], claim['extents'] = _claim_memory(
+            session, lease, check_fit=check_fit)
+    if wants_devices:
         memory_pool = claim['memory_pool']
         claim['device_pool'], claim['devices'] = _claim_devices(
             session, lease,
-            memory_pool.fabric_id if memory_pool is not None else None)
+            memory_pool.fabric_id if memory_pool is not None else None,
+            check_fit=check_fit and not lease.memory_mb)
     return claim
 
 
@@ -541,15 +562,17 @@ def _insert_lease(session, row):
     return session.execute(_INSERT_LEASE, row).inserted_primary_key[0]
 
 
-def create_in(session, context, values, action):
+def create_in(session, context, values, action, check_fit=False):
     """Insert a lease and claim what it asks for, in ``session``'s
     transaction; (uuid, status, document). Raises InsufficientCapacity or
-    LostRace, after which the caller must roll back what this did."""
+    LostRace, after which the caller must roll back what this did, and
+    with ``check_fit`` Invalid for a request no pool could ever hold (see
+    _claim), before it claimed anything."""
     request = types.SimpleNamespace(**dict(_LEASE_DEFAULTS, **values))
     # Pools first, then the new lease that names them (InnoDB's foreign
     # key check on the insert takes shared locks on the pool rows, which
     # this transaction holds already).
-    claim = _claim(session, request)
+    claim = _claim(session, request, check_fit=check_fit)
     status = states.next_state(
         states.next_state(states.REQUESTED, states.ALLOCATE), states.DONE)
     row = _lease_values(values, status, **_pool_ids(claim))
@@ -578,9 +601,10 @@ CREATE_RACE_FAULT = ('The pools changed too fast to place this lease; '
                      'delete it and try again.')
 
 
-def _create_once(context, values, action):
+def _create_once(context, values, action, check_fit=False):
     with dbapi.writer(context) as session:
-        return create_in(session, context, values, action)
+        return create_in(session, context, values, action,
+                         check_fit=check_fit)
 
 
 def _create_failed(context, values, action, fault):
@@ -589,7 +613,7 @@ def _create_failed(context, values, action, fault):
 
 
 def create_and_allocate(context, values, action='create',
-                        want_document=False):
+                        want_document=False, check_fit=False):
     """Insert a lease and claim what it asks for, in one transaction.
 
     The lease goes requested -> allocating -> reserved and its first action
@@ -601,14 +625,16 @@ def create_and_allocate(context, values, action='create',
     entirely, savepoints included, and the deadlock must reach the retry.)
     Returns (uuid, status), and with ``want_document`` (uuid, status,
     document): the lease's document (composable.db.views) as committed.
+    With ``check_fit``, a request no pool could ever hold raises Invalid
+    and nothing is recorded.
     """
     attempts = CONF.allocator.claim_retries + 1
     fault = CREATE_RACE_FAULT
     result = None
     for attempt in range(attempts):
         try:
-            result = dbapi.retry_on_deadlock(_create_once)(context, values,
-                                                           action)
+            result = dbapi.retry_on_deadlock(_create_once)(
+                context, values, action, check_fit=check_fit)
             break
         except exception.InsufficientCapacity as exc:
             fault = exc.message
@@ -655,12 +681,14 @@ def _quick_release_target(event):
     return targets.pop()
 
 
-# Every pool a lease holds capacity in: its memory and device pools (given)
-# and the pools of the devices it holds, locked in id order.
-_LOCK_LEASE_POOLS = sa.select(_POOLS.c.id).where(sa.or_(
-    _POOLS.c.id.in_(_B('b_pools', expanding=True)),
-    _POOLS.c.id.in_(sa.select(_DEVICES.c.pool_id).where(
-        _DEVICES.c.lease_id == _B('b_lease'))))).order_by(
+# The pools a lease holds capacity in, by primary key, in id order. (The
+# pools of the devices it holds are read first, without locking, by
+# _DEVICES_BY_POOL: a locking read would lock the devices too, and a pool
+# condition that is not a plain key lookup makes InnoDB lock every pool
+# row it scans, so that two releases on different pools wait for each
+# other's pool and deadlock.)
+_LOCK_POOLS = sa.select(_POOLS.c.id).where(
+    _POOLS.c.id.in_(_B('b_pools', expanding=True))).order_by(
     _POOLS.c.id).with_for_update()
 
 # The short release, compare-and-set: the lease is still where it was read
@@ -687,13 +715,27 @@ _QUICK_RELEASE = _LEASES.update().where(
     status=_B('b_status'), updated_at=_B('b_now'))
 
 
+def _shift_pools(session, amounts, sign):
+    """Change the used counter of each pool of ``amounts`` ({pool id:
+    amount}) by ``sign`` * its amount, in id order; a zero amount still
+    row-locks its pool."""
+    for pool_id in sorted(amounts):
+        session.execute(_UNCLAIM_POOL, {'b_pool': pool_id,
+                                        'b_amount': -sign * amounts[pool_id]})
+
+
 def _lock_pools_of(session, ref):
-    """Row-lock, in id order and in one statement, every pool ``ref`` (a
-    lease_ref row) holds capacity in (see _lock_lease_pools)."""
-    named = [pid for pid in (ref.memory_pool_id, ref.device_pool_id)
-             if pid is not None]
-    session.execute(_LOCK_LEASE_POOLS, {'b_pools': named,
-                                        'b_lease': ref.id}).all()
+    """Row-lock, in id order, every pool ``ref`` (a lease_ref row) holds
+    capacity in (see _lock_lease_pools): its memory and device pools and
+    the pools of the devices it holds. A lease without a device pool
+    never took a device (the claim sets both in one transaction)."""
+    pools = {pid for pid in (ref.memory_pool_id, ref.device_pool_id)
+             if pid is not None}
+    if ref.device_pool_id is not None:
+        pools.update(pool_id for pool_id, _ in session.execute(
+            _DEVICES_BY_POOL, {'b_lease': ref.id}))
+    if pools:
+        session.execute(_LOCK_POOLS, {'b_pools': sorted(pools)}).all()
 
 
 def _release_unbound_in(session, context, ref, action):
@@ -705,18 +747,32 @@ def _release_unbound_in(session, context, ref, action):
         return None
     event = states.DELETE if action == 'delete' else states.EXPIRE
     target = _quick_release_target(event)
-    _lock_pools_of(session, ref)
+    # What the lease holds, read before anything is locked: only this
+    # release, or a bind under the lease's reservation (which the
+    # compare-and-set below refuses), changes it.
+    by_node, by_pool = _holdings(session, ref.id,
+                                 has_memory=ref.memory_pool_id is not None,
+                                 has_devices=ref.device_pool_id is not None)
+    amounts = _pool_amounts(ref.memory_pool_id, by_node, by_pool)
+    for pool_id in (ref.memory_pool_id, ref.device_pool_id):
+        if pool_id is not None:
+            amounts.setdefault(pool_id, 0)
+    # The pools first, as everywhere, in id order: giving their share back
+    # is what locks them (one statement a pool instead of a locking read
+    # and then the update).
+    _shift_pools(session, amounts, -1)
     moved = session.execute(_QUICK_RELEASE, {
         'b_lease': ref.id, 'b_memory_pool': ref.memory_pool_id,
         'b_device_pool': ref.device_pool_id, 'b_status': target,
         'b_now': utils.utcnow()}).rowcount
     if moved != 1:
+        # Busy or live after all (or released by someone else meanwhile):
+        # take the shares back, and this transaction changed nothing.
+        _shift_pools(session, amounts, +1)
         return None
     session.execute(_INSERT_ACTION, _action_values(context, ref.id, action,
                                                    'success'))
-    _return_capacity(session, ref.id, ref.memory_pool_id,
-                     has_memory=ref.memory_pool_id is not None,
-                     has_devices=ref.device_pool_id is not None)
+    _give_back(session, ref.id, by_node, by_pool)
     return target
 
 
@@ -788,30 +844,51 @@ _GIVE_BACK_DEVICES = _DEVICES.update().where(
         else_=_DEVICES.c.state))
 
 
+def _holdings(session, lease_id, has_memory=True, has_devices=True):
+    """What lease ``lease_id`` holds: ([(memory node id, MiB)], [(pool id,
+    device count)]). ``has_memory`` / ``has_devices`` False skip the
+    extents / devices (a lease with no memory / device pool has none: the
+    claim sets the pool and takes the extents or devices in one
+    transaction)."""
+    lease = {'b_lease': lease_id}
+    by_node = (session.execute(_EXTENTS_BY_NODE, lease).all()
+               if has_memory else [])
+    by_pool = (session.execute(_DEVICES_BY_POOL, lease).all()
+               if has_devices else [])
+    return by_node, by_pool
+
+
+def _pool_amounts(memory_pool_id, by_node, by_pool):
+    """{pool id: what the holdings (see _holdings) take from it}."""
+    amounts = {}
+    if by_node and memory_pool_id is not None:
+        amounts[memory_pool_id] = sum(int(mb) for _, mb in by_node)
+    for pool_id, count in by_pool:
+        amounts[pool_id] = amounts.get(pool_id, 0) + int(count)
+    return amounts
+
+
+def _give_back(session, lease_id, by_node, by_pool):
+    """Give the holdings back to the memory nodes and devices (the pools'
+    counters are the caller's)."""
+    for node_id, size_mb in by_node:
+        session.execute(_UNCLAIM_NODE, {'b_node': node_id,
+                                        'b_amount': int(size_mb)})
+    if by_node:
+        session.execute(_DELETE_EXTENTS, {'b_lease': lease_id})
+    if by_pool:
+        session.execute(_GIVE_BACK_DEVICES, {'b_lease': lease_id})
+
+
 def _return_capacity(session, lease_id, memory_pool_id, has_memory=True,
                      has_devices=True):
-    """Give back what the lease holds; its pools are locked already.
-    ``has_memory`` / ``has_devices`` False skip the extents / devices (a
-    lease with no memory / device pool has none: the claim sets the pool
-    and takes the extents or devices in one transaction)."""
-    lease = {'b_lease': lease_id}
-    if has_memory:
-        by_node = session.execute(_EXTENTS_BY_NODE, lease).all()
-        if by_node:
-            if memory_pool_id is not None:
-                _unclaim_pool(session, memory_pool_id,
-                              sum(int(mb) for _, mb in by_node))
-            for node_id, size_mb in by_node:
-                session.execute(_UNCLAIM_NODE, {'b_node': node_id,
-                                                'b_amount': int(size_mb)})
-            session.execute(_DELETE_EXTENTS, lease)
-    per_pool = (session.execute(_DEVICES_BY_POOL, lease).all()
-                if has_devices else None)
-    if per_pool:
-        for pool_id, count in per_pool:
-            # Locked already by the caller.
-            _unclaim_pool(session, pool_id, int(count))
-        session.execute(_GIVE_BACK_DEVICES, lease)
+    """Give back what the lease holds; its pools are locked already (see
+    _holdings for ``has_memory`` and ``has_devices``)."""
+    by_node, by_pool = _holdings(session, lease_id, has_memory, has_devices)
+    for pool_id, amount in sorted(_pool_amounts(memory_pool_id, by_node,
+                                                by_pool).items()):
+        _unclaim_pool(session, pool_id, amount)
+    _give_back(session, lease_id, by_node, by_pool)
 
 
 def release_capacity(context, lease_id):

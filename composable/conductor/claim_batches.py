@@ -8,20 +8,42 @@ small transactions, a pool's lock spends most of its time waiting for
 commits, and that caps how many leases a pool can give out per second
 whatever the CPUs could do.
 
-So each conductor hands its creates and quick releases to one claim
-thread, which runs those that arrived together in one transaction, each
-in a savepoint: a lease that cannot be placed (or a release refused) is
-rolled back alone and the others stand; one commit makes them all
-durable. A request that finds the thread idle runs at once, alone: under
-light load nothing waits for a batch to fill.
+So each conductor hands its creates and quick releases to a claim
+thread, which runs those that arrived together in one transaction: a
+lease that cannot be placed (or a release refused) changes nothing and
+the others stand; one commit makes them all durable. A request that finds
+the thread idle runs at once, alone: under light load nothing waits for a
+batch to fill.
 
 Failures stay per request: InsufficientCapacity records the lease in
-alloc_failed in the same transaction; a lost race and anything
-unexpected run that request again on its own (the allocator's own
-retries); a deadlock rolls the whole transaction back (InnoDB undoes the
-savepoints too), and the batch is run again.
+alloc_failed in the same transaction; a refusal (404, 409, 400) is run
+again alone to get its own answer. Requests need no savepoint (two round
+trips each) because the allocator leaves nothing behind when it refuses:
+a claim that does not fit is never made or is taken back, and a quick
+release that finds the lease busy takes back what it gave. The exception
+is a lease of memory *and* devices, whose memory is claimed before its
+devices are found wanting: it runs in a savepoint. A lost race (a claim
+made, then a memory node or device found changed under it) and anything
+unexpected roll the whole transaction back, and every request of the
+batch is run again alone (the allocator's own retries); so does a
+deadlock, after which the batch is first run again.
+
+One claim thread is a serial chain of database round trips, and with
+busy CPUs it becomes the limit of the whole conductor. So a conductor has
+two lanes, each a queue and a thread of its own: leases with memory
+(which lock the memory pool, and the device pool too when they ask for
+devices as well), and leases of devices only (which lock a device pool
+only). Their transactions take different pool locks, so they overlap
+instead of waiting for each other; neither lane ever waits for a lock
+the other holds while holding one the other wants, as the device lane
+never touches a memory pool. A release goes to the lane that created the
+lease when this conductor remembers it, else to the memory lane: any
+lane may release any lease correctly, the lane only decides what can
+overlap. On SQLite, which locks the whole database, there is one lane.
 """
 
+import collections
+import contextlib
 import queue
 import threading
 
@@ -63,14 +85,82 @@ class _Request(object):
         return self.result
 
 
+MEMORY_LANE = 'memory'
+DEVICE_LANE = 'devices'
+
+# How many lease uuids a conductor remembers the lane of (a lease is
+# usually deleted soon after it was created, or bound and then released
+# the long way, which needs no lane).
+REMEMBERED_LEASES = 4096
+
+
+def lane_of(values):
+    """The lane of a create: devices-only leases have their own."""
+    return MEMORY_LANE if values.get('memory_mb') else DEVICE_LANE
+
+
 class ClaimBatcher(object):
-    """The claim thread of one conductor; ``create`` and ``release`` are
+    """The claim lanes of one conductor; ``create`` and ``release`` are
     called from the RPC threads and return what the allocator's
     create_and_allocate(want_document=True) and release_unbound_ident
     return."""
 
-    def __init__(self, max_batch=None):
+    def __init__(self, max_batch=None, lanes=None):
         self.max_batch = max_batch or CONF.allocator.claim_batch_size
+        if lanes is None:
+            lanes = CONF.allocator.claim_lanes
+            if db_api.is_sqlite():
+                lanes = 1
+        names = [MEMORY_LANE, DEVICE_LANE][:max(1, min(2, lanes))]
+        self.lanes = {name: ClaimLane(name, self.max_batch)
+                      for name in names}
+        self._remembered = collections.OrderedDict()
+        self._remembered_lock = threading.Lock()
+
+    def start(self):
+        for lane in self.lanes.values():
+            lane.start()
+
+    def stop(self):
+        for lane in self.lanes.values():
+            lane.stop()
+
+    @property
+    def running(self):
+        return all(lane.running for lane in self.lanes.values())
+
+    def lane(self, name):
+        """The lane ``name``, or the memory lane when there is one only."""
+        return self.lanes.get(name) or self.lanes[MEMORY_LANE]
+
+    # ------------------------------------------------------------ callers
+
+    def create(self, context, values, action='create', check_fit=False):
+        """See allocator.create_and_allocate."""
+        lane = self.lane(lane_of(values))
+        result = lane.create(context, values, action, check_fit=check_fit)
+        if len(self.lanes) > 1:
+            with self._remembered_lock:
+                self._remembered[result[0]] = lane.name
+                while len(self._remembered) > REMEMBERED_LEASES:
+                    self._remembered.popitem(last=False)
+        return result
+
+    def release(self, context, ident, action='delete'):
+        name = MEMORY_LANE
+        if len(self.lanes) > 1:
+            with self._remembered_lock:
+                name = self._remembered.pop(ident, MEMORY_LANE)
+        return self.lane(name).release(context, ident, action)
+
+
+class ClaimLane(object):
+    """One queue of creates and quick releases and the thread that runs
+    them in batches."""
+
+    def __init__(self, name, max_batch):
+        self.name = name
+        self.max_batch = max_batch
         self._queue = queue.Queue()
         self._thread = None
         self._lock = threading.Lock()
@@ -79,7 +169,8 @@ class ClaimBatcher(object):
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._run, name='conductor-claims', daemon=True)
+                    target=self._run, name='conductor-claims-%s' % self.name,
+                    daemon=True)
                 self._thread.start()
 
     def stop(self):
@@ -93,13 +184,12 @@ class ClaimBatcher(object):
     def running(self):
         return self._thread is not None
 
-    # ------------------------------------------------------------ callers
-
-    def create(self, context, values, action='create'):
+    def create(self, context, values, action='create', check_fit=False):
         if not self.running:
             return allocator.create_and_allocate(context, values, action,
-                                                 want_document=True)
-        return self._submit(CREATE, context, (values, action))
+                                                 want_document=True,
+                                                 check_fit=check_fit)
+        return self._submit(CREATE, context, (values, action, check_fit))
 
     def release(self, context, ident, action='delete'):
         if not self.running:
@@ -168,30 +258,41 @@ class ClaimBatcher(object):
         admin = composable_context.get_admin_context()
         with db_api.writer(admin) as session:
             for request in batch:
-                self._in_savepoint(session, request)
+                self._in_batch(session, request)
 
-    def _in_savepoint(self, session, request):
+    def _in_batch(self, session, request):
         context = request.context
         if request.kind == RELEASE:
             ident, action = request.args
             try:
-                with session.begin_nested():
-                    request.pending = allocator.release_unbound_ident_in(
-                        session, context, ident, action)
+                request.pending = allocator.release_unbound_ident_in(
+                    session, context, ident, action)
             except (exception.NotFound, exception.Conflict):
-                # Its own answer (404, 409): given to it alone.
+                # Refused before it changed anything: its own answer
+                # (404, 409) is given to it alone.
                 request.alone = True
             return
-        values, action = request.args
+        values, action, check_fit = request.args
+        both = bool(values.get('memory_mb') and (
+            values.get('device_count') or values.get('requested_devices')))
         try:
-            with session.begin_nested():
-                request.pending = allocator.create_in(session, context,
-                                                      values, action)
+            # Memory claimed, then the devices found wanting: that memory
+            # claim is undone by rolling back to the savepoint.
+            with (session.begin_nested() if both else
+                  contextlib.nullcontext()):
+                request.pending = allocator.create_in(
+                    session, context, values, action, check_fit=check_fit)
         except exception.InsufficientCapacity as exc:
-            with session.begin_nested():
-                request.pending = allocator.create_failed_in(
-                    session, context, values, action, exc.message)
+            request.pending = allocator.create_failed_in(
+                session, context, values, action, exc.message)
+        except exception.Invalid:
+            # Refused before anything was claimed: its 400 is given to it
+            # alone.
+            request.alone = True
         except allocator.LostRace:
+            if not both:
+                # Part of a claim may stand: the whole transaction goes.
+                raise
             request.alone = True
 
     def _alone(self, request):
@@ -200,9 +301,10 @@ class ClaimBatcher(object):
                 result = allocator.release_unbound_ident(
                     request.context, *request.args)
             else:
-                values, action = request.args
+                values, action, check_fit = request.args
                 result = allocator.create_and_allocate(
-                    request.context, values, action, want_document=True)
+                    request.context, values, action, want_document=True,
+                    check_fit=check_fit)
         except Exception as exc:
             request.finish(error=exc)
         else:

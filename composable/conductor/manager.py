@@ -20,6 +20,7 @@ from oslo_utils import timeutils
 
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import pool_fit
 from composable.common import utils
 from composable import conf
 from composable.conductor import allocator
@@ -66,7 +67,7 @@ def _parse_time(value, field):
 
 class ConductorManager(object):
 
-    target = messaging.Target(version='1.3')
+    target = messaging.Target(version='1.4')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -274,16 +275,25 @@ class ConductorManager(object):
     # without a traceback.
 
     @_EXPECTED
-    def create_lease(self, context, values, return_document=False):
+    def create_lease(self, context, values, return_document=False,
+                     check_fit=False):
         """Create a lease; its uuid, or with ``return_document`` (1.2) its
-        document (composable.db.views)."""
+        document (composable.db.views). With ``check_fit`` (1.4), refuse
+        (Invalid) a request no pool could ever hold: the API leaves that
+        check to the conductor when the request names no pools or
+        devices (see composable.common.pool_fit)."""
         values = self._create_values(context, values)
         self._check_requested(context, values)
+        check_fit = bool(check_fit and not values.get('requested_pools')
+                         and not values.get('requested_devices'))
         start_at = values.get('start_at')
         document = None
         if start_at is None or start_at <= utils.utcnow():
-            uuid, document = self._create_and_allocate(context, values)
+            uuid, document = self._create_and_allocate(context, values,
+                                                       check_fit)
         else:
+            if check_fit:
+                self._check_fit(values)
             values['status'] = states.REQUESTED
             lease = db_api.lease_create(context, values, action='create')
             db_api.action_finish(
@@ -298,7 +308,15 @@ class ConductorManager(object):
                 db_api.lease_get(self._admin(), uuid, for_view=True))
         return document
 
-    def _create_and_allocate(self, context, values):
+    def _check_fit(self, values):
+        pools = db_api.pool_summaries(self._admin())
+        if values.get('memory_mb'):
+            pool_fit.check_memory(values['memory_mb'], pools)
+        if values.get('device_count'):
+            pool_fit.check_devices(values['device_count'],
+                                   values.get('device_kind') or 'gpu', pools)
+
+    def _create_and_allocate(self, context, values, check_fit=False):
         # Insert and claim in one transaction (the allocator's): no one can
         # see the lease before it is reserved or alloc_failed, so it needs
         # no reservation, and a request error leaves nothing behind.
@@ -308,7 +326,8 @@ class ConductorManager(object):
             # Placement claim is settled (see placement_claims).
             values = placement_claims.prepare_create(values, self.host)
         uuid, status, document = self.claims.create(context, values,
-                                                    action='create')
+                                                    action='create',
+                                                    check_fit=check_fit)
         if status == states.ALLOC_FAILED and values.get('requested_devices'):
             # Lost a race for a device picked by uuid: the same answer as
             # when it was taken before the request, and nothing created.

@@ -6,6 +6,8 @@ Version history:
     1.2 - create_lease(return_document=True) returns the lease document.
     1.3 - instance_leases, instance_status, prepare_instance,
           release_instance (the libvirt hook, through the agent).
+    1.4 - create_lease(check_fit=True) refuses requests no pool could
+          ever hold, as the API did before asking.
 """
 
 import oslo_messaging as messaging
@@ -14,13 +16,19 @@ from composable.common import rpc
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.3'
+    RPC_API_VERSION = '1.4'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
                                      self.RPC_API_VERSION, timeout=timeout)
 
-    def create_lease(self, context, values, return_document=False):
+    def can_check_fit(self):
+        """True when the conductor checks, in create_lease, that a request
+        can ever fit the pools (1.4): the API then need not read them."""
+        return self.client.can_send_version('1.4')
+
+    def create_lease(self, context, values, return_document=False,
+                     check_fit=False):
         """Insert a lease and allocate it (unless it starts later).
 
         ``values`` are validated API fields with references resolved:
@@ -34,7 +42,15 @@ class ConductorAPI(object):
         With ``return_document``, returns the lease's document
         (composable.db.views) instead, so the caller need not read the
         lease back; a conductor older than 1.2 still answers with the uuid.
+
+        ``check_fit`` (only when can_check_fit()): the conductor refuses
+        with Invalid a request no pool could ever hold.
         """
+        if check_fit:
+            cctxt = self.client.prepare(version='1.4')
+            return cctxt.call(context, 'create_lease', values=values,
+                              return_document=return_document,
+                              check_fit=True)
         if return_document and self.client.can_send_version('1.2'):
             cctxt = self.client.prepare(version='1.2')
             return cctxt.call(context, 'create_lease', values=values,

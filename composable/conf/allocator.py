@@ -34,6 +34,16 @@ opts = [
                     'while a batch runs wait for the next one; a lone '
                     'request runs at once. 1 gives every request its own '
                     'transaction.'),
+    cfg.IntOpt('claim_lanes',
+               default=2,
+               min=1,
+               max=2,
+               help='Claim threads of a conductor. With 2, leases of '
+                    'devices only are claimed and released by a thread of '
+                    'their own, in transactions that overlap with those of '
+                    'leases with memory (they lock different pools). 1 '
+                    'runs every claim in one thread. SQLite always uses '
+                    '1.'),
     cfg.IntOpt('claim_retries',
                default=5,
                min=0,

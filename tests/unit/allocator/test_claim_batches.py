@@ -37,9 +37,9 @@ def _commits():
 
 
 def _run_together(batcher, requests):
-    """Queue ``requests`` (callables taking the batcher) while the claim
-    thread is busy, so that they form one batch; their outcomes in
-    order."""
+    """Queue ``requests`` (callables taking the claim lane ``batcher``)
+    while its thread is busy, so that they form one batch; their outcomes
+    in order."""
     gate = threading.Event()
     real = batcher._execute
     first = {'held': False}
@@ -65,16 +65,29 @@ def _run_together(batcher, requests):
     blocker.start()
     while batcher._queue.qsize() or not first['held']:
         pass
-    threads = [threading.Thread(target=call, args=(i, fn))
-               for i, fn in enumerate(requests) if i]
-    for thread in threads:
+    threads = []
+    for i, fn in enumerate(requests):
+        if not i:
+            continue
+        thread = threading.Thread(target=call, args=(i, fn))
         thread.start()
-    while batcher._queue.qsize() < len(threads):
-        pass
+        threads.append(thread)
+        # One at a time, so that the queue holds them in the test's
+        # order: threads started together enqueue in any order.
+        while batcher._queue.qsize() < len(threads):
+            pass
     gate.set()
     for thread in [blocker] + threads:
         thread.join(30)
     return outcomes
+
+
+def _assert_used(mem, gpu=None):
+    """The pools' counters, and that they agree with the leases."""
+    assert dbapi.pool_get(inv.admin(), 'mem').used == mem
+    if gpu is not None:
+        assert dbapi.pool_get(inv.admin(), 'gpu').used == gpu
+    assert allocator.check_consistency(inv.admin()) == []
 
 
 @pytest.fixture
@@ -92,7 +105,7 @@ def test_one_batch_one_commit_each_request_its_own_answer(batcher):
     other, _ = allocator.create_and_allocate(
         inv.admin(), {'project_id': 'p2', 'memory_mb': 1024})
     commits = _commits()
-    outcomes = _run_together(batcher, [
+    outcomes = _run_together(batcher.lane(claim_batches.MEMORY_LANE), [
         lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
         lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
         # More than is left: alloc_failed, in the same transaction.
@@ -164,14 +177,14 @@ def test_a_failing_batch_runs_its_requests_alone(batcher, monkeypatch):
     real = allocator.create_in
     calls = {'n': 0}
 
-    def create_in(session, context, values, action):
+    def create_in(session, context, values, action, **kwargs):
         calls['n'] += 1
         if values.get('name') == 'poison' and calls['n'] < 3:
             raise exception.ServiceUnavailable(reason='database went away')
-        return real(session, context, values, action)
+        return real(session, context, values, action, **kwargs)
 
     monkeypatch.setattr(allocator, 'create_in', create_in)
-    outcomes = _run_together(batcher, [
+    outcomes = _run_together(batcher.lane(claim_batches.MEMORY_LANE), [
         lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
         lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024,
                                     'name': 'poison'}),
@@ -196,3 +209,212 @@ def test_not_started_means_no_thread():
     uuid, status, document = claims.create(
         user(), {'project_id': 'p1', 'memory_mb': 1024})
     assert status == states.RESERVED and document['uuid'] == uuid
+
+
+def test_one_lane_on_sqlite():
+    claims = claim_batches.ClaimBatcher()
+    assert list(claims.lanes) == [claim_batches.MEMORY_LANE]
+    # Every lease goes to that lane.
+    assert claims.lane(claim_batches.DEVICE_LANE) is claims.lane(
+        claim_batches.MEMORY_LANE)
+
+
+@pytest.fixture
+def two_lanes():
+    # SQLite queues writers (BEGIN IMMEDIATE): two lanes are correct on it
+    # too, they only gain nothing there.
+    claims = claim_batches.ClaimBatcher(max_batch=32, lanes=2)
+    claims.start()
+    yield claims
+    claims.stop()
+
+
+def _lanes_used(claims, monkeypatch):
+    used = []
+    for lane in claims.lanes.values():
+        def submit(kind, context, args, lane=lane, real=lane._submit):
+            used.append((lane.name, kind))
+            return real(kind, context, args)
+        monkeypatch.setattr(lane, '_submit', submit)
+    return used
+
+
+def test_device_leases_have_a_lane_of_their_own(two_lanes, monkeypatch):
+    fabric, _ = inv.memory_inventory(nodes=(4096,))
+    inv.gpu_inventory(fabric)
+    used = _lanes_used(two_lanes, monkeypatch)
+    gpu, _, _ = two_lanes.create(user(), {'project_id': 'p1',
+                                          'device_count': 1})
+    mem, _, _ = two_lanes.create(user(), {'project_id': 'p1',
+                                          'memory_mb': 1024})
+    both, _, _ = two_lanes.create(user(), {'project_id': 'p1',
+                                           'memory_mb': 1024,
+                                           'device_count': 1})
+    # A lease this conductor did not create (another conductor's, or one
+    # from before a restart): the memory lane releases it as well.
+    stranger, _ = allocator.create_and_allocate(
+        inv.admin(), {'project_id': 'p1', 'device_count': 1})
+    for uuid in (gpu, mem, both, stranger):
+        ref, released = two_lanes.release(user(), uuid)
+        assert released == states.RELEASED
+    assert used == [('devices', 'create'), ('memory', 'create'),
+                    ('memory', 'create'), ('devices', 'release'),
+                    ('memory', 'release'), ('memory', 'release'),
+                    ('memory', 'release')]
+    _assert_used(0, gpu=0)
+
+
+def test_lanes_remember_a_bounded_number_of_leases(two_lanes, monkeypatch):
+    fabric, _ = inv.memory_inventory(nodes=(4096,))
+    inv.gpu_inventory(fabric)
+    monkeypatch.setattr(claim_batches, 'REMEMBERED_LEASES', 2)
+    made = [two_lanes.create(user(), {'project_id': 'p1',
+                                      'device_count': 1})[0]
+            for _ in range(3)]
+    assert list(two_lanes._remembered) == made[1:]
+    used = _lanes_used(two_lanes, monkeypatch)
+    for uuid in made:
+        assert two_lanes.release(user(), uuid)[1] == states.RELEASED
+    # The oldest was forgotten: released by the memory lane.
+    assert [name for name, _ in used] == ['memory', 'devices', 'devices']
+    assert not two_lanes._remembered
+
+
+def test_racing_creates_and_releases_on_two_lanes(two_lanes):
+    fabric, _ = inv.memory_inventory(nodes=(4096, 4096))
+    inv.gpu_inventory(fabric)
+    outcomes = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(16)
+
+    def churn(i):
+        values = [{'project_id': 'p1', 'memory_mb': 1024},
+                  {'project_id': 'p1', 'device_count': 1},
+                  {'project_id': 'p1', 'memory_mb': 1024,
+                   'device_count': 1}][i % 3]
+        barrier.wait()
+        for _ in range(5):
+            uuid, status, _ = two_lanes.create(user(), values)
+            if status == states.RESERVED:
+                two_lanes.release(user(), uuid)
+            with lock:
+                outcomes.append(status)
+
+    threads = [threading.Thread(target=churn, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(outcomes) == 80
+    assert states.RESERVED in outcomes
+    # Everything came back, and nothing was ever held twice.
+    _assert_used(0, gpu=0)
+
+
+def test_a_request_no_pool_can_hold_is_refused_alone(batcher):
+    fabric, _ = inv.memory_inventory(nodes=(4096,))
+    inv.gpu_inventory(fabric)
+    lane = batcher.lane(claim_batches.MEMORY_LANE)
+    outcomes = _run_together(lane, [
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024},
+                           check_fit=True),
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024},
+                           check_fit=True),
+        # More than the pool holds in total: bad input, not alloc_failed.
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 8192},
+                           check_fit=True),
+        # Memory and more GPUs than the GPU pool has: refused before
+        # anything was claimed for its memory.
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024,
+                                    'device_count': 5}, check_fit=True),
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024},
+                           check_fit=True),
+    ])
+    kinds = [kind for kind, _ in outcomes]
+    assert kinds == ['ok', 'ok', 'error', 'error', 'ok']
+    assert isinstance(outcomes[2][1], exception.Invalid)
+    assert 'largest memory pool' in str(outcomes[2][1])
+    assert isinstance(outcomes[3][1], exception.Invalid)
+    assert 'largest gpu pool' in str(outcomes[3][1])
+    assert dbapi.pool_get(inv.admin(), 'mem').used == 3072
+    assert dbapi.pool_get(inv.admin(), 'gpu').used == 0
+    assert len(dbapi.lease_list(inv.admin(),
+                                filters={'project_id': 'p1'})) == 3
+    assert allocator.check_consistency(inv.admin()) == []
+
+
+def test_memory_and_devices_that_do_not_fit_leave_nothing(batcher):
+    fabric, _ = inv.memory_inventory(nodes=(4096,))
+    inv.gpu_inventory(fabric)
+    lane = batcher.lane(claim_batches.MEMORY_LANE)
+    outcomes = _run_together(lane, [
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
+        lambda b: b.create(user(), {'project_id': 'p1', 'device_count': 4}),
+        # Its memory is claimed before its GPUs are found wanting (4 in
+        # the pool, 4 taken just before it): rolled back to its savepoint.
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 2048,
+                                    'device_count': 1}),
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
+    ])
+    assert [o[1][1] for o in outcomes] == [
+        states.RESERVED, states.RESERVED, states.ALLOC_FAILED,
+        states.RESERVED]
+    assert 'No pool can give 1 gpu device' in outcomes[2][1][2]['fault']
+    _assert_used(2048, gpu=4)
+
+
+def test_a_lost_race_rolls_the_batch_back(batcher, monkeypatch):
+    """A claim made, then found lost (a memory node changed under it):
+    part of it may stand, so the whole transaction is rolled back and
+    every request runs again alone. Nothing is lost, nothing twice."""
+    inv.memory_inventory(nodes=(4096, 4096))
+    real = allocator.create_in
+    lost = {'n': 0}
+
+    def create_in(session, context, values, action, **kwargs):
+        result = real(session, context, values, action, **kwargs)
+        if values.get('name') == 'unlucky' and not lost['n']:
+            lost['n'] += 1
+            raise allocator.LostRace('memory node mem-node-0')
+        return result
+
+    monkeypatch.setattr(allocator, 'create_in', create_in)
+    outcomes = _run_together(batcher.lane(claim_batches.MEMORY_LANE), [
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024,
+                                    'name': 'fine'}),
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 2048,
+                                    'name': 'unlucky'}),
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024,
+                                    'name': 'after'}),
+    ])
+    assert lost['n'] == 1
+    assert [o[1][1] for o in outcomes] == [states.RESERVED] * 4
+    assert dbapi.pool_get(inv.admin(), 'mem').used == 5120
+    leases = dbapi.lease_list(inv.admin(), filters={'project_id': 'p1'})
+    assert sorted(lease.name or '' for lease in leases) == [
+        '', 'after', 'fine', 'unlucky']
+    assert allocator.check_consistency(inv.admin()) == []
+
+
+def test_a_busy_lease_is_not_released_in_a_batch(batcher):
+    """A quick release that finds the lease taken (a bind started) gives
+    back nothing; the others of the batch stand."""
+    inv.memory_inventory(nodes=(4096,))
+    busy, _ = allocator.create_and_allocate(
+        inv.admin(), {'project_id': 'p1', 'memory_mb': 1024})
+    free, _ = allocator.create_and_allocate(
+        inv.admin(), {'project_id': 'p1', 'memory_mb': 1024})
+    ref = dbapi.lease_ref(inv.admin(), busy)
+    assert dbapi.lease_update(inv.admin(), ref.id,
+                              {'reservation': 'other-conductor'})
+    outcomes = _run_together(batcher.lane(claim_batches.MEMORY_LANE), [
+        lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
+        lambda b: b.release(user(), busy),
+        lambda b: b.release(user(), free),
+    ])
+    assert outcomes[1] == ('ok', (outcomes[1][1][0], None))
+    assert outcomes[2][1][1] == states.RELEASED
+    assert dbapi.lease_get(inv.admin(), busy).status == states.RESERVED
+    # 1024 (busy) + 1024 (the new one); the free one came back.
+    _assert_used(2048)

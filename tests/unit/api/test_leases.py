@@ -8,6 +8,7 @@ import time
 import pytest
 
 from composable.common import utils as common_utils
+from composable.conductor import states
 
 
 def _wait(client, lease_uuid, statuses, timeout=20):
@@ -159,12 +160,50 @@ def test_future_start_is_requested(client, inventory, conductor, member):
     ({'memory_mb': 1024, 'size': 1}, "'size'"),
     ({'memory_mb': 1024, 'device_traits': ['CUSTOM_']}, "'device_traits'"),
 ])
-def test_create_validation(client, inventory, body, expected):
-    # Refused before any RPC: no conductor needed.
+def test_create_validation(client, inventory, conductor, body, expected):
+    # Requests that name no pools or devices are checked against the pools
+    # by the conductor; the rest before any RPC.
     resp = client.as_('member').post('/v1/leases', body)
     assert resp.status == 400, resp
     assert resp.error['code'] == 'composable.invalid'
     assert expected in resp.error['detail']
+    # Nothing was created, nothing claimed.
+    assert client.get('/v1/leases?all_projects=true&status=%s' % ','.join(
+        sorted(states.ALL_STATES))).json['leases'] == []
+    assert all(p['used'] == 0 for p in client.get('/v1/pools').json['pools'])
+
+
+@pytest.mark.parametrize('body, expected', [
+    ({'memory_mb': 1000}, 'multiple'),
+    ({'memory_mb': 32768}, 'largest memory pool'),
+    ({'device_count': 3}, 'largest gpu pool'),
+    ({'device_count': 1, 'device_kind': 'fpga'}, "'device_kind'"),
+    ({'memory_mb': 1024, 'device_count': 3}, 'largest gpu pool'),
+    ({'memory_mb': 1024, 'device_count': 1, 'device_kind': 'fpga'},
+     "'device_kind'"),
+])
+@pytest.mark.parametrize('start', ['now', 'later'])
+def test_create_checked_by_a_conductor_of_1_3(client, inventory, conductor,
+                                              monkeypatch, body, expected,
+                                              start):
+    """The same refusals whoever checks: the conductor (1.4, the usual
+    case, for leases that start now or later) or, for a conductor that
+    does not check yet, the API itself."""
+    from composable.conductor import rpcapi
+    if start == 'later':
+        body = dict(body, start_at=_iso(3600))
+    answers = []
+    for can_check in (True, False):
+        monkeypatch.setattr(rpcapi.ConductorAPI, 'can_check_fit',
+                            lambda self, can=can_check: can)
+        resp = client.as_('member').post('/v1/leases', body)
+        assert resp.status == 400, resp
+        answers.append(resp.error['detail'])
+    assert expected in answers[0]
+    assert answers[0] == answers[1]
+    assert client.get('/v1/leases?all_projects=true&status=%s' % ','.join(
+        sorted(states.ALL_STATES))).json['leases'] == []
+    assert all(p['used'] == 0 for p in client.get('/v1/pools').json['pools'])
 
 
 def test_update_lease(client, inventory, conductor, member):

@@ -155,7 +155,9 @@ LEASE_CALLS = {
 
 
 @pytest.mark.parametrize('persona', ['other_member', 'other_reader'])
-def test_other_project_sees_404(client, inventory, persona):
+def test_other_project_sees_404(client, inventory, conductor, persona):
+    # With a conductor: a member's delete goes to the conductor, which
+    # looks the lease up in the caller's project only.
     lease = _lease(base.PROJECT_A)
     other = client.as_(persona)
     for call in ('get', 'actions', 'update', 'delete', 'bind', 'unbind'):

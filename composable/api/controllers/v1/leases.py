@@ -13,11 +13,11 @@ import copy
 
 from oslo_utils import uuidutils
 
-from composable.api.controllers.v1 import pools as pools_controller
 from composable.api.schemas import lease as schema
 from composable.api import utils
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import pool_fit
 from composable.common import utils as common_utils
 from composable.conductor import states
 from composable.db import api as db_api
@@ -167,29 +167,14 @@ def _check_times(start_at, end_at, now):
 def _memory_pools(ctx, memory_mb, given):
     """Check a memory request against the pools it may come from."""
     if given is not None:
-        candidates = [p for p in given if p.kind == 'memory']
-        if not candidates:
+        if not any(p.kind == 'memory' for p in given):
             raise exception.Invalid(
                 "Invalid input for field 'pools': none of them is a memory "
                 "pool, and the lease asks for memory_mb")
+        pool_fit.check_memory(memory_mb, given)
     else:
-        candidates = db_api.pool_summaries(ctx, kind='memory')
-    if not candidates:
-        raise exception.Invalid(
-            "Invalid input for field 'memory_mb': there is no memory pool "
-            "to lease memory from")
-    largest = max(candidates, key=lambda p: p.total)
-    if memory_mb > largest.total:
-        raise exception.Invalid(
-            "Invalid input for field 'memory_mb': %d MiB is more than the "
-            "largest memory pool (%s) holds in total (%d MiB)" % (
-                memory_mb, largest.name, largest.total))
-    if not any(memory_mb % p.step_size == 0 for p in candidates):
-        steps = sorted({p.step_size for p in candidates})
-        raise exception.Invalid(
-            "Invalid input for field 'memory_mb': it must be a multiple of "
-            "the pool's step size (%s MiB)" % ', '.join(
-                str(s) for s in steps))
+        pool_fit.check_memory(memory_mb,
+                              db_api.pool_summaries(ctx, kind='memory'))
 
 
 def _device_pools(ctx, device_count, device_kind, given):
@@ -200,25 +185,16 @@ def _device_pools(ctx, device_count, device_kind, given):
                 "Invalid input for field 'pools': none of them is a device "
                 "pool, and the lease asks for devices")
         for pool in candidates:
-            if pools_controller.device_kind(pool) != device_kind:
+            if pool_fit.device_kind(pool) != device_kind:
                 raise exception.Invalid(
                     "Invalid input for field 'pools': pool %s holds %s "
                     "devices, not %s" % (pool.name,
-                                         pools_controller.device_kind(pool),
+                                         pool_fit.device_kind(pool),
                                          device_kind))
+        pool_fit.check_devices(device_count, device_kind, candidates)
     else:
-        candidates = [p for p in db_api.pool_summaries(ctx)
-                      if pools_controller.device_kind(p) == device_kind]
-        if not candidates:
-            raise exception.Invalid(
-                "Invalid input for field 'device_kind': no pool holds %s "
-                "devices" % device_kind)
-    largest = max(candidates, key=lambda p: p.total)
-    if device_count > largest.total:
-        raise exception.Invalid(
-            "Invalid input for field 'device_count': %d is more than the "
-            "largest %s pool (%s) holds in total (%d)" % (
-                device_count, device_kind, largest.name, largest.total))
+        pool_fit.check_devices(device_count, device_kind,
+                               db_api.pool_summaries(ctx))
 
 
 def _requested_devices(ctx, idents, device_kind):
@@ -276,6 +252,11 @@ def create_lease(request):
                     "Invalid input for field 'pools': %s is a %s pool and "
                     "the lease asks for no devices" % (pool.name, pool.kind))
 
+    conductor = utils.conductor(request)
+    # A request that names no pools or devices is checked against the
+    # pools by the conductor, on the rows its claim reads: no read here.
+    check_fit = (given is None and not device_idents and
+                 conductor.can_check_fit())
     device_kind = None
     devices = []
     if device_count or device_idents:
@@ -289,13 +270,14 @@ def create_lease(request):
                     "device_uuids are given" % (device_count, len(devices)))
             device_count = len(devices)
         device_kind = device_kind or 'gpu'
-        _device_pools(ctx, device_count, device_kind, given)
+        if not check_fit:
+            _device_pools(ctx, device_count, device_kind, given)
     elif body.get('device_kind') or body.get('device_model') or \
             body.get('device_traits'):
         raise exception.Invalid(
             "Invalid input for field 'device_count': device filters are "
             "given but no devices are asked for")
-    if memory_mb:
+    if memory_mb and not check_fit:
         _memory_pools(ctx, memory_mb, given)
 
     values = {
@@ -314,8 +296,8 @@ def create_lease(request):
         'start_at': utils.isotime(start_at),
         'end_at': utils.isotime(end_at),
     }
-    created = utils.conductor(request).create_lease(ctx, values,
-                                                    return_document=True)
+    created = conductor.create_lease(ctx, values, return_document=True,
+                                     check_fit=check_fit)
     if isinstance(created, dict):
         body = present(request, created)
     else:
@@ -345,14 +327,36 @@ def update_lease(request, ident):
     return utils.json_response(render(request, _reread(lease)))
 
 
+def _own_project_may(ctx, *rules):
+    """True when policy lets ``ctx`` do every one of ``rules`` on a lease of
+    its own project."""
+    target = {'project_id': ctx.project_id}
+    return all(policies.check(rule, ctx, target) for rule in rules)
+
+
 def delete_lease(request, ident):
     ctx = utils.context(request)
     utils.reject_empty_body(request)
+    conductor = utils.conductor(request)
+    if not ctx.is_admin and _own_project_may(ctx, 'composable:lease:get',
+                                             'composable:lease:delete'):
+        # The usual case, a project deleting one of its own leases: the
+        # conductor looks the lease up in the caller's project (a lease of
+        # another project is not found there) in the same transaction that
+        # releases it, and refuses a lease that cannot be deleted now as
+        # below (InvalidState). Policy was checked against that project:
+        # the same answer as checking it against the lease found.
+        try:
+            conductor.delete_lease(ctx, ident)
+            return utils.no_content()
+        except exception.LeaseNotFound:
+            # Not in the caller's project: the general way decides
+            # between 404 and a service acting on another project.
+            pass
     lease = _get_lease(ctx, ident, 'composable:lease:delete',
                        lookup=db_api.lease_ref)
     _check_transition(lease, states.DELETE, 'delete')
-    utils.conductor(request).delete_lease(_rpc_context(ctx, lease),
-                                          lease.uuid)
+    conductor.delete_lease(_rpc_context(ctx, lease), lease.uuid)
     return utils.no_content()
 
 

@@ -9,6 +9,7 @@ from oslo_log import log as logging
 from composable.api.schemas import pool as schema
 from composable.api import utils
 from composable.common import exception
+from composable.common import pool_fit
 from composable import conf
 from composable.conf import placement as placement_conf
 from composable.db import api as db_api
@@ -21,7 +22,7 @@ SORT_KEYS = utils.COMMON_SORT_KEYS + ('kind', 'total', 'used')
 
 RC_MEMORY = 'CUSTOM_COMPOSABLE_MEMORY_MB'
 RC_GPU = 'CUSTOM_COMPOSABLE_GPU'
-RC_PCI_PREFIX = 'CUSTOM_COMPOSABLE_PCI_'
+RC_PCI_PREFIX = pool_fit.RC_PCI_PREFIX
 
 
 def resource_class(kind, device_class=None):
@@ -32,14 +33,9 @@ def resource_class(kind, device_class=None):
     return RC_PCI_PREFIX + device_class
 
 
-def device_kind(pool):
-    """The kind of the devices of a device pool: "gpu", or the lower-case
-    device class of a pci pool."""
-    if pool.kind == 'gpu':
-        return 'gpu'
-    if pool.kind == 'pci':
-        return pool.resource_class[len(RC_PCI_PREFIX):].lower()
-    return None
+# The kind of the devices of a device pool ("gpu", or the lower-case device
+# class of a pci pool); None for a memory pool.
+device_kind = pool_fit.device_kind
 
 
 def free(pool):
