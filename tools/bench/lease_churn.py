@@ -14,6 +14,8 @@ Usage: tools/bench/lease_churn.py [--clients 64] [--seconds 30]
 """
 
 import argparse
+import http.client
+import json
 import os
 import random
 import statistics
@@ -21,9 +23,9 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 
-import requests
 import sqlalchemy as sa
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__),
@@ -90,11 +92,32 @@ def snapshot_problems(engine):
     return problems
 
 
+def _stat(pid):
+    with open('/proc/%d/stat' % pid) as f:
+        return f.read().rsplit(')', 1)[1].split()
+
+
 def cpu_seconds(pid):
     """User + system CPU seconds used so far by process ``pid``."""
-    with open('/proc/%d/stat' % pid) as f:
-        fields = f.read().rsplit(')', 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def group_cpu_seconds(pgid):
+    """CPU seconds of the live processes of process group ``pgid`` (a
+    uWSGI master and its workers), and of its children that were reaped."""
+    total = 0.0
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = _stat(int(entry))
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            total += (int(fields[11]) + int(fields[12]) + int(fields[13]) +
+                      int(fields[14])) / os.sysconf('SC_CLK_TCK')
+    return total
 
 
 def pid_of(*names):
@@ -112,7 +135,7 @@ def pid_of(*names):
 def cpu_usage(stack):
     """CPU seconds so far of the service processes, MariaDB, RabbitMQ and
     this benchmark (whose client threads share the machine too)."""
-    usage = {name: cpu_seconds(proc.pid)
+    usage = {name: group_cpu_seconds(proc.pid)
              for name, proc in stack.procs.items()}
     for name, comms in (('mariadb', ('mariadbd', 'mysqld')),
                         ('rabbitmq', ('beam.smp',))):
@@ -121,6 +144,38 @@ def cpu_usage(stack):
             usage[name] = cpu_seconds(pid)
     usage['clients'] = cpu_seconds(os.getpid())
     return usage
+
+
+class LoadClient(object):
+    """A plain HTTP client for the load: the standard library's, which
+    costs the shared CPUs about half of what requests does per call, so
+    that more of them go to the service measured. (The service is still
+    called as any client would: HTTP, JSON, a project's headers.)"""
+
+    def __init__(self, endpoint, project):
+        parsed = urllib.parse.urlsplit(endpoint)
+        self.conn = http.client.HTTPConnection(parsed.hostname, parsed.port,
+                                               timeout=60)
+        self.headers = {'X-Project-Id': project, 'X-Roles': 'member,reader',
+                        'OpenStack-API-Version': 'composable 1.0',
+                        'Content-Type': 'application/json'}
+
+    def request(self, method, path, body=None):
+        """(status, body bytes). A connection the server closes after its
+        answer is opened again for the next request; a failure is the
+        caller's to count (never retried: a create may have happened)."""
+        payload = None if body is None else json.dumps(body).encode()
+        try:
+            self.conn.request(method, path, body=payload,
+                              headers=self.headers)
+            resp = self.conn.getresponse()
+            data = resp.read()
+        except Exception:
+            self.conn.close()
+            raise
+        if resp.will_close:
+            self.conn.close()
+        return resp.status, data
 
 
 def percentile(values, pct):
@@ -145,8 +200,22 @@ def main():
                         help='composable-api processes (as several API '
                              'workers behind a load balancer); each client '
                              'talks to one of them')
+    parser.add_argument('--api-server', choices=('uwsgi', 'standalone'),
+                        default='uwsgi' if stack_mod.uwsgi_binary()
+                        else 'standalone',
+                        help='run composable.wsgi.api under uWSGI, as '
+                             'deployments do (the default when uwsgi is '
+                             'installed), or the standalone composable-api '
+                             'server')
+    parser.add_argument('--api-socket', choices=('http', 'router'),
+                        default='http',
+                        help="uWSGI's HTTP socket in the workers, or its "
+                             'HTTP router in front (client keep-alive)')
+    parser.add_argument('--api-processes', type=int, default=1,
+                        help='uWSGI worker processes per API')
     parser.add_argument('--api-threads', type=int, default=8,
-                        help='[api]workers of the standalone API server')
+                        help='threads per uWSGI worker, or [api]workers of '
+                             'the standalone API server')
     parser.add_argument('--rpc-threads', type=int, default=8,
                         help='[DEFAULT]executor_thread_pool_size of the '
                              'conductor')
@@ -178,7 +247,13 @@ def main():
             if i:
                 stack.api_port = stack_mod.free_port()
                 stack.endpoint = 'http://127.0.0.1:%d' % stack.api_port
-            stack.start_api('api-%d' % i)
+            if args.api_server == 'uwsgi':
+                stack.start_api_uwsgi('api-%d' % i,
+                                      processes=args.api_processes,
+                                      threads=args.api_threads,
+                                      socket=args.api_socket)
+            else:
+                stack.start_api('api-%d' % i)
             endpoints.append(stack.endpoint)
         admin = stack_mod.Client(endpoints[0], project='admin')
         stack_mod.demo_inventory(
@@ -186,10 +261,12 @@ def main():
                                  for i in range(args.memory_nodes)],
             node_mb=16384, gpus=args.gpus)
         print('lease_churn: %d clients for %.0f s; %d memory nodes x 16 GiB,'
-              ' %d GPUs; api(s)=%d conductor(s)=%d on MariaDB over RabbitMQ;'
-              ' logs in %s' % (args.clients, args.seconds, args.memory_nodes,
-                               args.gpus, args.apis, args.conductors,
-                               workdir), flush=True)
+              ' %d GPUs; api(s)=%d (%s, %d process(es) x %d threads) '
+              'conductor(s)=%d on MariaDB over RabbitMQ; logs in %s' % (
+                  args.clients, args.seconds, args.memory_nodes, args.gpus,
+                  args.apis, args.api_server,
+                  args.api_processes if args.api_server == 'uwsgi' else 1,
+                  args.api_threads, args.conductors, workdir), flush=True)
 
         stop = threading.Event()
         lock = threading.Lock()
@@ -199,9 +276,8 @@ def main():
         problems = []
 
         def client(n):
-            c = stack_mod.Client(endpoints[n % len(endpoints)],
-                                 project='project-%d' % (n % 8),
-                                 roles='member,reader')
+            c = LoadClient(endpoints[n % len(endpoints)],
+                           project='project-%d' % (n % 8))
             rnd = random.Random(n)
             while not stop.is_set():
                 if rnd.random() < 0.5:
@@ -211,26 +287,29 @@ def main():
                 body['name'] = 'churn-%d' % n
                 t0 = time.perf_counter()
                 try:
-                    resp = c.post('/leases', body)
-                except requests.RequestException:
-                    resp = None
+                    status, data = c.request('POST', '/v1/leases', body)
+                except (OSError, http.client.HTTPException) as exc:
+                    status, data = None, str(exc).encode()
                 elapsed = time.perf_counter() - t0
-                if resp is None or resp.status_code != 201:
+                if status != 201:
                     with lock:
                         outcomes['errors'] += 1
-                        if resp is not None and outcomes['errors'] < 5:
+                        if outcomes['errors'] < 5:
                             print('create failed: %s %s' % (
-                                resp.status_code, resp.text[:300]),
-                                flush=True)
+                                status, data[:300]), flush=True)
                     continue
-                lease = resp.json()
+                lease = json.loads(data)
                 with lock:
                     latencies.append(elapsed)
                     outcomes[lease['status'] if lease['status'] in outcomes
                              else 'errors'] += 1
-                d = c.request('DELETE', '/leases/%s' % lease['uuid'])
+                try:
+                    status, _ = c.request('DELETE',
+                                          '/v1/leases/%s' % lease['uuid'])
+                except (OSError, http.client.HTTPException):
+                    status = None
                 with lock:
-                    if d.status_code == 204:
+                    if status == 204:
                         outcomes['deleted'] += 1
                     else:
                         outcomes['errors'] += 1
