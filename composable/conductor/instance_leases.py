@@ -97,7 +97,9 @@ def _lease_values(pool, amount, instance_uuid, project_id, user_id,
     return values
 
 
-def _pool_allocations(context, client, instance_uuid):
+def instance_pool_allocations(context, instance_uuid, client=None):
+    """Nova's allocation of the instance on composable's pools:
+    {pool uuid: {resource class: amount}}, read from Placement."""
     if client is None:
         client = placement_claims.get_client()
     return placement_claims.instance_pool_allocations(client, instance_uuid,
@@ -120,7 +122,7 @@ def ensure_instance_leases(context, instance_uuid, host_name, project_id,
     """
     extra_specs = dict(extra_specs or {})
     if allocations is None:
-        allocations = _pool_allocations(context, client, instance_uuid)
+        allocations = instance_pool_allocations(context, instance_uuid, client)
     if not allocations:
         return []
     existing = instance_leases(context, instance_uuid,
@@ -144,9 +146,22 @@ def ensure_instance_leases(context, instance_uuid, host_name, project_id,
         # was given none.
         mine = [lease for lease in existing if is_flavor_lease(lease) and
                 pool.uuid in (lease.requested_pools or [])]
-        live = [lease for lease in mine if lease.status != states.RELEASED]
+        live = [lease for lease in mine
+                if lease.status not in (states.RELEASING, states.RELEASED)]
         if live:
             result.append(live[0].uuid)
+            continue
+        releasing = [lease.uuid for lease in mine
+                     if lease.status == states.RELEASING]
+        if releasing:
+            # Replaced (a resize) or ended (a shelve): the next one claims
+            # once this one's capacity is back, or the pool may not hold
+            # it. The notification handler waits for that.
+            LOG.info('Lease %(lease)s of instance %(inst)s on pool '
+                     '%(pool)s is being released; its successor is made '
+                     'once it is released.',
+                     {'lease': releasing[0], 'inst': instance_uuid,
+                      'pool': pool.name})
             continue
         _check_host(host_name, pool, instance_uuid)
         name = base_name if len(allocations) == 1 else '%s-%s' % (
@@ -156,6 +171,48 @@ def ensure_instance_leases(context, instance_uuid, host_name, project_id,
         values['uuid'] = lease_uuid(instance_uuid, pool.uuid, len(mine))
         result.append(_create(context, values, instance_uuid, pool))
     return result
+
+
+# The fields of a flavor-driven lease that come from the flavor: a lease
+# whose fields differ from what the instance's flavor asks now is stale.
+_FLAVOR_FIELDS = ('memory_mb', 'device_count', 'device_kind', 'device_model',
+                  'attach_mode')
+
+
+def stale_flavor_leases(context, leases, instance_uuid, extra_specs=None,
+                        client=None, allocations=None):
+    """Of ``leases`` (the instance's), the flavor-driven ones that no
+    longer match Nova's allocation of the instance: the pool's amount
+    changed, or the instance holds none of the pool any more, or the
+    flavor's extra specs ask another attach mode or GPU model. After a
+    confirmed resize these are replaced (see nova_events).
+
+    Leases being released are left out. ``allocations`` as for
+    ensure_instance_leases (read from Placement unless given).
+    """
+    extra_specs = dict(extra_specs or {})
+    if allocations is None:
+        allocations = instance_pool_allocations(context, instance_uuid, client)
+    stale = []
+    for lease in leases:
+        if (not is_flavor_lease(lease) or
+                lease.status in (states.RELEASING, states.RELEASED)):
+            continue
+        pool_uuid = (lease.requested_pools or [None])[0]
+        try:
+            pool = db_api.pool_get(context, pool_uuid)
+        except exception.PoolNotFound:
+            continue  # the reconciler's concern, not a resize's
+        amount = (allocations.get(pool.uuid) or {}).get(pool.resource_class)
+        if not amount:
+            stale.append(lease)
+            continue
+        wanted = _lease_values(pool, amount, instance_uuid, lease.project_id,
+                               lease.user_id, extra_specs, lease.name)
+        if any((getattr(lease, field) or None) != (wanted.get(field) or None)
+               for field in _FLAVOR_FIELDS):
+            stale.append(lease)
+    return stale
 
 
 def _check_host(host_name, pool, instance_uuid):

@@ -29,7 +29,10 @@ instance.resize_revert.end,     instance runs on now (a cold migration or
 instance.live_migration_post_   resize runs the guest on the destination
 dest.end, instance.rebuild.end  from resize_finish on; a revert brings it
 (evacuation ends with it),      back); an unshelved instance also gets new
-instance.unshelve.end           flavor-driven leases (Nova claimed again)
+instance.unshelve.end           flavor-driven leases (Nova claimed again);
+                                after a resize, its revert or confirm,
+                                the flavor-driven leases the flavor
+                                changed are replaced (below)
 instance.shelve_offload.end     flavor-driven leases released (Nova freed
                                 their allocation); other leases unbound,
                                 still naming the instance
@@ -49,6 +52,20 @@ Where the instance runs: the host Nova reports for it when Nova can be
 asked (``[nova]`` credentials), else the host in the notification. Asking
 Nova makes a late or redelivered move notification harmless: leases go
 where the instance *is*, not where an old message says it went.
+
+Resize to a flavor asking other pool resources: from the resize on, Nova
+holds the new flavor's capacity under the instance and the old flavor's
+under the migration (so that a revert can go back); a revert moves the
+old one back to the instance, a confirm drops the migration's. After
+each of ``instance.resize_finish.end``, ``instance.resize_revert.end``
+and ``instance.resize_confirm.end``, every flavor-driven lease that does
+not match the instance's allocation at that moment (another amount, a
+pool the instance no longer holds, another attach mode or GPU model) is
+released, and once its capacity is back the leases of the flavor the
+instance runs with are made (the next generation of the instance's leases
+on the pool) and bound where it runs. composable's database never holds
+both flavors' leases at once; Placement does, until the confirm. The
+confirm normally finds nothing to do: it repairs a lost resize_finish.
 
 Redelivery: every handler is idempotent (a lease already where the
 instance is, or already released, is left alone). A lease busy with
@@ -99,13 +116,20 @@ UNSHELVE_END = 'instance.unshelve.end'
 EVACUATE = 'instance.evacuate'
 REBUILD_END = 'instance.rebuild.end'
 LIVE_MIGRATION_PRE_START = 'instance.live_migration_pre.start'
+RESIZE_FINISH_END = 'instance.resize_finish.end'
+RESIZE_CONFIRM_END = 'instance.resize_confirm.end'
+RESIZE_REVERT_END = 'instance.resize_revert.end'
+# After these the instance's allocation is that of the flavor it runs
+# with: its flavor-driven leases are made to match it.
+RESIZE_EVENTS = frozenset([RESIZE_FINISH_END, RESIZE_CONFIRM_END,
+                           RESIZE_REVERT_END])
 
 # After these the instance runs on (or is back on) a host: its leases
 # follow it there.
 FOLLOW_EVENTS = frozenset([
-    'instance.resize_finish.end',
-    'instance.resize_confirm.end',
-    'instance.resize_revert.end',
+    RESIZE_FINISH_END,
+    RESIZE_CONFIRM_END,
+    RESIZE_REVERT_END,
     'instance.live_migration_post_dest.end',
     REBUILD_END,
     UNSHELVE_END,
@@ -286,7 +310,8 @@ class NovaEventHandler(object):
                      'handled again.', ', '.join(busy))
             raise Requeue()
 
-    def _ensure_flavor_leases(self, context, instance, host, data):
+    def _ensure_flavor_leases(self, context, instance, host, data,
+                              allocations=None):
         if not placement_claims.enabled():
             LOG.debug('Placement is not configured: no flavor-driven '
                       'leases for server %s.', instance)
@@ -295,7 +320,63 @@ class NovaEventHandler(object):
             context, instance, host, data.get('tenant_id'),
             user_id=data.get('user_id'),
             extra_specs=flavor_extra_specs(data),
-            client=self.placement_client)
+            client=self.placement_client, allocations=allocations)
+
+    def _release_flavor_lease(self, context, lease, instance, why):
+        """Release a flavor-driven lease (its capacity was Nova's claim
+        for the instance, which Nova no longer holds). Idempotent."""
+        if lease.status in (states.RELEASING, states.RELEASED):
+            return
+        if lease.status in states.TRANSIENT_STATES:
+            raise _Busy()
+        LOG.info('Server %(inst)s %(why)s; releasing its lease %(lease)s.',
+                 {'inst': instance, 'why': why, 'lease': lease.uuid})
+        _call(self.manager.delete_lease, context, lease.uuid)
+
+    def _wait_released(self, context, leases):
+        """Wait up to ``[nova] notifications_busy_wait`` seconds for
+        ``leases`` to be released; Requeue if one is not."""
+        deadline = time.monotonic() + CONF.nova.notifications_busy_wait
+        for lease in leases:
+            while True:
+                try:
+                    status = db_api.lease_get_by_id(context, lease.id).status
+                except exception.LeaseNotFound:
+                    break
+                if status == states.RELEASED:
+                    break
+                if time.monotonic() >= deadline:
+                    LOG.info('Lease %(lease)s of server %(inst)s is still '
+                             '%(status)s; the notification will be handled '
+                             'again.', {'lease': lease.uuid, 'status': status,
+                                        'inst': lease.instance_uuid})
+                    raise Requeue()
+                time.sleep(_BUSY_POLL)
+
+    def _replace_stale_flavor_leases(self, context, instance, host, data):
+        """After a resize, its revert or confirm, or an unshelve: the
+        flavor-driven leases that do not match the instance's allocation
+        are released, then those of the flavor it runs with are made."""
+        if not placement_claims.enabled():
+            return
+        project = data.get('tenant_id')
+        allocations = instance_leases.instance_pool_allocations(
+            context, instance, client=self.placement_client)
+        leases = self._leases(context, instance, project)
+        stale = instance_leases.stale_flavor_leases(
+            context, leases, instance, extra_specs=flavor_extra_specs(data),
+            allocations=allocations)
+        self._for_each(context, stale, self._release_flavor_lease, instance,
+                       'runs with a flavor asking other pool resources')
+        # Their capacity must be back before the new leases claim theirs
+        # (the pool may have room for one of them only), including a
+        # release left running by an earlier delivery of this message.
+        self._wait_released(context, [
+            lease for lease in self._leases(context, instance, project)
+            if instance_leases.is_flavor_lease(lease) and
+            lease.status == states.RELEASING])
+        self._ensure_flavor_leases(context, instance, host, data,
+                                   allocations=allocations)
 
     def _where(self, context, instance, data):
         """(host name or None, known) where the instance runs: Nova's word
@@ -320,9 +401,8 @@ class NovaEventHandler(object):
         if lease.status in states.TRANSIENT_STATES:
             raise _Busy()
         if instance_leases.is_flavor_lease(lease):
-            LOG.info('Server %(inst)s is deleted; releasing its lease '
-                     '%(lease)s.', {'inst': instance, 'lease': lease.uuid})
-            _call(self.manager.delete_lease, context, lease.uuid)
+            self._release_flavor_lease(context, lease, instance,
+                                       'is deleted')
         elif lease.status in (states.BOUND, states.BIND_FAILED):
             LOG.info('Server %(inst)s is deleted; unbinding lease '
                      '%(lease)s, which stays reserved for its owner.',
@@ -383,8 +463,8 @@ class NovaEventHandler(object):
         if not known:
             return
         project = data.get('tenant_id')
-        if event == UNSHELVE_END and host:
-            self._ensure_flavor_leases(context, instance, host, data)
+        if (event == UNSHELVE_END and host) or event in RESIZE_EVENTS:
+            self._replace_stale_flavor_leases(context, instance, host, data)
         self._for_each(context, self._leases(context, instance, project),
                        self._follow, instance, host, event)
 
@@ -400,10 +480,8 @@ class NovaEventHandler(object):
         if instance_leases.is_flavor_lease(lease):
             # Nova deleted the instance's allocation: the capacity is no
             # longer the instance's. Unshelving claims (and leases) anew.
-            LOG.info('Server %(inst)s is shelved offloaded; releasing its '
-                     'lease %(lease)s.', {'inst': instance,
-                                          'lease': lease.uuid})
-            _call(self.manager.delete_lease, context, lease.uuid)
+            self._release_flavor_lease(context, lease, instance,
+                                       'is shelved offloaded')
         else:
             self._follow(context, lease, instance, None, event)
 

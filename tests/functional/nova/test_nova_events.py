@@ -376,6 +376,58 @@ class NovaEventsTest(base.ProviderUsageTestCase):
         self.assertEqual(0, c.used())
         self.assertEqual({MEM: 0}, self.pool_usage())
 
+    def test_resize_replaces_the_flavor_lease_and_revert_restores_it(self):
+        c = self.composable
+        bigger = self._create_flavor(
+            vcpu=1, memory_mb=512, disk=1, ephemeral=0,
+            extra_spec={'resources:%s' % MEM: '4096',
+                        'composable:attach_mode': 'host'})
+        server = self._create_server(flavor_id=self.flavor_id,
+                                     networks='none')
+        source = server['OS-EXT-SRV-ATTR:host']
+        first = c.wait_lease(server['id'], states.BOUND, source)
+
+        def bound(memory_mb, host):
+            def check():
+                for lease in c.leases(server['id']):
+                    if (lease.status == states.BOUND and
+                            lease.reservation is None and
+                            lease.memory_mb == memory_mb and
+                            lease.host.name == host):
+                        return lease
+                return None
+            return c.wait('a %d MiB lease bound on %s' % (memory_mb, host),
+                          check)
+
+        # instance.resize_finish.end: the guest runs with the new flavor,
+        # whose capacity Nova claimed under the instance; the old lease
+        # is released and the new flavor's bound where the guest runs.
+        server = self._resize_server(server, bigger)
+        target = server['OS-EXT-SRV-ATTR:host']
+        self.assertNotEqual(source, target)
+        resized = bound(4096, target)
+        self.assertNotEqual(first.uuid, resized.uuid)
+        self.assertEqual(server['id'], resized.placement_consumer)
+        c.wait_lease(server['id'], states.RELEASED)
+        self.assertEqual(4096, c.used())
+        # Placement holds both flavors (instance and migration) until the
+        # confirm or the revert; composable the running one only.
+        self.assertEqual({MEM: 6144}, self.pool_usage())
+
+        # instance.resize_revert.end: the old flavor again, on the source.
+        server = self._revert_resize(server)
+        self.assertEqual(source, server['OS-EXT-SRV-ATTR:host'])
+        back = bound(2048, source)
+        self.assertNotIn(back.uuid, (first.uuid, resized.uuid))
+        c.wait('the resized lease to be released', lambda: (
+            db_api.lease_get(admin(), resized.uuid).status ==
+            states.RELEASED))
+        self.assertEqual(2048, c.used())
+        self.assertEqual({MEM: 2048}, self.pool_usage())
+        self.assertEqual(
+            [states.RELEASED, states.RELEASED, states.BOUND],
+            [lease.status for lease in c.leases(server['id'])])
+
     def test_hinted_lease_is_bound_with_the_instance(self):
         c = self.composable
         ctx = ctx_mod.RequestContext(user_id='u1',

@@ -200,6 +200,60 @@ def test_release_keeps_novas_allocation_and_a_new_life_gets_new_leases(
     assert world.h.pool(world.memory_pool).used == 2048
 
 
+def test_no_successor_while_a_lease_of_the_pool_is_being_released(world):
+    """A lease of the instance's being released (replaced by a resize,
+    ended by a shelve) still holds its capacity: its successor is made
+    only once it is released (the pool may hold one of them only)."""
+    instance = world.boot(memory_mb=2048)
+    [first] = ensure(world, instance)
+    lease = world.h.lease(first)
+    db_api.lease_update(h_mod.admin(), lease.id,
+                        {'status': states.RELEASING})
+    assert ensure(world, instance) == []
+    assert [lease.uuid for lease in instance_leases.instance_leases(
+        h_mod.admin(), instance, include_released=True)] == [first]
+    db_api.lease_update(h_mod.admin(), lease.id,
+                        {'status': states.RESERVED})
+    world.h.api.delete_lease(h_mod.user_context(), first)
+    world.h.wait(first, states.RELEASED)
+    [second] = ensure(world, instance)
+    assert second == instance_leases.lease_uuid(
+        instance, world.memory_pool.uuid, 1)
+
+
+def test_stale_flavor_leases_compare_amount_pool_and_extra_specs(world):
+    instance = world.boot(memory_mb=2048, gpus=1)
+    made = ensure(world, instance)
+    leases = instance_leases.instance_leases(h_mod.admin(), instance)
+    by_pool = {lease.requested_pools[0]: lease.uuid for lease in leases}
+    memory = by_pool[world.memory_pool.uuid]
+    gpu = by_pool[world.gpu_pool.uuid]
+    assert sorted(made) == sorted([memory, gpu])
+
+    def stale(allocations, **extra_specs):
+        return sorted(lease.uuid for lease in
+                      instance_leases.stale_flavor_leases(
+                          h_mod.admin(), leases, instance,
+                          extra_specs=extra_specs, allocations=allocations))
+
+    same = {world.memory_pool.uuid: {MEM: 2048},
+            world.gpu_pool.uuid: {GPU: 1}}
+    assert stale(same) == []
+    assert stale({world.memory_pool.uuid: {MEM: 4096},
+                  world.gpu_pool.uuid: {GPU: 1}}) == [memory]
+    assert stale({world.memory_pool.uuid: {MEM: 2048}}) == [gpu]
+    assert stale({}) == sorted([memory, gpu])
+    assert stale(same, **{'composable:attach_mode': 'guest'}) == sorted(
+        [memory, gpu])
+    assert stale(same, **{'composable:gpu_model': 'OtherGPU'}) == [gpu]
+    # A lease the project made itself is never the flavor's to replace.
+    own = world.h.create(memory_mb=1024)
+    own = own['uuid'] if isinstance(own, dict) else own
+    assert instance_leases.stale_flavor_leases(
+        h_mod.admin(), [world.h.lease(own)], instance,
+        allocations={}) == []
+
+
 def test_database_out_of_step_gives_alloc_failed_once(world):
     # Placement has room, composable's database has not (its pool was
     # filled behind Placement's back).

@@ -9,6 +9,7 @@ of Nova's (versioned object primitives); tests/functional/nova feeds
 Nova's own.
 """
 
+import threading
 import time
 
 from oslo_config import cfg
@@ -17,6 +18,7 @@ from oslo_utils import uuidutils
 import pytest
 
 from composable import conf
+from composable.conductor import allocator
 from composable.conductor import instance_leases
 from composable.conductor import nova_events
 from composable.conductor import states
@@ -149,6 +151,200 @@ def test_resize_moves_the_lease_and_revert_brings_it_back(events):
     assert [a for a, _ in events.h.actions(uuid)] == [
         'create', 'bind', 'move', 'bind', 'move', 'bind']
     assert events.h.pool(events.h.memory_pool).used == 1024
+
+
+class Resize(object):
+    """What Nova does to Placement around a resize of an instance: the new
+    flavor's pool resources under the instance from the resize on, the
+    old ones under the migration until a confirm drops them or a revert
+    gives them back."""
+
+    def __init__(self, events, instance, old, new):
+        self.world = events.world
+        self.instance = instance
+        self.migration = uuidutils.generate_uuid()
+        self.old, self.new = old, new
+
+    def _put(self, consumer, memory_mb, consumer_type):
+        resources = {self.world.compute_rp: {'VCPU': 1}}
+        if memory_mb:
+            resources[self.world.memory_pool.provider_uuid] = {
+                MEM: memory_mb}
+        self.world.client.put_allocations(consumer, resources,
+                                          h_mod.PROJECT, 'u1',
+                                          consumer_type=consumer_type)
+
+    def start(self):
+        self._put(self.migration, self.old, 'MIGRATION')
+        self._put(self.instance, self.new, 'INSTANCE')
+        return self
+
+    def confirm(self):
+        self.world.client.delete_allocations(self.migration)
+
+    def revert(self):
+        self.world.client.delete_allocations(self.migration)
+        self._put(self.instance, self.old, 'INSTANCE')
+
+
+def _live(events, instance):
+    return [lease for lease in events.leases(instance)
+            if lease.status != states.RELEASED]
+
+
+def test_resize_to_more_memory_replaces_the_flavor_lease(events):
+    instance = events.boot(memory_mb=1024)
+    first = events.only(instance)
+    resize = Resize(events, instance, 1024, 2048).start()
+    events.send(nova_events.RESIZE_FINISH_END, instance, 'compute-1')
+    # The old flavor's lease is released, the new flavor's made and bound
+    # where the guest runs now: the next generation on the pool.
+    assert events.h.lease(first.uuid).status == states.RELEASED
+    [second] = _live(events, instance)
+    assert second.uuid == instance_leases.lease_uuid(
+        instance, events.h.memory_pool.uuid, 1)
+    second = events.h.wait(second.uuid, states.BOUND)
+    assert second.memory_mb == 2048
+    assert second.host.name == 'compute-1'
+    assert second.placement_consumer == instance
+    assert events.h.pool(events.h.memory_pool).used == 2048
+    # Placement holds both flavors until the confirm; composable one.
+    assert events.world.usage(events.world.memory_pool) == {MEM: 3072}
+    # The confirm (and any redelivery) finds nothing more to do.
+    resize.confirm()
+    actions = events.h.actions(second.uuid)
+    events.send(nova_events.RESIZE_CONFIRM_END, instance, 'compute-1')
+    events.send(nova_events.RESIZE_FINISH_END, instance, 'compute-1')
+    assert [lease.uuid for lease in _live(events, instance)] == [
+        second.uuid]
+    assert events.h.actions(second.uuid) == actions
+    assert events.h.pool(events.h.memory_pool).used == 2048
+    assert events.world.usage(events.world.memory_pool) == {MEM: 2048}
+    assert allocator.check_consistency(h_mod.admin()) == []
+
+
+def test_resize_revert_gives_back_the_old_flavors_lease(events):
+    instance = events.boot(memory_mb=2048)
+    first = events.only(instance).uuid
+    resize = Resize(events, instance, 2048, 1024).start()
+    events.send(nova_events.RESIZE_FINISH_END, instance, 'compute-1')
+    [smaller] = _live(events, instance)
+    assert events.h.wait(smaller.uuid, states.BOUND).memory_mb == 1024
+    assert events.h.pool(events.h.memory_pool).used == 1024
+    resize.revert()
+    events.send(nova_events.RESIZE_REVERT_END, instance, 'compute-0')
+    assert events.h.lease(smaller.uuid).status == states.RELEASED
+    [back] = _live(events, instance)
+    assert back.uuid not in (first, smaller.uuid)
+    back = events.h.wait(back.uuid, states.BOUND)
+    assert (back.memory_mb, back.host.name) == (2048, 'compute-0')
+    assert events.h.pool(events.h.memory_pool).used == 2048
+    assert events.world.usage(events.world.memory_pool) == {MEM: 2048}
+    assert [lease.status for lease in events.leases(instance)] == [
+        states.RELEASED, states.RELEASED, states.BOUND]
+
+
+def test_the_confirm_repairs_a_lost_resize_finish(events):
+    instance = events.boot(memory_mb=1024)
+    first = events.only(instance).uuid
+    resize = Resize(events, instance, 1024, 3072).start()
+    resize.confirm()
+    events.send(nova_events.RESIZE_CONFIRM_END, instance, 'compute-1')
+    [lease] = _live(events, instance)
+    lease = events.h.wait(lease.uuid, states.BOUND)
+    assert (lease.memory_mb, lease.host.name) == (3072, 'compute-1')
+    assert events.h.lease(first).status == states.RELEASED
+    assert events.h.pool(events.h.memory_pool).used == 3072
+
+
+def test_resize_to_a_flavor_without_pool_resources_ends_the_lease(events):
+    instance = events.boot(memory_mb=1024)
+    uuid = events.only(instance).uuid
+    mine = new_lease(events.h, memory_mb=1024)
+    bound_to(events.h, mine, 'compute-0', instance)
+    Resize(events, instance, 1024, 0).start().confirm()
+    events.send(nova_events.RESIZE_CONFIRM_END, instance, 'compute-1')
+    assert events.h.lease(uuid).status == states.RELEASED
+    # The lease the project bound itself is not the flavor's: it follows.
+    [kept] = _live(events, instance)
+    assert kept.uuid == mine
+    assert events.h.wait(mine, states.BOUND).host.name == 'compute-1'
+    assert events.h.pool(events.h.memory_pool).used == 1024
+
+
+@pytest.fixture
+def held_releases(events, monkeypatch):
+    """Releases wait until the returned event is set; the handler waits
+    for no busy lease (notifications_busy_wait = 0)."""
+    CONF.set_override('notifications_busy_wait', 0, 'nova')
+    flows = events.h.conductor.flows
+    real = flows.release
+    gate = threading.Event()
+
+    def held_release(*args, **kwargs):
+        gate.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(flows, 'release', held_release)
+    yield gate
+    gate.set()
+
+
+def test_a_replacement_waits_for_the_old_lease_to_be_released(
+        events, held_releases):
+    """The new flavor's lease claims only once the old one's capacity is
+    back; until then the notification goes back on the queue."""
+    instance = events.boot(memory_mb=1024)
+    first = events.only(instance).uuid
+    Resize(events, instance, 1024, 2048).start()
+    with pytest.raises(nova_events.Requeue):
+        events.handler.handle(nova_events.RESIZE_FINISH_END,
+                              payload(instance, 'compute-1'))
+    assert events.h.lease(first).status == states.RELEASING
+    assert [lease.uuid for lease in events.leases(instance)] == [first]
+    # Redelivered while the release still runs: back on the queue again.
+    with pytest.raises(nova_events.Requeue):
+        events.handler.handle(nova_events.RESIZE_FINISH_END,
+                              payload(instance, 'compute-1'))
+    held_releases.set()
+    events.h.wait(first, states.RELEASED)
+    events.send(nova_events.RESIZE_FINISH_END, instance, 'compute-1')
+    [second] = _live(events, instance)
+    second = events.h.wait(second.uuid, states.BOUND)
+    assert (second.memory_mb, second.host.name) == (2048, 'compute-1')
+    assert events.h.pool(events.h.memory_pool).used == 2048
+
+
+def test_an_unshelve_waits_for_the_offloads_release(events, held_releases):
+    instance = events.boot(memory_mb=1024)
+    first = events.only(instance).uuid
+    events.handler.handle(nova_events.SHELVE_OFFLOAD_END,
+                          payload(instance, None))
+    assert events.h.lease(first).status == states.RELEASING
+    # Nova claimed again for the unshelve (its allocation never went, in
+    # this test): no second lease while the first holds the capacity.
+    with pytest.raises(nova_events.Requeue):
+        events.handler.handle(nova_events.UNSHELVE_END,
+                              payload(instance, 'compute-1'))
+    assert [lease.uuid for lease in events.leases(instance)] == [first]
+    held_releases.set()
+    events.h.wait(first, states.RELEASED)
+    events.send(nova_events.UNSHELVE_END, instance, 'compute-1')
+    [second] = _live(events, instance)
+    assert events.h.wait(second.uuid, states.BOUND).host.name == 'compute-1'
+    assert events.h.pool(events.h.memory_pool).used == 1024
+
+
+def test_another_attach_mode_replaces_the_lease(events):
+    instance = events.boot(memory_mb=1024)
+    first = events.only(instance)
+    assert first.attach_mode == 'host'
+    Resize(events, instance, 1024, 1024).start().confirm()
+    events.send(nova_events.RESIZE_CONFIRM_END, instance, 'compute-0',
+                extra_specs={instance_leases.EXTRA_ATTACH_MODE: 'guest'})
+    assert events.h.lease(first.uuid).status == states.RELEASED
+    [second] = _live(events, instance)
+    assert (second.attach_mode, second.memory_mb) == ('guest', 1024)
 
 
 def _live_attachments(uuid):
