@@ -62,6 +62,25 @@ opts = [
                help='Seconds to wait for one extent to go away: the guest '
                     'to release a hot-unplugged disk in guest mode, the '
                     'swapoff and logout in host mode.'),
+    cfg.StrOpt('guest_swapoff',
+               default='required',
+               choices=[('required', 'a guest-mode disk is unplugged only '
+                                     'once the guest agent turned its swap '
+                                     'off; without an agent the unbind '
+                                     'fails and the disk stays'),
+                        ('best_effort', 'the guest agent is asked when it '
+                                        'answers; without one the disk is '
+                                        'unplugged anyway'),
+                        ('disabled', 'the disk is unplugged without asking '
+                                     'the guest')],
+               help='Guest mode: before a leased disk is unplugged from a '
+                    'running guest, the QEMU guest agent runs swapoff on it '
+                    'inside the guest (guest-exec of /bin/sh). Unplugging a '
+                    'disk the guest still swaps to loses the pages on it '
+                    'and kills the processes they belong to. A swapoff the '
+                    'guest refuses (too little free memory) always keeps '
+                    'the disk. Images need the agent '
+                    '(hw_qemu_guest_agent=yes, qemu-guest-agent running).'),
     cfg.IntOpt('iscsi_replacement_timeout',
                default=86400,
                min=0,

@@ -21,24 +21,31 @@ host's kernel initiator is not involved.
   gone, is fine. A failed attach removes what it added.
 - detach() is a PCI hot-unplug the guest acknowledges (ACPI eject); the
   guest kernel lets go of the disk even if it still swaps to it, and the
-  pages on it are then lost to the guest. Guest-mode leases are
-  therefore to be detached only once the guest stopped using the swap
-  (swapoff in the guest, e.g. through the QEMU guest agent), or when the
-  guest is going away anyway.
+  pages on it are then lost to the guest. So before it unplugs a disk of
+  a running guest, detach() asks the QEMU guest agent to run swapoff on
+  it in the guest (``guest-exec`` of ``/bin/sh`` with GUEST_SWAPOFF_SCRIPT,
+  which finds the disk by its serial). ``[compute_node] guest_swapoff``
+  says what happens without an agent: ``required`` (default) keeps the
+  disk and fails the detach with what to do, ``best_effort`` unplugs
+  anyway, ``disabled`` never asks. A swapoff the guest refuses always
+  keeps the disk.
 """
 
+import base64
 import threading
 import time
 from xml.etree import ElementTree
 
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
+from oslo_serialization import jsonutils
 from oslo_utils import importutils
 
 from composable.common import exception
 from composable import conf
 
 libvirt = importutils.try_import('libvirt')
+libvirt_qemu = importutils.try_import('libvirt_qemu')
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -60,8 +67,34 @@ VIR_ERR_NO_DOMAIN = 42
 VIR_ERR_OPERATION_INVALID = 55
 VIR_ERR_NO_SECRET = 66
 VIR_ERR_DEVICE_MISSING = 99
+VIR_ERR_AGENT_UNRESPONSIVE = 86
 VIR_DOMAIN_AFFECT_LIVE = 1
 VIR_SECRET_USAGE_TYPE_ISCSI = 3
+
+# Seconds libvirt waits for one answer of the guest agent.
+GUEST_AGENT_TIMEOUT = 10
+# Run by the guest agent in the guest, with the disk's serial as $1 (POSIX
+# sh, busybox included): swapoff of the virtio disk with that serial when
+# it is swap. Prints what it did; exits with swapoff's status.
+GUEST_SWAPOFF_SCRIPT = r'''for d in /sys/block/*; do
+  [ "$(cat "$d/serial" 2>/dev/null)" = "$1" ] || continue
+  dev=/dev/${d##*/}
+  if grep -q "^$dev " /proc/swaps; then
+    swapoff "$dev" || exit $?
+    echo "swapoff $dev"
+  else
+    echo "not-swap $dev"
+  fi
+  exit 0
+done
+echo "no-disk"
+'''
+
+
+class GuestAgentUnavailable(Exception):
+    """The guest agent of a domain cannot be asked (none configured,
+    not connected, guest-exec disabled...)."""
+
 
 # What QEMU's initiator (libiscsi) reports when a login is refused: tgt
 # answers "Authentication failure" to wrong CHAP credentials and "Target
@@ -512,6 +545,7 @@ class GuestMemoryAttacher(object):
                 pending[extent['uuid']] = (extent, disk)
         if not pending:
             return
+        self._swapoff_in_guest(domain, instance_uuid, pending)
         for extent_uuid, (extent, disk) in pending.items():
             LOG.info('Unplugging extent %(extent)s (%(dev)s) from instance '
                      '%(instance)s', {'extent': extent_uuid,
@@ -548,6 +582,105 @@ class GuestMemoryAttacher(object):
                 for _extent, disk in pending.values():
                     self._request_unplug(domain, disk)
             time.sleep(self.poll_interval)
+
+    # ------------------------------------------------------ guest agent
+
+    def _swapoff_in_guest(self, domain, instance_uuid, pending):
+        """Have the guest stop swapping to the disks about to be
+        unplugged ({extent uuid: (extent, disk)}); see guest_swapoff."""
+        mode = CONF.compute_node.guest_swapoff
+        if mode == 'disabled':
+            return
+        deadline = time.monotonic() + self.detach_timeout
+        for extent_uuid, (extent, disk) in sorted(pending.items()):
+            serial = disk_serial(extent_uuid)
+            try:
+                status, out, err = self._guest_exec(
+                    domain, '/bin/sh',
+                    ['-c', GUEST_SWAPOFF_SCRIPT, 'composable-swapoff',
+                     serial], deadline)
+            except GuestAgentUnavailable as exc:
+                if not domain.isActive():
+                    return  # stopped meanwhile: its disks went with it
+                if mode == 'required':
+                    raise exception.DriverError(
+                        reason='the guest of instance %s could not be asked '
+                               'to stop swapping to the leased disk %s '
+                               '(extent %s): its QEMU guest agent %s. The '
+                               'disk stays plugged, so that the guest loses '
+                               'no memory. Run qemu-guest-agent in the guest '
+                               '(image property hw_qemu_guest_agent=yes), or '
+                               'stop the server, then unbind or delete the '
+                               'lease again.' % (
+                                   instance_uuid, disk.target_dev or '?',
+                                   extent_uuid, exc))
+                LOG.warning('The guest of instance %(instance)s was not asked '
+                            'to stop swapping to %(dev)s (extent '
+                            '%(extent)s): its QEMU guest agent %(exc)s. '
+                            'Unplugging anyway (guest_swapoff = '
+                            'best_effort).',
+                            {'instance': instance_uuid, 'exc': exc,
+                             'dev': disk.target_dev, 'extent': extent_uuid})
+                return
+            if status != 0:
+                raise exception.DriverError(
+                    reason='the guest of instance %s refused to stop '
+                           'swapping to the leased disk %s (extent %s): '
+                           'swapoff exited with %s (%s). The disk stays '
+                           'plugged; free memory in the guest, then unbind '
+                           'or delete the lease again.' % (
+                               instance_uuid, disk.target_dev or '?',
+                               extent_uuid, status,
+                               (err or out).strip() or 'no message'))
+            LOG.info('Instance %(instance)s: %(out)s (extent %(extent)s, '
+                     'serial %(serial)s)',
+                     {'instance': instance_uuid, 'out': out.strip(),
+                      'extent': extent_uuid, 'serial': serial})
+
+    def _agent(self, domain, command, arguments):
+        """One guest agent command; its ``return``."""
+        if libvirt_qemu is None:
+            raise GuestAgentUnavailable(
+                'cannot be reached: the libvirt_qemu binding is missing')
+        request = jsonutils.dumps({'execute': command,
+                                   'arguments': arguments})
+        try:
+            answer = libvirt_qemu.qemuAgentCommand(
+                domain, request, GUEST_AGENT_TIMEOUT, 0)
+        except Exception as exc:
+            if _error_code(exc) in (VIR_ERR_NO_DOMAIN,):
+                raise
+            raise GuestAgentUnavailable(
+                'did not answer %s (%s)' % (command, exc))
+        try:
+            return jsonutils.loads(answer)['return']
+        except (ValueError, TypeError, KeyError):
+            raise GuestAgentUnavailable(
+                'gave no usable answer to %s' % command)
+
+    def _guest_exec(self, domain, path, args, deadline):
+        """Run ``path args`` in the guest through its agent; (exit
+        status, stdout, stderr)."""
+        started = self._agent(domain, 'guest-exec', {
+            'path': path, 'arg': list(args), 'capture-output': True})
+        pid = started['pid']
+        while True:
+            status = self._agent(domain, 'guest-exec-status', {'pid': pid})
+            if status.get('exited'):
+                return (status.get('exitcode', status.get('signal', -1)),
+                        _b64(status.get('out-data')),
+                        _b64(status.get('err-data')))
+            if time.monotonic() >= deadline:
+                raise exception.DriverTimeout(
+                    what='swapoff in the guest (pid %s)' % pid,
+                    timeout=self.detach_timeout)
+            time.sleep(self.poll_interval / 5)
+
+
+def _b64(data):
+    if not data:
+        return ''
+    return base64.b64decode(data).decode('utf-8', 'replace')
 
 
 def _quiet_libvirt():

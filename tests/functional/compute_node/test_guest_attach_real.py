@@ -125,9 +125,14 @@ def test_attach_makes_guest_swap_and_detach_removes_it(
     since = guest.mark()
     attacher.detach(guest.uuid, [extent])
 
+    # The guest's own agent turned its swap off before the unplug: what
+    # the swapoff script printed in the guest.
+    assert 'swapoff /dev/%s (extent %s' % (name, extent['uuid']) in \
+        caplog.text
     assert dev not in dataplane.domblklist(guest.uuid)
-    guest.wait_for_line(r'^disk-gone %s$' % name, GUEST_TIMEOUT,
-                        since=since)
+    gone = guest.wait_for_line(r'^disk-gone %s$' % name, GUEST_TIMEOUT,
+                               since=since)
+    assert gone
     assert not _secret_exists(libvirt_conn, extent)
     # Detaching again is fine.
     attacher.detach(guest.uuid, [extent])
@@ -234,9 +239,9 @@ def test_detach_after_the_domain_was_destroyed_leaves_no_secret(
 
 def test_detach_that_times_out_still_removes_the_secret(
         libvirt_conn, tgt, guest):
-    """The unplug is asked for but the detach gives up before the guest
-    lets go of the disk (a zero timeout here): the secret goes anyway,
-    and a later detach finishes the unplug."""
+    """The detach gives up (a zero timeout here) before the guest lets go
+    of the disk, during its swapoff or after the unplug was asked for:
+    the secret goes anyway, and a later detach finishes the unplug."""
     extent = _extent(tgt, size_mb=16)
     since = guest.mark()
     details = _attacher().attach(guest.uuid, [extent], INITIATOR)
@@ -257,3 +262,34 @@ def test_detach_that_times_out_still_removes_the_secret(
     assert dev not in dataplane.domblklist(guest.uuid)
     guest.wait_for_line(r'^disk-gone %s$' % name, GUEST_TIMEOUT,
                         since=since)
+
+
+def test_a_guest_without_agent_keeps_its_swap_disk(libvirt_conn, tgt):
+    """No guest agent channel: by default (guest_swapoff = required) the
+    disk the guest swaps to is not pulled, and the error says what to do;
+    with best_effort it is unplugged anyway."""
+    from composable import conf
+    from tests.functional.guest import build
+    with build.running_guest(libvirt_conn, agent=False) as bare:
+        extent = _extent(tgt, size_mb=16)
+        since = bare.mark()
+        details = _attacher().attach(bare.uuid, [extent], INITIATOR)
+        dev = details[extent['uuid']]['target_dev']
+        name = _guest_saw(bare, extent, since)
+
+        with pytest.raises(exception.DriverError) as raised:
+            _attacher().detach(bare.uuid, [extent])
+        assert 'could not be asked to stop swapping' in str(raised.value)
+        assert 'hw_qemu_guest_agent=yes' in str(raised.value)
+        assert dev in dataplane.domblklist(bare.uuid)
+
+        conf.CONF.set_override('guest_swapoff', 'best_effort',
+                               'compute_node')
+        try:
+            since = bare.mark()
+            _attacher().detach(bare.uuid, [extent])
+        finally:
+            conf.CONF.clear_override('guest_swapoff', 'compute_node')
+        assert dev not in dataplane.domblklist(bare.uuid)
+        bare.wait_for_line(r'^disk-gone %s$' % name, GUEST_TIMEOUT,
+                           since=since)

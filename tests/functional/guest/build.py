@@ -1,10 +1,13 @@
 """A tiny guest for the data-plane tests, and a helper to boot it.
 
 The guest is the host's Debian cloud kernel plus an initramfs built here
-from busybox-static and the kernel's virtio modules; nothing is
-downloaded. Its ``/init`` mounts proc, sys and dev, loads the virtio
-modules (virtio_ring -> virtio -> virtio_pci_modern_dev /
-virtio_pci_legacy_dev -> virtio_pci -> virtio_blk), prints ``booted`` on
+from busybox-static, the kernel's virtio modules and the host's QEMU guest
+agent (Debian's qemu-guest-agent, with the shared libraries it needs);
+nothing is downloaded. Its ``/init`` mounts proc, sys and dev, loads the
+virtio modules (virtio_ring -> virtio -> virtio_pci_modern_dev /
+virtio_pci_legacy_dev -> virtio_pci -> virtio_blk, virtio_console),
+starts ``qemu-ga`` on the domain's ``org.qemu.guest_agent.0`` port when
+the domain has one (``agent=True``, the default), prints ``booted`` on
 the serial console and then, once a second, prints the virtio disks it
 sees with their sizes in bytes. A disk that appears is made swap
 (``mkswap`` + ``swapon``) and ``/proc/swaps`` is printed; a disk that
@@ -12,6 +15,7 @@ goes away is reported too. Every line the guest prints starts with
 ``MARKER`` so a test can read the serial log (a plain file: the domain
 has ``<serial type='file'>``) and assert on what the guest saw::
 
+    COMPOSABLE-GUEST agent vport1p1
     COMPOSABLE-GUEST booted
     COMPOSABLE-GUEST new-disk vda bytes=67108864 serial=4c98a3b0dfe44cb7a067
     COMPOSABLE-GUEST swap-on vda ok
@@ -51,10 +55,13 @@ MARKER = 'COMPOSABLE-GUEST'
 BOOT_MARKER = MARKER + ' booted'
 DEFAULT_CACHE = '/var/tmp/composable-guest'
 BUSYBOX = '/bin/busybox'
+QEMU_GA = '/usr/sbin/qemu-ga'
+AGENT_PORT = 'org.qemu.guest_agent.0'
 # Load order matters: a module is loaded after the ones it depends on.
 # The *_dev modules only exist in newer kernels; missing ones are skipped.
 VIRTIO_MODULES = ('virtio_ring', 'virtio', 'virtio_pci_modern_dev',
-                  'virtio_pci_legacy_dev', 'virtio_pci', 'virtio_blk')
+                  'virtio_pci_legacy_dev', 'virtio_pci', 'virtio_blk',
+                  'virtio_console')
 KERNEL_CMDLINE = 'console=ttyS0 loglevel=4 panic=-1 rdinit=/init'
 
 INIT_SCRIPT = r'''#!/bin/sh
@@ -73,6 +80,12 @@ for m in @MODULES@; do
     else
         say module $m failed
     fi
+done
+for p in /sys/class/virtio-ports/*; do
+    [ "$(cat $p/name 2>/dev/null)" = @AGENT_PORT@ ] || continue
+    qemu-ga -m virtio-serial -p /dev/${p##*/} -t /tmp -f /tmp/qemu-ga.pid \
+        -l /tmp/qemu-ga.log &
+    say agent ${p##*/}
 done
 say booted
 known=""
@@ -207,14 +220,37 @@ class _Cpio(object):
 
 def _init_script(modules):
     return (INIT_SCRIPT.replace('@MARKER@', MARKER)
-            .replace('@MODULES@', ' '.join(modules)))
+            .replace('@MODULES@', ' '.join(modules))
+            .replace('@AGENT_PORT@', AGENT_PORT))
+
+
+def _shared_libraries(binary):
+    """The absolute paths ldd gives for what ``binary`` loads (the
+    dynamic loader included)."""
+    out = subprocess.run(['ldd', binary], check=True, capture_output=True,
+                         text=True).stdout
+    return [m.group(1) for m in re.finditer(r'(/\S+) \(0x', out)]
 
 
 def _initramfs(moddir):
-    """gzip'ed newc cpio: busybox, /init, the virtio modules."""
+    """gzip'ed newc cpio: busybox, /init, the virtio modules, qemu-ga
+    and its libraries."""
     archive = _Cpio()
+    made = set()
     for d in ('bin', 'dev', 'proc', 'sys', 'lib', 'lib/modules', 'tmp'):
         archive.directory(d)
+        made.add(d)
+    with open(QEMU_GA, 'rb') as f:
+        archive.file('bin/qemu-ga', f.read(), 0o755)
+    for lib in _shared_libraries(QEMU_GA):
+        parts = lib.strip('/').split('/')
+        for i in range(1, len(parts)):
+            d = '/'.join(parts[:i])
+            if d not in made:
+                archive.directory(d)
+                made.add(d)
+        with open(os.path.realpath(lib), 'rb') as f:
+            archive.file(lib.strip('/'), f.read(), 0o755)
     # The kernel opens /dev/console for init before devtmpfs is mounted.
     archive.chardev('dev/console', 5, 1)
     with open(BUSYBOX, 'rb') as f:
@@ -227,9 +263,9 @@ def _initramfs(moddir):
             continue
         archive.file('lib/modules/%s.ko' % name, _module_bytes(path))
         present.append(name)
-    if 'virtio_blk' not in present or 'virtio_pci' not in present:
-        raise GuestUnavailable('the kernel modules under %s lack virtio_pci '
-                               'or virtio_blk' % moddir)
+    if not {'virtio_blk', 'virtio_pci', 'virtio_console'} <= set(present):
+        raise GuestUnavailable('the kernel modules under %s lack virtio_pci, '
+                               'virtio_blk or virtio_console' % moddir)
     archive.file('init', _init_script(present).encode(), 0o755)
     return gzip.compress(archive.finish(), mtime=0)
 
@@ -238,7 +274,7 @@ def _cache_key(vmlinuz):
     digest = hashlib.sha256()
     digest.update(INIT_SCRIPT.encode())
     digest.update(' '.join(VIRTIO_MODULES).encode())
-    for path in (vmlinuz, BUSYBOX):
+    for path in (vmlinuz, BUSYBOX, QEMU_GA):
         st = os.stat(path)
         digest.update(('%s %d %d' % (path, st.st_size, st.st_mtime_ns))
                       .encode())
@@ -268,6 +304,9 @@ def build(cache=None):
     if not os.access(BUSYBOX, os.X_OK):
         raise GuestUnavailable('%s not found: install busybox-static'
                                % BUSYBOX)
+    if not os.access(QEMU_GA, os.X_OK):
+        raise GuestUnavailable('%s not found: install qemu-guest-agent'
+                               % QEMU_GA)
     vmlinuz, moddir = find_kernel()
     cache = cache or cache_dir()
     target = os.path.join(cache, _cache_key(vmlinuz))
@@ -302,8 +341,11 @@ def build(cache=None):
 # ------------------------------------------------------------- booting
 
 
-def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None):
-    """A TCG domain booting the tiny guest with its console in a file.
+def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
+               agent=True):
+    """A TCG domain booting the tiny guest with its console in a file,
+    and a guest agent channel unless ``agent`` is False (libvirt picks the
+    host side socket).
 
     Domain type 'qemu' (TCG), so /dev/kvm is never touched. Machine 'pc'
     with ACPI: virtio disks are hot-plugged on the PCI root bus through
@@ -335,10 +377,13 @@ def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None):
       <source path='%(log)s'/>
       <target port='0'/>
     </serial>
+    %(agent)s
     <memballoon model='none'/>
   </devices>
 </domain>
 ''' % {'name': name, 'uuid': domain_uuid or str(uuid.uuid4()),
+       'agent': ("<channel type='unix'><target type='virtio' name='%s'/>"
+                 "</channel>" % AGENT_PORT) if agent else '',
        'memory': memory_mib, 'kernel': image.kernel,
        'initrd': image.initrd, 'cmdline': image.cmdline,
        'log': serial_log}
@@ -437,7 +482,7 @@ class RunningGuest(object):
 
 @contextlib.contextmanager
 def running_guest(conn, image=None, memory_mib=256, boot_timeout=180,
-                  name=None):
+                  name=None, agent=True):
     """Define and start the tiny guest, wait for it to boot, yield a
     RunningGuest; destroy and undefine it afterwards.
 
@@ -450,7 +495,7 @@ def running_guest(conn, image=None, memory_mib=256, boot_timeout=180,
     os.chmod(run_dir, 0o755)
     serial_log = os.path.join(run_dir, 'serial.log')
     domain = conn.defineXML(domain_xml(name, image, serial_log,
-                                       memory_mib=memory_mib))
+                                       memory_mib=memory_mib, agent=agent))
     guest = RunningGuest(conn, domain, serial_log, run_dir)
     try:
         domain.create()

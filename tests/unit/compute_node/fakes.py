@@ -1,7 +1,9 @@
 """Fakes for the compute-node unit tests: a command runner that records
 what it is asked to run and plays a host's iSCSI initiator and swap, and a
-libvirt connection with domains, disks and secrets."""
+libvirt connection with domains, disks, secrets and a guest agent."""
 
+import base64
+import json
 import os
 import threading
 import time
@@ -172,6 +174,77 @@ class FakeSecret(object):
         self.conn.secrets.pop(self.usage, None)
 
 
+class FakeGuestAgent(object):
+    """The QEMU guest agent of a FakeDomain, as far as guest-exec of the
+    swapoff script goes: it keeps the guest's swap disks by serial, runs
+    the script's logic on them and records each command.
+
+    ``connected`` False: libvirt's "not connected" error; ``refuse`` an
+    exit status for swapoff (the guest lacks memory); ``running_polls``
+    how many guest-exec-status calls answer "not exited" first.
+    """
+
+    def __init__(self, domain):
+        self.domain = domain
+        self.connected = True
+        self.swaps = set()
+        self.refuse = None
+        self.running_polls = 0
+        self.commands = []
+        self._results = {}
+
+    def _serials(self):
+        return {d.findtext('serial'): d.find('target').get('dev')
+                for d in self.domain.disks if d.findtext('serial')}
+
+    def command(self, request):
+        if not self.connected:
+            raise FakeLibvirtError(
+                'Guest agent is not responding: QEMU guest agent is not '
+                'connected', libvirt_guest.VIR_ERR_AGENT_UNRESPONSIVE)
+        request = json.loads(request)
+        self.commands.append(request)
+        args = request['arguments']
+        if request['execute'] == 'guest-exec':
+            assert args['path'] == '/bin/sh' and args['capture-output']
+            script = libvirt_guest.GUEST_SWAPOFF_SCRIPT
+            assert args['arg'][:3] == ['-c', script, 'composable-swapoff']
+            serial = args['arg'][3]
+            dev = self._serials().get(serial)
+            if dev is None:
+                result = (0, 'no-disk\n', '')
+            elif serial not in self.swaps:
+                result = (0, 'not-swap /dev/%s\n' % dev, '')
+            elif self.refuse is not None:
+                result = (self.refuse, '',
+                          'swapoff: /dev/%s: Cannot allocate memory\n' % dev)
+            else:
+                self.swaps.discard(serial)
+                result = (0, 'swapoff /dev/%s\n' % dev, '')
+            pid = 1000 + len(self.commands)
+            self._results[pid] = [self.running_polls, result]
+            return json.dumps({'return': {'pid': pid}})
+        assert request['execute'] == 'guest-exec-status'
+        pending = self._results[args['pid']]
+        if pending[0] > 0:
+            pending[0] -= 1
+            return json.dumps({'return': {'exited': False}})
+        status, out, err = pending[1]
+        return json.dumps({'return': {
+            'exited': True, 'exitcode': status,
+            'out-data': base64.b64encode(out.encode()).decode(),
+            'err-data': base64.b64encode(err.encode()).decode()}})
+
+
+class FakeLibvirtQemu(object):
+    """Stands in for the libvirt_qemu binding: guest agent commands go to
+    the FakeDomain's agent."""
+
+    @staticmethod
+    def qemuAgentCommand(domain, request, timeout, flags):
+        return domain.agent.command(request)
+
+
 class FakeDomain(object):
     """A running domain whose disks are in its live XML.
 
@@ -196,6 +269,7 @@ class FakeDomain(object):
         self.attach_error = None
         self.attach_delay = 0
         self.lock = threading.Lock()
+        self.agent = FakeGuestAgent(self)
 
     def UUIDString(self):
         return self.uuid

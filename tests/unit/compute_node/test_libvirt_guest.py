@@ -370,3 +370,134 @@ def test_roll_back_keeps_the_secret_of_a_disk_that_stays(conn, domain):
     assert 'Connection refused' in str(info.value)
     assert 'ua-composable-' + one['uuid'] in domain.disk_aliases()
     assert list(conn.secrets) == ['composable-extent-' + one['uuid']]
+
+
+# ------------------------------------------------ swapoff in the guest
+
+
+@pytest.fixture
+def swapoff_mode():
+    """Set [compute_node] guest_swapoff for one test."""
+    from composable import conf
+    yield lambda mode: conf.CONF.set_override('guest_swapoff', mode,
+                                              'compute_node')
+    conf.CONF.clear_override('guest_swapoff', 'compute_node')
+
+
+def _swap_extent(n=1):
+    # Serials are the first 20 hex digits of the uuid: random uuids, so
+    # that two extents' disks can be told apart in the guest.
+    return _extent(n, uuid=str(uuid.uuid4()))
+
+
+def _plugged_swap(conn, domain, *extents):
+    attacher = _attacher(conn)
+    attacher.attach(INSTANCE, list(extents), INITIATOR)
+    domain.agent.swaps.update(libvirt_guest.disk_serial(e['uuid'])
+                              for e in extents)
+    return attacher
+
+
+def test_detach_turns_the_guests_swap_off_first(conn, domain, caplog):
+    caplog.set_level(logging.INFO)
+    one, two = _swap_extent(1), _swap_extent(2)
+    attacher = _plugged_swap(conn, domain, one, two)
+    domain.agent.running_polls = 2  # swapoff takes a while
+
+    attacher.detach(INSTANCE, [one, two])
+
+    assert domain.agent.swaps == set()
+    execs = [c['arguments']['arg'][3] for c in domain.agent.commands
+             if c['execute'] == 'guest-exec']
+    assert sorted(execs) == sorted(libvirt_guest.disk_serial(e['uuid'])
+                                   for e in (one, two))
+    assert domain.disk_aliases() == ['virtio-disk0']
+    assert 'swapoff /dev/vdb (extent %s' % one['uuid'] in caplog.text
+    assert 'swapoff /dev/vdc (extent %s' % two['uuid'] in caplog.text
+
+
+def test_a_disk_that_is_not_swap_is_unplugged(conn, domain, caplog):
+    caplog.set_level(logging.INFO)
+    extent = _swap_extent()
+    attacher = _attacher(conn)
+    attacher.attach(INSTANCE, [extent], INITIATOR)
+    attacher.detach(INSTANCE, [extent])
+    assert domain.disk_aliases() == ['virtio-disk0']
+    assert 'not-swap /dev/vdb' in caplog.text
+
+
+def test_no_guest_agent_keeps_the_disk_by_default(conn, domain):
+    extent = _swap_extent()
+    attacher = _plugged_swap(conn, domain, extent)
+    domain.agent.connected = False
+
+    with pytest.raises(exception.DriverError) as raised:
+        attacher.detach(INSTANCE, [extent])
+
+    message = str(raised.value)
+    assert 'could not be asked to stop swapping' in message
+    assert 'hw_qemu_guest_agent=yes' in message
+    assert 'not connected' in message
+    assert extent['chap_secret'] not in message
+    # The guest keeps the disk it swaps to; nothing was unplugged.
+    assert domain.detach_calls == []
+    assert 'ua-composable-' + extent['uuid'] in domain.disk_aliases()
+    # Once the agent answers, the same detach goes through.
+    domain.agent.connected = True
+    attacher.detach(INSTANCE, [extent])
+    assert domain.disk_aliases() == ['virtio-disk0']
+    assert domain.agent.swaps == set()
+
+
+def test_no_guest_agent_best_effort_unplugs_anyway(conn, domain,
+                                                   swapoff_mode, caplog):
+    swapoff_mode('best_effort')
+    extent = _swap_extent()
+    attacher = _plugged_swap(conn, domain, extent)
+    domain.agent.connected = False
+    attacher.detach(INSTANCE, [extent])
+    assert domain.disk_aliases() == ['virtio-disk0']
+    assert 'Unplugging anyway' in caplog.text
+
+
+def test_guest_swapoff_disabled_never_asks(conn, domain, swapoff_mode):
+    swapoff_mode('disabled')
+    extent = _swap_extent()
+    attacher = _plugged_swap(conn, domain, extent)
+    attacher.detach(INSTANCE, [extent])
+    assert domain.agent.commands == []
+    assert domain.disk_aliases() == ['virtio-disk0']
+
+
+@pytest.mark.parametrize('mode', ['required', 'best_effort'])
+def test_a_refused_swapoff_keeps_the_disk(conn, domain, swapoff_mode, mode):
+    swapoff_mode(mode)
+    extent = _swap_extent()
+    attacher = _plugged_swap(conn, domain, extent)
+    domain.agent.refuse = 255
+    with pytest.raises(exception.DriverError) as raised:
+        attacher.detach(INSTANCE, [extent])
+    assert 'refused to stop swapping' in str(raised.value)
+    assert 'exited with 255' in str(raised.value)
+    assert 'Cannot allocate memory' in str(raised.value)
+    assert domain.detach_calls == []
+
+
+def test_a_swapoff_that_never_ends_times_out_and_keeps_the_disk(conn,
+                                                                domain):
+    extent = _swap_extent()
+    attacher = _plugged_swap(conn, domain, extent)
+    attacher.detach_timeout = 0.1
+    domain.agent.running_polls = 10 ** 6
+    with pytest.raises(exception.DriverTimeout):
+        attacher.detach(INSTANCE, [extent])
+    assert domain.detach_calls == []
+
+
+def test_a_stopped_guest_is_not_asked(conn, domain):
+    extent = _swap_extent()
+    attacher = _plugged_swap(conn, domain, extent)
+    domain.active = False
+    domain.agent.connected = False
+    attacher.detach(INSTANCE, [extent])
+    assert domain.agent.commands == []

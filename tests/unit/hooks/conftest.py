@@ -2,3 +2,4 @@
 # and agents over the fake transport, on SQLite).
 from tests.unit.conductor.conftest import harness  # noqa: F401
 from tests.unit.conductor.conftest import sqlite_db  # noqa: F401
+from tests.unit.compute_node.conftest import fake_guest_agents  # noqa: F401
