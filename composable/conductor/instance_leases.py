@@ -179,20 +179,18 @@ _FLAVOR_FIELDS = ('memory_mb', 'device_count', 'device_kind', 'device_model',
                   'attach_mode')
 
 
-def stale_flavor_leases(context, leases, instance_uuid, extra_specs=None,
-                        client=None, allocations=None):
+def stale_flavor_leases(context, leases, instance_uuid, allocations,
+                        extra_specs=None):
     """Of ``leases`` (the instance's), the flavor-driven ones that no
-    longer match Nova's allocation of the instance: the pool's amount
-    changed, or the instance holds none of the pool any more, or the
-    flavor's extra specs ask another attach mode or GPU model. After a
-    confirmed resize these are replaced (see nova_events).
+    longer match Nova's allocation of the instance (``allocations``, as
+    instance_pool_allocations gives it): the pool's amount changed, or
+    the instance holds none of the pool any more, or the flavor's extra
+    specs ask another attach mode or GPU model. After a resize these are
+    replaced (see nova_events).
 
-    Leases being released are left out. ``allocations`` as for
-    ensure_instance_leases (read from Placement unless given).
+    Leases being released are left out.
     """
     extra_specs = dict(extra_specs or {})
-    if allocations is None:
-        allocations = instance_pool_allocations(context, instance_uuid, client)
     stale = []
     for lease in leases:
         if (not is_flavor_lease(lease) or

@@ -333,25 +333,11 @@ class NovaEventHandler(object):
                  {'inst': instance, 'why': why, 'lease': lease.uuid})
         _call(self.manager.delete_lease, context, lease.uuid)
 
-    def _wait_released(self, context, leases):
-        """Wait up to ``[nova] notifications_busy_wait`` seconds for
-        ``leases`` to be released; Requeue if one is not."""
-        deadline = time.monotonic() + CONF.nova.notifications_busy_wait
-        for lease in leases:
-            while True:
-                try:
-                    status = db_api.lease_get_by_id(context, lease.id).status
-                except exception.LeaseNotFound:
-                    break
-                if status == states.RELEASED:
-                    break
-                if time.monotonic() >= deadline:
-                    LOG.info('Lease %(lease)s of server %(inst)s is still '
-                             '%(status)s; the notification will be handled '
-                             'again.', {'lease': lease.uuid, 'status': status,
-                                        'inst': lease.instance_uuid})
-                    raise Requeue()
-                time.sleep(_BUSY_POLL)
+    def _released(self, context, lease, instance):
+        """Busy until ``lease`` is released (for _for_each: its wait, then
+        Requeue)."""
+        if lease.status != states.RELEASED:
+            raise _Busy()
 
     def _replace_stale_flavor_leases(self, context, instance, host, data):
         """After a resize, its revert or confirm, or an unshelve: the
@@ -362,19 +348,18 @@ class NovaEventHandler(object):
         project = data.get('tenant_id')
         allocations = instance_leases.instance_pool_allocations(
             context, instance, client=self.placement_client)
-        leases = self._leases(context, instance, project)
         stale = instance_leases.stale_flavor_leases(
-            context, leases, instance, extra_specs=flavor_extra_specs(data),
-            allocations=allocations)
+            context, self._leases(context, instance, project), instance,
+            allocations, extra_specs=flavor_extra_specs(data))
         self._for_each(context, stale, self._release_flavor_lease, instance,
                        'runs with a flavor asking other pool resources')
         # Their capacity must be back before the new leases claim theirs
         # (the pool may have room for one of them only), including a
         # release left running by an earlier delivery of this message.
-        self._wait_released(context, [
+        self._for_each(context, [
             lease for lease in self._leases(context, instance, project)
             if instance_leases.is_flavor_lease(lease) and
-            lease.status == states.RELEASING])
+            lease.status == states.RELEASING], self._released, instance)
         self._ensure_flavor_leases(context, instance, host, data,
                                    allocations=allocations)
 
