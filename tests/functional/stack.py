@@ -200,7 +200,9 @@ class Stack(object):
             try:
                 requests.get(self.endpoint + '/', timeout=2)
                 return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
+                # Timeout: uWSGI's master accepts as soon as it listens;
+                # the answer waits until a worker has loaded the app.
                 time.sleep(0.2)
         raise RuntimeError('composable-api did not answer on %s; see %s' %
                            (self.endpoint, self.workdir))
