@@ -93,7 +93,15 @@ echo "no-disk"
 
 class GuestAgentUnavailable(Exception):
     """The guest agent of a domain cannot be asked (none configured,
-    not connected, guest-exec disabled...)."""
+    not connected, guest-exec disabled...).
+
+    ``transient``: the domain has an agent channel but nothing answers on
+    it yet (the guest is still booting, or qemu-ga is restarting): worth
+    waiting for, unlike a domain that has no agent channel at all."""
+
+    def __init__(self, message, transient=False):
+        super(GuestAgentUnavailable, self).__init__(message)
+        self.transient = transient
 
 
 # What QEMU's initiator (libiscsi) reports when a login is refused: tgt
@@ -595,8 +603,8 @@ class GuestMemoryAttacher(object):
         for extent_uuid, (extent, disk) in sorted(pending.items()):
             serial = disk_serial(extent_uuid)
             try:
-                status, out, err = self._guest_exec(
-                    domain, '/bin/sh',
+                status, out, err = self._guest_exec_when_connected(
+                    domain, instance_uuid, '/bin/sh',
                     ['-c', GUEST_SWAPOFF_SCRIPT, 'composable-swapoff',
                      serial], deadline)
             except GuestAgentUnavailable as exc:
@@ -637,6 +645,29 @@ class GuestMemoryAttacher(object):
                      {'instance': instance_uuid, 'out': out.strip(),
                       'extent': extent_uuid, 'serial': serial})
 
+    def _guest_exec_when_connected(self, domain, instance_uuid, path, args,
+                                   deadline):
+        """_guest_exec, waiting until ``deadline`` for a guest agent that
+        is configured but not connected: a guest that has just booted
+        opens its agent port a moment after its disks are usable, and
+        qemu-ga may be restarting. The script is idempotent, so running
+        it again after a lost answer is harmless."""
+        waited = False
+        while True:
+            try:
+                return self._guest_exec(domain, path, args, deadline)
+            except GuestAgentUnavailable as exc:
+                if not exc.transient or time.monotonic() >= deadline or \
+                        not domain.isActive():
+                    raise
+                if not waited:
+                    waited = True
+                    LOG.info('Instance %(instance)s: waiting up to %(left)d '
+                             's for its guest agent: %(exc)s',
+                             {'instance': instance_uuid, 'exc': exc,
+                              'left': max(0, deadline - time.monotonic())})
+            time.sleep(self.poll_interval)
+
     def _agent(self, domain, command, arguments):
         """One guest agent command; its ``return``."""
         if libvirt_qemu is None:
@@ -648,10 +679,15 @@ class GuestMemoryAttacher(object):
             answer = libvirt_qemu.qemuAgentCommand(
                 domain, request, GUEST_AGENT_TIMEOUT, 0)
         except Exception as exc:
-            if _error_code(exc) in (VIR_ERR_NO_DOMAIN,):
+            code = _error_code(exc)
+            if code in (VIR_ERR_NO_DOMAIN,):
                 raise
+            # libvirt says "not connected" (or reports an agent error or
+            # time-out) with this code when the domain has an agent
+            # channel; "not configured" comes with another code.
             raise GuestAgentUnavailable(
-                'did not answer %s (%s)' % (command, exc))
+                'did not answer %s (%s)' % (command, exc),
+                transient=code == VIR_ERR_AGENT_UNRESPONSIVE)
         try:
             return jsonutils.loads(answer)['return']
         except (ValueError, TypeError, KeyError):

@@ -480,6 +480,24 @@ class RunningGuest(object):
             pass
 
 
+def wait_guest_agent(domain, timeout):
+    """Wait until the guest agent of ``domain`` answers guest-ping."""
+    import libvirt
+    import libvirt_qemu
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            libvirt_qemu.qemuAgentCommand(
+                domain, '{"execute": "guest-ping"}', 5, 0)
+            return
+        except libvirt.libvirtError as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    'the guest agent of %s did not answer within %d s: %s'
+                    % (domain.name(), timeout, exc))
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def running_guest(conn, image=None, memory_mib=256, boot_timeout=180,
                   name=None, agent=True):
@@ -489,7 +507,9 @@ def running_guest(conn, image=None, memory_mib=256, boot_timeout=180,
     ``conn`` is an open libvirt connection (qemu:///system).
     """
     image = image or build()
-    name = name or 'composable-test-%s' % uuid.uuid4().hex[:8]
+    from tests.functional import leftovers
+    name = name or 'composable-test-%s-%s' % (leftovers.run_tag(),
+                                              uuid.uuid4().hex[:6])
     _world_readable_dir(cache_dir())
     run_dir = tempfile.mkdtemp(prefix='run-%s-' % name, dir=cache_dir())
     os.chmod(run_dir, 0o755)
@@ -498,8 +518,13 @@ def running_guest(conn, image=None, memory_mib=256, boot_timeout=180,
                                        memory_mib=memory_mib, agent=agent))
     guest = RunningGuest(conn, domain, serial_log, run_dir)
     try:
+        deadline = time.monotonic() + boot_timeout
         domain.create()
         guest.wait_for_line('^booted$', boot_timeout, 'its boot marker')
+        if agent:
+            # qemu-ga starts in the background just before the marker;
+            # a test that unplugs a disk needs it answering.
+            wait_guest_agent(domain, max(1, deadline - time.monotonic()))
         yield guest
     finally:
         guest.destroy()

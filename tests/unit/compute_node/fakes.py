@@ -12,6 +12,8 @@ from xml.etree import ElementTree
 from composable.agent.compute_node import host_swap
 from composable.agent.compute_node import libvirt_guest
 
+# libvirt's code for "QEMU guest agent is not configured".
+VIR_ERR_ARGUMENT_UNSUPPORTED = 67
 SWAPS_HEADER = 'Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n'
 
 
@@ -179,14 +181,21 @@ class FakeGuestAgent(object):
     swapoff script goes: it keeps the guest's swap disks by serial, runs
     the script's logic on them and records each command.
 
-    ``connected`` False: libvirt's "not connected" error; ``refuse`` an
-    exit status for swapoff (the guest lacks memory); ``running_polls``
-    how many guest-exec-status calls answer "not exited" first.
+    ``configured`` False: the domain has no agent channel (libvirt's
+    "not configured" error); ``connected`` False: it has one but nothing
+    answers on it (libvirt's "not connected" error), until
+    ``connects_after`` more commands were refused, if that is set;
+    ``refuse`` an exit status for swapoff (the guest lacks memory);
+    ``running_polls`` how many guest-exec-status calls answer "not
+    exited" first.
     """
 
     def __init__(self, domain):
         self.domain = domain
+        self.configured = True
         self.connected = True
+        self.connects_after = None
+        self.refused = 0
         self.swaps = set()
         self.refuse = None
         self.running_polls = 0
@@ -198,7 +207,15 @@ class FakeGuestAgent(object):
                 for d in self.domain.disks if d.findtext('serial')}
 
     def command(self, request):
+        if not self.configured:
+            raise FakeLibvirtError(
+                'argument unsupported: QEMU guest agent is not configured',
+                VIR_ERR_ARGUMENT_UNSUPPORTED)
+        if not self.connected and self.connects_after is not None and \
+                self.refused >= self.connects_after:
+            self.connected = True
         if not self.connected:
+            self.refused += 1
             raise FakeLibvirtError(
                 'Guest agent is not responding: QEMU guest agent is not '
                 'connected', libvirt_guest.VIR_ERR_AGENT_UNRESPONSIVE)

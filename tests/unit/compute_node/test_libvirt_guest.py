@@ -429,7 +429,7 @@ def test_a_disk_that_is_not_swap_is_unplugged(conn, domain, caplog):
 def test_no_guest_agent_keeps_the_disk_by_default(conn, domain):
     extent = _swap_extent()
     attacher = _plugged_swap(conn, domain, extent)
-    domain.agent.connected = False
+    domain.agent.configured = False
 
     with pytest.raises(exception.DriverError) as raised:
         attacher.detach(INSTANCE, [extent])
@@ -437,24 +437,60 @@ def test_no_guest_agent_keeps_the_disk_by_default(conn, domain):
     message = str(raised.value)
     assert 'could not be asked to stop swapping' in message
     assert 'hw_qemu_guest_agent=yes' in message
-    assert 'not connected' in message
+    assert 'not configured' in message
     assert extent['chap_secret'] not in message
     # The guest keeps the disk it swaps to; nothing was unplugged.
     assert domain.detach_calls == []
     assert 'ua-composable-' + extent['uuid'] in domain.disk_aliases()
     # Once the agent answers, the same detach goes through.
-    domain.agent.connected = True
+    domain.agent.configured = True
     attacher.detach(INSTANCE, [extent])
     assert domain.disk_aliases() == ['virtio-disk0']
     assert domain.agent.swaps == set()
 
 
-def test_no_guest_agent_best_effort_unplugs_anyway(conn, domain,
-                                                   swapoff_mode, caplog):
-    swapoff_mode('best_effort')
+def test_a_guest_agent_that_connects_late_is_waited_for(conn, domain,
+                                                        caplog):
+    # A guest that has just booted: its disks work, its agent port is not
+    # open yet. The detach waits for it instead of giving up.
+    caplog.set_level(logging.INFO)
     extent = _swap_extent()
     attacher = _plugged_swap(conn, domain, extent)
     domain.agent.connected = False
+    domain.agent.connects_after = 3
+
+    attacher.detach(INSTANCE, [extent])
+
+    assert domain.agent.refused == 3
+    assert domain.agent.swaps == set()
+    assert domain.disk_aliases() == ['virtio-disk0']
+    assert 'waiting up to' in caplog.text
+
+
+def test_a_guest_agent_that_never_connects_keeps_the_disk(conn, domain):
+    extent = _swap_extent()
+    attacher = _plugged_swap(conn, domain, extent)
+    attacher.detach_timeout = 0.2
+    domain.agent.connected = False
+
+    with pytest.raises(exception.DriverError) as raised:
+        attacher.detach(INSTANCE, [extent])
+
+    assert 'not connected' in str(raised.value)
+    assert domain.agent.refused > 1  # asked again until the deadline
+    assert domain.detach_calls == []
+    assert 'ua-composable-' + extent['uuid'] in domain.disk_aliases()
+
+
+@pytest.mark.parametrize('cause', ['configured', 'connected'])
+def test_no_guest_agent_best_effort_unplugs_anyway(conn, domain,
+                                                   swapoff_mode, caplog,
+                                                   cause):
+    swapoff_mode('best_effort')
+    extent = _swap_extent()
+    attacher = _plugged_swap(conn, domain, extent)
+    attacher.detach_timeout = 0.2
+    setattr(domain.agent, cause, False)
     attacher.detach(INSTANCE, [extent])
     assert domain.disk_aliases() == ['virtio-disk0']
     assert 'Unplugging anyway' in caplog.text
