@@ -10,11 +10,44 @@ building blocks and the environment variables that pick the servers.
 
 ``libvirt_conn``: a connection to the system libvirtd (started if need
 be), for the modules that run guests.
+
+``nothing_left_behind`` (every test, once for the run): whatever the run
+made outside its process and did not remove (see tests/functional/
+leftovers.py) fails the run, and is removed. A run stopped by SIGTERM
+(``timeout``, a CI that gives up) is interrupted as by Ctrl-C, so the
+fixtures still clean up.
 """
+
+import signal
+import tempfile
+import threading
 
 import pytest
 
 from tests.functional import fixtures as db_fixtures
+from tests.functional import leftovers
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt('stopped by signal %d' % signum)
+
+
+def pytest_configure(config):
+    leftovers.tag_this_run()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def nothing_left_behind(tmp_path_factory):
+    before = leftovers.snapshot()
+    yield
+    left = leftovers.find(before, mount_roots=[
+        tmp_path_factory.getbasetemp(), tempfile.gettempdir(), '/dev/shm'])
+    if left:
+        leftovers.clean(left)
+        pytest.fail('the functional tests left these behind (removed '
+                    'now):\n%s' % leftovers.describe(left), pytrace=False)
 
 
 @pytest.fixture(params=db_fixtures.BACKENDS)

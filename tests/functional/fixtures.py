@@ -49,6 +49,7 @@ from sqlalchemy.engine import url as sa_url
 from composable import conf
 from composable.db import api as db_api
 from composable.db import migration
+from tests.functional import leftovers
 
 CONF = conf.CONF
 
@@ -134,7 +135,7 @@ class TestDatabase:
             raise ValueError('unknown backend %r; use one of %s' %
                              (backend, ', '.join(BACKENDS)))
         self.backend = backend
-        self.name = '%s%d_%s' % (_NAME_PREFIX, os.getpid(),
+        self.name = '%s%s_%s' % (_NAME_PREFIX, leftovers.run_tag(),
                                  uuid.uuid4().hex[:12])
         self._tmpdir = tmpdir
         self._own_tmpdir = None

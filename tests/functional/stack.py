@@ -21,6 +21,8 @@ import uuid
 
 import requests
 
+from tests.functional import leftovers
+
 BIN = os.path.dirname(sys.executable)
 
 
@@ -60,7 +62,8 @@ class Stack(object):
                  periodic_interval=1, bind_timeout=10, extra=None):
         self.workdir = str(workdir)
         self.db_url = db_url
-        self.exchange = 'composable-test-%s' % uuid.uuid4().hex[:8]
+        self.exchange = 'composable-test-%s-%s' % (leftovers.run_tag(),
+                                                   uuid.uuid4().hex[:6])
         self.vhost = None
         self.transport_url = self._own_vhost(transport_url)
         self.api_port = free_port()
@@ -194,7 +197,7 @@ class Stack(object):
         self.wait_http()
         return proc
 
-    def wait_http(self, timeout=60):
+    def wait_http(self, timeout=180):
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:
@@ -207,7 +210,7 @@ class Stack(object):
         raise RuntimeError('composable-api did not answer on %s; see %s' %
                            (self.endpoint, self.workdir))
 
-    def wait_conductor(self, host='conductor-0', timeout=60):
+    def wait_conductor(self, host='conductor-0', timeout=180):
         """Wait until the conductor has written its first heartbeat."""
         import sqlalchemy as sa
         engine = sa.create_engine(self.db_url)
@@ -281,7 +284,7 @@ class Client(object):
     def delete(self, path, expect=204):
         return self.request('DELETE', path, expect=expect)
 
-    def wait_lease(self, uuid, statuses, timeout=60):
+    def wait_lease(self, uuid, statuses, timeout=180):
         deadline = time.time() + timeout
         while True:
             lease = self.get('/leases/%s' % uuid).json()

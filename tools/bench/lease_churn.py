@@ -31,6 +31,7 @@ import sqlalchemy as sa
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__),
                                                 '..', '..')))
 
+from tests.functional import leftovers  # noqa: E402
 from tests.functional import stack as stack_mod  # noqa: E402
 
 HOLDING = ('reserved', 'binding', 'bound', 'bind_failed', 'unbinding',
@@ -222,7 +223,8 @@ def main():
     args = parser.parse_args()
 
     import pymysql
-    dbname = 'composable_bench_%s' % uuid.uuid4().hex[:8]
+    dbname = 'composable_bench_%s_%s' % (leftovers.run_tag(),
+                                         uuid.uuid4().hex[:6])
     root = pymysql.connect(host=args.db_host, user='root', password='')
     root.cursor().execute('CREATE DATABASE %s CHARACTER SET utf8mb4' %
                           dbname)
@@ -393,4 +395,8 @@ def main():
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    # Whatever the run leaves on the machine (mounts, targets, guests,
+    # processes, databases) fails it, and is removed.
+    with leftovers.guard(mount_roots=[tempfile.gettempdir(), '/dev/shm']):
+        rc = main()
+    sys.exit(rc)

@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__),
                                                 '..', '..')))
 
 from composable.hooks import libvirt as hook  # noqa: E402
+from tests.functional import leftovers  # noqa: E402
 from tests.functional.hooks import nova_domain  # noqa: E402
 
 LEASED = str(uuid.uuid4())
@@ -164,4 +165,8 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    # Whatever the run leaves on the machine (mounts, targets, guests,
+    # processes, databases) fails it, and is removed.
+    with leftovers.guard(mount_roots=[tempfile.gettempdir(), '/dev/shm']):
+        rc = main()
+    sys.exit(rc)

@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__),
                                                 '..', '..')))
 
 from composable.agent.compute_node import libvirt_guest  # noqa: E402
+from tests.functional import leftovers  # noqa: E402
 from tests.functional.compute_node import dataplane  # noqa: E402
 from tests.functional.dataplane import env  # noqa: E402
 from tests.functional.guest import build  # noqa: E402
@@ -70,8 +71,8 @@ def run(args):
     dp = env.DataPlaneStack(workdir, tgt, memory_mb=args.memory_mb * 2,
                             step_mb=args.memory_mb)
     conn = dataplane.libvirt_connection()
-    dp.start()
     try:
+        dp.start()
         lease = dp.user.post('/leases', {
             'name': 'bench', 'memory_mb': args.memory_mb,
             'attach_mode': 'guest'}, expect=201).json()
@@ -85,10 +86,10 @@ def run(args):
                 times += cycles(dp, guest, args, lease, count, len(times))
         dp.user.delete('/leases/%s' % lease['uuid'])
         dp.user.wait_lease(lease['uuid'], ('released',), timeout=120)
-        leftovers = dp.extent_files()
-        if leftovers:
+        files_left = dp.extent_files()
+        if files_left:
             raise RuntimeError('extent files left after release: %s' %
-                               leftovers)
+                               files_left)
         return times
     finally:
         dp.stop()
@@ -161,4 +162,8 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    # Whatever the run leaves on the machine (mounts, targets, guests,
+    # processes, databases) fails it, and is removed.
+    with leftovers.guard(mount_roots=[tempfile.gettempdir(), '/dev/shm']):
+        rc = main()
+    sys.exit(rc)

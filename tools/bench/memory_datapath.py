@@ -38,6 +38,7 @@ from composable.memory.exporters import base  # noqa: E402
 from composable.memory.exporters import tgt  # noqa: E402
 from composable.memory import tmpfs  # noqa: E402
 from composable import privsep  # noqa: E402
+from tests.functional import leftovers  # noqa: E402
 
 CONF = conf.CONF
 PORTAL = '127.0.0.1:3260'
@@ -174,4 +175,8 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    # Whatever the run leaves on the machine (mounts, targets, guests,
+    # processes, databases) fails it, and is removed.
+    with leftovers.guard(mount_roots=[tempfile.gettempdir(), '/dev/shm']):
+        rc = main()
+    sys.exit(rc)

@@ -17,6 +17,7 @@ the tmpfs directory, ``/proc/swaps`` and ``virsh domblklist``.
 """
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,6 +26,7 @@ import time
 import uuid
 
 from tests.functional.compute_node import dataplane
+from tests.functional import leftovers
 from tests.functional import stack as stack_mod
 
 RABBIT = os.environ.get('COMPOSABLE_TRANSPORT_URL',
@@ -82,7 +84,7 @@ def mariadb_database():
         conn = pymysql.connect(host='127.0.0.1', user='root', password='')
     except Exception as exc:
         dataplane.unavailable('MariaDB unreachable: %s' % exc)
-    name = 'composable_dp_%s' % uuid.uuid4().hex[:8]
+    name = 'composable_dp_%s_%s' % (leftovers.run_tag(), uuid.uuid4().hex[:6])
     conn.cursor().execute('CREATE DATABASE %s CHARACTER SET utf8mb4' % name)
 
     def drop():
@@ -114,6 +116,28 @@ class Tgt(object):
              '--op', 'show', '--mode', 'target'],
             capture_output=True, text=True, timeout=30)
         return out.stdout if out.returncode == 0 else ''
+
+    def delete_targets_under(self, directory):
+        """Delete every target of this tgtd with a LUN backed by a file
+        under ``directory``."""
+        prefix = os.path.join(directory, '')
+        tid = None
+        doomed = set()
+        for line in self.show().splitlines():
+            found = re.match(r'^Target (\d+): ', line)
+            if found:
+                tid = found.group(1)
+                continue
+            line = line.strip()
+            if tid and line.startswith('Backing store path: ') and \
+                    line.split(': ', 1)[1].startswith(prefix):
+                doomed.add(tid)
+        for tid in sorted(doomed):
+            subprocess.run(
+                ['tgtadm', '-C', str(self.control_port), '--lld', 'iscsi',
+                 '--op', 'delete', '--mode', 'target', '--force', '--tid',
+                 tid], capture_output=True, timeout=30)
+        return sorted(doomed)
 
     def targets_of(self, extent_uuids):
         text = self.show()
@@ -254,7 +278,7 @@ class DataPlaneStack(object):
         roles = 'memory_node' if name == MEMORY else 'compute_node'
         return self.stack.start_agent(name, roles=roles)
 
-    def wait_mounted(self, timeout=30):
+    def wait_mounted(self, timeout=120):
         deadline = time.monotonic() + timeout
         while not os.path.ismount(self.tmpfs):
             if self.stack.procs[MEMORY].poll() is not None or \
@@ -267,10 +291,32 @@ class DataPlaneStack(object):
         return '\n'.join(text[-4000:] for text in self.stack.log(name))
 
     def stop(self):
-        self.stack.stop()
-        if os.path.ismount(self.tmpfs):
-            subprocess.run(['umount', self.tmpfs], timeout=30)
-        self._drop()
+        """Stop the processes, then remove what they may have left even
+        after a failed test: targets serving files of the tmpfs (tgtd
+        keeps those open, and the tmpfs busy), the tmpfs, the database.
+        Each step runs whatever happened to the one before."""
+        try:
+            self.stack.stop()
+        finally:
+            try:
+                self.tgt.delete_targets_under(self.tmpfs)
+            finally:
+                try:
+                    self._umount()
+                finally:
+                    self._drop()
+
+    def _umount(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while os.path.ismount(self.tmpfs):
+            done = subprocess.run(['umount', self.tmpfs], timeout=30,
+                                  capture_output=True, text=True)
+            if done.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError('the tmpfs %s stays busy: %s' % (
+                    self.tmpfs, done.stderr.strip()))
+            time.sleep(0.5)
 
     # ------------------------------------------------------------ checks
 
@@ -291,7 +337,7 @@ class DataPlaneStack(object):
                 if e['export_state'] == 'exported' or e['chap_username']]
 
     def wait_reconciled(self, lease_uuid, statuses, extent_uuids,
-                        timeout=90):
+                        timeout=300):
         """Wait, without any request on the lease, until the lease is in
         one of ``statuses``, nothing of it may be exported any more, and
         tgtd serves no target of its extents (``extent_uuids``: a

@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from tests.functional import leftovers
 from tests.functional import stack as stack_mod
 
 RABBIT = os.environ.get('COMPOSABLE_TRANSPORT_URL',
@@ -37,7 +38,8 @@ def mariadb_url():
         if os.environ.get('COMPOSABLE_REQUIRE_DBS') == '1':
             pytest.fail('MariaDB is required but unreachable: %s' % exc)
         pytest.skip('MariaDB unreachable: %s' % exc)
-    name = 'composable_proc_%s' % uuid.uuid4().hex[:8]
+    name = 'composable_proc_%s_%s' % (leftovers.run_tag(),
+                                      uuid.uuid4().hex[:6])
     conn.cursor().execute('CREATE DATABASE %s CHARACTER SET utf8mb4' % name)
     yield 'mysql+pymysql://root@127.0.0.1/%s?charset=utf8mb4' % name
     conn.cursor().execute('DROP DATABASE IF EXISTS %s' % name)
@@ -130,11 +132,11 @@ def test_agent_that_does_not_answer_fails_the_bind_cleanly(stack):
     user.post('/leases/%s/bind' % lease['uuid'], {'host': 'compute-1'},
               expect=202)
     failed = user.wait_lease(lease['uuid'], ('bind_failed', 'bound'),
-                             timeout=90)
+                             timeout=300)
     assert failed['status'] == 'bind_failed'
     assert 'compute-1' in failed['fault']
     user.delete('/leases/%s' % lease['uuid'])
-    done = user.wait_lease(lease['uuid'], ('released', 'error'), timeout=90)
+    done = user.wait_lease(lease['uuid'], ('released', 'error'), timeout=300)
     assert done['status'] == 'released', done['fault']
     assert _pools(user)['memory-pool']['used'] == 0
 
@@ -158,12 +160,12 @@ def test_conductor_killed_while_binding_is_taken_over(stack):
     # conductor-0's heartbeat expires after 6 s; conductor-1 breaks its
     # reservation and binds the lease again from where it was.
     done = user.wait_lease(lease['uuid'], ('bound', 'bind_failed'),
-                           timeout=120)
+                           timeout=300)
     assert done['status'] == 'bound', done['fault']
     actions = user.get('/leases/%s/actions' % lease['uuid']).json()[
         'actions']
     assert actions[-1]['result'] == 'success'
     user.delete('/leases/%s' % lease['uuid'])
-    user.wait_lease(lease['uuid'], ('released',), timeout=60)
+    user.wait_lease(lease['uuid'], ('released',), timeout=300)
     pools = _pools(user)
     assert pools['gpu-pool']['used'] == 0
