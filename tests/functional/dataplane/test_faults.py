@@ -47,7 +47,7 @@ def fdp(tmp_path_factory, private_tgt, libvirt_conn):
         stack.stop()
 
 
-def _wait_file(path, timeout=30):
+def _wait_file(path, timeout=300):
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
         assert time.monotonic() < deadline, 'the export never got to %s' % (
@@ -70,7 +70,7 @@ def _post_bind(dp, lease, guest):
 def _release(dp, lease):
     dp.user.delete('/leases/%s' % lease['uuid'])
     done = dp.user.wait_lease(lease['uuid'], ('released', 'error'),
-                              timeout=120)
+                              timeout=300)
     assert done['status'] == 'released', done['fault']
 
 
@@ -106,7 +106,7 @@ def _bind_failing(dp, guest, lease, lun_delay, kill, *in_fault):
     _wait_file(reached)
     kill()
     failed = dp.user.wait_lease(lease['uuid'], ('bind_failed', 'bound'),
-                                timeout=90)
+                                timeout=300)
     assert failed['status'] == 'bind_failed'
     for word in in_fault:
         assert word in failed['fault']
@@ -123,7 +123,7 @@ def _bind_unbind_release(dp, guest, lease, uuids, swaps):
                         since)
     dp.user.post('/leases/%s/unbind' % lease['uuid'], {}, expect=202)
     assert dp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
-                              timeout=120)['status'] == 'reserved'
+                              timeout=300)['status'] == 'reserved'
     _release(dp, lease)
     e2e.assert_nothing_left(dp, guest, uuids, swaps)
 
@@ -206,7 +206,7 @@ def test_conductor_restarted_during_unbind(fdp, guest):
     # held and finishes the unbind.
     fdp.stack.start_conductor('conductor-0')
     done = fdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
-                               timeout=120)
+                               timeout=300)
     assert done['status'] == 'reserved', done['fault']
     guest.wait_for_line(r'^disk-gone %s$' % name, e2e.GUEST_TIMEOUT,
                         since=since)
@@ -229,7 +229,7 @@ def test_release_with_the_memory_agent_down_is_finished_by_the_reconciler(
     since = guest.mark()
     fdp.user.delete('/leases/%s' % lease['uuid'])
     failed = fdp.user.wait_lease(lease['uuid'], ('error', 'released'),
-                                 timeout=120)
+                                 timeout=300)
     assert failed['status'] == 'error', failed
     assert 'memory-0' in failed['fault']
     # The guest let go of its disk before the unexport failed; the lease

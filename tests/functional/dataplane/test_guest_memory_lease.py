@@ -18,7 +18,7 @@ from composable.agent.compute_node import libvirt_guest
 from tests.functional.compute_node import dataplane
 from tests.functional.dataplane import env
 
-GUEST_TIMEOUT = 90
+GUEST_TIMEOUT = 240
 LEASE_MB = 128
 
 
@@ -27,7 +27,7 @@ def _bind(dp, lease, guest):
                  {'server': guest.uuid, 'host': env.COMPUTE,
                   'attach_mode': 'guest'}, expect=202)
     bound = dp.user.wait_lease(lease['uuid'], ('bound', 'bind_failed'),
-                               timeout=120)
+                               timeout=300)
     assert bound['status'] == 'bound', (bound['fault'],
                                         dp.logs(env.COMPUTE))
     return bound
@@ -99,7 +99,7 @@ def test_bind_through_the_api_gives_the_guest_swap(dp, guest):
     since = guest.mark()
     dp.user.post('/leases/%s/unbind' % lease['uuid'], {}, expect=202)
     unbound = dp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
-                                 timeout=120)
+                                 timeout=300)
     assert unbound['status'] == 'reserved', unbound['fault']
     guest.wait_for_line(r'^disk-gone %s$' % name, GUEST_TIMEOUT,
                         since=since)
@@ -110,7 +110,7 @@ def test_bind_through_the_api_gives_the_guest_swap(dp, guest):
 
     dp.user.delete('/leases/%s' % lease['uuid'])
     released = dp.user.wait_lease(lease['uuid'], ('released', 'error'),
-                                  timeout=120)
+                                  timeout=300)
     assert released['status'] == 'released', released['fault']
     assert_nothing_left(dp, guest, [extent['uuid']], swaps_before)
     pools = {p['name']: p for p in dp.user.get('/pools').json()['pools']}
@@ -146,7 +146,7 @@ def _lease_on_guest(dp, guest, name):
 def _release(dp, guest, lease):
     dp.user.delete('/leases/%s' % lease['uuid'])
     done = dp.user.wait_lease(lease['uuid'], ('released', 'error'),
-                              timeout=120)
+                              timeout=300)
     assert done['status'] == 'released', done['fault']
 
 

@@ -187,7 +187,7 @@ def _agent_log(dp):
     return '\n'.join(dp.stack.log(env.COMPUTE))
 
 
-def _wait_log(dp, pattern, timeout=30):
+def _wait_log(dp, pattern, timeout=300):
     deadline = time.monotonic() + timeout
     while not re.search(pattern, _agent_log(dp)):
         assert time.monotonic() < deadline, (
@@ -301,7 +301,7 @@ def test_leases_follow_the_domain_start_stop_start(hdp, libvirt_conn,
         # Stop: unbound, back to reserved, still the instance's.
         guest.stop()
         stopped = hdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
-                                      timeout=60)
+                                      timeout=300)
         assert stopped['status'] == 'reserved', stopped['fault']
         assert stopped['instance_uuid'] == guest.uuid
         assert stopped['host'] is None
@@ -318,7 +318,7 @@ def test_leases_follow_the_domain_start_stop_start(hdp, libvirt_conn,
         _guest_got(guest, extent['uuid'], since)
         guest.stop()
         final = hdp.user.wait_lease(lease['uuid'], ('reserved', 'error'),
-                                    timeout=60)
+                                    timeout=300)
         assert final['status'] == 'reserved', final['fault']
         actions = [(a['action'], a['result']) for a in hdp.user.get(
             '/leases/%s/actions' % lease['uuid']).json()['actions']]
@@ -330,7 +330,7 @@ def test_leases_follow_the_domain_start_stop_start(hdp, libvirt_conn,
 
     hdp.user.delete('/leases/%s' % lease['uuid'])
     released = hdp.user.wait_lease(lease['uuid'], ('released', 'error'),
-                                   timeout=120)
+                                   timeout=300)
     assert released['status'] == 'released', released['fault']
     assert hdp.tgt.targets_of([extent['uuid']]) == []
     assert hdp.extent_files() == []

@@ -279,7 +279,7 @@ class Composable(fixtures.Fixture):
         return instance_leases.instance_leases(admin(), instance,
                                                include_released=True)
 
-    def wait(self, what, condition, timeout=60):
+    def wait(self, what, condition, timeout=300):
         deadline = time.monotonic() + timeout
         while True:
             value = condition()

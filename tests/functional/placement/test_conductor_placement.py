@@ -330,9 +330,26 @@ def test_deferred_start_refused_by_placement(harness, client):
 
 
 def test_periodic_pass_repairs_drift(composable_db, placement_conf, client,
-                                     caplog):
+                                     caplog, monkeypatch):
+    """The conductor's periodic Placement pass finds and repairs drift
+    made behind its back. The pass is held until the drift is in place,
+    so it can neither race the injection nor repair half of it."""
     caplog.set_level(logging.INFO)
     CONF.set_override('composable_reconcile_interval', 1, 'placement')
+    drift_made = threading.Event()
+    passes = []
+    real_pass = placement_claims.reconcile_pass
+
+    def held_pass():
+        if not drift_made.is_set():
+            return []
+        corrections = real_pass()
+        passes.append(corrections)
+        return corrections
+
+    # loops() hands the conductor's thread whatever reconcile_pass is
+    # when the conductor starts.
+    monkeypatch.setattr(placement_claims, 'reconcile_pass', held_pass)
     harness = h_mod.Harness(rpc_timeout=5, fabric_timeout=5)
     harness.start()
     try:
@@ -340,33 +357,26 @@ def test_periodic_pass_repairs_drift(composable_db, placement_conf, client,
                    for t in harness.conductor._threads)
         uuid = _create(harness, memory_mb=1024)
         mem = harness.pool(harness.memory_pool)
+        assert _held(client, uuid) == {mem.provider_uuid: {MEM: 1024}}
         # Someone edits the pool's inventory and deletes the lease's
         # allocation behind composable's back.
-        # The conductor's pass runs every second and may change the
-        # provider between the read and the write: write again then.
-        for attempt in range(10):
-            generation, inventories = client.get_inventories(
-                mem.provider_uuid)
-            inventories[MEM].update(total=65536, max_unit=65536)
-            try:
-                client._call('PUT', '/resource_providers/%s/inventories' %
-                             mem.provider_uuid, '1.26', body={
-                                 'resource_provider_generation': generation,
-                                 'inventories': inventories})
-                break
-            except pclient.PlacementError as exc:
-                if exc.status != 409 or attempt == 9:
-                    raise
+        generation, inventories = client.get_inventories(mem.provider_uuid)
+        inventories[MEM].update(total=65536, max_unit=65536)
+        client._call('PUT', '/resource_providers/%s/inventories' %
+                     mem.provider_uuid, '1.26', body={
+                         'resource_provider_generation': generation,
+                         'inventories': inventories})
         client._call('DELETE', '/allocations/%s' % uuid, '1.38',
                      ok=(204,))
-        deadline = time.monotonic() + 30
-        while True:
-            total = client.get_inventories(mem.provider_uuid)[1][MEM][
-                'total']
-            if total == 8192 and _held(client, uuid):
-                break
-            assert time.monotonic() < deadline, (total, _held(client, uuid))
-            time.sleep(0.2)
+        drift_made.set()
+        # The conductor's own thread runs the pass: wait for it.
+        deadline = time.monotonic() + 120
+        while not passes:
+            assert time.monotonic() < deadline, (
+                'the periodic Placement pass did not run within 120 s')
+            time.sleep(0.1)
+        assert client.get_inventories(mem.provider_uuid)[1][MEM][
+            'total'] == 8192
         assert _held(client, uuid) == {mem.provider_uuid: {MEM: 1024}}
         assert ('pool memory-pool: set the inventory of provider %s to '
                 '%s total=8192' % (mem.provider_uuid, MEM)) in caplog.text
@@ -535,7 +545,7 @@ def test_conductors_race_never_over_commit(server_stack, monkeypatch):
         assert client.get_usages(mem.provider_uuid)[MEM] == 6144
 
 
-def _wait_for(check, timeout=30):
+def _wait_for(check, timeout=120):
     deadline = time.monotonic() + timeout
     while True:
         value = check()
