@@ -81,12 +81,34 @@ for m in @MODULES@; do
         say module $m failed
     fi
 done
-for p in /sys/class/virtio-ports/*; do
-    [ "$(cat $p/name 2>/dev/null)" = @AGENT_PORT@ ] || continue
-    qemu-ga -m virtio-serial -p /dev/${p##*/} -t /tmp -f /tmp/qemu-ga.pid \
-        -l /tmp/qemu-ga.log &
-    say agent ${p##*/}
-done
+agent_port() {
+    for p in /sys/class/virtio-ports/*; do
+        [ "$(cat $p/name 2>/dev/null)" = @AGENT_PORT@ ] || continue
+        [ -e /dev/${p##*/} ] && echo ${p##*/} && return 0
+    done
+    return 1
+}
+# The agent port appears once virtio_console has probed the device,
+# which may be after insmod returns (slowly, under TCG on a busy host):
+# wait for it when the domain has one (composable_agent=1).
+case " $(cat /proc/cmdline) " in
+*" composable_agent=1 "*)
+    tries=0
+    until port=$(agent_port); do
+        tries=$((tries + 1))
+        if [ $tries -gt 600 ]; then
+            say agent-missing
+            break
+        fi
+        sleep 0.2
+    done
+    if [ -n "$port" ]; then
+        qemu-ga -m virtio-serial -p /dev/$port -t /tmp \
+            -f /tmp/qemu-ga.pid -l /tmp/qemu-ga.log &
+        say agent $port
+    fi
+    ;;
+esac
 say booted
 known=""
 while true; do
@@ -385,7 +407,8 @@ def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
        'agent': ("<channel type='unix'><target type='virtio' name='%s'/>"
                  "</channel>" % AGENT_PORT) if agent else '',
        'memory': memory_mib, 'kernel': image.kernel,
-       'initrd': image.initrd, 'cmdline': image.cmdline,
+       'initrd': image.initrd,
+       'cmdline': image.cmdline + (' composable_agent=1' if agent else ''),
        'log': serial_log}
 
 
