@@ -19,7 +19,6 @@ fixtures still clean up.
 """
 
 import signal
-import tempfile
 import threading
 
 import pytest
@@ -42,8 +41,8 @@ def pytest_configure(config):
 def nothing_left_behind(tmp_path_factory):
     before = leftovers.snapshot()
     yield
-    left = leftovers.find(before, mount_roots=[
-        tmp_path_factory.getbasetemp(), tempfile.gettempdir(), '/dev/shm'])
+    left = leftovers.find(before,
+                          mount_roots=[tmp_path_factory.getbasetemp()])
     if left:
         leftovers.clean(left)
         pytest.fail('the functional tests left these behind (removed '

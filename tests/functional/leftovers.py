@@ -119,10 +119,18 @@ def _tgt_targets():
     if result is None or result.returncode:
         return {}
     found = {}
-    for tid, iqn in re.findall(r'^Target (\d+): (\S+)$', result.stdout,
-                               re.M):
-        if iqn.startswith(IQN_PREFIXES):
-            found[iqn] = int(tid)
+    current = None
+    for line in result.stdout.splitlines():
+        target = re.match(r'^Target (\d+): (\S+)$', line)
+        if target:
+            tid, iqn = target.groups()
+            current = None
+            if iqn.startswith(IQN_PREFIXES):
+                current = found[iqn] = (int(tid), [])
+            continue
+        line = line.strip()
+        if current is not None and line.startswith('Backing store path: '):
+            current[1].append(line.split(': ', 1)[1])
     return found
 
 
@@ -250,23 +258,58 @@ def snapshot():
             if kind != 'process'}
 
 
-def find(before, mount_roots=None):
-    """{kind: {name: handle}} of what appeared since ``before`` (a
-    snapshot) and is still there. Mounts count only under
-    ``mount_roots`` when it is given."""
+def other_runs():
+    """The tags of other test runs or benchmarks alive on the machine."""
+    ours = os.environ.get(TAG_VAR)
+    found = set()
+    for path in glob.glob('/proc/[0-9]*/environ'):
+        try:
+            with open(path, 'rb') as f:
+                entries = f.read().split(b'\0')
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.startswith(TAG_VAR.encode() + b'='):
+                tag = entry.split(b'=', 1)[1].decode('ascii', 'replace')
+                if tag != ours:
+                    found.add(tag)
+    return found
+
+
+def find(before, mount_roots=()):
+    """{kind: {name: handle}} of what this run made since ``before`` (a
+    snapshot) and is still there.
+
+    Processes, databases, virtual hosts and domains carry the run's tag.
+    Mounts and tgt targets belong to the run when they (or the files a
+    target serves) are under ``mount_roots`` or carry the tag. What
+    cannot be told apart (libvirt secrets, swap areas, other new mounts
+    and targets) counts only while no other run is alive on the machine:
+    then it can only be this run's.
+    """
+    tag = os.environ.get(TAG_VAR) or '-'
+    roots = tuple(os.path.join(str(r), '') for r in mount_roots)
+
+    def ours(path):
+        return tag in path or os.path.join(path, '').startswith(roots)
+
+    alone = not other_runs()
     left = {}
     for kind in KINDS:
         now = _LISTERS[kind]()
         new = {name: handle for name, handle in now.items()
                if name not in before.get(kind, ())}
         if kind in TAGGED_KINDS:
-            tag = os.environ.get(TAG_VAR) or '-'
             new = {name: handle for name, handle in new.items()
                    if tag in name}
-        if kind == 'mount' and mount_roots is not None:
-            roots = tuple(os.path.join(str(r), '') for r in mount_roots)
+        elif kind == 'mount' and not alone:
             new = {name: point for name, point in new.items()
-                   if os.path.join(point, '').startswith(roots)}
+                   if ours(point)}
+        elif kind == 'tgt target' and not alone:
+            new = {name: handle for name, handle in new.items()
+                   if any(ours(path) for path in handle[1])}
+        elif kind in ('libvirt secret', 'swap') and not alone:
+            new = {}
         if new:
             left[kind] = new
     return left
@@ -342,8 +385,8 @@ def _umount(points):
             _run('umount', '-l', point)
 
 
-def _delete_targets(tids):
-    for tid in tids:
+def _delete_targets(handles):
+    for tid, _paths in handles:
         _run('tgtadm', '--lld', 'iscsi', '--op', 'delete', '--mode',
              'target', '--force', '--tid', str(tid))
 
@@ -396,7 +439,7 @@ def _interrupt(signum, frame):
 
 
 @contextlib.contextmanager
-def guard(mount_roots=None):
+def guard(mount_roots=()):
     """For a program (a benchmark) that makes things on the machine: a
     SIGTERM interrupts it as Ctrl-C does, so its ``finally`` blocks run;
     afterwards whatever it left is reported on stderr and removed, and a

@@ -177,6 +177,6 @@ def main(argv=None):
 if __name__ == '__main__':
     # Whatever the run leaves on the machine (mounts, targets, guests,
     # processes, databases) fails it, and is removed.
-    with leftovers.guard(mount_roots=[tempfile.gettempdir(), '/dev/shm']):
+    with leftovers.guard():
         rc = main()
     sys.exit(rc)

@@ -43,6 +43,7 @@ from tests.functional.compute_node import dataplane
 from tests.functional.dataplane import env
 from tests.functional.guest import build
 from tests.functional.hooks import nova_domain
+from tests.functional import leftovers
 
 HOOKS_DIR = '/etc/libvirt/hooks'
 QEMU_D = os.path.join(HOOKS_DIR, 'qemu.d')
@@ -165,7 +166,8 @@ class NovaGuest(build.RunningGuest):
 
 @contextlib.contextmanager
 def nova_guest(conn, image, nova=True, **metadata):
-    name = 'composable-hook-%s' % uuid.uuid4().hex[:8]
+    name = 'composable-test-hook-%s-%s' % (leftovers.run_tag(),
+                                           uuid.uuid4().hex[:6])
     run_dir = tempfile.mkdtemp(prefix='run-%s-' % name,
                                dir=build.cache_dir())
     os.chmod(run_dir, 0o755)
@@ -196,12 +198,16 @@ def _wait_log(dp, pattern, timeout=300):
         time.sleep(0.2)
 
 
-def _link(dp, lease_uuid, instance_uuid):
+REFRESHED = re.compile(r'instance\(s\) have leases reachable from')
+
+
+def _link(dp, lease_uuid, instance_uuid, timeout=300):
     """Link a reserved lease to an instance in the database, as the
     composable_lease scheduler hint does (the conductor does it when Nova
-    tells it the instance was created), and give the agent time to see
-    it."""
+    tells it the instance was created), and wait until the agent's hook
+    cache has been refreshed from the database since."""
     import sqlalchemy as sa
+    refreshes = len(REFRESHED.findall(_agent_log(dp)))
     engine = sa.create_engine(dp.db_url)
     try:
         with engine.begin() as conn:
@@ -210,7 +216,13 @@ def _link(dp, lease_uuid, instance_uuid):
                          {'i': instance_uuid, 'u': lease_uuid})
     finally:
         engine.dispose()
-    time.sleep(REFRESH * 3)
+    # The refresh that ends second from now started after the update.
+    deadline = time.monotonic() + timeout
+    while len(REFRESHED.findall(_agent_log(dp))) < refreshes + 2:
+        assert time.monotonic() < deadline, (
+            'the agent did not refresh its hook cache:\n%s' %
+            _agent_log(dp)[-3000:])
+        time.sleep(0.2)
 
 
 def _secret_defined(conn, extent_uuid):

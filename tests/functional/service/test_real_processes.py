@@ -145,16 +145,19 @@ def test_conductor_killed_while_binding_is_taken_over(stack):
     admin = stack_mod.Client(stack.endpoint, project='admin')
     # Make fabric operations slow so the kill lands mid-bind.
     admin.request('PATCH', '/fabrics/fabric-0',
-                  json={'driver_info': {'simulate_delay': 4}}, expect=200)
+                  json={'driver_info': {'simulate_delay': 10}}, expect=200)
     user = stack_mod.Client(stack.endpoint, project='project-a',
                             roles='member,reader')
     lease = user.post('/leases', {'device_count': 2, 'device_kind': 'gpu'},
                       expect=201).json()
     user.post('/leases/%s/bind' % lease['uuid'], {'host': 'compute-0'},
               expect=202)
-    time.sleep(1)
-    assert user.get('/leases/%s' % lease['uuid']).json()['status'] == \
-        'binding'
+    # The first of the slow fabric binds is under way.
+    deadline = time.monotonic() + 300
+    while user.get('/leases/%s' % lease['uuid']).json()['status'] != \
+            'binding':
+        assert time.monotonic() < deadline, 'the bind never started'
+        time.sleep(0.1)
     stack.kill('conductor-0')
     stack.start_conductor('conductor-1')
     # conductor-0's heartbeat expires after 6 s; conductor-1 breaks its
