@@ -19,7 +19,7 @@ from tests.functional.compute_node import dataplane
 
 INITIATOR = 'iqn.2010-10.org.openstack.composable.test:compute-1'
 SIZE_MB = 64
-GUEST_TIMEOUT = 60
+GUEST_TIMEOUT = 240
 
 
 def _extent(tgt, size_mb=SIZE_MB, index=0, chap_secret=None,
@@ -41,7 +41,7 @@ _created = []
 
 def _attacher():
     return libvirt_guest.GuestMemoryAttacher(
-        uri=dataplane.LIBVIRT_URI, attach_timeout=60, detach_timeout=60)
+        uri=dataplane.LIBVIRT_URI, attach_timeout=180, detach_timeout=180)
 
 
 @pytest.fixture(autouse=True)

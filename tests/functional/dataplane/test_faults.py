@@ -24,7 +24,7 @@ from tests.functional.dataplane import env
 from tests.functional.dataplane import test_guest_memory_lease as e2e
 
 LEASE_MB = e2e.LEASE_MB
-BIND_TIMEOUT = 10
+BIND_TIMEOUT = 20
 RECONCILE_INTERVAL = 2
 
 

@@ -522,7 +522,7 @@ def wait_guest_agent(domain, timeout):
 
 
 @contextlib.contextmanager
-def running_guest(conn, image=None, memory_mib=256, boot_timeout=180,
+def running_guest(conn, image=None, memory_mib=256, boot_timeout=300,
                   name=None, agent=True):
     """Define and start the tiny guest, wait for it to boot, yield a
     RunningGuest; destroy and undefine it afterwards.

@@ -48,7 +48,7 @@ from tests.functional import leftovers
 HOOKS_DIR = '/etc/libvirt/hooks'
 QEMU_D = os.path.join(HOOKS_DIR, 'qemu.d')
 LEASE_MB = 128
-GUEST_TIMEOUT = 120
+GUEST_TIMEOUT = 300
 # The agent re-reads which instances have leases this often; links made
 # in the database behind its back (as the scheduler hint's are) are seen
 # within that time.
