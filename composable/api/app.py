@@ -88,6 +88,7 @@ def setup_app(auth_strategy=None):
     _remember_controller_signatures()
     app_hooks = [
         hooks.ErrorHook(),
+        hooks.FormBodyHook(),
         hooks.MicroversionHook(),
         hooks.ContextHook(auth_strategy),
         hooks.ConductorHook(),

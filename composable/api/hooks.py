@@ -15,6 +15,7 @@
 import threading
 
 from pecan import hooks
+from webob import exc as webob_exc
 
 from composable.api import errors
 from composable.api import microversion
@@ -28,6 +29,30 @@ CONDUCTOR_KEY = 'composable.conductor'
 NOAUTH_USER = 'admin'
 NOAUTH_PROJECT = 'demo'
 NOAUTH_ROLES = 'admin,member,reader'
+
+
+# Bodies WebOb parses as form fields when Pecan reads the request's
+# parameters for routing: a malformed one (multipart without a boundary)
+# would fail there, before any controller could refuse it.
+FORM_TYPES = frozenset(['multipart/form-data',
+                        'application/x-www-form-urlencoded'])
+FORM_METHODS = frozenset(['POST', 'PUT', 'PATCH', 'DELETE'])
+
+
+class FormBodyHook(hooks.PecanHook):
+    """Refuse form-encoded requests (415) before routing: the API takes
+    JSON bodies only."""
+
+    priority = 2
+
+    def on_route(self, state):
+        request = state.request
+        if request.method in FORM_METHODS and \
+                request.content_type in FORM_TYPES:
+            raise webob_exc.HTTPUnsupportedMediaType(
+                'Content-Type %s is not supported; send application/json '
+                '(or no Content-Type for a request without a body).' %
+                request.content_type)
 
 
 class ContextHook(hooks.PecanHook):

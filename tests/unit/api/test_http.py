@@ -119,6 +119,37 @@ def test_unsupported_media_type(client):
     _assert_error(resp, 415, 'composable.unsupported_media_type')
 
 
+@pytest.mark.parametrize('method, path', [
+    ('DELETE', '/v1/hosts/0'),
+    ('POST', '/v1/leases'),
+    ('PATCH', '/v1/fabrics/nope'),
+    ('POST', '/v1/leases/nope/bind'),
+])
+@pytest.mark.parametrize('content_type', [
+    'multipart/form-data',
+    'multipart/form-data; boundary=x',
+    'application/x-www-form-urlencoded',
+])
+def test_form_bodies_are_refused_before_routing(client, method, path,
+                                                content_type):
+    # A multipart body without a boundary made WebOb fail while Pecan
+    # read the request's parameters for routing: a 500 and a traceback.
+    req_headers = {'Content-Type': content_type}
+    resp = client.request(method, path, headers=req_headers)
+    error = _assert_error(resp, 415, 'composable.unsupported_media_type')
+    assert content_type.split(';')[0] in error['detail']
+    assert 'application/json' in error['detail']
+    resp = client.request(method, path, raw=b'--x\r\n\r\n',
+                          content_type=content_type)
+    _assert_error(resp, 415, 'composable.unsupported_media_type')
+
+
+def test_a_form_content_type_on_a_get_is_ignored(client):
+    resp = client.get('/v1/fabrics',
+                      headers={'Content-Type': 'multipart/form-data'})
+    assert resp.status == 200
+
+
 def test_malformed_json(client):
     resp = client.post('/v1/fabrics', raw=b'{"name": ')
     error = _assert_error(resp, 400, 'composable.invalid')
