@@ -16,8 +16,10 @@ process: the in-process ``fake:/`` message transport, and whatever database
 PostgreSQL in the functional tests, which reuse this harness)."""
 
 import datetime
+import queue
 import time
 
+import oslo_messaging
 from oslo_messaging._drivers import impl_fake
 from oslo_messaging import conffixture
 
@@ -68,10 +70,39 @@ class Harness(object):
 
     # ------------------------------------------------------------ set-up
 
+    def _answer_for_the_dead(self):
+        """A call to an agent that is not running is delivered to its
+        queue, as on a real broker, and times out at once rather than
+        after ``rpc_timeout``: nothing can answer it before the test
+        starts the agent again, so the caller sees what it would see
+        after the wait, without the wait."""
+        original = impl_fake.FakeDriver._send
+        harness = self
+
+        def _send(driver, target, ctxt, message, wait_for_reply=None,
+                  timeout=None, transport_options=None):
+            if wait_for_reply and target.topic == rpc.AGENT_TOPIC and \
+                    target.server and \
+                    target.server not in harness.agent_services:
+                exchange = driver._exchange_manager.get_exchange(
+                    target.exchange)
+                exchange.deliver_message(target.topic, ctxt, message,
+                                         server=target.server,
+                                         fanout=target.fanout,
+                                         reply_q=queue.Queue())
+                raise oslo_messaging.MessagingTimeout(
+                    'No reply on topic %s' % target.topic)
+            return original(driver, target, ctxt, message, wait_for_reply,
+                            timeout, transport_options)
+
+        impl_fake.FakeDriver._send = _send
+        self._original_send = original
+
     def start(self, agents=HOSTS[:1] + MEMORY_NODES):
         CONF([], project='composable', default_config_files=[],
              default_config_dirs=[])
         self.messaging.setUp()
+        self._answer_for_the_dead()
         CONF.set_override('rpc_response_timeout_bind', self.rpc_timeout)
         CONF.set_override('operation_timeout', self.fabric_timeout,
                           'fabric')
@@ -124,6 +155,7 @@ class Harness(object):
         for svc in services:
             svc.wait()
         self.agent_services.clear()
+        impl_fake.FakeDriver._send = self._original_send
         rpc.cleanup()
         impl_fake.FakeExchangeManager.cleanup()
         fake_fabric.FakeFabricDriver.reset()
