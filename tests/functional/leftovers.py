@@ -215,24 +215,18 @@ def _postgresql():
 
 def _databases():
     found = {}
-    conn = _mariadb()
-    if conn is not None:
+    for backend, connect, query in (
+            ('mysql', _mariadb, 'SHOW DATABASES'),
+            ('postgresql', _postgresql, 'SELECT datname FROM pg_database')):
+        conn = connect()
+        if conn is None:
+            continue
         try:
             with conn.cursor() as cur:
-                cur.execute('SHOW DATABASES')
+                cur.execute(query)
                 for (name,) in cur.fetchall():
                     if name.startswith(DATABASE_PREFIX):
-                        found['mysql:%s' % name] = ('mysql', name)
-        finally:
-            conn.close()
-    conn = _postgresql()
-    if conn is not None:
-        try:
-            with conn.cursor() as cur:
-                cur.execute('SELECT datname FROM pg_database')
-                for (name,) in cur.fetchall():
-                    if name.startswith(DATABASE_PREFIX):
-                        found['postgresql:%s' % name] = ('postgresql', name)
+                        found['%s:%s' % (backend, name)] = (backend, name)
         finally:
             conn.close()
     return found
@@ -355,17 +349,19 @@ def _zombie(pid):
         return True
 
 
-def _destroy_domains(names):
+def _on_libvirt(handles, steps_of):
+    """Run, for each handle, the steps ``steps_of(conn, handle)`` gives
+    (an object that is gone already has none), ignoring their errors."""
     conn = _libvirt()
     if conn is None:
         return
     try:
-        for name in names:
+        for handle in handles:
             try:
-                domain = conn.lookupByName(name)
+                steps = steps_of(conn, handle)
             except Exception:
                 continue
-            for step in (domain.destroy, domain.undefine):
+            for step in steps:
                 try:
                     step()
                 except Exception:
@@ -374,18 +370,16 @@ def _destroy_domains(names):
         conn.close()
 
 
+def _destroy_domains(names):
+    def steps(conn, name):
+        domain = conn.lookupByName(name)
+        return domain.destroy, domain.undefine
+    _on_libvirt(names, steps)
+
+
 def _undefine_secrets(uuids):
-    conn = _libvirt()
-    if conn is None:
-        return
-    try:
-        for secret_uuid in uuids:
-            try:
-                conn.secretLookupByUUIDString(secret_uuid).undefine()
-            except Exception:
-                pass
-    finally:
-        conn.close()
+    _on_libvirt(uuids, lambda conn, secret_uuid: (
+        conn.secretLookupByUUIDString(secret_uuid).undefine,))
 
 
 def _umount(points):

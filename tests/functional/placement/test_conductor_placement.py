@@ -62,6 +62,17 @@ def _held(client, consumer):
     return {rp: a['resources'] for rp, a in got.items()}
 
 
+def _set_total(client, provider_uuid, total):
+    """Change the memory inventory of a provider behind composable's
+    back."""
+    generation, inventories = client.get_inventories(provider_uuid)
+    inventories[MEM].update(total=total, max_unit=total)
+    client._call('PUT', '/resource_providers/%s/inventories' %
+                 provider_uuid, '1.26', body={
+                     'resource_provider_generation': generation,
+                     'inventories': inventories})
+
+
 def _providers(harness):
     mem = harness.pool(harness.memory_pool)
     gpu = harness.pool(harness.gpu_pool)
@@ -192,12 +203,7 @@ def test_claim_withdrawn_when_placement_is_over_capacity(harness, placement,
     def shrink(url):
         # Right after our write, the provider holds more than it has: as
         # when Placement accepts racing writes beyond the capacity.
-        generation, inventories = client.get_inventories(mem.provider_uuid)
-        inventories[MEM].update(total=4096, max_unit=4096)
-        client._call('PUT', '/resource_providers/%s/inventories' %
-                     mem.provider_uuid, '1.26', body={
-                         'resource_provider_generation': generation,
-                         'inventories': inventories})
+        _set_total(client, mem.provider_uuid, 4096)
 
     placement_claims.set_client(pclient.ReportClient(
         _AfterPut(placement.adapter(), shrink), retry_delay=0))
@@ -372,12 +378,7 @@ def test_periodic_pass_repairs_drift(composable_db, placement_conf, client,
         assert _held(client, uuid) == {mem.provider_uuid: {MEM: 1024}}
         # Someone edits the pool's inventory and deletes the lease's
         # allocation behind composable's back.
-        generation, inventories = client.get_inventories(mem.provider_uuid)
-        inventories[MEM].update(total=65536, max_unit=65536)
-        client._call('PUT', '/resource_providers/%s/inventories' %
-                     mem.provider_uuid, '1.26', body={
-                         'resource_provider_generation': generation,
-                         'inventories': inventories})
+        _set_total(client, mem.provider_uuid, 65536)
         client._call('DELETE', '/allocations/%s' % uuid, '1.38',
                      ok=(204,))
         drift_made.set()
