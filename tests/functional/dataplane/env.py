@@ -286,9 +286,21 @@ class DataPlaneStack(object):
         self.start_agent(MEMORY)
         self.start_agent(COMPUTE)
 
-    def start_agent(self, name):
+    def start_agent(self, name, wait=False, timeout=300):
+        """Start the agent ``name``; with ``wait``, return once it takes
+        RPC requests (a call sent before its queue exists is lost)."""
         roles = 'memory_node' if name == MEMORY else 'compute_node'
-        return self.stack.start_agent(name, roles=roles)
+        serving = 'Serving RPC topic composable-agent as %s' % name
+        before = '\n'.join(self.stack.log(name)).count(serving)
+        proc = self.stack.start_agent(name, roles=roles)
+        deadline = time.monotonic() + timeout
+        while wait and '\n'.join(self.stack.log(name)).count(
+                serving) <= before:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError('agent %s does not take requests:\n%s'
+                                     % (name, self.logs(name)))
+            time.sleep(0.2)
+        return proc
 
     def wait_mounted(self, timeout=120):
         deadline = time.monotonic() + timeout

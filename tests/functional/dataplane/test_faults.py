@@ -191,11 +191,14 @@ def test_compute_agent_killed_during_bind(fdp, guest):
     # answer.
     assert fdp.tgt.targets_of(uuids) == []
     fdp.fast_lun()
-    fdp.start_agent(env.COMPUTE)
     # The attach request that was never answered is not carried out
-    # late by the new agent: the guest gets no disk.
-    time.sleep(3)
-    assert dataplane.domblklist(guest.uuid) == []
+    # late by the new agent (the broker drops a call whose timeout has
+    # passed): from the moment it takes requests, the guest gets no disk.
+    fdp.start_agent(env.COMPUTE, wait=True)
+    watch_until = time.monotonic() + 3
+    while time.monotonic() < watch_until:
+        assert dataplane.domblklist(guest.uuid) == []
+        time.sleep(0.5)
     _converged(fdp, guest, lease, uuids, swaps, ('bind_failed',))
     _bind_unbind_release(fdp, guest, lease, uuids, swaps)
 

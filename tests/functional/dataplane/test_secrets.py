@@ -32,7 +32,6 @@ admin's view of the fabric, which shows the password masked.
 import glob
 import json
 import os
-import time
 import uuid
 
 import pytest
@@ -119,13 +118,7 @@ def _device_life_cycle(dp, password):
                                      'pools': ['locked-gpus']},
                          expect=201).json()
     assert lease['status'] == 'reserved', lease
-    dp.start_agent('gpu-host')
-    # A call sent before the agent's queue exists is lost on the way.
-    deadline = time.monotonic() + 300
-    while 'Serving RPC topic composable-agent as gpu-host' not in \
-            dp.logs('gpu-host'):
-        assert time.monotonic() < deadline, dp.logs('gpu-host')
-        time.sleep(0.2)
+    dp.start_agent('gpu-host', wait=True)
     dp.user.post('/leases/%s/bind' % lease['uuid'], {'host': 'gpu-host'},
                  expect=202)
     bound = dp.user.wait_lease(lease['uuid'], ('bound', 'bind_failed'),
