@@ -99,9 +99,9 @@ _UCRED = struct.Struct('3i')
 
 
 def states_holding():
-    """Lease states that hold capacity (composable.conductor.states),
+    """Lease states that hold capacity (composable.common.states),
     imported when needed: the conductor package is not the agent's."""
-    from composable.conductor import states
+    from composable.common import states
     return states.HOLDS_CAPACITY
 
 

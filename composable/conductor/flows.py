@@ -15,7 +15,7 @@
 Each flow runs while its caller holds the lease's reservation, starting in
 the transient state the caller moved the lease to (allocating, binding,
 unbinding, releasing). Every status change goes through
-composable.conductor.states and is a compare-and-set on the current status
+composable.common.states and is a compare-and-set on the current status
 (``lease_update(..., expected_status=...)``).
 
 Every step is idempotent and leaves a mark in the database *before* it
@@ -53,10 +53,10 @@ import oslo_messaging as messaging
 
 from composable.agent import rpcapi as agent_rpcapi
 from composable.common import exception
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
+from composable.conductor.placement import claims as placement_claims
 from composable import conf
-from composable.conductor import allocator
-from composable.conductor import placement_claims
-from composable.conductor import states
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
 

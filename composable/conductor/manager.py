@@ -33,19 +33,19 @@ from oslo_utils import timeutils
 from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import pool_fit
+from composable.common import states
 from composable.common import utils
-from composable import conf
-from composable.conductor import allocator
-from composable.conductor import claim_batches
+from composable.conductor.allocator import batches as claim_batches
+from composable.conductor.allocator import claims as allocator
 from composable.conductor import flows as lease_flows
 from composable.conductor import node_reports
-from composable.conductor import nova_api
-from composable.conductor import nova_events
+from composable.conductor.nova import client as nova_api
+from composable.conductor.nova import events as nova_events
 from composable.conductor import periodic
-from composable.conductor import placement_claims
+from composable.conductor.placement import claims as placement_claims
 from composable.conductor import reconciler
 from composable.conductor import reservations
-from composable.conductor import states
+from composable import conf
 from composable.db import api as db_api
 from composable.db import views
 
@@ -453,12 +453,12 @@ class ConductorManager(object):
 
     # ------------------------------------------------------ libvirt hook
     # For the agents of compute nodes (composable.agent.hook_server); the
-    # work is in composable.conductor.instance_binding.
+    # work is in composable.conductor.nova.binding.
 
     @property
     def instance_binding(self):
         if getattr(self, '_instance_binding', None) is None:
-            from composable.conductor import instance_binding
+            from composable.conductor.nova import binding as instance_binding
             self._instance_binding = instance_binding.InstanceBinding(self)
         return self._instance_binding
 

@@ -46,9 +46,9 @@ asks again. ``check_memory_nodes`` returns what it found, per node.
 from oslo_log import log as logging
 
 from composable.agent import rpcapi as agent_rpcapi
+from composable.common import states as lease_states
 from composable.conductor import flows
 from composable.conductor import reservations
-from composable.conductor import states as lease_states
 from composable.db import api as db_api
 from composable.db import models
 

@@ -26,13 +26,13 @@ them acts on a given lease and the others skip it.
 
 from oslo_log import log as logging
 
+from composable.common import states
 from composable.common import utils
-from composable import conf
-from composable.conductor import allocator
+from composable.conductor.allocator import claims as allocator
 from composable.conductor import flows as lease_flows
-from composable.conductor import placement_claims
+from composable.conductor.placement import claims as placement_claims
 from composable.conductor import reservations
-from composable.conductor import states
+from composable import conf
 from composable.db import api as db_api
 
 CONF = conf.CONF

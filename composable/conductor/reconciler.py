@@ -56,12 +56,12 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from composable.common import context as composable_context
+from composable.common import states
 from composable.common import utils
-from composable import conf
 from composable.conductor import flows as lease_flows
 from composable.conductor import node_reports
 from composable.conductor import reservations
-from composable.conductor import states
+from composable import conf
 from composable.db import api as db_api
 
 CONF = conf.CONF

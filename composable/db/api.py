@@ -34,8 +34,8 @@ from sqlalchemy import orm
 from sqlalchemy.pool import base as sa_pool_base
 
 from composable.common import exception
+from composable.common import states
 from composable.common import utils
-from composable.conductor import states
 from composable.db import models
 
 LOG = logging.getLogger(__name__)

@@ -237,9 +237,9 @@ class Lease(Base):
     # The Placement consumer holding the lease's capacity: NULL = none of
     # its own, the lease uuid = composable's claim (released with the
     # lease), an instance uuid = Nova's claim for that instance (never
-    # deleted by composable). See composable.conductor.placement_claims.
+    # deleted by composable). See composable.conductor.placement.claims.
     placement_consumer = sa.Column(sa.String(36), nullable=True)
-    # One of composable.conductor.states.
+    # One of composable.common.states.
     status = sa.Column(sa.String(32), nullable=False)
     fault = sa.Column(sa.Text, nullable=True)
     # Hostname of the conductor working on this lease, or NULL.

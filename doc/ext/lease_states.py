@@ -13,7 +13,7 @@
 """Render the lease state machine into the documentation.
 
 The tables are built at documentation build time from
-``composable.conductor.states.TRANSITIONS``, so the docs can never disagree
+``composable.common.states.TRANSITIONS``, so the docs can never disagree
 with the state machine the conductor and the API enforce.
 
 Usage in a page::
@@ -145,11 +145,11 @@ class LeaseStatesDirective(SphinxDirective):
     }
 
     def run(self):
-        from composable.conductor import states
+        from composable.common import states
 
         which = self.options.get('table', 'transitions')
         lines = _TABLES[which](states)
-        source = 'composable.conductor.states.TRANSITIONS'
+        source = 'composable.common.states.TRANSITIONS'
         node = nodes.container()
         self.state.nested_parse(StringList(lines, source=source),
                                 self.content_offset, node)

@@ -26,7 +26,7 @@ extensions = [
     'oslo_config.sphinxconfiggen',
     'oslo_policy.sphinxext',
     'oslo_policy.sphinxpolicygen',
-    # Renders composable.conductor.states.TRANSITIONS (doc/ext).
+    # Renders composable.common.states.TRANSITIONS (doc/ext).
     'lease_states',
 ]
 

@@ -19,8 +19,8 @@ import random
 import threading
 
 from composable.common import exception
-from composable.conductor import allocator
-from composable.conductor import states
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
 from composable.db import api as dbapi
 from tests.unit.allocator import inventory as inv
 
@@ -164,7 +164,7 @@ def test_batched_creates_and_releases_race_across_conductors(db_backend):
     racing on the same pools, with creates and quick releases mixed in
     their batches: never an over-commit, counters equal to the leases."""
     from composable.common import context as ctx_mod
-    from composable.conductor import claim_batches
+    from composable.conductor.allocator import batches as claim_batches
 
     fabric, _ = inv.memory_inventory(nodes=(4096, 4096), step=1024)
     inv.gpu_inventory(fabric, models_=['A'] * 4)

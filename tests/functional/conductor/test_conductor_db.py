@@ -20,9 +20,9 @@ import threading
 import pytest
 
 from composable.common import exception
-from composable.conductor import allocator
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
 from composable.conductor import reservations
-from composable.conductor import states
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 

@@ -21,8 +21,8 @@ import pytest
 import sqlalchemy as sa
 
 from composable.common import context as ctx_mod
-from composable.conductor import allocator
-from composable.conductor import states
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
 from composable.db import api as dbapi
 from tests.functional import fixtures as db_fixtures
 from tests.unit.allocator import inventory as inv

@@ -26,8 +26,8 @@ from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
 from oslo_utils import uuidutils
 
-from composable.placement import client as pclient
-from composable.placement import sync
+from composable.conductor.placement import client as pclient
+from composable.conductor.placement import sync
 from tests.functional.nova import base
 
 MEM = 'CUSTOM_COMPOSABLE_MEMORY_MB'

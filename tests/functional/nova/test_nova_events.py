@@ -56,16 +56,16 @@ from composable.agent import manager as agent_manager
 from composable.common import context as ctx_mod
 from composable.common import rpc
 from composable.common import service
-from composable import conf
-from composable.conductor import instance_leases
+from composable.common import states
 from composable.conductor import manager as conductor_manager
-from composable.conductor import nova_api
-from composable.conductor import placement_claims
+from composable.conductor.nova import client as nova_api
+from composable.conductor.nova import flavor_leases as instance_leases
+from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import sync
 from composable.conductor import reservations
-from composable.conductor import states
+from composable import conf
 from composable.db import api as db_api
 from composable.fabric import fake as fake_fabric
-from composable.placement import sync
 from tests.functional import fixtures as db_fixtures
 from tests.functional.nova import base
 

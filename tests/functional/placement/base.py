@@ -28,12 +28,12 @@ from placement.objects import trait as placement_trait
 from placement.tests.functional.fixtures import placement as pfixture
 
 from composable.common import context as ctx_mod
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
+from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import client as pclient
 from composable import conf
-from composable.conductor import allocator
-from composable.conductor import placement_claims
-from composable.conductor import states
 from composable.db import api as dbapi
-from composable.placement import client as pclient
 
 
 def foreign_keys_off():

@@ -32,14 +32,14 @@ from oslo_utils import uuidutils
 import pytest
 
 from composable.api import app as api_app
+from composable.common import states
 from composable.common import utils
+from composable.conductor.allocator import claims as allocator
+from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import client as pclient
+from composable.conductor.placement import sync
 from composable import conf
-from composable.conductor import allocator
-from composable.conductor import placement_claims
-from composable.conductor import states
 from composable.db import api as dbapi
-from composable.placement import client as pclient
-from composable.placement import sync
 from composable import policies
 from tests.functional import fixtures as db_fixtures
 from tests.functional.placement import base

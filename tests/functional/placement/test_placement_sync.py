@@ -15,10 +15,10 @@
 from keystoneauth1 import loading as ks_loading
 import pytest
 
+from composable.conductor.placement import client as pclient
+from composable.conductor.placement import sync
 from composable import conf
 from composable.db import api as dbapi
-from composable.placement import client as pclient
-from composable.placement import sync
 from tests.functional.placement import base
 
 AGG = '6f1a0c1e-52f5-4bb1-8a3a-0d6f3b1c9a11'

@@ -14,8 +14,8 @@
 CONF.database.connection names."""
 
 from composable.common import context as ctx_mod
-from composable.conductor import allocator
-from composable.conductor import states
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
 from composable.db import api as dbapi
 
 

@@ -17,9 +17,9 @@ import threading
 import pytest
 
 from composable.common import exception
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
 from composable import conf
-from composable.conductor import allocator
-from composable.conductor import states
 from composable.db import api as dbapi
 from tests.unit.allocator import inventory as inv
 

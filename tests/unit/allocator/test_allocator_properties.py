@@ -40,8 +40,8 @@ from hypothesis import settings
 from hypothesis import stateful
 from hypothesis import strategies as st
 
+from composable.common import states
 from composable import conf
-from composable.conductor import states
 from composable.db import api as db_api
 from composable.db import models
 from composable.fabric import fake as fake_fabric

@@ -11,7 +11,7 @@
 # under the License.
 
 """Group commit of creates and quick releases
-(composable.conductor.claim_batches), on SQLite; the same races on MariaDB
+(composable.conductor.allocator.batches), on SQLite; the same races on MariaDB
 and PostgreSQL are in tests/functional/allocator."""
 
 import threading
@@ -21,10 +21,10 @@ import sqlalchemy as sa
 
 from composable.common import context as ctx_mod
 from composable.common import exception
+from composable.common import states
+from composable.conductor.allocator import batches as claim_batches
+from composable.conductor.allocator import claims as allocator
 from composable import conf
-from composable.conductor import allocator
-from composable.conductor import claim_batches
-from composable.conductor import states
 from composable.db import api as dbapi
 from tests.unit.allocator import inventory as inv
 from tests.unit.allocator import test_allocator

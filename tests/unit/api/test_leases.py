@@ -19,8 +19,8 @@ import time
 
 import pytest
 
+from composable.common import states
 from composable.common import utils as common_utils
-from composable.conductor import states
 
 
 def _wait(client, lease_uuid, statuses, timeout=20):

@@ -15,8 +15,8 @@ bind_failed with a fault naming what failed, the lease action ends in
 error, nothing stays exported or bound, and a later delete frees the
 capacity."""
 
+from composable.common import states
 from composable import conf
-from composable.conductor import states
 from composable.db import api as db_api
 from composable.fabric import fake as fake_fabric
 from tests.unit.conductor import harness as h_mod

@@ -14,7 +14,7 @@
 RPC servers (noop exporter, no-op attach), fake fabric, SQLite file DB."""
 
 from composable.common import exception
-from composable.conductor import states
+from composable.common import states
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 

@@ -20,12 +20,12 @@ from keystoneauth1 import loading as ks_loading
 from oslo_utils import uuidutils
 import pytest
 
+from composable.common import states
+from composable.conductor.nova import flavor_leases as instance_leases
+from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import sync
 from composable import conf
-from composable.conductor import instance_leases
-from composable.conductor import placement_claims
-from composable.conductor import states
 from composable.db import api as db_api
-from composable.placement import sync
 from tests.functional.placement import base as placement_base
 from tests.unit.conductor import harness as h_mod
 

@@ -18,8 +18,8 @@ import time
 
 import sqlalchemy as sa
 
+from composable.common import states
 from composable.conductor import manager as conductor_manager
-from composable.conductor import states
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 

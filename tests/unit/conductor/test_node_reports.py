@@ -14,8 +14,8 @@
 
 import oslo_messaging as messaging
 
+from composable.common import states
 from composable.conductor import node_reports
-from composable.conductor import states
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 

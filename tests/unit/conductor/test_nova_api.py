@@ -25,9 +25,9 @@ from wsgi_intercept import interceptor
 
 from composable.common import context as ctx_mod
 from composable.common import exception
+from composable.common import states
+from composable.conductor.nova import client as nova_api
 from composable import conf
-from composable.conductor import nova_api
-from composable.conductor import states
 from tests.unit.conductor import harness as h_mod
 
 CONF = conf.CONF

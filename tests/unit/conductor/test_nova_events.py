@@ -29,11 +29,11 @@ import oslo_messaging as messaging
 from oslo_utils import uuidutils
 import pytest
 
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
+from composable.conductor.nova import events as nova_events
+from composable.conductor.nova import flavor_leases as instance_leases
 from composable import conf
-from composable.conductor import allocator
-from composable.conductor import instance_leases
-from composable.conductor import nova_events
-from composable.conductor import states
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 from tests.unit.conductor import test_instance_leases as lease_tests

@@ -16,9 +16,9 @@ expiry."""
 import datetime
 import threading
 
+from composable.common import states
 from composable.common import utils
 from composable.conductor import manager as conductor_manager
-from composable.conductor import states
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 

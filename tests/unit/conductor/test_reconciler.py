@@ -21,13 +21,13 @@ import threading
 
 import pytest
 
+from composable.common import states
 from composable.common import utils
-from composable import conf
 from composable.conductor import flows as lease_flows
 from composable.conductor import manager as conductor_manager
 from composable.conductor import node_reports
 from composable.conductor import reconciler
-from composable.conductor import states
+from composable import conf
 from composable.db import api as db_api
 from composable.db import models
 from tests.unit.conductor import harness as h_mod

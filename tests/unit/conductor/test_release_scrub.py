@@ -14,7 +14,7 @@
 scrubbed before its capacity returns; memory never handed to a memory node
 needs no scrub, so releasing it does not wait for that node's agent."""
 
-from composable.conductor import states
+from composable.common import states
 from tests.unit.conductor import harness as h_mod
 
 

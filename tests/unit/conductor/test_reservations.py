@@ -14,8 +14,8 @@ import threading
 import time
 
 from composable.common import exception
+from composable.common import states
 from composable.conductor import reservations
-from composable.conductor import states
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 

@@ -15,7 +15,7 @@ faults or lease actions."""
 
 import logging
 
-from composable.conductor import states
+from composable.common import states
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 

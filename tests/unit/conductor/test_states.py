@@ -10,11 +10,11 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The lease state machine (composable.conductor.states)."""
+"""The lease state machine (composable.common.states)."""
 
 import pytest
 
-from composable.conductor import states
+from composable.common import states
 
 
 def test_every_state_is_resting_or_transient():

@@ -15,7 +15,7 @@
 from oslo_utils import uuidutils
 
 from composable.common import context
-from composable.conductor import states
+from composable.common import states
 from composable.db import api as dbapi
 from composable.db import models
 

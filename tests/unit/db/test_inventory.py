@@ -16,7 +16,7 @@ unique names, refused deletes, pool totals that follow the inventory."""
 import pytest
 
 from composable.common import exception
-from composable.conductor import states
+from composable.common import states
 from composable.db import api as dbapi
 from composable.db import models
 from tests.unit.db import inventory as inv

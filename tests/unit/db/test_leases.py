@@ -18,8 +18,8 @@ import datetime
 import pytest
 
 from composable.common import exception
+from composable.common import states
 from composable.common import utils
-from composable.conductor import states
 from composable.db import api as dbapi
 from composable.db import models
 from tests.unit.db import inventory as inv

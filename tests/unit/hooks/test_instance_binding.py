@@ -20,8 +20,8 @@ import types
 
 import pytest
 
-from composable.conductor import instance_binding
-from composable.conductor import states
+from composable.common import states
+from composable.conductor.nova import binding as instance_binding
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 
@@ -263,10 +263,10 @@ def test_no_lease_maker_without_placement(harness, monkeypatch):
 
 
 def test_without_the_flavor_module(harness, monkeypatch):
-    import composable.conductor
-    monkeypatch.setitem(sys.modules, 'composable.conductor.instance_leases',
-                        None)
-    monkeypatch.delattr(composable.conductor, 'instance_leases',
+    import composable.conductor.nova
+    monkeypatch.setitem(sys.modules,
+                        'composable.conductor.nova.flavor_leases', None)
+    monkeypatch.delattr(composable.conductor.nova, 'flavor_leases',
                         raising=False)
     assert instance_binding._flavor_leases_module() is None
     uuid = _linked_lease(harness)

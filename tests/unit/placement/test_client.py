@@ -17,9 +17,9 @@ import types
 from keystoneauth1 import loading as ks_loading
 import pytest
 
+from composable.conductor.placement import client as pclient
+from composable.conductor.placement import sync
 from composable import conf
-from composable.placement import client as pclient
-from composable.placement import sync
 
 CONF = conf.CONF
 

@@ -23,14 +23,14 @@ import datetime
 import pytest
 
 from composable.common import exception
+from composable.common import states
 from composable.common import utils
-from composable import conf
-from composable.conductor import placement_claims
+from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import client as pclient
 from composable.conductor import rpcapi
-from composable.conductor import states
+from composable import conf
 from composable.conf import placement as placement_conf
 from composable.db import api as db_api
-from composable.placement import client as pclient
 from tests.unit.api.base import api_env  # noqa: F401
 from tests.unit.api.base import app  # noqa: F401
 from tests.unit.api.base import client  # noqa: F401

@@ -30,8 +30,8 @@ from composable.api import utils
 from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import pool_fit
+from composable.common import states
 from composable.common import utils as common_utils
-from composable.conductor import states
 from composable.db import api as db_api
 from composable.db import views
 from composable import policies

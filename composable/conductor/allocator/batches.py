@@ -63,8 +63,8 @@ from oslo_log import log as logging
 
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.conductor.allocator import claims as allocator
 from composable import conf
-from composable.conductor import allocator
 from composable.db import api as db_api
 
 CONF = conf.CONF

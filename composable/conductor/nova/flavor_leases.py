@@ -24,7 +24,7 @@ capacity in:
   ``placement_consumer`` = the instance, so composable never writes an
   allocation for it, never deletes Nova's (Nova frees it when the instance
   goes), and the periodic Placement pass leaves it alone
-  (composable.conductor.placement_claims, composable.placement.sync);
+  (composable.conductor.placement.claims, composable.conductor.placement.sync);
 * ``instance_uuid`` = the instance.
 
 Each lease has a uuid derived from (instance, pool, generation), so two
@@ -44,9 +44,9 @@ import sqlalchemy as sa
 
 from composable.common import context as ctx_mod
 from composable.common import exception
-from composable.conductor import allocator
-from composable.conductor import placement_claims
-from composable.conductor import states
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
+from composable.conductor.placement import claims as placement_claims
 from composable.db import api as db_api
 from composable.db import models
 

@@ -16,7 +16,7 @@ hook (composable/hooks/libvirt.py, through the compute node's agent).
 An instance's leases are the leases whose ``instance_uuid`` is the
 instance: lease-first leases (bound through the API, or linked to the
 instance from the ``composable_lease`` scheduler hint), and flavor-driven
-leases, which composable.conductor.instance_leases creates from the
+leases, which composable.conductor.nova.flavor_leases creates from the
 instance's Placement allocation when the instance is first prepared.
 
 prepare (domain start)
@@ -44,9 +44,9 @@ from oslo_messaging.rpc import dispatcher as rpc_dispatcher
 from composable.agent import rpcapi as agent_rpcapi
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import states
 from composable.conductor import flows as lease_flows
 from composable.conductor import reservations
-from composable.conductor import states
 from composable.db import api as db_api
 from composable.db import models
 
@@ -86,16 +86,16 @@ def _unwrapped(fn, *args, **kwargs):
 
 def _placement_enabled():
     try:
-        from composable.conductor import placement_claims
+        from composable.conductor.placement import claims as placement_claims
     except ImportError:
         return True
     return placement_claims.enabled()
 
 
 def _flavor_leases_module():
-    """composable.conductor.instance_leases, when this release has it."""
+    """composable.conductor.nova.flavor_leases, when this release has it."""
     try:
-        from composable.conductor import instance_leases
+        from composable.conductor.nova import flavor_leases as instance_leases
     except ImportError:
         return None
     return instance_leases

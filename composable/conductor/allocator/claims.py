@@ -65,9 +65,9 @@ import sqlalchemy as sa
 
 from composable.common import exception
 from composable.common import pool_fit
+from composable.common import states
 from composable.common import utils
 from composable import conf
-from composable.conductor import states
 from composable.db import api as dbapi
 from composable.db import models
 from composable.db import views

@@ -107,16 +107,16 @@ from oslo_messaging.rpc import dispatcher as rpc_dispatcher
 
 from composable.common import context as ctx_mod
 from composable.common import exception
-from composable import conf
+from composable.common import states
 from composable.conductor import flows as lease_flows
-from composable.conductor import instance_binding
-from composable.conductor import instance_leases
-from composable.conductor import nova_api
-from composable.conductor import placement_claims
+from composable.conductor.nova import binding as instance_binding
+from composable.conductor.nova import client as nova_api
+from composable.conductor.nova import flavor_leases as instance_leases
+from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import client as pclient
 from composable.conductor import reservations
-from composable.conductor import states
+from composable import conf
 from composable.db import api as db_api
-from composable.placement import client as pclient
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)

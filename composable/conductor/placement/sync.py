@@ -42,9 +42,9 @@ from oslo_log import log as logging
 from oslo_utils import uuidutils
 
 from composable.common import context as ctx_mod
+from composable.conductor.placement import client as pclient
 from composable.db import api as dbapi
 from composable.db import models
-from composable.placement import client as pclient
 
 LOG = logging.getLogger(__name__)
 

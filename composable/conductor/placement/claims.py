@@ -42,8 +42,8 @@ While the Placement claim is under way a new lease carries its creating
 conductor's reservation (set by the insert itself), so nobody binds or
 deletes it between the two claims. A conductor that dies between them
 leaves a ``reserved`` lease without a Placement allocation; the periodic
-Placement pass (:func:`composable.placement.sync.reconcile`) writes it,
-or reports that it cannot.
+Placement pass (:func:`composable.conductor.placement.sync.reconcile`)
+writes it, or reports that it cannot.
 
 Release
 -------
@@ -78,16 +78,16 @@ from oslo_utils import uuidutils
 
 from composable.common import context as ctx_mod
 from composable.common import exception
+from composable.common import states
 from composable.common import utils
-from composable import conf
-from composable.conductor import allocator
+from composable.conductor.allocator import claims as allocator
+from composable.conductor.placement import client as pclient
+from composable.conductor.placement import sync
 from composable.conductor import reservations
-from composable.conductor import states
+from composable import conf
 from composable.conf import placement as placement_conf
 from composable.db import api as db_api
 from composable.db import models
-from composable.placement import client as pclient
-from composable.placement import sync
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
