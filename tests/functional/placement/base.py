@@ -14,6 +14,7 @@
 through a keystoneauth1 Adapter like in production."""
 
 import contextlib
+import threading
 
 import fixtures
 from keystoneauth1 import adapter as ks_adapter
@@ -21,11 +22,14 @@ from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
 from oslo_db.sqlalchemy import engines as db_engines
+from oslo_utils import uuidutils
 from placement import db_api as placement_db
+from placement import deploy as placement_deploy
 from placement.db.sqlalchemy import migration as placement_migration
 from placement.objects import resource_class as placement_rc
 from placement.objects import trait as placement_trait
 from placement.tests.functional.fixtures import placement as pfixture
+from wsgi_intercept import interceptor
 
 from composable.common import context as ctx_mod
 from composable.common import states
@@ -81,14 +85,52 @@ class _PlacementOn(pfixture.PlacementFixture):
         placement_rc._RESOURCE_CLASSES_SYNCED = False
 
 
+class _OneRequestAtATime(pfixture.PlacementFixture):
+    """Placement's fixture on its in-memory SQLite database, serving one
+    request at a time.
+
+    That database is one connection shared by every thread, so two
+    requests served at once (a conductor thread pushing inventory while
+    the test reads it) share one transaction, and Placement answers 500
+    "cannot start a transaction within a transaction". A deployed
+    Placement gives each request a connection of its own; here the
+    requests queue instead, which changes no answer.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs['use_intercept'] = False
+        super().__init__(**kwargs)
+
+    def setUp(self):
+        super().setUp()
+        app = placement_deploy.loadapp(self.conf_fixture.conf)
+        lock = threading.Lock()
+
+        def one_at_a_time(environ, start_response):
+            with lock:
+                result = app(environ, start_response)
+                try:
+                    body = b''.join(result)
+                finally:
+                    if hasattr(result, 'close'):
+                        result.close()
+            return [body]
+
+        self.endpoint = 'http://%s/placement' % uuidutils.generate_uuid()
+        intercept = interceptor.RequestsInterceptor(lambda: one_at_a_time,
+                                                    url=self.endpoint)
+        intercept.install_intercept()
+        self.addCleanup(intercept.uninstall_intercept)
+
+
 class RealPlacement(fixtures.Fixture):
     """Placement's WSGI application with its noauth2 middleware; the
     token "admin" makes every request an admin's.
 
     Its database is in-memory SQLite on one shared connection unless
-    ``url`` names another: requests made at the same time by several
-    threads then share one transaction, so tests of concurrent claims
-    give Placement a database server of its own.
+    ``url`` names another; it then serves one request at a time (see
+    _OneRequestAtATime), so tests of concurrent claims give Placement a
+    database server of its own.
     """
 
     def __init__(self, url=None):
@@ -100,8 +142,7 @@ class RealPlacement(fixtures.Fixture):
         if self.url:
             self.fixture = self.useFixture(_PlacementOn(self.url, **kwargs))
         else:
-            self.fixture = self.useFixture(
-                pfixture.PlacementFixture(**kwargs))
+            self.fixture = self.useFixture(_OneRequestAtATime(**kwargs))
         self.endpoint = self.fixture.endpoint
         if not self.url or self.url.startswith('sqlite'):
             # Runs before the fixture drops Placement's tables.
