@@ -74,8 +74,9 @@ _HOST_KEYS = {
 # queued one at a time by the switchtec kernel driver, so each command is
 # whole; what can race is the read-then-bind sequence (two binds picking
 # the same free logical port). The second gfms_bind is then refused by
-# the switch and the flow fails cleanly, to be retried; deployments that
-# want no such failures have one conductor manage a given switch.
+# the switch and that flow fails with the switch's message, leaving
+# nothing half done; deployments that want no such failures have one
+# conductor manage a given switch.
 _LOCKS = {}
 _LOCKS_GUARD = threading.Lock()
 
