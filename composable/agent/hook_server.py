@@ -70,6 +70,7 @@ import oslo_messaging as messaging
 from composable.agent.compute_node import libvirt_guest
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import states
 from composable import conf
 
 CONF = conf.CONF
@@ -99,9 +100,7 @@ _UCRED = struct.Struct('3i')
 
 
 def states_holding():
-    """Lease states that hold capacity (composable.common.states),
-    imported when needed: the conductor package is not the agent's."""
-    from composable.common import states
+    """Lease states that hold capacity (composable.common.states)."""
     return states.HOLDS_CAPACITY
 
 
@@ -432,7 +431,8 @@ class HookServer(object):
                  'the guest once it runs',
                  {'instance': instance_uuid, 'n': len(extents),
                   'lease': lease['uuid']})
-        return {e['uuid']: {'mode': 'guest', 'instance_uuid': instance_uuid,
+        return {e['uuid']: {'mode': states.ATTACH_GUEST,
+                            'instance_uuid': instance_uuid,
                             'target_iqn': e.get('target_iqn'),
                             'lun': e.get('lun'), 'deferred': 'started'}
                 for e in extents}
@@ -683,8 +683,9 @@ class HookServer(object):
         devices = [lease['uuid'] for lease in leases
                    if lease['status'] in holding and lease['device_count']]
         guest = [lease['uuid'] for lease in leases
-                 if lease['status'] == 'bound' and
-                 lease.get('attach_mode') == 'guest' and lease['memory_mb']]
+                 if lease['status'] == states.BOUND and
+                 lease.get('attach_mode') == states.ATTACH_GUEST and
+                 lease['memory_mb']]
         reasons = []
         if devices:
             reasons.append('holds pooled PCIe devices passed through from '
@@ -766,9 +767,9 @@ class HookServer(object):
         try:
             leases = self.conductor.instance_status(ctx, instance, self.host)
             missing = [lease['uuid'] for lease in leases
-                       if lease['status'] == 'bound' and
+                       if lease['status'] == states.BOUND and
                        lease.get('host') == self.host and
-                       lease.get('attach_mode') == 'guest' and
+                       lease.get('attach_mode') == states.ATTACH_GUEST and
                        not self._disks_present(instance,
                                                lease.get('extents') or [])]
         except Exception as exc:

@@ -53,6 +53,7 @@ from composable.agent import hook_server as hook_server_mod
 from composable.agent.compute_node import libvirt_guest
 from composable.agent.compute_node import memory_tuning
 from composable.common import exception
+from composable.common import states
 from composable import conf
 from composable.memory import exporters
 
@@ -62,10 +63,6 @@ LOG = logging.getLogger(__name__)
 MEMORY_NODE = 'memory_node'
 COMPUTE_NODE = 'compute_node'
 ROLES = (MEMORY_NODE, COMPUTE_NODE)
-
-GUEST = 'guest'
-HOST = 'host'
-MODES = (GUEST, HOST)
 
 NOOP = 'noop'
 NOOP_ATTACH = 'noop attach: nothing is attached on this host'
@@ -295,8 +292,8 @@ class AgentManager(object):
 
     @staticmethod
     def _mode(mode):
-        mode = mode or HOST
-        if mode not in MODES:
+        mode = mode or states.ATTACH_HOST
+        if mode not in states.ATTACH_MODES:
             raise exception.DriverError(
                 reason='unknown attach mode %r; use host or guest' % mode)
         return mode
@@ -322,12 +319,13 @@ class AgentManager(object):
                  'mode%(to)s', {'n': len(extents), 'lease': lease['uuid'],
                                 'mode': mode,
                                 'to': (' to instance %s' % instance_uuid
-                                       if mode == GUEST else '')})
+                                       if mode == states.ATTACH_GUEST
+                                       else '')})
         if self.simulate:
             details = self._simulated_attach(extents, mode, instance_uuid)
         else:
             initiator = self._check_initiator(lease)
-            if mode == GUEST:
+            if mode == states.ATTACH_GUEST:
                 if not instance_uuid:
                     raise exception.DriverError(
                         reason='guest-mode memory of lease %s needs the '
@@ -367,7 +365,7 @@ class AgentManager(object):
                             {'noop': NOOP_ATTACH,
                              'iqn': extent.get('target_iqn'),
                              'lease': lease['uuid']})
-        elif mode == GUEST:
+        elif mode == states.ATTACH_GUEST:
             # forget_guest: while the libvirt hook of the domain runs, no
             # libvirt call may touch the domain; QEMU is gone anyway.
             if instance_uuid and not (
@@ -397,7 +395,7 @@ class AgentManager(object):
         details = {}
         for extent in extents:
             public = _public(extent)
-            if mode == GUEST:
+            if mode == states.ATTACH_GUEST:
                 LOG.warning('%(noop)s: would hot-plug an iSCSI disk for '
                             'target %(iqn)s lun %(lun)s at %(portal)s into '
                             'instance %(instance)s',
@@ -407,7 +405,8 @@ class AgentManager(object):
                              'portal': public.get('portal'),
                              'instance': instance_uuid})
                 details[extent['uuid']] = {
-                    'mode': GUEST, 'instance_uuid': instance_uuid,
+                    'mode': states.ATTACH_GUEST,
+                    'instance_uuid': instance_uuid,
                     'target_iqn': public.get('target_iqn'),
                     'lun': public.get('lun')}
             else:
@@ -420,7 +419,8 @@ class AgentManager(object):
                              'iqn': public.get('target_iqn'),
                              'portal': public.get('portal'),
                              'prio': SWAP_PRIORITY, 'path': path})
-                details[extent['uuid']] = {'mode': HOST, 'device': path,
+                details[extent['uuid']] = {'mode': states.ATTACH_HOST,
+                                           'device': path,
                                            'swap_priority': SWAP_PRIORITY}
         return details
 

@@ -33,6 +33,7 @@ import yaml
 from composable.agent import manager as agent_manager
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import resource_classes
 from composable.common import rpc
 from composable.common import service
 from composable import conf
@@ -51,9 +52,6 @@ _cli_opts = [
                     '(fabrics, hosts, pools, memory_nodes, devices). '
                     'Default: the demo inventory shipped with composable.'),
 ]
-
-_RESOURCE_CLASSES = {'memory': 'CUSTOM_COMPOSABLE_MEMORY_MB',
-                     'gpu': 'CUSTOM_COMPOSABLE_GPU'}
 
 
 def find_inventory(path=None):
@@ -119,8 +117,9 @@ def load_inventory(context, path):
             fabric = fabrics.get(item['fabric']) or db_api.fabric_get(
                 context, item['fabric'])
             kind = item['kind']
-            resource_class = _RESOURCE_CLASSES.get(kind) or (
-                'CUSTOM_COMPOSABLE_PCI_%s' % item['device_class'].upper())
+            resource_class = (
+                resource_classes.for_pool(kind) if kind in ('memory', 'gpu')
+                else resource_classes.pci(item['device_class']))
             step = item.get('step_size') or (
                 CONF.allocator.memory_extent_mb if kind == 'memory' else 1)
             pool = db_api.pool_create(context, {

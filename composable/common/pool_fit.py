@@ -25,8 +25,7 @@ step_size.
 """
 
 from composable.common import exception
-
-RC_PCI_PREFIX = 'CUSTOM_COMPOSABLE_PCI_'
+from composable.common import resource_classes
 
 
 def device_kind(pool):
@@ -35,7 +34,8 @@ def device_kind(pool):
     if pool.kind == 'gpu':
         return 'gpu'
     if pool.kind == 'pci':
-        return pool.resource_class[len(RC_PCI_PREFIX):].lower()
+        return pool.resource_class[
+            len(resource_classes.PCI_PREFIX):].lower()
     return None
 
 

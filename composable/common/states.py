@@ -35,6 +35,12 @@ The full table is rendered into the documentation from TRANSITIONS.
 
 ``requested`` is where a lease with a future ``start_at`` waits; the
 conductor allocates it when that time comes.
+
+The states of memory extents, attachments and devices and the attach
+modes are named here too: the service spells none of them as a bare
+string. The Nova-side plugins (composable.nova) and the libvirt hook
+import nothing of the service and keep copies; migrations keep their
+literals.
 """
 
 from automaton import machines
@@ -114,6 +120,60 @@ TRANSITIONS = (
     (RELEASING, DONE, RELEASED),
     (RELEASING, FAIL, ERROR),
 )
+
+# Memory extent export states (memory_extents.export_state).
+# Capacity claimed, nothing asked of the memory node yet (no backing file
+# exists, nothing to scrub).
+EXTENT_ALLOCATED = 'allocated'
+# A target serves the extent to the bound host.
+EXTENT_EXPORTED = 'exported'
+# No target any more, but the backing file may hold what the lease wrote:
+# it must be scrubbed before the capacity is returned.
+EXTENT_UNEXPORTED = 'unexported'
+# The backing file is gone.
+EXTENT_SCRUBBED = 'scrubbed'
+
+# Attachment states (attachments.state).
+# The agent is asked to attach the lease's resources.
+ATT_ATTACHING = 'attaching'
+# The resources are attached to the host or guest.
+ATT_ATTACHED = 'attached'
+# The agent is asked to detach them.
+ATT_DETACHING = 'detaching'
+# Detached cleanly: nothing is left on the host.
+ATT_DETACHED = 'detached'
+# Attaching or detaching failed: something may be left on the host.
+ATT_FAILED = 'failed'
+# Attachments that may still hold something on their host.
+LIVE_ATTACHMENT_STATES = [ATT_ATTACHING, ATT_ATTACHED, ATT_DETACHING,
+                          ATT_FAILED]
+
+# Device states (devices.state).
+# Free: a lease may claim the device.
+DEVICE_AVAILABLE = 'available'
+# Held by a lease, not attached to a host.
+DEVICE_RESERVED = 'reserved'
+# Held by a lease and attached to its host.
+DEVICE_ATTACHED = 'attached'
+# Taken out of service by an operator.
+DEVICE_MAINTENANCE = 'maintenance'
+# Broken: not leased until an operator makes it available again.
+DEVICE_FAULTY = 'faulty'
+DEVICE_STATES = (DEVICE_AVAILABLE, DEVICE_RESERVED, DEVICE_ATTACHED,
+                 DEVICE_MAINTENANCE, DEVICE_FAULTY)
+# States an operator may set; reserved and attached follow the leases.
+DEVICE_SETTABLE_STATES = (DEVICE_AVAILABLE, DEVICE_MAINTENANCE,
+                          DEVICE_FAULTY)
+# States of devices that count in their pool's inventory.
+DEVICE_IN_SERVICE_STATES = (DEVICE_AVAILABLE, DEVICE_RESERVED,
+                            DEVICE_ATTACHED)
+
+# Attach modes (leases.attach_mode): how pooled memory reaches the instance.
+# The compute host swaps to the remote memory (the default).
+ATTACH_HOST = 'host'
+# A network disk hot-plugged into the guest.
+ATTACH_GUEST = 'guest'
+ATTACH_MODES = (ATTACH_HOST, ATTACH_GUEST)
 
 # Hints for a user whose request is refused in a state.
 _HINTS = {

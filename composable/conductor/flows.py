@@ -63,31 +63,7 @@ from composable import fabric as fabric_drivers
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
-# Extent export states (memory_extents.export_state).
-# allocated: capacity claimed, nothing asked of the memory node yet (no
-#   backing file exists, nothing to scrub);
-# exported: a target serves it to the bound host;
-# unexported: no target any more, but the backing file may hold what the
-#   lease wrote: it must be scrubbed before the capacity is returned;
-# scrubbed: the backing file is gone.
-EXTENT_ALLOCATED = 'allocated'
-EXTENT_EXPORTED = 'exported'
-EXTENT_UNEXPORTED = 'unexported'
-EXTENT_SCRUBBED = 'scrubbed'
-
-# Attachment states.
-ATT_ATTACHING = 'attaching'
-ATT_ATTACHED = 'attached'
-ATT_DETACHING = 'detaching'
-ATT_DETACHED = 'detached'
-ATT_FAILED = 'failed'
-LIVE_ATTACHMENT_STATES = [ATT_ATTACHING, ATT_ATTACHED, ATT_DETACHING,
-                          ATT_FAILED]
-
-DEVICE_RESERVED = 'reserved'
-DEVICE_ATTACHED = 'attached'
-
-_CLEAR_EXPORT = {'export_state': EXTENT_UNEXPORTED, 'target_iqn': None,
+_CLEAR_EXPORT = {'export_state': states.EXTENT_UNEXPORTED, 'target_iqn': None,
                  'lun': None, 'chap_username': None, 'chap_secret': None}
 
 
@@ -373,7 +349,7 @@ class LeaseFlows(object):
         # A previous bind to another host that was never fully undone is
         # torn down first, so no export stays open to the old initiator.
         stale = [a for a in db_api.attachment_list(
-            context, lease.id, states_=LIVE_ATTACHMENT_STATES)
+            context, lease.id, states_=states.LIVE_ATTACHMENT_STATES)
             if a.host_id != host.id]
         if stale:
             LOG.info('Lease %s has live attachments to other hosts; tearing '
@@ -430,13 +406,14 @@ class LeaseFlows(object):
             for dev in devices:
                 pci = attached.get(dev['uuid']) or dev['pci_address']
                 db_api.device_set_state(context, dev['id'],
-                                        {'state': DEVICE_ATTACHED,
+                                        {'state': states.DEVICE_ATTACHED,
                                          'pci_address': pci})
             details['devices'] = {d['uuid']: attached.get(d['uuid']) or
                                   d['pci_address'] for d in devices}
 
         db_api.attachment_update(context, attachment.id,
-                                 {'state': ATT_ATTACHED, 'details': details})
+                                 {'state': states.ATT_ATTACHED,
+                                  'details': details})
 
     def _export(self, context, lease, extent, host):
         """Export one extent to the host's initiator; returns the portal.
@@ -458,24 +435,24 @@ class LeaseFlows(object):
             'export_extent', extent_view(lease, extent), host.initiator_iqn,
             username, secret) or {}
         db_api.extent_update(context, extent.id,
-                             {'export_state': EXTENT_EXPORTED,
+                             {'export_state': states.EXTENT_EXPORTED,
                               'target_iqn': result.get('target_iqn'),
                               'lun': result.get('lun')})
         return result.get('portal')
 
     def _attachment(self, context, lease, host):
-        for row in db_api.attachment_list(context, lease.id,
-                                          states_=LIVE_ATTACHMENT_STATES):
+        for row in db_api.attachment_list(
+                context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
             if row.host_id == host.id:
                 db_api.attachment_update(
                     context, row.id,
-                    {'state': ATT_ATTACHING, 'mode': lease.attach_mode,
+                    {'state': states.ATT_ATTACHING, 'mode': lease.attach_mode,
                      'instance_uuid': lease.instance_uuid})
                 return row
         return db_api.attachment_create(context, {
             'lease_id': lease.id, 'host_id': host.id,
             'instance_uuid': lease.instance_uuid,
-            'mode': lease.attach_mode, 'state': ATT_ATTACHING,
+            'mode': lease.attach_mode, 'state': states.ATT_ATTACHING,
             'details': {}})
 
     def _undo_failed_bind(self, context, lease_id, unreachable):
@@ -526,7 +503,7 @@ class LeaseFlows(object):
 
         view = lease_view(lease)
         attachments = db_api.attachment_list(
-            context, lease.id, states_=LIVE_ATTACHMENT_STATES)
+            context, lease.id, states_=states.LIVE_ATTACHMENT_STATES)
         devices = list(lease.devices or [])
         extents = list(lease.extents or [])
 
@@ -543,9 +520,9 @@ class LeaseFlows(object):
             host = att.host
             abandoned = abandon_skipped and host.name in skip
             clean = True
-            if att.state != ATT_DETACHING:
+            if att.state != states.ATT_DETACHING:
                 db_api.attachment_update(context, att.id,
-                                         {'state': ATT_DETACHING})
+                                         {'state': states.ATT_DETACHING})
             if devices:
                 if host.name not in skip:
                     clean &= on_host(
@@ -583,7 +560,7 @@ class LeaseFlows(object):
 
         unexported = True
         for extent in extents:
-            if not (extent.export_state == EXTENT_EXPORTED or
+            if not (extent.export_state == states.EXTENT_EXPORTED or
                     extent.chap_username):
                 continue
             node = extent.memory_node.name
@@ -610,7 +587,7 @@ class LeaseFlows(object):
                                              'lease': lease.uuid})
             db_api.attachment_update(
                 context, att_id,
-                {'state': ATT_DETACHED if clean else ATT_FAILED})
+                {'state': states.ATT_DETACHED if clean else states.ATT_FAILED})
         return problems
 
     def _unbind_devices(self, context, devices, host):
@@ -622,7 +599,7 @@ class LeaseFlows(object):
                 (device.uuid, host.name, fabric.name),
                 'unbind_device', device_view(device), _row(host))
             db_api.device_set_state(context, device.id,
-                                    {'state': DEVICE_RESERVED,
+                                    {'state': states.DEVICE_RESERVED,
                                      'pci_address': None})
 
     # ------------------------------------------------------------ unbind
@@ -667,10 +644,11 @@ class LeaseFlows(object):
         problems = self._teardown(context, lease, best_effort=True,
                                   abandon_unreachable=True)
         live = db_api.attachment_list(context, lease.id,
-                                      states_=LIVE_ATTACHMENT_STATES)
+                                      states_=states.LIVE_ATTACHMENT_STATES)
         lease = self._lease(context, lease.id)
         exported = [e for e in lease.extents or []
-                    if e.export_state == EXTENT_EXPORTED or e.chap_username]
+                    if e.export_state == states.EXTENT_EXPORTED or
+                    e.chap_username]
         if live or exported:
             raise StepFailed('; '.join(problems) or
                              'the binding could not be undone')
@@ -709,9 +687,9 @@ class LeaseFlows(object):
 
     def _scrub(self, context, lease):
         for extent in lease.extents:
-            if extent.export_state == EXTENT_SCRUBBED:
+            if extent.export_state == states.EXTENT_SCRUBBED:
                 continue
-            if (extent.export_state == EXTENT_ALLOCATED and
+            if (extent.export_state == states.EXTENT_ALLOCATED and
                     not extent.chap_username):
                 # Never handed to its memory node (credentials are stored
                 # before the first export call): no file, nothing to
@@ -725,4 +703,4 @@ class LeaseFlows(object):
                 'scrub_extent', extent_view(lease, extent))
             db_api.extent_update(context, extent.id,
                                  dict(_CLEAR_EXPORT,
-                                      export_state=EXTENT_SCRUBBED))
+                                      export_state=states.EXTENT_SCRUBBED))

@@ -377,9 +377,9 @@ class ConductorManager(object):
         except exception.HostNotFound:
             raise exception.Invalid(reason='host %s does not exist' %
                                     host_uuid)
-        if attach_mode not in (None, 'host', 'guest'):
-            raise exception.Invalid(reason='attach_mode must be host or '
-                                           'guest')
+        if attach_mode is not None and attach_mode not in states.ATTACH_MODES:
+            raise exception.Invalid(reason='attach_mode must be %s' %
+                                    ' or '.join(states.ATTACH_MODES))
         fabrics = {pool.fabric_id: pool.fabric.name
                    for pool in (lease.memory_pool, lease.device_pool)
                    if pool is not None}
@@ -394,7 +394,7 @@ class ConductorManager(object):
             lease = db_api.lease_get_by_id(context, lease.id)
             self._check(lease, states.BIND, 'bind')
             mode = attach_mode or lease.attach_mode
-            if mode == 'guest' and not instance_uuid:
+            if mode == states.ATTACH_GUEST and not instance_uuid:
                 raise exception.Invalid(
                     reason='attach_mode guest needs a server')
             self._move(lease, states.BIND, 'bind',

@@ -54,8 +54,6 @@ from composable.db import models
 
 LOG = logging.getLogger(__name__)
 
-SCRUBBED = flows.EXTENT_SCRUBBED
-
 
 def _extents(context, uuids):
     """{uuid: (export_state, memory_node_id, lease_id)} of the extents
@@ -111,7 +109,7 @@ def _unexport_unmarked(context, node, agents, lease_id, uuid, host,
             return
         extent = next((e for e in lease.extents if e.uuid == uuid), None)
         if extent is None or extent.export_state in (
-                flows.EXTENT_EXPORTED, SCRUBBED):
+                lease_states.EXTENT_EXPORTED, lease_states.EXTENT_SCRUBBED):
             return
         LOG.warning('Memory node %(node)s serves a target for extent '
                     '%(uuid)s of lease %(lease)s, which the database says '
@@ -132,9 +130,10 @@ def _check_targets(context, node, agents, exported, known, skip, host,
             # Its file is scrubbed below, which removes the target too.
             continue
         state, node_id, lease_id = known.get(uuid, (None, None, None))
-        if state == flows.EXTENT_EXPORTED and node_id == node.id:
+        if state == lease_states.EXTENT_EXPORTED and node_id == node.id:
             continue
-        if state is None or state == SCRUBBED or node_id != node.id:
+        if (state is None or state == lease_states.EXTENT_SCRUBBED or
+                node_id != node.id):
             LOG.warning('Memory node %(node)s serves a target for extent '
                         '%(uuid)s, which is %(why)s; removing it',
                         {'node': node.name, 'uuid': uuid,
@@ -179,7 +178,8 @@ def check_memory_node(context, node, agents, host=None):
     exported = report.get('exported_extent_uuids') or []
     known = _extents(context, set(files) | set(exported))
     orphan_files = [u for u in files
-                    if known.get(u, (SCRUBBED,))[0] == SCRUBBED]
+                    if known.get(u, (lease_states.EXTENT_SCRUBBED,))[0] ==
+                    lease_states.EXTENT_SCRUBBED]
     # A simulated node's pretend targets are checked too: removing one
     # touches nothing real.
     _check_targets(context, node, agents, exported, known,

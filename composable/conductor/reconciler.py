@@ -195,7 +195,7 @@ def _lease_nodes(context, lease):
     """The agents a teardown of ``lease`` may have to ask."""
     nodes = {e.memory_node.name for e in lease.extents or []}
     for att in db_api.attachment_list(
-            context, lease.id, states_=lease_flows.LIVE_ATTACHMENT_STATES):
+            context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
         nodes.add(att.host.name)
     if lease.host is not None:
         nodes.add(lease.host.name)
@@ -206,15 +206,15 @@ def holds_something(context, lease):
     """True when a lease may still have something exported, attached or
     bound: the marks the flows leave before they act (see flows.py)."""
     for extent in lease.extents or []:
-        if (extent.export_state == lease_flows.EXTENT_EXPORTED or
+        if (extent.export_state == states.EXTENT_EXPORTED or
                 extent.chap_username):
             return True
     if db_api.attachment_list(context, lease.id,
-                              states_=lease_flows.LIVE_ATTACHMENT_STATES):
+                              states_=states.LIVE_ATTACHMENT_STATES):
         return True
     for device in lease.devices or []:
         if (device.pci_address or
-                device.state == lease_flows.DEVICE_ATTACHED):
+                device.state == states.DEVICE_ATTACHED):
             return True
     return False
 
@@ -248,8 +248,8 @@ class Reconciler(object):
         except Exception:
             LOG.exception('The reconciler could not check for dead '
                           'conductors')
-        for name, task in (('error', self.retry_errors),
-                           ('bind_failed', self.clean_failed_binds),
+        for name, task in ((states.ERROR, self.retry_errors),
+                           (states.BIND_FAILED, self.clean_failed_binds),
                            ('memory nodes', self.check_memory_nodes)):
             if self._stopping():
                 break

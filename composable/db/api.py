@@ -362,7 +362,7 @@ def host_delete(context, ident):
         attachments = session.query(models.Attachment).filter(
             models.Attachment.host_id == host.id)
         count = attachments.filter(
-            models.Attachment.state != 'detached').count()
+            models.Attachment.state != states.ATT_DETACHED).count()
         if count:
             raise exception.InUse(
                 resource='Host', name=host.name,
@@ -386,8 +386,8 @@ def _recompute_pool_total(session, pool):
     else:
         total = session.query(sa.func.count(models.Device.id)).filter(
             models.Device.pool_id == pool.id,
-            models.Device.state.in_(['available', 'reserved',
-                                     'attached'])).scalar()
+            models.Device.state.in_(
+                states.DEVICE_IN_SERVICE_STATES)).scalar()
     pool.total = int(total or 0)
 
 

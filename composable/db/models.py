@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 from sqlalchemy import types
 
+from composable.common import states
 from composable.common import utils
 
 
@@ -186,8 +187,9 @@ class Device(Base):
     product_id = sa.Column(sa.String(8), nullable=True)
     model = sa.Column(sa.String(255), nullable=True)
     traits = sa.Column(JSONEncoded(list), nullable=True)
-    # available | reserved | attached | maintenance | faulty
-    state = sa.Column(sa.String(16), nullable=False, default='available')
+    # One of composable.common.states.DEVICE_STATES.
+    state = sa.Column(sa.String(16), nullable=False,
+                      default=states.DEVICE_AVAILABLE)
     # The one lease holding this device: a single column, so a device can
     # never be in two leases.
     lease_id = sa.Column(sa.Integer, sa.ForeignKey('leases.id'),
@@ -233,7 +235,8 @@ class Lease(Base):
     # The consumer it is bound to.
     host_id = sa.Column(sa.Integer, sa.ForeignKey('hosts.id'), nullable=True)
     instance_uuid = sa.Column(sa.String(36), nullable=True)
-    attach_mode = sa.Column(sa.String(16), nullable=False, default='host')
+    attach_mode = sa.Column(sa.String(16), nullable=False,
+                            default=states.ATTACH_HOST)
     # The Placement consumer holding the lease's capacity: NULL = none of
     # its own, the lease uuid = composable's claim (released with the
     # lease), an instance uuid = Nova's claim for that instance (never
@@ -281,9 +284,9 @@ class MemoryExtent(Base):
     # CHAP credentials: admin-only in the API, never logged.
     chap_username = sa.Column(sa.String(255), nullable=True)
     chap_secret = sa.Column(sa.String(255), nullable=True)
-    # allocated | exported | unexported (scrubbed)
+    # One of the composable.common.states EXTENT_* states.
     export_state = sa.Column(sa.String(16), nullable=False,
-                             default='allocated')
+                             default=states.EXTENT_ALLOCATED)
 
     lease = orm.relationship(Lease, back_populates='extents')
     memory_node = orm.relationship(MemoryNode, lazy='joined')

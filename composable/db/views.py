@@ -22,6 +22,7 @@ The document holds every field, the admin-only ones included
 for other callers. CHAP credentials are never part of it.
 """
 
+from composable.common import states
 from composable.common import utils
 
 # Where an extent is exported and where a device sits on the fabric:
@@ -84,7 +85,7 @@ def lease_document(lease, host_name=None, memory_pool_uuid=None,
         'device_kind': lease.device_kind,
         'device_model': lease.device_model,
         'device_traits': lease.device_traits or [],
-        'attach_mode': lease.attach_mode or 'host',
+        'attach_mode': lease.attach_mode or states.ATTACH_HOST,
         'start_at': utils.isotime(lease.start_at),
         'end_at': utils.isotime(lease.end_at),
         'host': host_name,

@@ -97,6 +97,8 @@ ABORT = 'abort'
 CONTINUE = 'continue'
 # composable:on_bind_failure (flavor extra spec) -> policy.
 _FLAVOR_POLICY = {'fail': ABORT, 'ignore': CONTINUE}
+# composable.common.resource_classes.PREFIX, copied: this module imports
+# nothing of the service.
 RESOURCE_PREFIX = 'CUSTOM_COMPOSABLE_'
 
 EXIT_OK = 0

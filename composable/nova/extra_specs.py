@@ -41,6 +41,8 @@ EXTRA_SPEC_VALIDATORS = [
         value={
             'type': str,
             'description': 'The attach mode.',
+            # composable.common.states.ATTACH_MODES, copied: this module
+            # imports nothing of the service.
             'enum': ('host', 'guest'),
         },
     ),

@@ -95,6 +95,8 @@ HINT = 'composable_lease'
 SERVICE_TYPE = 'composable'
 API_VERSION = '1.0'
 
+# Lease states, copies of composable.common.states (this module runs in
+# Nova's processes and imports nothing of the service).
 RESERVED = 'reserved'
 # States in which the lease is already bound to the instance being moved
 # (cold/live migration, resize, evacuate, unshelve reuse the hint).

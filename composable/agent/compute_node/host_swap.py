@@ -62,6 +62,7 @@ import time
 from oslo_log import log as logging
 
 from composable.common import exception
+from composable.common import states
 from composable import conf
 from composable.privsep import compute as priv_compute
 
@@ -411,8 +412,8 @@ class HostSwap(object):
                            self._login_hint(exc.exit_code)))
         device = self._wait_for_device(path, extent)
         real = self.enable_swap(device)
-        return {'mode': 'host', 'device': path, 'swap_device': real,
-                'swap_priority': self.priority}
+        return {'mode': states.ATTACH_HOST, 'device': path,
+                'swap_device': real, 'swap_priority': self.priority}
 
     @staticmethod
     def _login_hint(exit_code):

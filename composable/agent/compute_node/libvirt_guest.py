@@ -54,6 +54,7 @@ from oslo_serialization import jsonutils
 from oslo_utils import importutils
 
 from composable.common import exception
+from composable.common import states
 from composable import conf
 
 libvirt = importutils.try_import('libvirt')
@@ -420,7 +421,8 @@ class GuestMemoryAttacher(object):
 
     @staticmethod
     def _details(extent, instance_uuid, dev):
-        return {'mode': 'guest', 'instance_uuid': instance_uuid,
+        return {'mode': states.ATTACH_GUEST,
+                'instance_uuid': instance_uuid,
                 'target_dev': dev, 'alias': disk_alias(extent['uuid']),
                 'target_iqn': extent.get('target_iqn'),
                 'lun': extent.get('lun')}

@@ -11,10 +11,11 @@
 # under the License.
 
 from composable.api import schemas
+from composable.common import states
 
 # States an operator may set; reserved and attached follow the leases.
-SETTABLE_STATES = ['available', 'maintenance', 'faulty']
-STATES = ['available', 'reserved', 'attached', 'maintenance', 'faulty']
+SETTABLE_STATES = list(states.DEVICE_SETTABLE_STATES)
+STATES = list(states.DEVICE_STATES)
 
 _pci_id = {'type': ['string', 'null'], 'pattern': '^[0-9a-fA-F]{4}$'}
 kind = {'type': 'string', 'pattern': '^[a-z0-9_]+$', 'minLength': 1,

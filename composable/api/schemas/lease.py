@@ -12,8 +12,9 @@
 
 from composable.api import schemas
 from composable.api.schemas import device
+from composable.common import states
 
-ATTACH_MODES = ['host', 'guest']
+ATTACH_MODES = list(states.ATTACH_MODES)
 
 _CREATE = schemas.obj({
     'name': schemas.nullable_name,

@@ -14,8 +14,9 @@
 
 from composable.cli import utils
 from composable.cli.v1 import base
+from composable.common import states
 
-STATES = ('available', 'maintenance', 'faulty')
+STATES = states.DEVICE_SETTABLE_STATES
 
 DEVICE = base.Resource('devices', 'Device')
 

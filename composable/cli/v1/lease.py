@@ -17,8 +17,9 @@ from osc_lib import exceptions
 
 from composable.cli import utils
 from composable.cli.v1 import base
+from composable.common import states
 
-ATTACH_MODES = ('host', 'guest')
+ATTACH_MODES = states.ATTACH_MODES
 
 LIST_COLUMNS = ['uuid', 'name', 'status', 'memory_mb', 'device_count',
                 'device_kind', 'host', 'end_at']

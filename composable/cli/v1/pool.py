@@ -14,6 +14,7 @@
 
 from composable.cli import utils
 from composable.cli.v1 import base
+from composable.common import resource_classes
 
 KINDS = ('memory', 'gpu', 'pci')
 
@@ -36,7 +37,7 @@ class CreatePool(base.CreateCommand):
             '--device-class', metavar='<class>',
             help='Device class of a pci pool, e.g. NVME or FPGA (required '
                  'for --kind pci; gives the resource class '
-                 'CUSTOM_COMPOSABLE_PCI_<CLASS>)')
+                 '%s<CLASS>)' % resource_classes.PCI_PREFIX)
         parser.add_argument(
             '--trait', metavar='<trait>', dest='traits', action='append',
             help='Trait of the pool (standard os-traits name or CUSTOM_*; '

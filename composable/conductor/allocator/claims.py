@@ -65,6 +65,7 @@ import sqlalchemy as sa
 
 from composable.common import exception
 from composable.common import pool_fit
+from composable.common import resource_classes
 from composable.common import states
 from composable.common import utils
 from composable import conf
@@ -74,9 +75,6 @@ from composable.db import views
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
-
-DEVICE_AVAILABLE = 'available'
-DEVICE_RESERVED = 'reserved'
 
 _LEASES = models.Lease.__table__
 _EXTENTS = models.MemoryExtent.__table__
@@ -90,13 +88,6 @@ class LostRace(Exception):
     """A conditional UPDATE matched nothing although the rows were locked
     (a database without row locks, or inventory changed underneath):
     the whole transaction is rolled back and tried again."""
-
-
-def pool_kind_for_device_kind(device_kind):
-    """(pool kind, resource class) that serves devices of ``device_kind``."""
-    if device_kind in (None, 'gpu'):
-        return 'gpu', 'CUSTOM_COMPOSABLE_GPU'
-    return 'pci', 'CUSTOM_COMPOSABLE_PCI_%s' % device_kind.upper()
 
 
 def _free(pool):
@@ -240,7 +231,8 @@ def _claim_memory(session, lease, check_fit=False):
                 extents.append({
                     'uuid': uuidutils.generate_uuid(),
                     'memory_node_id': node.id, 'size_mb': step,
-                    'index': index, 'export_state': 'allocated',
+                    'index': index,
+                    'export_state': states.EXTENT_ALLOCATED,
                     'node_name': node.name})
                 index += 1
         return pool, extents
@@ -251,7 +243,8 @@ def _claim_memory(session, lease, check_fit=False):
 
 
 def _device_candidates(session, lease, fabric_id):
-    kind, resource_class = pool_kind_for_device_kind(lease.device_kind)
+    kind, resource_class = resource_classes.for_device_kind(
+        lease.device_kind)
     query = sa.select(*_POOL_COLUMNS).where(
         _POOLS.c.kind == kind, _POOLS.c.resource_class == resource_class)
     if lease.requested_pools:
@@ -263,12 +256,12 @@ def _device_candidates(session, lease, fabric_id):
 
 _TAKE_DEVICES = _DEVICES.update().where(
     _DEVICES.c.id.in_(_B('b_ids', expanding=True)),
-    _DEVICES.c.state == DEVICE_AVAILABLE,
+    _DEVICES.c.state == states.DEVICE_AVAILABLE,
     _DEVICES.c.lease_id.is_(None)).values(
-        state=DEVICE_RESERVED, lease_id=_B('b_lease'))
+        state=states.DEVICE_RESERVED, lease_id=_B('b_lease'))
 _FREE_DEVICES = sa.select(*_DEVICE_COLUMNS).where(
     _DEVICES.c.pool_id == _B('b_pool'),
-    _DEVICES.c.state == DEVICE_AVAILABLE,
+    _DEVICES.c.state == states.DEVICE_AVAILABLE,
     _DEVICES.c.lease_id.is_(None))
 # Any free device will do (no model, no traits): lock only as many as
 # needed. The pool claim before it guarantees that enough are free; SKIP
@@ -300,7 +293,8 @@ def _claim_requested_devices(session, lease, fabric_id):
             reason='The devices asked for are in different pools; a lease '
                    'takes devices from one pool.')
     for device in devices:
-        if device.lease_id is not None or device.state != DEVICE_AVAILABLE:
+        if (device.lease_id is not None or
+                device.state != states.DEVICE_AVAILABLE):
             raise exception.InsufficientCapacity(
                 reason='Device %s was taken by another lease or went to '
                        '%s meanwhile; ask for another device.' %
@@ -394,7 +388,7 @@ def check_requested_devices(context, device_uuids):
                     models.Lease.id == device.lease_id).scalar()
                 raise exception.DeviceAlreadyLeased(device=device.uuid,
                                                     lease=holder)
-            if device.state != DEVICE_AVAILABLE:
+            if device.state != states.DEVICE_AVAILABLE:
                 raise exception.DeviceUnavailable(device=device.uuid,
                                                   state=device.state)
         pools = {d.pool.uuid for d in devices}
@@ -475,7 +469,7 @@ def _give(session, lease_id, claim):
             types.SimpleNamespace(target_iqn=None, lun=None, **e),
             e['node_name']) for e in claim['extents']],
         # Taken just now: reserved, whatever the rows read before said.
-        'devices': [views.device_document(d, state=DEVICE_RESERVED)
+        'devices': [views.device_document(d, state=states.DEVICE_RESERVED)
                     for d in claim['devices']],
     }
 
@@ -545,7 +539,8 @@ _LEASE_DEFAULTS = {
     'device_model': None, 'device_traits': None, 'requested_pools': None,
     'requested_devices': None, 'memory_pool_id': None,
     'device_pool_id': None, 'start_at': None, 'end_at': None,
-    'host_id': None, 'instance_uuid': None, 'attach_mode': 'host',
+    'host_id': None, 'instance_uuid': None,
+    'attach_mode': states.ATTACH_HOST,
     'placement_consumer': None, 'status': None, 'fault': None,
     'reservation': None, 'created_at': None, 'updated_at': None}
 
@@ -715,14 +710,14 @@ _QUICK_RELEASE = _LEASES.update().where(
     _LEASES.c.device_pool_id.is_not_distinct_from(_B('b_device_pool')),
     ~sa.exists().where(
         _EXTENTS.c.lease_id == _B('b_lease'),
-        sa.or_(_EXTENTS.c.export_state != 'allocated',
+        sa.or_(_EXTENTS.c.export_state != states.EXTENT_ALLOCATED,
                _EXTENTS.c.chap_username.isnot(None))),
     ~sa.exists().where(
         _ATTACHMENTS.c.lease_id == _B('b_lease'),
-        _ATTACHMENTS.c.state != 'detached'),
+        _ATTACHMENTS.c.state != states.ATT_DETACHED),
     ~sa.exists().where(
         _DEVICES.c.lease_id == _B('b_lease'),
-        sa.or_(_DEVICES.c.state != DEVICE_RESERVED,
+        sa.or_(_DEVICES.c.state != states.DEVICE_RESERVED,
                _DEVICES.c.pci_address.isnot(None)))).values(
     status=_B('b_status'), updated_at=_B('b_now'))
 
@@ -851,8 +846,9 @@ _GIVE_BACK_DEVICES = _DEVICES.update().where(
     _DEVICES.c.lease_id == _B('b_lease')).values(
     lease_id=None, pci_address=None,
     state=sa.case(
-        (_DEVICES.c.state.in_([DEVICE_RESERVED, 'attached']),
-         DEVICE_AVAILABLE),
+        (_DEVICES.c.state.in_([states.DEVICE_RESERVED,
+                               states.DEVICE_ATTACHED]),
+         states.DEVICE_AVAILABLE),
         else_=_DEVICES.c.state))
 
 

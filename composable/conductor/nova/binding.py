@@ -311,7 +311,7 @@ class InstanceBinding(object):
         if status == states.ALLOC_FAILED:
             return ('problem', 'it holds no resources (%s); delete it and '
                                'create a new lease' % (lease.fault or
-                                                       'alloc_failed'))
+                                                       states.ALLOC_FAILED))
         return ('problem', 'it is %s (%s); an administrator must unbind or '
                            'delete it' % (status, lease.fault or 'no fault'))
 

@@ -181,7 +181,8 @@ def _cannot_follow(lease):
     (an iSCSI disk of the source host's QEMU)."""
     if lease.status in states.HOLDS_CAPACITY and lease.devices:
         return 'pooled PCIe device(s) passed through from the fabric'
-    if (lease.status == states.BOUND and lease.attach_mode == 'guest' and
+    if (lease.status == states.BOUND and
+            lease.attach_mode == states.ATTACH_GUEST and
             lease.memory_mb):
         return 'guest-mode memory, a disk of the guest'
     return None

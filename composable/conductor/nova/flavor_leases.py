@@ -44,6 +44,7 @@ import sqlalchemy as sa
 
 from composable.common import context as ctx_mod
 from composable.common import exception
+from composable.common import resource_classes
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.placement import claims as placement_claims
@@ -54,8 +55,6 @@ LOG = logging.getLogger(__name__)
 
 # Namespace of the uuids of flavor-driven leases (uuid5).
 LEASE_NAMESPACE = uuid_mod.UUID('0b6f7a52-3c1e-5d8a-9f4e-2a7c61d0e9b3')
-
-PCI_PREFIX = 'CUSTOM_COMPOSABLE_PCI_'
 
 EXTRA_ATTACH_MODE = 'composable:attach_mode'
 EXTRA_GPU_MODEL = 'composable:gpu_model'
@@ -94,7 +93,8 @@ def _lease_values(pool, amount, instance_uuid, project_id, user_id,
               'requested_pools': [pool.uuid], 'name': name,
               'description': 'Pool resources of the flavor of server %s' %
                              instance_uuid,
-              'attach_mode': extra_specs.get(EXTRA_ATTACH_MODE) or 'host'}
+              'attach_mode': (extra_specs.get(EXTRA_ATTACH_MODE) or
+                              states.ATTACH_HOST)}
     if pool.kind == 'memory':
         values['memory_mb'] = int(amount)
     elif pool.kind == 'gpu':
@@ -103,8 +103,8 @@ def _lease_values(pool, amount, instance_uuid, project_id, user_id,
             values['device_model'] = extra_specs[EXTRA_GPU_MODEL]
     else:
         kind = pool.resource_class
-        if kind.startswith(PCI_PREFIX):
-            kind = kind[len(PCI_PREFIX):]
+        if kind.startswith(resource_classes.PCI_PREFIX):
+            kind = kind[len(resource_classes.PCI_PREFIX):]
         values.update(device_count=int(amount), device_kind=kind.lower())
     return values
 

@@ -45,11 +45,10 @@ from oslo_utils import uuidutils
 
 from composable.common import exception
 from composable.common import keystone
+from composable.common import resource_classes
 
 LOG = logging.getLogger(__name__)
 
-SHARING_TRAIT = 'MISC_SHARES_VIA_AGGREGATE'
-OWNER_TRAIT = 'CUSTOM_COMPOSABLE_POOL'
 PROVIDER_PREFIX = 'composable-pool-'
 CONSUMER_TYPE = 'COMPOSABLE_LEASE'
 
@@ -101,19 +100,6 @@ class ProviderInUse(PlacementError):
 
 def provider_name(pool_name):
     return PROVIDER_PREFIX + pool_name
-
-
-def normalize_trait(name):
-    """A trait name Placement accepts: standard names as they are,
-    anything else as CUSTOM_<UPPER_SNAKE>."""
-    if name.startswith('CUSTOM_'):
-        body = name[len('CUSTOM_'):]
-    elif name.isupper() and all(c.isalnum() or c == '_' for c in name):
-        return name
-    else:
-        body = name
-    body = ''.join(c if c.isalnum() else '_' for c in body.upper())
-    return 'CUSTOM_' + body
 
 
 def _error(resp):
@@ -200,7 +186,7 @@ class ReportClient(object):
 
     def ensure_resource_class(self, name):
         """Create custom resource class ``name`` unless it exists."""
-        if not name.startswith('CUSTOM_'):
+        if not resource_classes.is_custom(name):
             return  # standard classes always exist
         self._call('PUT', '/resource_classes/%s' % name, MV_RESOURCE_CLASS,
                    ok=(201, 204))
@@ -208,7 +194,7 @@ class ReportClient(object):
     def ensure_traits(self, traits):
         """Create the custom traits among ``traits`` unless they exist."""
         for trait in traits:
-            if trait.startswith('CUSTOM_'):
+            if resource_classes.is_custom_trait(trait):
                 self._call('PUT', '/traits/%s' % trait, MV_TRAITS,
                            ok=(201, 204))
 
@@ -224,7 +210,8 @@ class ReportClient(object):
         providers = found['resource_providers']
         return providers[0] if providers else None
 
-    def list_providers(self, required_trait=OWNER_TRAIT):
+    def list_providers(self,
+                       required_trait=resource_classes.POOL_TRAIT):
         """Providers carrying ``required_trait`` (composable's own)."""
         # Placement refuses to filter on a trait it does not know.
         self.ensure_traits([required_trait])

@@ -42,6 +42,7 @@ from oslo_log import log as logging
 from oslo_utils import uuidutils
 
 from composable.common import context as ctx_mod
+from composable.common import resource_classes
 from composable.conductor.placement import client as pclient
 from composable.db import api as dbapi
 from composable.db import models
@@ -54,8 +55,9 @@ def get_client():
 
 
 def pool_traits(pool):
-    traits = {pclient.SHARING_TRAIT, pclient.OWNER_TRAIT}
-    traits.update(pclient.normalize_trait(t) for t in (pool.traits or []))
+    traits = {resource_classes.SHARING_TRAIT, resource_classes.POOL_TRAIT}
+    traits.update(resource_classes.normalize_trait(t)
+                  for t in (pool.traits or []))
     return traits
 
 

@@ -23,7 +23,6 @@ import pytest
 
 from composable.common import states
 from composable.common import utils
-from composable.conductor import flows as lease_flows
 from composable.conductor import manager as conductor_manager
 from composable.conductor import node_reports
 from composable.conductor import reconciler
@@ -327,7 +326,7 @@ def test_failed_bind_leftovers_are_torn_down(harness):
     assert lease.fault == fault
     harness.assert_nothing_live()
     for extent in lease.extents:
-        assert extent.export_state != lease_flows.EXTENT_EXPORTED
+        assert extent.export_state != states.EXTENT_EXPORTED
         assert extent.chap_username is None and extent.chap_secret is None
     assert harness.actions(uuid)[-2:] == [('bind', 'error'),
                                           ('reconcile', 'success')]
@@ -403,7 +402,7 @@ def test_orphan_targets_are_removed_and_live_ones_kept(harness):
     resting = harness.create(memory_mb=1024)
     unexported = harness.lease(resting).extents[0]
     db_api.extent_update(h_mod.admin(), unexported.id,
-                         {'export_state': lease_flows.EXTENT_UNEXPORTED})
+                         {'export_state': states.EXTENT_UNEXPORTED})
 
     unknown = 'feedface-0000-4000-8000-000000000001'
     _export_behind_the_db(harness, 'memory-0', unknown)
@@ -431,7 +430,7 @@ def test_orphan_targets_are_removed_and_live_ones_kept(harness):
     assert exports == live
     extent = [e for e in harness.lease(resting).extents
               if e.uuid == unexported.uuid][0]
-    assert extent.export_state == lease_flows.EXTENT_UNEXPORTED
+    assert extent.export_state == states.EXTENT_UNEXPORTED
     assert harness.lease(resting).status == states.RESERVED
 
 

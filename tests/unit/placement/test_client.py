@@ -17,6 +17,7 @@ import types
 from keystoneauth1 import loading as ks_loading
 import pytest
 
+from composable.common import resource_classes as rc
 from composable.conductor.placement import client as pclient
 from composable.conductor.placement import sync
 from composable import conf
@@ -55,10 +56,10 @@ def conflict():
 
 
 def test_normalize_trait():
-    assert pclient.normalize_trait('HW_GPU_API_CUDA_V10_0') == \
+    assert rc.normalize_trait('HW_GPU_API_CUDA_V10_0') == \
         'HW_GPU_API_CUDA_V10_0'
-    assert pclient.normalize_trait('CUSTOM_fast-ram') == 'CUSTOM_FAST_RAM'
-    assert pclient.normalize_trait('a100 80gb') == 'CUSTOM_A100_80GB'
+    assert rc.normalize_trait('CUSTOM_fast-ram') == 'CUSTOM_FAST_RAM'
+    assert rc.normalize_trait('a100 80gb') == 'CUSTOM_A100_80GB'
 
 
 def test_pool_inventory_and_traits():

@@ -17,6 +17,7 @@ from composable.api.schemas import device as schema
 from composable.api import utils
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import states
 from composable.db import api as db_api
 from composable import policies
 
@@ -110,7 +111,7 @@ def create_device(request):
         if body.get(field):
             body[field] = body[field].lower()
     body.setdefault('traits', [])
-    body.update(pool_id=pool.id, state='available')
+    body.update(pool_id=pool.id, state=states.DEVICE_AVAILABLE)
     device = db_api.device_create(ctx, body)
     device = db_api.device_get(ctx, device.uuid)
     # The pool's total follows its devices: so does its Placement

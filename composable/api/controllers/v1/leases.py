@@ -220,7 +220,7 @@ def _requested_devices(ctx, idents, device_kind):
                      else 'of another project')
             raise exception.DeviceAlreadyLeased(device=device.uuid,
                                                 lease=shown)
-        if device.state != 'available':
+        if device.state != states.DEVICE_AVAILABLE:
             raise exception.DeviceUnavailable(device=device.uuid,
                                               state=device.state)
         if device_kind is not None and device.kind != device_kind:
@@ -304,7 +304,7 @@ def create_lease(request):
         'device_traits': body.get('device_traits') or [],
         'requested_pools': [p.uuid for p in given or []],
         'requested_devices': [d.uuid for d in devices],
-        'attach_mode': body.get('attach_mode', 'host'),
+        'attach_mode': body.get('attach_mode', states.ATTACH_HOST),
         'start_at': utils.isotime(start_at),
         'end_at': utils.isotime(end_at),
     }
@@ -382,7 +382,8 @@ def bind_lease(request, ident):
             "Invalid input for field 'host': give the host (name or UUID) "
             "to bind to, or the server to bind where it runs")
     attach_mode = body.get('attach_mode')
-    if (attach_mode or lease.attach_mode) == 'guest' and not server:
+    if ((attach_mode or lease.attach_mode) == states.ATTACH_GUEST and
+            not server):
         raise exception.Invalid(
             "Invalid input for field 'server': attach_mode guest attaches "
             "to a server; give its UUID")

@@ -22,6 +22,7 @@ from composable.api.schemas import pool as schema
 from composable.api import utils
 from composable.common import exception
 from composable.common import pool_fit
+from composable.common import resource_classes
 from composable import conf
 from composable.conf import placement as placement_conf
 from composable.db import api as db_api
@@ -31,19 +32,6 @@ CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 SORT_KEYS = utils.COMMON_SORT_KEYS + ('kind', 'total', 'used')
-
-RC_MEMORY = 'CUSTOM_COMPOSABLE_MEMORY_MB'
-RC_GPU = 'CUSTOM_COMPOSABLE_GPU'
-RC_PCI_PREFIX = pool_fit.RC_PCI_PREFIX
-
-
-def resource_class(kind, device_class=None):
-    if kind == 'memory':
-        return RC_MEMORY
-    if kind == 'gpu':
-        return RC_GPU
-    return RC_PCI_PREFIX + device_class
-
 
 # The kind of the devices of a device pool ("gpu", or the lower-case device
 # class of a pci pool); None for a memory pool.
@@ -147,7 +135,8 @@ def create_pool(request):
     fabric = utils.referenced(db_api.fabric_get, ctx, body.pop('fabric'),
                               'fabric', 'Fabric')
     body.update(fabric_id=fabric.id,
-                resource_class=resource_class(kind, device_class),
+                resource_class=resource_classes.for_pool(
+                    kind, device_class),
                 total=0, used=0)
     body.setdefault('reserved', 0)
     body.setdefault('traits', [])
