@@ -99,9 +99,11 @@ RPC_MARGIN = 15.0
 _UCRED = struct.Struct('3i')
 
 
-def states_holding():
-    """Lease states that hold capacity (composable.common.states)."""
-    return states.HOLDS_CAPACITY
+def _live_migration():
+    """composable.common.live_migration (what cannot follow a live
+    migration: the conductor's rule), imported when needed."""
+    from composable.common import live_migration
+    return live_migration
 
 
 def _ok(**kwargs):
@@ -679,28 +681,17 @@ class HookServer(object):
                         'arriving by live migration: %(exc)s',
                         {'instance': instance, 'exc': exc})
             return _ok()
-        holding = set(states_holding())
-        devices = [lease['uuid'] for lease in leases
-                   if lease['status'] in holding and lease['device_count']]
-        guest = [lease['uuid'] for lease in leases
-                 if lease['status'] == states.BOUND and
-                 lease.get('attach_mode') == states.ATTACH_GUEST and
-                 lease['memory_mb']]
+        rule = _live_migration()
         reasons = []
-        if devices:
-            reasons.append('holds pooled PCIe devices passed through from '
-                           'the fabric (lease %s), which cannot follow a '
-                           'live migration' % ', '.join(devices))
-        if guest:
-            reasons.append('has guest-mode memory (lease %s), a disk of '
-                           'the guest that cannot follow a live migration '
-                           'yet' % ', '.join(guest))
+        for lease in leases:
+            why = rule.summary_cannot_follow(lease)
+            if why:
+                reasons.append('%s (lease %s)' % (why, lease['uuid']))
         if not reasons:
             return _ok()
         message = ('composable refuses the live migration of instance %s '
-                   'to %s: it %s. Cold migrate it (migrate or resize), or '
-                   'unbind the lease first.' % (instance, self.host,
-                                                '; and it '.join(reasons)))
+                   'to %s: %s' % (instance, self.host,
+                                  rule.refusal(instance, reasons)))
         LOG.error(message)
         with self._lock:
             self._incoming.pop(instance, None)

@@ -78,6 +78,16 @@ class RequestContextSerializer(messaging.Serializer):
         return composable_context.RequestContext.from_dict(context)
 
 
+def call_unwrapped(fn, *args, **kwargs):
+    """Call an RPC server's method in-process (a ConductorManager method
+    from inside the conductor): the refusals it declares come wrapped for
+    the RPC server (ExpectedException); raise the exception itself."""
+    try:
+        return fn(*args, **kwargs)
+    except dispatcher.ExpectedException as wrapped:
+        raise wrapped.exc_info[1]
+
+
 def get_client(topic, version, server=None, timeout=None):
     target = messaging.Target(topic=topic, version=version, server=server)
     return messaging.get_rpc_client(get_transport(), target,

@@ -67,24 +67,6 @@ _CLEAR_EXPORT = {'export_state': states.EXTENT_UNEXPORTED, 'target_iqn': None,
                  'lun': None, 'chap_username': None, 'chap_secret': None}
 
 
-# Unbinds that are not the owner's: the lease stays its instance's. Their
-# action names say so in the lease's action log, and tell a conductor that
-# resumes or retries one how to finish it (unbind_options).
-ACTION_STOP = 'stop'          # the instance's domain stopped (libvirt hook)
-ACTION_MOVE = 'move'          # Nova moved the instance to another host
-ACTION_EVACUATE = 'evacuate'  # ... away from a host that is down
-UNBIND_ACTIONS = ('unbind', ACTION_STOP, ACTION_MOVE, ACTION_EVACUATE)
-
-
-def unbind_options(action):
-    """The keyword arguments of LeaseFlows.unbind that finish an unbind
-    started as ``action``."""
-    if action in (ACTION_STOP, ACTION_MOVE, ACTION_EVACUATE):
-        return {'keep_instance': True,
-                'source_gone': action == ACTION_EVACUATE}
-    return {}
-
-
 class StepFailed(Exception):
     """One step of a flow failed; ``message`` says which step, where, and
     why, in words for the lease's owner."""
@@ -604,15 +586,15 @@ class LeaseFlows(object):
 
     # ------------------------------------------------------------ unbind
 
-    def unbind(self, context, lease_id, action='unbind', keep_instance=False,
-               source_gone=False, advice=None):
+    def unbind(self, context, lease_id, action='unbind', keep_consumer=False,
+               host_gone=False, advice=None):
         """Undo the lease's binding; the lease's new status.
 
-        ``keep_instance``: the lease stays linked to its instance (the
+        ``keep_consumer``: the lease stays linked to what it serves (its
         instance stopped, or moves), only its host is forgotten.
 
-        ``source_gone``: the host the lease is bound to is down for good
-        (Nova evacuates only from a compute service that is down). If it
+        ``host_gone``: the host the lease is bound to is down for good
+        (e.g. Nova evacuates only from a compute service that is down). If it
         does not answer, its attachment is let go of once every export and
         fabric binding of the lease is gone -- nothing of the lease can
         reach it then -- as after a failed bind. Any other failure still
@@ -626,7 +608,7 @@ class LeaseFlows(object):
         advice = advice or (' Unbind it again once that is fixed, or delete '
                             'it.')
         try:
-            if source_gone:
+            if host_gone:
                 self._teardown_from_gone_host(context, lease)
             else:
                 self._teardown(context, lease)
@@ -635,7 +617,7 @@ class LeaseFlows(object):
             return self._finish(context, lease_id, states.UNBINDING,
                                 states.FAIL, action, fault=fault)
         values = {'host_id': None}
-        if not keep_instance:
+        if not keep_consumer:
             values['instance_uuid'] = None
         return self._finish(context, lease_id, states.UNBINDING, states.DONE,
                             action, values=values)

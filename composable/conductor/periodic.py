@@ -29,7 +29,7 @@ from oslo_log import log as logging
 from composable.common import states
 from composable.common import utils
 from composable.conductor.allocator import claims as allocator
-from composable.conductor import flows as lease_flows
+from composable.conductor.nova import actions as nova_actions
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor import reservations
 from composable import conf
@@ -116,7 +116,7 @@ class PeriodicTasks(object):
                          'status': lease.status})
             options = {}
             if method == 'unbind':
-                options = lease_flows.unbind_options(action)
+                options = nova_actions.unbind_options(action)
             return self.manager.spawn(reservation,
                                       getattr(self.manager.flows, method),
                                       context, lease.id, action=action,

@@ -59,6 +59,7 @@ from composable.common import context as composable_context
 from composable.common import states
 from composable.common import utils
 from composable.conductor import flows as lease_flows
+from composable.conductor.nova import actions as nova_actions
 from composable.conductor import node_reports
 from composable.conductor import reservations
 from composable import conf
@@ -181,11 +182,11 @@ def next_attempt(actions):
 def user_intent(actions):
     """What was last asked of a lease in error: 'release', or the action
     of an unbind (the owner's 'unbind', or one of an instance's:
-    lease_flows.UNBIND_ACTIONS)."""
+    nova_actions.UNBIND_ACTIONS)."""
     for row in reversed(actions):
         if row.action == RECONCILE:
             continue
-        if row.action in lease_flows.UNBIND_ACTIONS:
+        if row.action in nova_actions.UNBIND_ACTIONS:
             return row.action
         return 'release'
     return 'release'
@@ -320,7 +321,7 @@ class Reconciler(object):
             if intent != 'release':
                 event = states.UNBIND
                 flow = functools.partial(flows.unbind,
-                                         **lease_flows.unbind_options(intent))
+                                         **nova_actions.unbind_options(intent))
                 message = ('The reconciler retries the unbind that '
                            'failed.')
             else:

@@ -15,7 +15,7 @@
 Capacity counters (``pools.used``, ``memory_nodes.allocated_mb``) and device
 ownership (``devices.lease_id``) are changed only by the allocator, with
 conditional UPDATEs, so concurrent claims can never over-commit (see
-composable/conductor/allocator.py).
+composable/conductor/allocator/claims.py).
 """
 
 import json

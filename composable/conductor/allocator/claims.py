@@ -69,6 +69,7 @@ from composable.common import resource_classes
 from composable.common import states
 from composable.common import utils
 from composable import conf
+from composable.conductor.allocator import statements
 from composable.db import api as dbapi
 from composable.db import models
 from composable.db import views
@@ -76,12 +77,9 @@ from composable.db import views
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
-_LEASES = models.Lease.__table__
-_EXTENTS = models.MemoryExtent.__table__
-_ATTACHMENTS = models.Attachment.__table__
-_DEVICES = models.Device.__table__
-_POOLS = models.Pool.__table__
-_NODES = models.MemoryNode.__table__
+_LEASES = statements.LEASES
+_DEVICES = statements.DEVICES
+_POOLS = statements.POOLS
 
 
 class LostRace(Exception):
@@ -94,29 +92,16 @@ def _free(pool):
     return max(0, pool.total - pool.reserved - pool.used)
 
 
-# The statements of the claim and release paths are built once, with bound
-# parameters (b_*): every lease created and deleted runs them, and building
-# a statement and computing its cache key cost more than executing it.
-_B = sa.bindparam
-
-_CLAIM_POOL = _POOLS.update().where(
-    _POOLS.c.id == _B('b_pool'),
-    _POOLS.c.used + _B('b_amount') <= _POOLS.c.total - _POOLS.c.reserved
-).values(used=_POOLS.c.used + _B('b_amount'))
-_UNCLAIM_POOL = _POOLS.update().where(_POOLS.c.id == _B('b_pool')).values(
-    used=_POOLS.c.used - _B('b_amount'))
-
-
 def _claim_pool(session, pool, amount):
-    count = session.execute(_CLAIM_POOL, {'b_pool': pool.id,
-                                          'b_amount': amount}).rowcount
+    count = session.execute(statements.CLAIM_POOL, {
+        'b_pool': pool.id, 'b_amount': amount}).rowcount
     return count == 1
 
 
 def _unclaim_pool(session, pool_id, amount):
     if amount:
-        session.execute(_UNCLAIM_POOL, {'b_pool': pool_id,
-                                        'b_amount': amount})
+        session.execute(statements.UNCLAIM_POOL, {'b_pool': pool_id,
+                                                  'b_amount': amount})
 
 
 def _plan_extents(nodes, count, step, policy):
@@ -140,43 +125,14 @@ def _plan_extents(nodes, count, step, policy):
     return {by_id[nid]: n for nid, n in sorted(plan.items())}
 
 
-# The claim path reads and writes with Core statements on the tables: it
-# runs for every lease created, and the ORM's unit of work and identity
-# map cost more than the statements themselves. Rows read here are plain
-# rows (attribute access by column name), never ORM objects.
-_POOL_COLUMNS = (_POOLS.c.id, _POOLS.c.uuid, _POOLS.c.name, _POOLS.c.kind,
-                 _POOLS.c.fabric_id, _POOLS.c.total, _POOLS.c.reserved,
-                 _POOLS.c.used, _POOLS.c.step_size)
-_NODE_COLUMNS = (_NODES.c.id, _NODES.c.name, _NODES.c.capacity_mb,
-                 _NODES.c.reserved_mb, _NODES.c.allocated_mb)
-_DEVICE_COLUMNS = (_DEVICES.c.id, _DEVICES.c.uuid, _DEVICES.c.pool_id,
-                   _DEVICES.c.kind, _DEVICES.c.model, _DEVICES.c.traits,
-                   _DEVICES.c.state, _DEVICES.c.lease_id,
-                   _DEVICES.c.pci_address, _DEVICES.c.address)
-
-
 def _pools_by_free(session, query):
     # Most free first, then by id so equal pools are tried in a fixed order.
     return sorted(session.execute(query).all(),
                   key=lambda p: (-_free(p), p.id))
 
 
-_MEMORY_POOLS = sa.select(*_POOL_COLUMNS).where(_POOLS.c.kind == 'memory')
-_LOCK_NODES = sa.select(*_NODE_COLUMNS).where(
-    _NODES.c.pool_id == _B('b_pool'),
-    _NODES.c.enabled.is_(True)).order_by(_NODES.c.id).with_for_update()
-_CLAIM_NODE = _NODES.update().where(
-    _NODES.c.id == _B('b_node'),
-    _NODES.c.enabled.is_(True),
-    _NODES.c.allocated_mb + _B('b_amount') <=
-    _NODES.c.capacity_mb - _NODES.c.reserved_mb
-).values(allocated_mb=_NODES.c.allocated_mb + _B('b_amount'))
-_UNCLAIM_NODE = _NODES.update().where(_NODES.c.id == _B('b_node')).values(
-    allocated_mb=_NODES.c.allocated_mb - _B('b_amount'))
-
-
 def _memory_candidates(session, lease, fabric_id=None):
-    query = _MEMORY_POOLS
+    query = statements.MEMORY_POOLS
     if lease.requested_pools:
         query = query.where(_POOLS.c.uuid.in_(lease.requested_pools))
     if fabric_id is not None:
@@ -210,7 +166,8 @@ def _claim_memory(session, lease, check_fit=False):
             continue
         # Locked, and read again under the lock: a claim that committed
         # since is seen.
-        nodes = session.execute(_LOCK_NODES, {'b_pool': pool.id}).all()
+        nodes = session.execute(statements.LOCK_NODES,
+                                {'b_pool': pool.id}).all()
         plan = _plan_extents(nodes, lease.memory_mb // step, step,
                              CONF.allocator.memory_placement)
         if plan is None:
@@ -223,7 +180,7 @@ def _claim_memory(session, lease, check_fit=False):
         extents = []
         for node, n in plan.items():
             amount = n * step
-            count = session.execute(_CLAIM_NODE, {
+            count = session.execute(statements.CLAIM_NODE, {
                 'b_node': node.id, 'b_amount': amount}).rowcount
             if count != 1:
                 raise LostRace('memory node %s' % node.name)
@@ -245,7 +202,7 @@ def _claim_memory(session, lease, check_fit=False):
 def _device_candidates(session, lease, fabric_id):
     kind, resource_class = resource_classes.for_device_kind(
         lease.device_kind)
-    query = sa.select(*_POOL_COLUMNS).where(
+    query = sa.select(*statements.POOL_COLUMNS).where(
         _POOLS.c.kind == kind, _POOLS.c.resource_class == resource_class)
     if lease.requested_pools:
         query = query.where(_POOLS.c.uuid.in_(lease.requested_pools))
@@ -254,33 +211,17 @@ def _device_candidates(session, lease, fabric_id):
     return _pools_by_free(session, query)
 
 
-_TAKE_DEVICES = _DEVICES.update().where(
-    _DEVICES.c.id.in_(_B('b_ids', expanding=True)),
-    _DEVICES.c.state == states.DEVICE_AVAILABLE,
-    _DEVICES.c.lease_id.is_(None)).values(
-        state=states.DEVICE_RESERVED, lease_id=_B('b_lease'))
-_FREE_DEVICES = sa.select(*_DEVICE_COLUMNS).where(
-    _DEVICES.c.pool_id == _B('b_pool'),
-    _DEVICES.c.state == states.DEVICE_AVAILABLE,
-    _DEVICES.c.lease_id.is_(None))
-# Any free device will do (no model, no traits): lock only as many as
-# needed. The pool claim before it guarantees that enough are free; SKIP
-# LOCKED is not on every backend.
-_LOCK_ANY_FREE_DEVICES = _FREE_DEVICES.order_by(_DEVICES.c.id).limit(
-    _B('b_limit')).with_for_update()
-
-
 def _take_devices(session, lease_id, devices):
     """Give ``devices`` to the lease, all or none (LostRace)."""
     ids = [device.id for device in devices]
-    count = session.execute(_TAKE_DEVICES, {'b_ids': ids,
-                                            'b_lease': lease_id}).rowcount
+    count = session.execute(statements.TAKE_DEVICES, {
+        'b_ids': ids, 'b_lease': lease_id}).rowcount
     if count != len(ids):
         raise LostRace('device %s' % ', '.join(d.uuid for d in devices))
 
 
 def _claim_requested_devices(session, lease, fabric_id):
-    devices = session.execute(sa.select(*_DEVICE_COLUMNS).where(
+    devices = session.execute(sa.select(*statements.DEVICE_COLUMNS).where(
         _DEVICES.c.uuid.in_(lease.requested_devices)).order_by(
             _DEVICES.c.id).with_for_update()).all()
     missing = set(lease.requested_devices) - {d.uuid for d in devices}
@@ -299,7 +240,7 @@ def _claim_requested_devices(session, lease, fabric_id):
                 reason='Device %s was taken by another lease or went to '
                        '%s meanwhile; ask for another device.' %
                 (device.uuid, device.state))
-    pool = session.execute(sa.select(*_POOL_COLUMNS).where(
+    pool = session.execute(sa.select(*statements.POOL_COLUMNS).where(
         _POOLS.c.id == pool_ids.pop())).one()
     if fabric_id is not None and pool.fabric_id != fabric_id:
         raise exception.InsufficientCapacity(
@@ -345,9 +286,9 @@ def _claim_devices(session, lease, fabric_id, check_fit=False):
             reasons.append('%s has %d free' % (pool.name, _free(pool)))
             continue
         if not (lease.device_model or lease.device_traits):
-            query = _LOCK_ANY_FREE_DEVICES
+            query = statements.LOCK_ANY_FREE_DEVICES
         else:
-            query = _FREE_DEVICES
+            query = statements.FREE_DEVICES
             if lease.device_model:
                 query = query.where(_DEVICES.c.model == lease.device_model)
             if not lease.device_traits:
@@ -456,7 +397,7 @@ def _give(session, lease_id, claim):
     """Give the lease what ``claim`` holds for it (extents, devices);
     returns the parts of the lease's document the claim decided."""
     if claim['extents']:
-        session.execute(_INSERT_EXTENTS, [
+        session.execute(statements.INSERT_EXTENTS, [
             dict({k: v for k, v in e.items() if k != 'node_name'},
                  lease_id=lease_id) for e in claim['extents']])
     if claim['devices']:
@@ -560,13 +501,9 @@ def _lease_values(values, status, **more):
     return row
 
 
-_INSERT_LEASE = _LEASES.insert()
-_INSERT_EXTENTS = _EXTENTS.insert()
-_INSERT_ACTION = models.LeaseAction.__table__.insert()
-
-
 def _insert_lease(session, row):
-    return session.execute(_INSERT_LEASE, row).inserted_primary_key[0]
+    return session.execute(statements.INSERT_LEASE,
+                           row).inserted_primary_key[0]
 
 
 def create_in(session, context, values, action, check_fit=False):
@@ -585,7 +522,7 @@ def create_in(session, context, values, action, check_fit=False):
     row = _lease_values(values, status, **_pool_ids(claim))
     lease_id = _insert_lease(session, row)
     parts = _give(session, lease_id, claim)
-    session.execute(_INSERT_ACTION,
+    session.execute(statements.INSERT_ACTION,
                     _action_values(context, lease_id, action, 'success'))
     return row['uuid'], status, views.lease_document(
         types.SimpleNamespace(**row), **parts)
@@ -598,7 +535,7 @@ def create_failed_in(session, context, values, action, fault):
         states.next_state(states.REQUESTED, states.ALLOCATE), states.FAIL)
     row = _lease_values(values, status, fault=fault)
     lease_id = _insert_lease(session, row)
-    session.execute(_INSERT_ACTION, _action_values(
+    session.execute(statements.INSERT_ACTION, _action_values(
         context, lease_id, action, 'error', fault))
     return row['uuid'], status, views.lease_document(
         types.SimpleNamespace(**row), extents=[], devices=[])
@@ -673,8 +610,7 @@ def _lock_lease_pools(session, lease_id):
 
 # Resting states from which a lease that was never bound can be released
 # without asking any agent or fabric.
-_QUICK_RELEASE_FROM = (states.REQUESTED, states.RESERVED,
-                       states.ALLOC_FAILED)
+_QUICK_RELEASE_FROM = statements.QUICK_RELEASE_FROM
 
 
 def _quick_release_target(event):
@@ -688,47 +624,13 @@ def _quick_release_target(event):
     return targets.pop()
 
 
-# The pools a lease holds capacity in, by primary key, in id order. (The
-# pools of the devices it holds are read first, without locking, by
-# _DEVICES_BY_POOL: a locking read would lock the devices too, and a pool
-# condition that is not a plain key lookup makes InnoDB lock every pool
-# row it scans, so that two releases on different pools wait for each
-# other's pool and deadlock.)
-_LOCK_POOLS = sa.select(_POOLS.c.id).where(
-    _POOLS.c.id.in_(_B('b_pools', expanding=True))).order_by(
-    _POOLS.c.id).with_for_update()
-
-# The short release, compare-and-set: the lease is still where it was read
-# (status, no reservation, the pools locked for it: a deferred start may
-# have allocated it since), and nothing of it is live: no extent exported
-# or given credentials, no attachment, no device bound on the fabric.
-_QUICK_RELEASE = _LEASES.update().where(
-    _LEASES.c.id == _B('b_lease'),
-    _LEASES.c.reservation.is_(None),
-    _LEASES.c.status.in_(_QUICK_RELEASE_FROM),
-    _LEASES.c.memory_pool_id.is_not_distinct_from(_B('b_memory_pool')),
-    _LEASES.c.device_pool_id.is_not_distinct_from(_B('b_device_pool')),
-    ~sa.exists().where(
-        _EXTENTS.c.lease_id == _B('b_lease'),
-        sa.or_(_EXTENTS.c.export_state != states.EXTENT_ALLOCATED,
-               _EXTENTS.c.chap_username.isnot(None))),
-    ~sa.exists().where(
-        _ATTACHMENTS.c.lease_id == _B('b_lease'),
-        _ATTACHMENTS.c.state != states.ATT_DETACHED),
-    ~sa.exists().where(
-        _DEVICES.c.lease_id == _B('b_lease'),
-        sa.or_(_DEVICES.c.state != states.DEVICE_RESERVED,
-               _DEVICES.c.pci_address.isnot(None)))).values(
-    status=_B('b_status'), updated_at=_B('b_now'))
-
-
 def _shift_pools(session, amounts, sign):
     """Change the used counter of each pool of ``amounts`` ({pool id:
     amount}) by ``sign`` * its amount, in id order; a zero amount still
     row-locks its pool."""
     for pool_id in sorted(amounts):
-        session.execute(_UNCLAIM_POOL, {'b_pool': pool_id,
-                                        'b_amount': -sign * amounts[pool_id]})
+        session.execute(statements.UNCLAIM_POOL, {
+            'b_pool': pool_id, 'b_amount': -sign * amounts[pool_id]})
 
 
 def _lock_pools_of(session, ref):
@@ -740,9 +642,10 @@ def _lock_pools_of(session, ref):
              if pid is not None}
     if ref.device_pool_id is not None:
         pools.update(pool_id for pool_id, _ in session.execute(
-            _DEVICES_BY_POOL, {'b_lease': ref.id}))
+            statements.DEVICES_BY_POOL, {'b_lease': ref.id}))
     if pools:
-        session.execute(_LOCK_POOLS, {'b_pools': sorted(pools)}).all()
+        session.execute(statements.LOCK_POOLS,
+                        {'b_pools': sorted(pools)}).all()
 
 
 def _release_unbound_in(session, context, ref, action):
@@ -768,7 +671,7 @@ def _release_unbound_in(session, context, ref, action):
     # is what locks them (one statement a pool instead of a locking read
     # and then the update).
     _shift_pools(session, amounts, -1)
-    moved = session.execute(_QUICK_RELEASE, {
+    moved = session.execute(statements.QUICK_RELEASE, {
         'b_lease': ref.id, 'b_memory_pool': ref.memory_pool_id,
         'b_device_pool': ref.device_pool_id, 'b_status': target,
         'b_now': utils.utcnow()}).rowcount
@@ -777,8 +680,8 @@ def _release_unbound_in(session, context, ref, action):
         # take the shares back, and this transaction changed nothing.
         _shift_pools(session, amounts, +1)
         return None
-    session.execute(_INSERT_ACTION, _action_values(context, ref.id, action,
-                                                   'success'))
+    session.execute(statements.INSERT_ACTION, _action_values(
+        context, ref.id, action, 'success'))
     _give_back(session, ref.id, by_node, by_pool)
     return target
 
@@ -833,25 +736,6 @@ def _release_once(context, lease_id):
         return True
 
 
-_EXTENTS_BY_NODE = sa.select(
-    _EXTENTS.c.memory_node_id, sa.func.sum(_EXTENTS.c.size_mb)).where(
-    _EXTENTS.c.lease_id == _B('b_lease')).group_by(
-    _EXTENTS.c.memory_node_id).order_by(_EXTENTS.c.memory_node_id)
-_DELETE_EXTENTS = _EXTENTS.delete().where(
-    _EXTENTS.c.lease_id == _B('b_lease'))
-_DEVICES_BY_POOL = sa.select(_DEVICES.c.pool_id, sa.func.count()).where(
-    _DEVICES.c.lease_id == _B('b_lease')).group_by(
-    _DEVICES.c.pool_id).order_by(_DEVICES.c.pool_id)
-_GIVE_BACK_DEVICES = _DEVICES.update().where(
-    _DEVICES.c.lease_id == _B('b_lease')).values(
-    lease_id=None, pci_address=None,
-    state=sa.case(
-        (_DEVICES.c.state.in_([states.DEVICE_RESERVED,
-                               states.DEVICE_ATTACHED]),
-         states.DEVICE_AVAILABLE),
-        else_=_DEVICES.c.state))
-
-
 def _holdings(session, lease_id, has_memory=True, has_devices=True):
     """What lease ``lease_id`` holds: ([(memory node id, MiB)], [(pool id,
     device count)]). ``has_memory`` / ``has_devices`` False skip the
@@ -859,9 +743,9 @@ def _holdings(session, lease_id, has_memory=True, has_devices=True):
     claim sets the pool and takes the extents or devices in one
     transaction)."""
     lease = {'b_lease': lease_id}
-    by_node = (session.execute(_EXTENTS_BY_NODE, lease).all()
+    by_node = (session.execute(statements.EXTENTS_BY_NODE, lease).all()
                if has_memory else [])
-    by_pool = (session.execute(_DEVICES_BY_POOL, lease).all()
+    by_pool = (session.execute(statements.DEVICES_BY_POOL, lease).all()
                if has_devices else [])
     return by_node, by_pool
 
@@ -880,12 +764,12 @@ def _give_back(session, lease_id, by_node, by_pool):
     """Give the holdings back to the memory nodes and devices (the pools'
     counters are the caller's)."""
     for node_id, size_mb in by_node:
-        session.execute(_UNCLAIM_NODE, {'b_node': node_id,
-                                        'b_amount': int(size_mb)})
+        session.execute(statements.UNCLAIM_NODE, {
+            'b_node': node_id, 'b_amount': int(size_mb)})
     if by_node:
-        session.execute(_DELETE_EXTENTS, {'b_lease': lease_id})
+        session.execute(statements.DELETE_EXTENTS, {'b_lease': lease_id})
     if by_pool:
-        session.execute(_GIVE_BACK_DEVICES, {'b_lease': lease_id})
+        session.execute(statements.GIVE_BACK_DEVICES, {'b_lease': lease_id})
 
 
 def _return_capacity(session, lease_id, memory_pool_id, has_memory=True,

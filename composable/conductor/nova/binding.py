@@ -39,13 +39,13 @@ import inspect
 import time
 
 from oslo_log import log as logging
-from oslo_messaging.rpc import dispatcher as rpc_dispatcher
 
 from composable.agent import rpcapi as agent_rpcapi
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import rpc
 from composable.common import states
-from composable.conductor import flows as lease_flows
+from composable.conductor.nova import actions as nova_actions
 from composable.conductor import reservations
 from composable.db import api as db_api
 from composable.db import models
@@ -60,7 +60,7 @@ POLL_INTERVAL = 0.2
 
 ACTION_PREPARE = 'bind'
 # The domain stopped: unbound, still the instance's (see flows).
-ACTION_RELEASE = lease_flows.ACTION_STOP
+ACTION_RELEASE = nova_actions.STOP
 
 
 def lease_summary(lease):
@@ -73,15 +73,6 @@ def lease_summary(lease):
             'device_count': len(lease.devices or []),
             'extents': [e.uuid for e in lease.extents or []],
             'fault': lease.fault}
-
-
-def _unwrapped(fn, *args, **kwargs):
-    """Call a ConductorManager RPC method from inside the conductor: its
-    refusals come wrapped for the RPC server (ExpectedException)."""
-    try:
-        return fn(*args, **kwargs)
-    except rpc_dispatcher.ExpectedException as wrapped:
-        raise wrapped.exc_info[1]
 
 
 def _placement_enabled():
@@ -292,9 +283,9 @@ class InstanceBinding(object):
                                                   'the lease\'s actions')
             asked.add(lease.uuid)
             try:
-                _unwrapped(self.manager.bind_lease, self._admin(),
-                           lease.uuid, host.uuid,
-                           instance_uuid=instance_uuid)
+                rpc.call_unwrapped(self.manager.bind_lease, self._admin(),
+                                   lease.uuid, host.uuid,
+                                   instance_uuid=instance_uuid)
             except exception.LeaseLocked:
                 asked.discard(lease.uuid)
                 return None
@@ -339,7 +330,7 @@ class InstanceBinding(object):
     def _unbind(self, context, lease_id, fault=None):
         """LeaseFlows' unbind, the lease staying linked to its instance."""
         target = self.flows.unbind(
-            context, lease_id, action=ACTION_RELEASE, keep_instance=True,
+            context, lease_id, action=ACTION_RELEASE, keep_consumer=True,
             advice=' It is unbound again at the next stop or start of its '
                    'instance, or unbind or delete it.')
         if fault and target == states.RESERVED:

@@ -103,12 +103,13 @@ import time
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
 import oslo_messaging as messaging
-from oslo_messaging.rpc import dispatcher as rpc_dispatcher
 
 from composable.common import context as ctx_mod
 from composable.common import exception
+from composable.common import live_migration
+from composable.common import rpc
 from composable.common import states
-from composable.conductor import flows as lease_flows
+from composable.conductor.nova import actions as nova_actions
 from composable.conductor.nova import binding as instance_binding
 from composable.conductor.nova import client as nova_api
 from composable.conductor.nova import flavor_leases as instance_leases
@@ -176,16 +177,10 @@ def flavor_extra_specs(data):
 
 def _cannot_follow(lease):
     """Why ``lease`` cannot follow a live migration of its instance, or
-    None: passed-through fabric devices (bound to the source host's
-    partition, VFIO devices do not migrate), and bound guest-mode memory
-    (an iSCSI disk of the source host's QEMU)."""
-    if lease.status in states.HOLDS_CAPACITY and lease.devices:
-        return 'pooled PCIe device(s) passed through from the fabric'
-    if (lease.status == states.BOUND and
-            lease.attach_mode == states.ATTACH_GUEST and
-            lease.memory_mb):
-        return 'guest-mode memory, a disk of the guest'
-    return None
+    None (composable.common.live_migration)."""
+    return live_migration.cannot_follow(lease.status, lease.attach_mode,
+                                        lease.memory_mb,
+                                        len(lease.devices or []))
 
 
 def live_migration_allowed(context, instance_uuid):
@@ -204,19 +199,7 @@ def live_migration_allowed(context, instance_uuid):
             reasons.append('%s (lease %s)' % (why, lease.uuid))
     if not reasons:
         return True, None
-    return False, (
-        'Server %s holds %s, which cannot follow a live migration. Cold '
-        'migrate the server (migrate or resize) instead, or unbind the '
-        'lease first.' % (instance_uuid, '; and '.join(reasons)))
-
-
-def _call(fn, *args, **kwargs):
-    """Call a ConductorManager RPC method from inside the conductor: its
-    refusals come wrapped for the RPC server (ExpectedException)."""
-    try:
-        return fn(*args, **kwargs)
-    except rpc_dispatcher.ExpectedException as wrapped:
-        raise wrapped.exc_info[1]
+    return False, live_migration.refusal(instance_uuid, reasons)
 
 
 def _event_context(ctxt):
@@ -344,7 +327,7 @@ class NovaEventHandler(object):
             raise _Busy()
         LOG.info('Server %(inst)s %(why)s; releasing its lease %(lease)s.',
                  {'inst': instance, 'why': why, 'lease': lease.uuid})
-        _call(self.manager.delete_lease, context, lease.uuid)
+        rpc.call_unwrapped(self.manager.delete_lease, context, lease.uuid)
 
     def _released(self, context, lease, instance):
         """Busy until ``lease`` is released (for _for_each: its wait, then
@@ -405,7 +388,7 @@ class NovaEventHandler(object):
             LOG.info('Server %(inst)s is deleted; unbinding lease '
                      '%(lease)s, which stays reserved for its owner.',
                      {'inst': instance, 'lease': lease.uuid})
-            _call(self.manager.unbind_lease, context, lease.uuid)
+            rpc.call_unwrapped(self.manager.unbind_lease, context, lease.uuid)
         elif lease.instance_uuid == instance:
             db_api.lease_update(context, lease.id, {'instance_uuid': None},
                                 expected_status=lease.status)
@@ -542,9 +525,9 @@ class NovaEventHandler(object):
                                                'inst': instance,
                                                'host': target.name,
                                                'event': event})
-            _call(self.manager.bind_lease, context, lease.uuid,
-                  target.uuid, instance_uuid=instance,
-                  attach_mode=lease.attach_mode)
+            rpc.call_unwrapped(self.manager.bind_lease, context, lease.uuid,
+                               target.uuid, instance_uuid=instance,
+                               attach_mode=lease.attach_mode)
             return
         # Bound (or failed) elsewhere: unbind there, then bind here.
         self._move(context, lease, instance, target, event)
@@ -573,8 +556,8 @@ class NovaEventHandler(object):
                 raise _Busy()
             # A rebuild that moves the instance is an evacuation: Nova does
             # it only when the old host's compute service is down.
-            action = (lease_flows.ACTION_EVACUATE if event == REBUILD_END
-                      else lease_flows.ACTION_MOVE)
+            action = (nova_actions.EVACUATE if event == REBUILD_END
+                      else nova_actions.MOVE)
             db_api.action_start(context, lease.id, action, message=message)
             LOG.info('Lease %(lease)s: %(msg)s Unbinding it from its old '
                      'host.', {'lease': lease.uuid, 'msg': message})
@@ -583,13 +566,13 @@ class NovaEventHandler(object):
                           message, action)
 
     def _move_flow(self, context, lease_id, instance, host_id, message,
-                   action=lease_flows.ACTION_MOVE):
+                   action=nova_actions.MOVE):
         """Runs in a conductor worker holding the lease's reservation."""
         flows = self.manager.flows
         # Evacuating: the old host not answering does not keep the lease
-        # from following (flows.unbind, source_gone).
+        # from following (flows.unbind, host_gone).
         if flows.unbind(context, lease_id, action=action,
-                        **lease_flows.unbind_options(action)) != (
+                        **nova_actions.unbind_options(action)) != (
                 states.RESERVED):
             # Unbinding failed: the lease is in error with a fault, and
             # the reconciler retries the unbind.

@@ -1,0 +1,53 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+
+"""What cannot follow a live migration of an instance: the one rule.
+
+Asked by the conductor (composable.conductor.nova.events: the answer to
+Nova's live migration notification, live_migration_allowed) and by the
+libvirt hook's server on the destination host (composable.agent.
+hook_server, which refuses the incoming migration), on the lease
+summaries the conductor's instance_status returns. Imports nothing but
+composable.common.states.
+"""
+
+from composable.common import states
+
+
+def cannot_follow(status, attach_mode, memory_mb, device_count):
+    """Why a lease cannot follow a live migration of its instance, or
+    None: passed-through fabric devices (bound to the source host's
+    partition, VFIO devices do not migrate), and bound guest-mode memory
+    (an iSCSI disk of the source host's QEMU)."""
+    if status in states.HOLDS_CAPACITY and device_count:
+        return 'pooled PCIe device(s) passed through from the fabric'
+    if (status == states.BOUND and attach_mode == states.ATTACH_GUEST
+            and memory_mb):
+        return 'guest-mode memory, a disk of the guest'
+    return None
+
+
+def summary_cannot_follow(summary):
+    """cannot_follow of a lease summary (the dicts of instance_status)."""
+    return cannot_follow(summary['status'], summary.get('attach_mode'),
+                         summary.get('memory_mb'),
+                         summary.get('device_count'))
+
+
+def refusal(instance_uuid, reasons):
+    """The message that refuses a live migration, ``reasons`` being
+    ['<cannot_follow> (lease <uuid>)', ...]."""
+    return ('Server %s holds %s, which cannot follow a live migration. '
+            'Cold migrate the server (migrate or resize) instead, or '
+            'unbind the lease first.' % (instance_uuid,
+                                         '; and '.join(reasons)))
