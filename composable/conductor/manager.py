@@ -14,10 +14,11 @@
 
 Each RPC method takes the lease's reservation, checks and makes the state
 change the caller asked for (a refused transition is a 409 with a hint),
-and returns; the slow part (exports, attaches, fabric, scrubbing) runs in a
-worker thread that keeps the reservation until it is done. Lease creation
-is the exception: it allocates before answering, so the API can return the
-lease as reserved or alloc_failed at once.
+all in a task (composable.conductor.task), and returns; the slow part
+(exports, attaches, fabric, scrubbing) runs in a worker thread that keeps
+the reservation until it is done. Lease creation is the exception: it
+allocates before answering, so the API can return the lease as reserved
+or alloc_failed at once.
 
 Exceptions raised here cross RPC to composable-api, so they are all
 composable.common.exception types (listed in allowed_remote_exmods).
