@@ -15,8 +15,8 @@
 Each flow runs while its caller holds the lease's reservation, starting in
 the transient state the caller moved the lease to (allocating, binding,
 unbinding, releasing). Every status change goes through
-composable.common.states and is a compare-and-set on the current status
-(``lease_update(..., expected_status=...)``).
+composable.conductor.task (the state machine of composable.common.states,
+a compare-and-set on the current status).
 
 Every step is idempotent and leaves a mark in the database *before* it
 acts, so a flow cut short at any point (conductor killed, agent or fabric
@@ -56,6 +56,7 @@ from composable.common import exception
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.placement import claims as placement_claims
+from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
@@ -78,8 +79,7 @@ class StepFailed(Exception):
         self.unreachable = unreachable
 
 
-class StatusChanged(Exception):
-    """The lease left the state a flow expected; someone else acted."""
+StatusChanged = lease_task.StatusChanged
 
 
 def new_chap_credentials():
@@ -150,18 +150,6 @@ class LeaseFlows(object):
     def _lease(self, context, lease_id):
         return db_api.lease_get_by_id(context, lease_id)
 
-    def _move(self, context, lease_id, current, event, values=None):
-        """Compare-and-set the status; raise StatusChanged if the lease is
-        no longer ``current``."""
-        target = states.next_state(current, event)
-        values = dict(values or {})
-        values['status'] = target
-        if not db_api.lease_update(context, lease_id, values,
-                                   expected_status=current):
-            raise StatusChanged('lease %s is no longer %s' %
-                                (lease_id, current))
-        return target
-
     def _finish(self, context, lease_id, current, event, action, fault=None,
                 values=None):
         """Move the lease out of its transient state and end the action.
@@ -171,7 +159,8 @@ class LeaseFlows(object):
         values = dict(values or {})
         values['fault'] = fault
         try:
-            target = self._move(context, lease_id, current, event, values)
+            target = lease_task.transition(context, lease_id, current, event,
+                                           values=values)
         except StatusChanged:
             LOG.warning('Lease %(lease)s left %(status)s while this '
                         'conductor worked on it; not changing it.',
@@ -336,7 +325,7 @@ class LeaseFlows(object):
         if stale:
             LOG.info('Lease %s has live attachments to other hosts; tearing '
                      'them down before binding to %s', lease.uuid, host.name)
-            self._teardown(context, lease)
+            self.teardown(context, lease)
             lease = self._lease(context, lease.id)
 
         if lease.extents and not host.initiator_iqn:
@@ -439,9 +428,9 @@ class LeaseFlows(object):
 
     def _undo_failed_bind(self, context, lease_id, unreachable):
         lease = self._lease(context, lease_id)
-        problems = self._teardown(context, lease, best_effort=True,
-                                  skip_nodes=unreachable,
-                                  abandon_skipped=True)
+        problems = self.teardown(context, lease, best_effort=True,
+                                 skip_nodes=unreachable,
+                                 abandon_skipped=True)
         if problems:
             LOG.warning('Lease %(lease)s: could not undo all of a failed '
                         'bind (%(problems)s); unbind or delete will finish '
@@ -450,8 +439,8 @@ class LeaseFlows(object):
 
     # ------------------------------------------------------------ teardown
 
-    def _teardown(self, context, lease, best_effort=False, skip_nodes=(),
-                  abandon_skipped=False, abandon_unreachable=False):
+    def teardown(self, context, lease, best_effort=False, skip_nodes=(),
+                 abandon_skipped=False, abandon_unreachable=False):
         """Undo every bind step whose mark is in the database, in reverse
         order: detach devices, fabric unbind, detach memory, unexport.
 
@@ -611,7 +600,7 @@ class LeaseFlows(object):
             if host_gone:
                 self._teardown_from_gone_host(context, lease)
             else:
-                self._teardown(context, lease)
+                self.teardown(context, lease)
         except Exception as exc:
             fault = self._fault('Unbinding', exc, lease, advice)
             return self._finish(context, lease_id, states.UNBINDING,
@@ -623,8 +612,8 @@ class LeaseFlows(object):
                             action, values=values)
 
     def _teardown_from_gone_host(self, context, lease):
-        problems = self._teardown(context, lease, best_effort=True,
-                                  abandon_unreachable=True)
+        problems = self.teardown(context, lease, best_effort=True,
+                                 abandon_unreachable=True)
         live = db_api.attachment_list(context, lease.id,
                                       states_=states.LIVE_ATTACHMENT_STATES)
         lease = self._lease(context, lease.id)
@@ -648,7 +637,7 @@ class LeaseFlows(object):
                      {'lease': lease.uuid, 'status': lease.status})
             return lease.status
         try:
-            self._teardown(context, lease)
+            self.teardown(context, lease)
             lease = self._lease(context, lease_id)
             self._scrub(context, lease)
             db_api.lease_update(context, lease_id,

@@ -14,10 +14,11 @@
 
 Each RPC method takes the lease's reservation, checks and makes the state
 change the caller asked for (a refused transition is a 409 with a hint),
-and returns; the slow part (exports, attaches, fabric, scrubbing) runs in a
-worker thread that keeps the reservation until it is done. Lease creation
-is the exception: it allocates before answering, so the API can return the
-lease as reserved or alloc_failed at once.
+all in a task (composable.conductor.task), and returns; the slow part
+(exports, attaches, fabric, scrubbing) runs in a worker thread that keeps
+the reservation until it is done. Lease creation is the exception: it
+allocates before answering, so the API can return the lease as reserved
+or alloc_failed at once.
 
 Exceptions raised here cross RPC to composable-api, so they are all
 composable.common.exception types (listed in allowed_remote_exmods).
@@ -44,7 +45,7 @@ from composable.conductor.nova import events as nova_events
 from composable.conductor import periodic
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor import reconciler
-from composable.conductor import reservations
+from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
 from composable.db import views
@@ -62,7 +63,8 @@ _CREATE_FIELDS = frozenset([
 _EXPECTED = messaging.expected_exceptions(
     exception.Invalid, exception.NotFound, exception.Conflict)
 
-_WAIT_HINT = ' Wait until it is no longer %s, then try again.'
+# Fields of a lease update_lease changes under the lease's reservation.
+_UPDATE_FIELDS = frozenset(['end_at'])
 
 
 def _parse_time(value, field):
@@ -195,41 +197,6 @@ class ConductorManager(object):
         return not not_done
 
     # ------------------------------------------------------------ helpers
-
-    def _check(self, lease, event, action):
-        """The state ``event`` moves ``lease`` to, or InvalidState.
-
-        Under the reservation a transient state means no one works on the
-        lease (a conductor died, the takeover has not run yet). Users may
-        repeat a delete to resume a release; other requests wait.
-        """
-        status = lease.status
-        if status in states.TRANSIENT_STATES and not (
-                status == states.RELEASING and event == states.DELETE):
-            raise exception.InvalidState(
-                lease=lease.uuid, status=status, action=action,
-                hint=states.hint(status, event) or _WAIT_HINT % status)
-        try:
-            return states.next_state(status, event)
-        except states.InvalidTransition as exc:
-            raise exception.InvalidState(lease=lease.uuid, status=status,
-                                         action=action, hint=exc.hint)
-        except Exception:
-            # automaton refuses to start from a terminal state (released)
-            # with its own exception type.
-            raise exception.InvalidState(
-                lease=lease.uuid, status=status, action=action,
-                hint=states.hint(status, event))
-
-    def _move(self, lease, event, action, values=None):
-        try:
-            self.flows._move(self._admin(), lease.id, lease.status, event,
-                             values)
-        except lease_flows.StatusChanged:
-            current = db_api.lease_get_by_id(self._admin(), lease.id)
-            raise exception.InvalidState(
-                lease=lease.uuid, status=current.status, action=action,
-                hint=states.hint(current.status, event))
 
     @staticmethod
     def _admin():
@@ -389,33 +356,30 @@ class ConductorManager(object):
                        'are on fabric %s; bind it to a host of that fabric'
                        % (host.name, host.fabric.name,
                           ', '.join(sorted(fabrics.values()))))
-        with reservations.lease_reservation(context, lease.id, self.host,
-                                            lease_ident=lease.uuid) as res:
-            lease = db_api.lease_get_by_id(context, lease.id)
-            self._check(lease, states.BIND, 'bind')
-            mode = attach_mode or lease.attach_mode
+        with lease_task.acquire(context, lease.id, self.host,
+                                lease_ident=lease.uuid) as task:
+            lease_task.check_event(task.lease, states.BIND, 'bind')
+            mode = attach_mode or task.lease.attach_mode
             if mode == states.ATTACH_GUEST and not instance_uuid:
                 raise exception.Invalid(
                     reason='attach_mode guest needs a server')
-            self._move(lease, states.BIND, 'bind',
-                       {'host_id': host.id, 'instance_uuid': instance_uuid,
+            task.process_event(
+                states.BIND, request='bind', action='bind',
+                values={'host_id': host.id, 'instance_uuid': instance_uuid,
                         'attach_mode': mode, 'fault': None})
-            db_api.action_start(context, lease.id, 'bind')
-            self.spawn(res, self.flows.bind, context, lease.id,
-                       action='bind')
+            task.spawn_after(self.spawn, self.flows.bind, context, lease.id,
+                             action='bind')
         return lease.uuid
 
     @_EXPECTED
     def unbind_lease(self, context, lease_uuid):
         lease = db_api.lease_get(context, lease_uuid)
-        with reservations.lease_reservation(context, lease.id, self.host,
-                                            lease_ident=lease.uuid) as res:
-            lease = db_api.lease_get_by_id(context, lease.id)
-            self._check(lease, states.UNBIND, 'unbind')
-            self._move(lease, states.UNBIND, 'unbind')
-            db_api.action_start(context, lease.id, 'unbind')
-            self.spawn(res, self.flows.unbind, context, lease.id,
-                       action='unbind')
+        with lease_task.acquire(context, lease.id, self.host,
+                                lease_ident=lease.uuid) as task:
+            task.process_event(states.UNBIND, request='unbind',
+                               action='unbind')
+            task.spawn_after(self.spawn, self.flows.unbind, context,
+                             lease.id, action='unbind')
         return lease.uuid
 
     @_EXPECTED
@@ -430,20 +394,61 @@ class ConductorManager(object):
             if placement_claims.enabled():
                 placement_claims.release(lease.uuid)
             return lease.uuid
-        with reservations.lease_reservation(context, lease.id, self.host,
-                                            lease_ident=lease.uuid) as res:
-            lease = db_api.lease_get_by_id(context, lease.id)
-            self._check(lease, states.DELETE, 'delete')
+        with lease_task.acquire(context, lease.id, self.host,
+                                lease_ident=lease.uuid) as task:
+            lease_task.check_event(task.lease, states.DELETE, 'delete')
             action = 'delete'
-            if lease.status == states.RELEASING:
+            start = action
+            if task.lease.status == states.RELEASING:
                 # Resuming a release nobody works on: finish its action.
                 action = periodic.running_action(context, lease.id,
                                                  'delete')
-            else:
-                db_api.action_start(context, lease.id, 'delete')
-            self._move(lease, states.DELETE, 'delete')
-            self.spawn(res, self.flows.release, context, lease.id,
-                       action=action)
+                start = None
+            task.process_event(states.DELETE, request='delete',
+                               action=start)
+            task.spawn_after(self.spawn, self.flows.release, context,
+                             lease.id, action=action)
+        return lease.uuid
+
+    @_EXPECTED
+    def update_lease(self, context, lease_uuid, values):
+        """Change the lease's ``end_at`` under its reservation, so that it
+        never races the expiry (periodic.expire): the lease either ends
+        first (InvalidState) or its new end holds."""
+        values = dict(values or {})
+        unknown = set(values) - _UPDATE_FIELDS
+        if unknown:
+            raise exception.Invalid(
+                reason='update_lease changes only %s, not %s' %
+                (', '.join(sorted(_UPDATE_FIELDS)),
+                 ', '.join(sorted(unknown))))
+        if 'end_at' in values:
+            values['end_at'] = _parse_time(values['end_at'], 'end_at')
+        lease = db_api.lease_get(context, lease_uuid)
+        with lease_task.acquire(context, lease.id, self.host,
+                                lease_ident=lease.uuid) as task:
+            lease = task.lease
+            if lease.status in (states.RELEASING, states.RELEASED):
+                raise exception.InvalidState(lease=lease.uuid,
+                                             status=lease.status,
+                                             action='changing end_at')
+            end_at = values.get('end_at')
+            if end_at is not None:
+                if end_at <= utils.utcnow():
+                    raise exception.Invalid(
+                        "Invalid input for field 'end_at': %s is not in "
+                        "the future" % utils.isotime(end_at))
+                if lease.start_at is not None and end_at <= lease.start_at:
+                    raise exception.Invalid(
+                        "Invalid input for field 'end_at': it must be after "
+                        "start_at")
+            if values and not task.update(values):
+                # Nothing else moves a lease under its reservation; an
+                # operator may have broken it.
+                current = task.reload()
+                raise exception.InvalidState(lease=lease.uuid,
+                                             status=current.status,
+                                             action='changing end_at')
         return lease.uuid
 
     def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):

@@ -17,7 +17,9 @@ periodic_interval`` seconds, in a thread of its own):
   conductors whose heartbeat is older than ``heartbeat_timeout``, then
   resume every lease left in a transient state with no reservation;
 * start leases whose ``start_at`` has come;
-* expire leases whose ``end_at`` has passed.
+* expire leases whose ``end_at`` has passed. ``end_at`` changes only
+  under the lease's reservation (ConductorManager.update_lease), so an
+  extension and the expiry never both happen.
 
 Each lease is handled only under its reservation, taken without waiting:
 when several conductors run these tasks at the same moment, exactly one of
@@ -31,7 +33,7 @@ from composable.common import utils
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.nova import actions as nova_actions
 from composable.conductor.placement import claims as placement_claims
-from composable.conductor import reservations
+from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
 
@@ -79,8 +81,9 @@ class PeriodicTasks(object):
                 # One failing task must not stop the others, nor the loop.
                 LOG.exception('Periodic task %s failed', task.__name__)
 
-    def _reserve(self, context, lease):
-        return reservations.try_reserve_fresh(context, lease, self.host)
+    def _acquire(self, context, lease):
+        return lease_task.try_acquire(context, lease.id, self.host,
+                                      listed=lease)
 
     # ------------------------------------------------------------ takeover
 
@@ -96,17 +99,17 @@ class PeriodicTasks(object):
             self.resume(context, lease)
 
     def resume(self, context, lease):
-        reservation, lease = self._reserve(context, lease)
-        if reservation is None:
+        task = self._acquire(context, lease)
+        if task is None:
             return None
-        with reservations.guard(reservation):
+        with task:
+            lease = task.lease
             if lease.status not in _RESUME:
                 return None
             method, event, default_action = _RESUME[lease.status]
             action = running_action(context, lease.id, default_action)
             try:
-                self.manager.flows._move(context, lease.id, lease.status,
-                                         event)
+                task.process_event(event)
             except Exception:
                 LOG.exception('Cannot resume lease %s', lease.uuid)
                 return None
@@ -117,10 +120,10 @@ class PeriodicTasks(object):
             options = {}
             if method == 'unbind':
                 options = nova_actions.unbind_options(action)
-            return self.manager.spawn(reservation,
-                                      getattr(self.manager.flows, method),
-                                      context, lease.id, action=action,
-                                      **options)
+            task.spawn_after(self.manager.spawn,
+                             getattr(self.manager.flows, method),
+                             context, lease.id, action=action, **options)
+        return task.future
 
     # ------------------------------------------------------------ start
 
@@ -134,22 +137,21 @@ class PeriodicTasks(object):
             self.start(context, lease)
 
     def start(self, context, lease):
-        reservation, lease = self._reserve(context, lease)
-        if reservation is None:
+        task = self._acquire(context, lease)
+        if task is None:
             return None
-        with reservations.guard(reservation):
+        with task:
+            lease = task.lease
             now = utils.utcnow()
             if lease.status != states.REQUESTED or (
                     lease.start_at is not None and lease.start_at > now):
                 return None
-            self.manager.flows._move(context, lease.id, states.REQUESTED,
-                                     states.ALLOCATE)
-            db_api.action_start(context, lease.id, 'start')
+            task.process_event(states.ALLOCATE, action='start')
             LOG.info('Lease %s reached its start time; allocating it',
                      lease.uuid)
-            return self.manager.spawn(reservation,
-                                      self.manager.flows.allocate,
-                                      context, lease.id, action='start')
+            task.spawn_after(self.manager.spawn, self.manager.flows.allocate,
+                             context, lease.id, action='start')
+        return task.future
 
     # ------------------------------------------------------------ expire
 
@@ -167,19 +169,20 @@ class PeriodicTasks(object):
             if placement_claims.enabled():
                 placement_claims.release(lease.uuid)
             return None
-        reservation, lease = self._reserve(context, lease)
-        if reservation is None:
+        task = self._acquire(context, lease)
+        if task is None:
             return None
-        with reservations.guard(reservation):
+        with task:
+            # end_at changes only under the reservation (update_lease):
+            # what is read here holds until the lease is releasing.
+            lease = task.lease
             now = utils.utcnow()
             if (lease.end_at is None or lease.end_at > now
                     or lease.status not in EXPIRABLE):
                 return None
-            self.manager.flows._move(context, lease.id, lease.status,
-                                     states.EXPIRE)
-            db_api.action_start(context, lease.id, 'expire')
+            task.process_event(states.EXPIRE, action='expire')
             LOG.info('Lease %s reached its end time; releasing it',
                      lease.uuid)
-            return self.manager.spawn(reservation,
-                                      self.manager.flows.release,
-                                      context, lease.id, action='expire')
+            task.spawn_after(self.manager.spawn, self.manager.flows.release,
+                             context, lease.id, action='expire')
+        return task.future

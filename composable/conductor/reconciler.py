@@ -61,7 +61,7 @@ from composable.common import utils
 from composable.conductor import flows as lease_flows
 from composable.conductor.nova import actions as nova_actions
 from composable.conductor import node_reports
-from composable.conductor import reservations
+from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
 
@@ -274,20 +274,21 @@ class Reconciler(object):
     # ------------------------------------------------------------ helpers
 
     def _take(self, context, lease, unreachable, summary):
-        """The lease's reservation and the lease read again under it, or
-        (None, None) when the lease is busy, backing off, or needs a node
-        that did not answer in this run."""
+        """A task on the lease (its reservation and the lease read again
+        under it), or None when the lease is busy, backing off, or needs a
+        node that did not answer in this run."""
         if lease.reservation is not None:
-            return None, None
+            return None
         actions = db_api.action_list(context, lease.id)
         due = next_attempt(actions)
         if due is not None and utils.utcnow() < due:
             summary['waiting'].append(lease.uuid)
-            return None, None
+            return None
         if _lease_nodes(context, lease) & unreachable:
             summary['waiting'].append(lease.uuid)
-            return None, None
-        return reservations.try_reserve_fresh(context, lease, self.host)
+            return None
+        return lease_task.try_acquire(context, lease.id, self.host,
+                                      listed=lease)
 
     @staticmethod
     def _start_action(context, lease_id, message):
@@ -310,11 +311,11 @@ class Reconciler(object):
 
     def retry(self, context, lease, flows, unreachable, summary):
         """Retry the release or unbind of one lease in error."""
-        reservation, lease = self._take(context, lease, unreachable,
-                                        summary)
-        if reservation is None:
+        task = self._take(context, lease, unreachable, summary)
+        if task is None:
             return None
-        with reservations.guard(reservation):
+        with task:
+            lease = task.lease
             if lease.status != states.ERROR:
                 return None
             intent = user_intent(db_api.action_list(context, lease.id))
@@ -329,8 +330,8 @@ class Reconciler(object):
                 message = ('The reconciler retries the release that '
                            'failed.')
             try:
-                flows._move(context, lease.id, states.ERROR, event)
-            except lease_flows.StatusChanged:
+                task.process_event(event)
+            except lease_task.StatusChanged:
                 return None
             self._start_action(context, lease.id, message)
             LOG.info('Reconciler: retrying the %(what)s of lease %(lease)s',
@@ -358,11 +359,11 @@ class Reconciler(object):
     def clean(self, context, lease, flows, unreachable, summary):
         """Tear down what a failed bind left; the lease stays
         bind_failed. True when nothing is left."""
-        reservation, lease = self._take(context, lease, unreachable,
-                                        summary)
-        if reservation is None:
+        task = self._take(context, lease, unreachable, summary)
+        if task is None:
             return None
-        with reservations.guard(reservation):
+        with task:
+            lease = task.lease
             if lease.status != states.BIND_FAILED or \
                     not holds_something(context, lease):
                 return None
@@ -373,7 +374,7 @@ class Reconciler(object):
             LOG.info('Reconciler: tearing down what the failed bind of '
                      'lease %s left', lease.uuid)
             try:
-                problems = flows._teardown(context, lease, best_effort=True)
+                problems = flows.teardown(context, lease, best_effort=True)
             except Exception as exc:
                 LOG.exception('Tearing down the failed bind of lease %s '
                               'failed', lease.uuid)

@@ -19,14 +19,10 @@ of this conductor, which the column alone cannot tell apart (they share
 the hostname). A conductor's reservations live as long as its heartbeat:
 another conductor breaks them once it stops beating (see periodic.py).
 
-Typical use in an RPC method::
-
-    with lease_reservation(ctx, lease.id, host, lease_ident=uuid) as res:
-        ... check and move the lease's state ...
-        res.hand_off(executor, flow, ctx, lease.id)
-
-``hand_off`` gives the reservation to a worker thread, which releases it
-when the flow ends; the RPC call returns at once.
+A lease changes state only in a task (composable.conductor.task), which
+takes the reservation with :func:`reserve` or :func:`try_reserve` and, for
+the slow part, gives it to a worker thread (``Reservation.hand_off``),
+which releases it when the flow ends; the RPC call returns at once.
 """
 
 import contextlib
@@ -135,24 +131,6 @@ def try_reserve(context, lease_id, host):
         _drop_local(key)
         return None
     return Reservation(context, lease_id, host)
-
-
-def try_reserve_fresh(context, lease, host):
-    """For a task that finds ``lease`` in a list and must act only where
-    nobody else does: (its reservation, the lease read again under it), or
-    (None, None) when it is reserved already. Read again because another
-    conductor may have finished with it since the list was read."""
-    if lease.reservation is not None:
-        return None, None
-    reservation = try_reserve(context, lease.id, host)
-    if reservation is None:
-        return None, None
-    try:
-        fresh = db_api.lease_get_by_id(context, lease.id)
-    except Exception:
-        reservation.release()
-        raise
-    return reservation, fresh
 
 
 def reserve(context, lease_id, host, wait=None, lease_ident=None):

@@ -89,6 +89,13 @@ class ConductorAPI(object):
         cctxt = self.client.prepare(version='1.0')
         return cctxt.call(context, 'delete_lease', lease_uuid=lease_uuid)
 
+    def update_lease(self, context, lease_uuid, values):
+        """Change the lease's ``end_at`` (ISO 8601 or None) under its
+        reservation. Raises Invalid / InvalidState / LeaseLocked."""
+        cctxt = self.client.prepare(version='1.0')
+        return cctxt.call(context, 'update_lease', lease_uuid=lease_uuid,
+                          values=values)
+
     def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):
         """Ask a conductor to bring the pool's resource provider up to
         date in Placement (a cast: the caller does not wait). For a

@@ -747,6 +747,63 @@ def lease_update(context, lease_id, values, expected_status=None,
         return count == 1
 
 
+# ---------------------------------------------------------------- transitions
+
+def transition_target(current, event):
+    """Where ``event`` (an event, or events taken in turn) leads a lease in
+    ``current``; InvalidTransition when the state machine says nowhere."""
+    events = (event,) if isinstance(event, str) else tuple(event)
+    target = current
+    for one in events:
+        target = states.next_state(target, one)
+    return target
+
+
+def lease_transition(context, lease_id, current, event, values=None,
+                     session=None, statement=None, params=None):
+    """Move a lease from ``current`` on ``event`` (see transition_target),
+    setting ``values`` too: the one writer of ``leases.status``.
+
+    A compare-and-set on the status: the new status, or None when the
+    lease is no longer in ``current`` (nothing written).
+
+    ``session``: in the caller's transaction (the allocator's claim and
+    release, the Placement roll-back). ``statement``: a prebuilt UPDATE
+    run instead (the allocator's short release): it compares the status
+    itself and sets ``status`` and ``updated_at`` from the b_status and
+    b_now parameters; b_lease is the lease's id, ``params`` the others.
+    """
+    target = transition_target(current, event)
+    if session is None:
+        with writer(context) as session:
+            moved = _transition_in(session, lease_id, current, target,
+                                   values, statement, params)
+    else:
+        moved = _transition_in(session, lease_id, current, target, values,
+                               statement, params)
+    if not moved:
+        return None
+    LOG.debug('Lease %(lease)s: %(source)s -%(event)s-> %(target)s',
+              {'lease': lease_id, 'source': current,
+               'event': event if isinstance(event, str) else
+               ','.join(event), 'target': target})
+    return target
+
+
+def _transition_in(session, lease_id, current, target, values, statement,
+                   params):
+    now = utils.utcnow()
+    if statement is not None:
+        return session.execute(statement, dict(
+            params or {}, b_lease=lease_id, b_status=target,
+            b_now=now)).rowcount == 1
+    return session.query(models.Lease).filter(
+        models.Lease.id == lease_id,
+        models.Lease.status == current).update(
+            dict(values or {}, status=target, updated_at=now),
+            synchronize_session=False) == 1
+
+
 def lease_get_by_id(context, lease_id):
     with reader(context) as session:
         lease = session.query(models.Lease).filter(
@@ -869,13 +926,44 @@ def break_dead_reservations(context, timeout, caller=None):
 
 # ---------------------------------------------------------------- actions
 
-def action_start(context, lease_id, action, session=None, message=None):
-    values = dict(lease_id=lease_id, action=action,
-                  request_id=getattr(context, 'request_id', None),
-                  user_id=getattr(context, 'user_id', None),
-                  project_id=getattr(context, 'project_id', None),
-                  start_time=utils.utcnow(), result='running',
-                  message=message)
+# The lease action log. action_start and action_finish are its one writer:
+# the allocator and the Placement claims write their entries through them,
+# inside their own transactions.
+
+_ACTIONS = models.LeaseAction.__table__
+# Prebuilt: the allocator records an action for every lease it creates or
+# releases on its short path.
+_INSERT_ACTION = _ACTIONS.insert()
+
+ACTION_RUNNING = 'running'
+
+
+def _action_values(context, lease_id, action, result, message, now):
+    return dict(
+        lease_id=lease_id, action=action,
+        request_id=getattr(context, 'request_id', None),
+        user_id=getattr(context, 'user_id', None),
+        project_id=getattr(context, 'project_id', None),
+        start_time=now,
+        finish_time=None if result == ACTION_RUNNING else now,
+        result=result, message=message, created_at=now)
+
+
+def action_start(context, lease_id, action, session=None, message=None,
+                 result=ACTION_RUNNING):
+    """Start an entry of the lease's action log; with a ``result`` other
+    than running, one that ended as it started (nothing ran in the
+    background).
+
+    With ``session`` (the allocator's claim and release transactions),
+    the entry is one prebuilt INSERT in that transaction and nothing is
+    returned; otherwise the new row.
+    """
+    values = _action_values(context, lease_id, action, result, message,
+                            utils.utcnow())
+    if session is not None:
+        session.execute(_INSERT_ACTION, values)
+        return None
     with writer(context) as session:
         row = models.LeaseAction(**values)
         session.add(row)
@@ -883,21 +971,41 @@ def action_start(context, lease_id, action, session=None, message=None):
         return row
 
 
-def action_finish(context, lease_id, action, result, message=None):
-    """Finish the newest running ``action`` of a lease."""
-    with writer(context) as session:
-        row = session.query(models.LeaseAction).filter(
-            models.LeaseAction.lease_id == lease_id,
-            models.LeaseAction.action == action,
-            models.LeaseAction.result == 'running').order_by(
-                models.LeaseAction.id.desc()).first()
-        if row is None:
-            row = action_start(context, lease_id, action)
-        row.result = result
-        row.finish_time = utils.utcnow()
-        if message is not None:
-            row.message = message
-        return row
+def action_finish(context, lease_id, action, result, message=None,
+                  session=None, latest=False):
+    """Finish the newest running ``action`` of a lease (one that ended at
+    once when none runs).
+
+    ``latest`` (undoing a claim after its action ended): the newest
+    ``action`` whatever its result, and nothing when there is none.
+    ``session``: in the caller's transaction.
+    """
+    if session is None:
+        with writer(context) as session:
+            return _action_finish_in(session, context, lease_id, action,
+                                     result, message, latest)
+    return _action_finish_in(session, context, lease_id, action, result,
+                             message, latest)
+
+
+def _action_finish_in(session, context, lease_id, action, result, message,
+                      latest):
+    query = session.query(models.LeaseAction).filter(
+        models.LeaseAction.lease_id == lease_id,
+        models.LeaseAction.action == action)
+    if not latest:
+        query = query.filter(models.LeaseAction.result == ACTION_RUNNING)
+    row = query.order_by(models.LeaseAction.id.desc()).first()
+    if row is None:
+        if latest:
+            return None
+        return action_start(context, lease_id, action, message=message,
+                            result=result)
+    row.result = result
+    row.finish_time = utils.utcnow()
+    if message is not None:
+        row.message = message
+    return row
 
 
 def action_list(context, lease_id, limit=None, marker=None):

@@ -347,13 +347,11 @@ def _complete(session, lease_id, source, action, values=None):
     step is idempotent: a retried RPC or a resumed flow lands here);
     InvalidState for any other state.
     """
-    target = states.next_state(source, states.DONE)
-    moved = session.query(models.Lease).filter(
-        models.Lease.id == lease_id,
-        models.Lease.status == source).update(
-            dict(values or {}, status=target), synchronize_session=False)
-    if moved == 1:
+    target = dbapi.lease_transition(None, lease_id, source, states.DONE,
+                                    values=values, session=session)
+    if target is not None:
         return True
+    target = states.next_state(source, states.DONE)
     status = session.query(models.Lease.status).filter(
         models.Lease.id == lease_id).scalar()
     if status == target:
@@ -462,17 +460,6 @@ def allocate(context, lease_id):
         reason='The pools changed too fast to place this lease; try again.')
 
 
-def _action_values(context, lease_id, action, result, message=None):
-    now = utils.utcnow()
-    return dict(
-        lease_id=lease_id, action=action,
-        request_id=getattr(context, 'request_id', None),
-        user_id=getattr(context, 'user_id', None),
-        project_id=getattr(context, 'project_id', None),
-        start_time=now, finish_time=now, result=result, message=message,
-        created_at=now)
-
-
 # Lease fields a create may set, and their defaults.
 _LEASE_DEFAULTS = {
     'uuid': None, 'name': None, 'description': None, 'project_id': None,
@@ -522,8 +509,8 @@ def create_in(session, context, values, action, check_fit=False):
     row = _lease_values(values, status, **_pool_ids(claim))
     lease_id = _insert_lease(session, row)
     parts = _give(session, lease_id, claim)
-    session.execute(statements.INSERT_ACTION,
-                    _action_values(context, lease_id, action, 'success'))
+    dbapi.action_start(context, lease_id, action, session=session,
+                       result='success')
     return row['uuid'], status, views.lease_document(
         types.SimpleNamespace(**row), **parts)
 
@@ -535,8 +522,8 @@ def create_failed_in(session, context, values, action, fault):
         states.next_state(states.REQUESTED, states.ALLOCATE), states.FAIL)
     row = _lease_values(values, status, fault=fault)
     lease_id = _insert_lease(session, row)
-    session.execute(statements.INSERT_ACTION, _action_values(
-        context, lease_id, action, 'error', fault))
+    dbapi.action_start(context, lease_id, action, session=session,
+                       message=fault, result='error')
     return row['uuid'], status, views.lease_document(
         types.SimpleNamespace(**row), extents=[], devices=[])
 
@@ -592,7 +579,7 @@ def create_and_allocate(context, values, action='create',
     return result if want_document else result[:2]
 
 
-def _lock_lease_pools(session, lease_id):
+def lock_lease_pools(session, lease_id):
     """Row-lock the pools a lease holds capacity in, before anything else.
 
     Updating a lease row makes InnoDB take a shared lock on the pools it
@@ -635,7 +622,7 @@ def _shift_pools(session, amounts, sign):
 
 def _lock_pools_of(session, ref):
     """Row-lock, in id order, every pool ``ref`` (a lease_ref row) holds
-    capacity in (see _lock_lease_pools): its memory and device pools and
+    capacity in (see lock_lease_pools): its memory and device pools and
     the pools of the devices it holds. A lease without a device pool
     never took a device (the claim sets both in one transaction)."""
     pools = {pid for pid in (ref.memory_pool_id, ref.device_pool_id)
@@ -671,17 +658,19 @@ def _release_unbound_in(session, context, ref, action):
     # is what locks them (one statement a pool instead of a locking read
     # and then the update).
     _shift_pools(session, amounts, -1)
-    moved = session.execute(statements.QUICK_RELEASE, {
-        'b_lease': ref.id, 'b_memory_pool': ref.memory_pool_id,
-        'b_device_pool': ref.device_pool_id, 'b_status': target,
-        'b_now': utils.utcnow()}).rowcount
-    if moved != 1:
+    moved = dbapi.lease_transition(
+        context, ref.id, ref.status, (event, states.DONE), session=session,
+        statement=(statements.QUICK_RELEASE if event == states.DELETE
+                   else statements.QUICK_EXPIRE),
+        params={'b_memory_pool': ref.memory_pool_id,
+                'b_device_pool': ref.device_pool_id})
+    if moved is None:
         # Busy or live after all (or released by someone else meanwhile):
         # take the shares back, and this transaction changed nothing.
         _shift_pools(session, amounts, +1)
         return None
-    session.execute(statements.INSERT_ACTION, _action_values(
-        context, ref.id, action, 'success'))
+    dbapi.action_start(context, ref.id, action, session=session,
+                       result='success')
     _give_back(session, ref.id, by_node, by_pool)
     return target
 
@@ -728,11 +717,11 @@ def release_unbound_ident(context, ident, action='delete'):
 
 def _release_once(context, lease_id):
     with dbapi.writer(context) as session:
-        memory_pool_id = _lock_lease_pools(session, lease_id)
+        memory_pool_id = lock_lease_pools(session, lease_id)
         if not _complete(session, lease_id, states.RELEASING, 'release',
                          {'reservation': None}):
             return False
-        _return_capacity(session, lease_id, memory_pool_id)
+        return_capacity(session, lease_id, memory_pool_id)
         return True
 
 
@@ -772,8 +761,8 @@ def _give_back(session, lease_id, by_node, by_pool):
         session.execute(statements.GIVE_BACK_DEVICES, {'b_lease': lease_id})
 
 
-def _return_capacity(session, lease_id, memory_pool_id, has_memory=True,
-                     has_devices=True):
+def return_capacity(session, lease_id, memory_pool_id, has_memory=True,
+                    has_devices=True):
     """Give back what the lease holds; its pools are locked already (see
     _holdings for ``has_memory`` and ``has_devices``)."""
     by_node, by_pool = _holdings(session, lease_id, has_memory, has_devices)

@@ -46,7 +46,7 @@ from composable.common import exception
 from composable.common import rpc
 from composable.common import states
 from composable.conductor.nova import actions as nova_actions
-from composable.conductor import reservations
+from composable.conductor import task as lease_task
 from composable.db import api as db_api
 from composable.db import models
 
@@ -314,15 +314,12 @@ class InstanceBinding(object):
         manager = self.manager
         admin = self._admin()
         try:
-            with reservations.lease_reservation(admin, lease.id,
-                                                manager.host, wait=0,
-                                                lease_ident=lease.uuid) as res:
-                fresh = db_api.lease_get_by_id(admin, lease.id)
-                manager._check(fresh, states.UNBIND, 'unbind')
-                manager._move(fresh, states.UNBIND, 'unbind')
-                db_api.action_start(admin, lease.id, ACTION_RELEASE,
-                                    message=why)
-                manager.spawn(res, self._unbind, admin, lease.id, fault)
+            with lease_task.acquire(admin, lease.id, manager.host, wait=0,
+                                    lease_ident=lease.uuid) as task:
+                task.process_event(states.UNBIND, request='unbind',
+                                   action=ACTION_RELEASE, message=why)
+                task.spawn_after(manager.spawn, self._unbind, admin,
+                                 lease.id, fault)
         except (exception.LeaseLocked, exception.InvalidState):
             return False
         return True

@@ -115,7 +115,7 @@ from composable.conductor.nova import client as nova_api
 from composable.conductor.nova import flavor_leases as instance_leases
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor.placement import client as pclient
-from composable.conductor import reservations
+from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
 
@@ -541,29 +541,32 @@ class NovaEventHandler(object):
 
     def _move(self, context, lease, instance, target, event):
         manager = self.manager
-        res = reservations.try_reserve(context, lease.id, manager.host)
-        if res is None:
+        task = lease_task.try_acquire(context, lease.id, manager.host)
+        if task is None:
             raise _Busy()
-        with reservations.guard(res):
-            current = db_api.lease_get_by_id(context, lease.id)
+        with task:
+            current = task.lease
             if (current.status != lease.status or
                     current.host_id != lease.host_id):
                 raise _Busy()
             where = target.name if target is not None else 'no host'
             message = ('Server %s moved to %s (Nova %s).' %
                        (instance, where, event))
-            if not _cas(context, lease.id, current.status, states.UNBIND):
-                raise _Busy()
             # A rebuild that moves the instance is an evacuation: Nova does
             # it only when the old host's compute service is down.
             action = (nova_actions.EVACUATE if event == REBUILD_END
                       else nova_actions.MOVE)
-            db_api.action_start(context, lease.id, action, message=message)
+            try:
+                task.process_event(states.UNBIND, action=action,
+                                   message=message)
+            except lease_task.StatusChanged:
+                raise _Busy()
             LOG.info('Lease %(lease)s: %(msg)s Unbinding it from its old '
                      'host.', {'lease': lease.uuid, 'msg': message})
-            manager.spawn(res, self._move_flow, context, lease.id, instance,
-                          target.id if target is not None else None,
-                          message, action)
+            task.spawn_after(manager.spawn, self._move_flow, context,
+                             lease.id, instance,
+                             target.id if target is not None else None,
+                             message, action)
 
     def _move_flow(self, context, lease_id, instance, host_id, message,
                    action=nova_actions.MOVE):
@@ -582,19 +585,13 @@ class NovaEventHandler(object):
         lease = db_api.lease_get_by_id(context, lease_id)
         values = {'instance_uuid': instance, 'host_id': host_id,
                   'attach_mode': lease.attach_mode, 'fault': None}
-        if not _cas(context, lease_id, states.RESERVED, states.BIND, values):
+        try:
+            lease_task.transition(context, lease_id, states.RESERVED,
+                                  states.BIND, values=values, action='bind',
+                                  message=message)
+        except lease_task.StatusChanged:
             return
-        db_api.action_start(context, lease_id, 'bind', message=message)
         flows.bind(context, lease_id, action='bind')
-
-
-def _cas(context, lease_id, current, event, values=None):
-    """Move the lease from ``current`` on ``event`` if it is still
-    there; True when moved."""
-    values = dict(values or {})
-    values['status'] = states.next_state(current, event)
-    return db_api.lease_update(context, lease_id, values,
-                               expected_status=current)
 
 
 class _Endpoint(object):

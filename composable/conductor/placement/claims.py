@@ -79,7 +79,6 @@ from oslo_utils import uuidutils
 from composable.common import context as ctx_mod
 from composable.common import exception
 from composable.common import states
-from composable.common import utils
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.placement import client as pclient
 from composable.conductor.placement import sync
@@ -379,35 +378,26 @@ def _fault(context, lease, exc):
 
 
 def _roll_back_once(context, lease_id, fault, action):
-    now = utils.utcnow()
     with db_api.writer(context) as session:
         # Same lock order as every claim and release: the lease's pools
         # first.
-        memory_pool_id = allocator._lock_lease_pools(session, lease_id)
+        memory_pool_id = allocator.lock_lease_pools(session, lease_id)
         # The Placement claim is the last step of allocate; the lease is
         # reserved only because the allocator commits the database claim
         # and that status together. Undoing the database claim takes the
         # lease back to where allocate started, so it ends where a failed
         # allocate ends: alloc_failed, holding nothing.
-        moved = session.query(models.Lease).filter(
-            models.Lease.id == lease_id,
-            models.Lease.status == states.RESERVED).update(
-                {'status': states.next_state(states.RESERVED,
-                                             states.FAIL),
-                 'fault': fault, 'memory_pool_id': None,
-                 'device_pool_id': None, 'updated_at': now},
-                synchronize_session=False)
-        if moved != 1:
+        if db_api.lease_transition(
+                context, lease_id, states.RESERVED, states.FAIL,
+                values={'fault': fault, 'memory_pool_id': None,
+                        'device_pool_id': None},
+                session=session) is None:
             return False
-        allocator._return_capacity(session, lease_id, memory_pool_id)
-        row = session.query(models.LeaseAction).filter(
-            models.LeaseAction.lease_id == lease_id,
-            models.LeaseAction.action == action).order_by(
-                models.LeaseAction.id.desc()).first()
-        if row is not None:
-            row.result = 'error'
-            row.message = fault
-            row.finish_time = now
+        allocator.return_capacity(session, lease_id, memory_pool_id)
+        # The action ended already when the claim was created with the
+        # lease (create): it is the newest one of that name either way.
+        db_api.action_finish(context, lease_id, action, 'error',
+                             message=fault, session=session, latest=True)
         return True
 
 

@@ -16,9 +16,13 @@ expiry."""
 import datetime
 import threading
 
+import pytest
+
+from composable.common import exception
 from composable.common import states
 from composable.common import utils
 from composable.conductor import manager as conductor_manager
+from composable.conductor import task as lease_task
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 
@@ -200,3 +204,120 @@ def test_expiry_releases_bound_and_reserved_leases(harness):
     assert harness.pool(harness.memory_pool).used == 1024
     assert harness.pool(harness.gpu_pool).used == 0
     harness.assert_nothing_live()
+
+
+# ---------------------------------------------------------------- end_at
+
+def _ended(harness, **values):
+    """A lease whose end_at has just passed, as a list by the expiry
+    reads it."""
+    uuid = harness.create(memory_mb=1024, **values)
+    past = utils.utcnow() - datetime.timedelta(seconds=1)
+    assert db_api.lease_update(h_mod.admin(), harness.lease(uuid).id,
+                               {'end_at': past})
+    return uuid, harness.lease(uuid)
+
+
+def _later(hours=1):
+    return utils.isotime(utils.utcnow() + datetime.timedelta(hours=hours))
+
+
+def _assert_consistent(harness, uuid, extended):
+    """Either the extension or the expiry happened, never both."""
+    lease = harness.wait(uuid, [states.RESERVED, states.RELEASED])
+    if extended:
+        assert lease.status == states.RESERVED
+        assert lease.end_at > utils.utcnow()
+        assert 'expire' not in [a for a, _ in harness.actions(uuid)]
+    else:
+        assert lease.status == states.RELEASED
+        assert lease.end_at <= utils.utcnow()
+        assert harness.actions(uuid)[-1] == ('expire', 'success')
+
+
+def test_end_at_extended_before_the_expiry_keeps_the_lease(harness):
+    uuid, listed = _ended(harness)
+    end = _later()
+    assert harness.api.update_lease(h_mod.user_context(), uuid,
+                                    {'end_at': end}) == uuid
+    # The expiry acts on what it listed before the extension.
+    assert harness.conductor.periodic.expire(h_mod.admin(), listed) is None
+    harness.idle()
+    assert utils.isotime(harness.lease(uuid).end_at) == end
+    _assert_consistent(harness, uuid, extended=True)
+
+
+def test_end_at_extended_after_the_expiry_is_refused(harness):
+    uuid, listed = _ended(harness)
+    harness.conductor.periodic.expire(h_mod.admin(), listed)
+    harness.idle()
+    with pytest.raises(exception.InvalidState):
+        harness.api.update_lease(h_mod.user_context(), uuid,
+                                 {'end_at': _later()})
+    _assert_consistent(harness, uuid, extended=False)
+
+
+def test_expiry_skips_a_lease_whose_end_at_is_being_changed(harness):
+    uuid, listed = _ended(harness)
+    with lease_task.acquire(h_mod.admin(), listed.id, 'cond-other') as task:
+        # The lease's reservation is held by the extension: neither the
+        # short release nor the full expiry touches the lease.
+        assert harness.conductor.periodic.expire(h_mod.admin(),
+                                                 listed) is None
+        assert task.update({'end_at': utils.utcnow() +
+                            datetime.timedelta(hours=1)})
+    harness.idle()
+    _assert_consistent(harness, uuid, extended=True)
+
+
+def test_end_at_extension_races_the_expiry(harness):
+    for attempt in range(4):
+        uuid, listed = _ended(harness)
+        start = threading.Barrier(2)
+        outcome = {}
+
+        def extend():
+            start.wait()
+            try:
+                harness.api.update_lease(h_mod.user_context(), uuid,
+                                         {'end_at': _later()})
+                outcome['extended'] = True
+            except exception.Conflict:
+                outcome['extended'] = False
+
+        def expire():
+            start.wait()
+            harness.conductor.periodic.expire(h_mod.admin(), listed)
+
+        threads = [threading.Thread(target=extend),
+                   threading.Thread(target=expire)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        harness.idle()
+        _assert_consistent(harness, uuid, outcome['extended'])
+        if outcome['extended']:
+            # Its capacity back for the next attempt.
+            harness.api.delete_lease(h_mod.user_context(), uuid)
+            harness.wait(uuid, states.RELEASED)
+
+
+def test_update_lease_checks_end_at_under_the_reservation(harness):
+    uuid = harness.create(memory_mb=1024,
+                          start_at=_later(hours=2))
+    with pytest.raises(exception.Invalid):
+        harness.api.update_lease(h_mod.user_context(), uuid,
+                                 {'end_at': _later(hours=1)})
+    with pytest.raises(exception.Invalid):
+        harness.api.update_lease(
+            h_mod.user_context(), uuid,
+            {'end_at': utils.isotime(utils.utcnow() -
+                                     datetime.timedelta(seconds=5))})
+    with pytest.raises(exception.Invalid):
+        harness.api.update_lease(h_mod.user_context(), uuid,
+                                 {'status': states.RELEASED})
+    assert harness.lease(uuid).end_at is None
+    end = _later(hours=3)
+    harness.api.update_lease(h_mod.user_context(), uuid, {'end_at': end})
+    assert utils.isotime(harness.lease(uuid).end_at) == end

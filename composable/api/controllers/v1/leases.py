@@ -15,7 +15,9 @@
 The API validates, resolves references and checks the state machine so
 that most mistakes are refused at once with a clear message; every change
 of a lease's status is then made by the conductor (create, bind, unbind,
-delete). Only name, description and end_at are changed here directly.
+delete), and so is end_at, under the lease's reservation, so that it never
+races the lease's expiry. Only name and description are changed here
+directly.
 
 A lease of another project is reported as not found, never as forbidden:
 its existence is not the caller's business.
@@ -332,8 +334,13 @@ def update_lease(request, ident):
             raise exception.InvalidState(lease=lease.uuid,
                                          status=lease.status,
                                          action='changing end_at')
-        body['end_at'] = utils.parse_time('end_at', body['end_at'])
-        _check_times(lease.start_at, body['end_at'], common_utils.utcnow())
+        end_at = utils.parse_time('end_at', body.pop('end_at'))
+        _check_times(lease.start_at, end_at, common_utils.utcnow())
+        # Under the lease's reservation, checked again there: the
+        # conductor's expiry must not see an end that moves meanwhile.
+        utils.conductor(request).update_lease(
+            _rpc_context(ctx, lease), lease.uuid,
+            {'end_at': utils.isotime(end_at)})
     if body:
         db_api.lease_update(ctx, lease.id, body)
     return utils.json_response(render(request, _reread(lease)))

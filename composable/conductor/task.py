@@ -1,0 +1,204 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Lease tasks: the one way a lease changes state (after Ironic's
+task_manager).
+
+A task holds the lease's reservation (composable.conductor.reservations)
+and the lease row read again under it, so what it decides is decided on
+the lease as it is, and nobody else changes the lease meanwhile. Every
+transition then takes the same steps: check the event against the state
+machine (composable.common.states), compare-and-set the status
+(db_api.lease_transition), start the entry of the lease's action log, and
+hand the slow part to a worker thread that keeps the reservation until it
+ends::
+
+    with task.acquire(context, lease.id, host, lease_ident=uuid) as t:
+        t.process_event(states.BIND, request='bind', action='bind',
+                        values={...})
+        t.spawn_after(manager.spawn, flows.bind, context, lease.id)
+
+:func:`acquire` waits for the reservation (RPC methods, which answer
+LeaseLocked after ``[conductor]reservation_wait``); :func:`try_acquire`
+does not (periodic tasks, the reconciler, Nova's events: a lease busy now
+is looked at again on the next pass). The flows, which run in the worker
+holding the reservation, end their transitions with :func:`transition`.
+"""
+
+from oslo_log import log as logging
+
+from composable.common import exception
+from composable.common import states
+from composable.conductor import reservations
+from composable.db import api as db_api
+
+LOG = logging.getLogger(__name__)
+
+_WAIT_HINT = ' Wait until it is no longer %s, then try again.'
+
+
+class StatusChanged(Exception):
+    """The lease left the state a flow expected; someone else acted."""
+
+
+def check_event(lease, event, request):
+    """The state ``event`` moves ``lease`` to, or InvalidState for the
+    user's ``request`` (bind, unbind, delete) with a hint.
+
+    Under the reservation a transient state means no one works on the
+    lease (a conductor died, the takeover has not run yet). Users may
+    repeat a delete to resume a release; other requests wait.
+    """
+    status = lease.status
+    if status in states.TRANSIENT_STATES and not (
+            status == states.RELEASING and event == states.DELETE):
+        raise exception.InvalidState(
+            lease=lease.uuid, status=status, action=request,
+            hint=states.hint(status, event) or _WAIT_HINT % status)
+    try:
+        # The terminal state (released) is an InvalidTransition too.
+        return states.next_state(status, event)
+    except states.InvalidTransition as exc:
+        raise exception.InvalidState(lease=lease.uuid, status=status,
+                                     action=request, hint=exc.hint)
+
+
+def transition(context, lease_id, current, event, values=None, action=None,
+               message=None):
+    """Move a lease from ``current`` on ``event`` with ``values``, then
+    start its ``action`` (if given) in the action log. The new status;
+    StatusChanged when the lease is no longer ``current``.
+
+    For the holder of the lease's reservation (a task, or the flow a task
+    handed its reservation to).
+    """
+    target = db_api.lease_transition(context, lease_id, current, event,
+                                     values=values)
+    if target is None:
+        raise StatusChanged('lease %s is no longer %s' % (lease_id, current))
+    if action is not None:
+        db_api.action_start(context, lease_id, action, message=message)
+    return target
+
+
+class LeaseTask(object):
+    """A held lease reservation and the lease read under it; a context
+    manager that releases the reservation at its end unless a worker was
+    given it (spawn_after)."""
+
+    def __init__(self, context, reservation, lease):
+        self.context = context
+        self.reservation = reservation
+        self.lease = lease
+        self.future = None
+        self._spawn = None
+
+    @property
+    def lease_id(self):
+        return self.reservation.lease_id
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc_value, tb):
+        try:
+            if exc_type is None and self._spawn is not None:
+                spawn_method, fn, args, kwargs = self._spawn
+                self._spawn = None
+                self.future = spawn_method(self.reservation, fn, *args,
+                                           **kwargs)
+        finally:
+            if not self.reservation.handed_off:
+                self.reservation.release()
+        return False
+
+    def reload(self):
+        self.lease = db_api.lease_get_by_id(self.context, self.lease_id)
+        return self.lease
+
+    def process_event(self, event, action=None, values=None, message=None,
+                      request=None):
+        """Move the lease on ``event``; its new status.
+
+        ``request``: what the user asked (bind, unbind, delete). The
+        event is checked first (check_event), and a lease that moved
+        meanwhile is refused with InvalidState too. Without it (periodic
+        tasks, the reconciler, Nova's events) a refused transition raises
+        InvalidTransition and a lease that moved StatusChanged.
+
+        ``action`` (with ``message``): the entry of the lease's action log
+        started once the lease moved.
+        """
+        lease = self.lease
+        if request is not None:
+            check_event(lease, event, request)
+        try:
+            target = transition(self.context, lease.id, lease.status, event,
+                                values=values, action=action,
+                                message=message)
+        except StatusChanged:
+            if request is None:
+                raise
+            current = self.reload()
+            raise exception.InvalidState(
+                lease=lease.uuid, status=current.status, action=request,
+                hint=states.hint(current.status, event))
+        self.reload()
+        return target
+
+    def update(self, values):
+        """Change fields of the lease that are not its state; False when
+        the lease left its state meanwhile (nothing written)."""
+        if not db_api.lease_update(self.context, self.lease_id, values,
+                                   expected_status=self.lease.status):
+            return False
+        self.reload()
+        return True
+
+    def spawn_after(self, spawn_method, fn, *args, **kwargs):
+        """Once the ``with`` block ends without an error, run
+        ``spawn_method(reservation, fn, *args, **kwargs)`` (the
+        conductor's ``spawn``): ``fn`` runs in a worker that keeps the
+        reservation until it ends; ``future`` is then its future."""
+        self._spawn = (spawn_method, fn, args, kwargs)
+
+
+def acquire(context, lease_id, host, wait=None, lease_ident=None):
+    """A task on the lease, waiting up to ``wait`` seconds (default
+    ``[conductor]reservation_wait``) for its reservation; LeaseLocked
+    after that."""
+    reservation = reservations.reserve(context, lease_id, host, wait=wait,
+                                       lease_ident=lease_ident)
+    return _task(context, reservation)
+
+
+def try_acquire(context, lease_id, host, listed=None):
+    """A task on the lease if its reservation is free now, else None.
+
+    ``listed``: the lease as a list read it; None at once when that
+    showed a reservation.
+    """
+    if listed is not None and listed.reservation is not None:
+        return None
+    reservation = reservations.try_reserve(context, lease_id, host)
+    if reservation is None:
+        return None
+    return _task(context, reservation)
+
+
+def _task(context, reservation):
+    try:
+        lease = db_api.lease_get_by_id(context, reservation.lease_id)
+    except Exception:
+        reservation.release()
+        raise
+    return LeaseTask(context, reservation, lease)
