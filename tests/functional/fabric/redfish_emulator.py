@@ -214,19 +214,22 @@ class Emulator(object):
         self._observers.append(callback)
 
     def inject(self, kind, method=None, path=None, count=1, seconds=0,
-               code=503):
+               code=503, body=None):
         """Answer the next ``count`` matching requests with a fault.
 
         ``kind``: ``delay`` (wait ``seconds``, then answer as usual),
         ``status`` (answer ``code``), ``drop`` (close the connection) or
         ``412`` (a concurrent change: the target's ETag changes and the
-        request is refused). ``path`` matches a substring of the path."""
-        if kind not in ('delay', 'status', 'drop', '412'):
+        request is refused) or ``garbage`` (answer 200 with ``body``, text
+        that is not JSON unless given). ``path`` matches a substring of
+        the path."""
+        if kind not in ('delay', 'status', 'drop', '412', 'garbage'):
             raise ValueError('unknown fault %s' % kind)
         with self.lock:
             self.faults.append({'kind': kind, 'method': method,
                                 'path': path, 'count': count,
-                                'seconds': seconds, 'code': code})
+                                'seconds': seconds, 'code': code,
+                                'body': body})
 
     def set_block_fault(self, block_id, fault, message=None):
         """``stuck``: the block stays Composing; ``fail``: the next
@@ -686,13 +689,20 @@ class Emulator(object):
             elif fault['kind'] == 'status':
                 return self._error(fault['code'], 'InternalError',
                                    'Injected fault.')
+            elif fault['kind'] == 'garbage':
+                return 200, {}, (fault['body'] if fault['body'] is not None
+                                 else '<html>not JSON</html>')
         with self.lock:
             self._advance()
             if fault is not None and fault['kind'] == '412':
                 self._bump(path.split('/Actions/')[0].rstrip('/'))
                 return self._error(412, 'PreconditionFailed',
                                    'The resource changed meanwhile.')
-            return self._answer(method, path, headers, body)
+            answer = self._answer(method, path, headers, body)
+            # What the client was told, for the tests.
+            record['status'] = answer[0]
+            record['etag'] = answer[1].get('ETag')
+            return answer
 
     def _answer(self, method, path, headers, body):
         if path == ROOT + '/$metadata':
@@ -772,6 +782,8 @@ class Emulator(object):
         raw = environ['wsgi.input'].read(length) if length else b''
         if path.startswith(MONITORS + '/') and method == 'GET':
             with self.lock:
+                self.requests.append({'method': method, 'path': path,
+                                      'headers': headers, 'body': None})
                 if self._authorized(headers):
                     status, extra, body = self._monitor(
                         path.rsplit('/', 1)[-1])
