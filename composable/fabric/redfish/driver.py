@@ -30,6 +30,7 @@ driver_info keys: ``address``, ``username``, ``password``, ``verify_ca``,
 (see doc/source/admin/fabric-redfish.rst).
 """
 
+import json
 import time
 import urllib.parse
 
@@ -54,9 +55,39 @@ PRECONDITION_RETRIES = 5
 COLLECTION_LIMIT = 1000
 
 
+_TRUE = ('true', 'yes', 'on', '1')
+_FALSE = ('false', 'no', 'off', '0')
+
+
 def _number(value):
     return (not isinstance(value, bool)
             and isinstance(value, (int, float)) and value > 0)
+
+
+def normalize(driver_info):
+    """driver_info with the string forms the CLI sends (``timeout=60``,
+    ``verify_ca=false``, ``system_map={"h": "/redfish/v1/Systems/1"}``)
+    turned into numbers, booleans and objects."""
+    if not isinstance(driver_info, dict):
+        return driver_info
+    info = dict(driver_info)
+    for key in ('poll_interval', 'timeout'):
+        if isinstance(info.get(key), str):
+            try:
+                info[key] = float(info[key])
+            except ValueError:
+                pass
+    verify = info.get('verify_ca')
+    if isinstance(verify, str) and verify.strip().lower() in _TRUE:
+        info['verify_ca'] = True
+    elif isinstance(verify, str) and verify.strip().lower() in _FALSE:
+        info['verify_ca'] = False
+    if isinstance(info.get('system_map'), str):
+        try:
+            info['system_map'] = json.loads(info['system_map'])
+        except ValueError:
+            pass
+    return info
 
 
 class RedfishFabricDriver(base.FabricDriver):
@@ -64,7 +95,7 @@ class RedfishFabricDriver(base.FabricDriver):
     # ------------------------------------------------------ driver_info
 
     def validate_driver_info(self, driver_info):
-        info = driver_info
+        info = normalize(driver_info)
         if not isinstance(info, dict):
             raise exception.Invalid(reason='driver_info must be an object')
         unknown = sorted(set(info) - set(REQUIRED) - set(OPTIONAL))
@@ -113,7 +144,7 @@ class RedfishFabricDriver(base.FabricDriver):
                 ', '.join(MODES))
 
     def _info(self, fabric):
-        info = fabric.get('driver_info') or {}
+        info = normalize(fabric.get('driver_info') or {})
         self.validate_driver_info(info)
         merged = dict(DEFAULTS)
         merged.update(info)

@@ -39,6 +39,18 @@ def test_minimal_and_full_driver_info():
     _check(verify_ca=False)
 
 
+def test_string_forms_of_the_cli():
+    info = dict(GOOD, timeout='90', poll_interval='0.5', verify_ca='False',
+                system_map='{"compute-0": "/redfish/v1/Systems/1"}')
+    redfish_driver.RedfishFabricDriver().validate_driver_info(info)
+    assert redfish_driver.normalize(info) == dict(
+        GOOD, timeout=90.0, poll_interval=0.5, verify_ca=False,
+        system_map={'compute-0': '/redfish/v1/Systems/1'})
+    # A path stays a path.
+    assert redfish_driver.normalize(
+        dict(GOOD, verify_ca='/etc/ca.pem'))['verify_ca'] == '/etc/ca.pem'
+
+
 @pytest.mark.parametrize('change,key', [
     ({'address': KeyError}, 'address'),
     ({'address': 'ftp://rfcs.example'}, 'address'),
@@ -51,6 +63,7 @@ def test_minimal_and_full_driver_info():
     ({'verify_ca': 1}, 'verify_ca'),
     ({'system_map': ['compute-0']}, 'system_map'),
     ({'system_map': {'compute-0': 'Systems/1'}}, 'system_map'),
+    ({'system_map': '{not json'}, 'system_map'),
     ({'match_by': 'serial'}, 'match_by'),
     ({'poll_interval': 0}, 'poll_interval'),
     ({'timeout': 'soon'}, 'timeout'),
