@@ -186,15 +186,21 @@ class RedfishFabricDriver(base.FabricDriver):
         return found
 
     def _system_zones(self, conn, system, zones):
-        found = set()
+        """The zones of the system's own (Compute or ComputerSystem)
+        blocks; of all its blocks if it shows none of its own."""
+        own, every = set(), set()
         for uri in system.blocks:
-            found.update(z.uri for z in zones if uri in z.blocks)
+            found = set(z.uri for z in zones if uri in z.blocks)
             try:
-                own, _ = conn.read(uri, models.ResourceBlock)
+                block, _ = conn.read(uri, models.ResourceBlock)
             except connection.HTTPFailure:
+                every.update(found)
                 continue
-            found.update(own.zones)
-        return found
+            found.update(block.zones)
+            every.update(found)
+            if set(block.types) & models.SYSTEM_BLOCK_TYPES:
+                own.update(found)
+        return own or every
 
     def _system(self, conn, info, fabric, host):
         name = (host or {}).get('name')

@@ -277,9 +277,12 @@ class Emulator(object):
                     block['message'] = block.get('fault_message')
 
     def _block_zones_of_system(self, sid):
+        # The zones of the system's own block: the blocks added to it
+        # do not widen them.
         zones = set()
         for bid in self.systems[sid]['blocks']:
-            zones.update(self.blocks[bid]['zones'])
+            if self.blocks[bid]['kind'] == 'compute':
+                zones.update(self.blocks[bid]['zones'])
         return zones
 
     # ------------------------------------------------------ resources

@@ -34,7 +34,7 @@ HOST1 = {'name': 'compute-1', 'uuid': 'aaaaaaaa-0000-0000-0000-000000000001'}
 def _fabric(url, **info):
     driver_info = {'address': url, 'username': 'admin',
                    'password': PASSWORD, 'poll_interval': 0.05,
-                   'timeout': 5}
+                   'timeout': 15}
     driver_info.update(info)
     return {'name': 'rack1', 'driver_info': driver_info}
 
@@ -164,6 +164,12 @@ def test_bind_without_a_shared_zone_is_refused(emulator, driver):
     assert 'shares no resource zone' in str(err.value)
     assert GPU1 in str(err.value)
     assert _actions(emulator_) == []
+    # A block of zones 1 and 2 in the system does not put the system in
+    # zone 2.
+    driver.bind_device(_fabric(url), _device(emu.BLOCKS + '/NIC0'), HOST0)
+    with pytest.raises(exception.DriverError):
+        driver.bind_device(_fabric(url), _device(GPU1), HOST0)
+    assert len(_actions(emulator_)) == 1
 
 
 def test_unbind_returns_the_block_to_the_pool(emulator, driver):
