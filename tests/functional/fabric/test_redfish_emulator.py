@@ -21,12 +21,14 @@ test is skipped, saying why.
 """
 
 import glob
+import json
 import os
 import re
 import subprocess
 import sys
 
 import pytest
+import requests
 
 from tests.functional.fabric import redfish_emulator as emu
 
@@ -126,3 +128,85 @@ def test_validator_finds_no_error_against_dsp8010(validator_run):
     assert not missing, 'not visited: %s' % missing
     # Each of the ~40 resources checks several properties.
     assert passed > 300, out
+
+
+# ----------------------------------------------- the emulator's own rules
+
+def _login(url, session=None):
+    session = session or requests.Session()
+    config = emu.DEFAULT_CONFIG
+    answer = session.post(url + emu.SESSIONS, json={
+        'UserName': config['username'], 'Password': config['password']})
+    assert answer.status_code == 201
+    session.headers['X-Auth-Token'] = answer.headers['X-Auth-Token']
+    return session, answer.headers['Location']
+
+
+def test_sessions_etags_and_if_match(emulator):
+    url, emulator_ = emulator
+    assert requests.get(url + emu.SYSTEMS).status_code == 401
+    assert requests.post(url + emu.SESSIONS, json={
+        'UserName': 'admin', 'Password': 'wrong'}).status_code == 401
+    http, location = _login(url)
+    system = http.get(url + emu.SYSTEMS + '/compute-0')
+    etag = system.headers['ETag']
+    assert http.get(url + emu.SYSTEMS + '/compute-0').headers['ETag'] == etag
+    target = system.json()['Actions']['#' + emu.ADD]['target']
+    block = {'ResourceBlock': {'@odata.id': emu.BLOCKS + '/GPU0'}}
+    stale = http.post(url + target, json=block,
+                      headers={'If-Match': '"stale"'})
+    assert stale.status_code == 412
+    assert http.post(url + target, json=block,
+                     headers={'If-Match': etag}).status_code == 204
+    system = http.get(url + emu.SYSTEMS + '/compute-0')
+    assert system.headers['ETag'] != etag
+    assert {'@odata.id': emu.BLOCKS + '/GPU0'} in (
+        system.json()['Links']['ResourceBlocks'])
+    gpu = http.get(url + emu.BLOCKS + '/GPU0').json()
+    assert gpu['CompositionStatus']['CompositionState'] == 'Composing'
+    assert gpu['Links']['ComputerSystems'] == [
+        {'@odata.id': emu.SYSTEMS + '/compute-0'}]
+    # Once only: the block is in use now.
+    assert http.post(url + target, json=block).status_code == 400
+    assert http.delete(url + location).status_code == 204
+    assert http.get(url + emu.SYSTEMS).status_code == 401
+
+
+def test_session_expiry(emulator):
+    url, emulator_ = emulator
+    http, _ = _login(url)
+    assert http.get(url + emu.BLOCKS).status_code == 200
+    emulator_.expire_sessions()
+    assert http.get(url + emu.BLOCKS).status_code == 401
+
+
+def test_standalone_with_a_config_file(tmp_path):
+    config = {'username': 'u', 'password': 'p', 'compose_delay': 0,
+              'zones': [{'id': 'z'}],
+              'systems': [{'id': 'node-1', 'uuid': 'u-1', 'zones': ['z']}],
+              'blocks': [{'id': 'FPGA0', 'kind': 'fpga', 'zones': ['z'],
+                          'vendor_id': '0x1d0f', 'device_id': 'f010'}]}
+    path = tmp_path / 'inventory.json'
+    path.write_text(json.dumps(config))
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'tests.functional.fabric.redfish_emulator',
+         '--port', '0', '--config', str(path)],
+        stdout=subprocess.PIPE, text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.dirname(os.path.abspath(__file__))))))
+    try:
+        line = proc.stdout.readline()
+        root = re.search(r'(http://\S+)/redfish/v1', line).group(1)
+        blocks = requests.get(root + emu.BLOCKS)
+        assert blocks.status_code == 401
+        http = requests.Session()
+        token = http.post(root + emu.SESSIONS, json={
+            'UserName': 'u', 'Password': 'p'}).headers['X-Auth-Token']
+        http.headers['X-Auth-Token'] = token
+        function = http.get(root + emu.POOL +
+                            '/PCIeDevices/FPGA0/PCIeFunctions/0').json()
+        assert (function['VendorId'], function['DeviceId']) == (
+            '0x1D0F', '0xF010')
+    finally:
+        proc.terminate()
+        proc.wait(10)
