@@ -154,6 +154,13 @@ class Connection(object):
             raise exception.DriverError(
                 reason='Redfish service %s: %s failed (%s)' %
                 (self.address, what, type(exc).__name__))
+        except (OSError, ValueError) as exc:
+            # requests' own checks, before any connection: a CA bundle
+            # that is not there, an address it cannot use.
+            raise exception.DriverError(
+                reason='Redfish service %s: %s could not be sent (%s); '
+                       'check the fabric\'s address and verify_ca' %
+                       (self.address, what, type(exc).__name__))
 
     def _response(self, method, path, response):
         body = None

@@ -438,3 +438,20 @@ def test_unreachable_address(driver):
     assert url in str(err.value)
     assert 'could not be reached' in str(err.value)
     _assert_secret_free(str(err.value))
+
+
+def test_missing_ca_bundle(emulator, driver):
+    url, _ = emulator
+    address = url.replace('http://', 'https://')
+    with pytest.raises(exception.DriverError) as err:
+        driver.discover(_fabric(address, verify_ca='/nonexistent/ca.pem'))
+    assert address in str(err.value)
+    assert 'verify_ca' in str(err.value)
+
+
+def test_https_to_a_plain_http_service(emulator, driver):
+    url, _ = emulator
+    address = url.replace('http://', 'https://')
+    with pytest.raises(exception.DriverError) as err:
+        driver.discover(_fabric(address))
+    assert address in str(err.value)
