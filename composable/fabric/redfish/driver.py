@@ -1,0 +1,430 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""A fabric driver for Redfish composition services (DMTF DSP2050).
+
+A pooled device is a ResourceBlock (``device['address']`` is its
+``@odata.id``); a host is an expandable ComputerSystem. Binding adds the
+block to the host's system with ``ComputerSystem.AddResourceBlock`` and
+waits until the block is ``Composed``; unbinding removes it with
+``ComputerSystem.RemoveResourceBlock`` and waits until it is ``Unused``.
+A block joins only a system it shares a ResourceZone with.
+
+Every action carries ``If-Match`` with the system's current ETag; when
+the service answers 412 (someone changed the system meanwhile) the system
+is read again and the action repeated with the fresh ETag, a bounded
+number of times. Actions answered 202 are followed through their task
+monitor.
+
+driver_info keys: ``address``, ``username``, ``password``, ``verify_ca``,
+``system_map``, ``match_by``, ``poll_interval``, ``timeout``, ``mode``
+(see doc/source/admin/fabric-redfish.rst).
+"""
+
+import json
+import time
+import urllib.parse
+
+from oslo_log import log as logging
+
+from composable.common import exception
+from composable.fabric import base
+from composable.fabric.redfish import connection
+from composable.fabric.redfish import models
+
+LOG = logging.getLogger(__name__)
+
+REQUIRED = ('address', 'username', 'password')
+OPTIONAL = ('verify_ca', 'system_map', 'match_by', 'poll_interval',
+            'timeout', 'mode')
+MATCH_BY = ('name', 'uuid')
+MODES = ('expandable',)
+DEFAULTS = {'verify_ca': True, 'system_map': {}, 'match_by': 'name',
+            'poll_interval': 1, 'timeout': 60, 'mode': 'expandable'}
+# How many times an action refused with 412 is tried again.
+PRECONDITION_RETRIES = 5
+COLLECTION_LIMIT = 1000
+
+
+_TRUE = ('true', 'yes', 'on', '1')
+_FALSE = ('false', 'no', 'off', '0')
+
+
+def _number(value):
+    return (not isinstance(value, bool)
+            and isinstance(value, (int, float)) and value > 0)
+
+
+def normalize(driver_info):
+    """driver_info with the string forms the CLI sends (``timeout=60``,
+    ``verify_ca=false``, ``system_map={"h": "/redfish/v1/Systems/1"}``)
+    turned into numbers, booleans and objects."""
+    if not isinstance(driver_info, dict):
+        return driver_info
+    info = dict(driver_info)
+    for key in ('poll_interval', 'timeout'):
+        if isinstance(info.get(key), str):
+            try:
+                info[key] = float(info[key])
+            except ValueError:
+                pass
+    verify = info.get('verify_ca')
+    if isinstance(verify, str) and verify.strip().lower() in _TRUE:
+        info['verify_ca'] = True
+    elif isinstance(verify, str) and verify.strip().lower() in _FALSE:
+        info['verify_ca'] = False
+    if isinstance(info.get('system_map'), str):
+        try:
+            info['system_map'] = json.loads(info['system_map'])
+        except ValueError:
+            pass
+    return info
+
+
+class RedfishFabricDriver(base.FabricDriver):
+
+    # ------------------------------------------------------ driver_info
+
+    def validate_driver_info(self, driver_info):
+        info = normalize(driver_info)
+        if not isinstance(info, dict):
+            raise exception.Invalid(reason='driver_info must be an object')
+        unknown = sorted(set(info) - set(REQUIRED) - set(OPTIONAL))
+        if unknown:
+            raise exception.Invalid(
+                reason='driver_info has unknown key(s) %s; the redfish '
+                       'driver takes %s' % (', '.join(unknown),
+                                            ', '.join(REQUIRED + OPTIONAL)))
+        for key in REQUIRED:
+            if not isinstance(info.get(key), str) or not info[key]:
+                raise exception.Invalid(
+                    reason='driver_info %s is required (a non-empty '
+                           'string)' % key)
+        url = urllib.parse.urlsplit(info['address'])
+        if (url.scheme not in ('http', 'https') or not url.hostname
+                or url.username or url.password or url.query):
+            raise exception.Invalid(
+                reason='driver_info address must be an http:// or '
+                       'https:// URL of the Redfish service, without '
+                       'credentials or query')
+        verify = info.get('verify_ca', True)
+        if not isinstance(verify, bool) and not (
+                isinstance(verify, str) and verify):
+            raise exception.Invalid(
+                reason='driver_info verify_ca must be true, false or the '
+                       'path of a CA bundle')
+        system_map = info.get('system_map', {})
+        if not isinstance(system_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str)
+                and v.startswith('/') for k, v in system_map.items()):
+            raise exception.Invalid(
+                reason='driver_info system_map must map host names to '
+                       'system @odata.id paths ("/redfish/v1/Systems/..")')
+        if info.get('match_by', 'name') not in MATCH_BY:
+            raise exception.Invalid(
+                reason='driver_info match_by must be one of %s' %
+                ', '.join(MATCH_BY))
+        for key in ('poll_interval', 'timeout'):
+            if key in info and not _number(info[key]):
+                raise exception.Invalid(
+                    reason='driver_info %s must be a number of seconds '
+                           '> 0' % key)
+        if info.get('mode', 'expandable') not in MODES:
+            raise exception.Invalid(
+                reason='driver_info mode must be one of %s' %
+                ', '.join(MODES))
+
+    def _info(self, fabric):
+        info = normalize(fabric.get('driver_info') or {})
+        self.validate_driver_info(info)
+        merged = dict(DEFAULTS)
+        merged.update(info)
+        return merged
+
+    def _connect(self, info):
+        return connection.Connection(
+            info['address'], info['username'], info['password'],
+            verify=info['verify_ca'], timeout=info['timeout'])
+
+    # -------------------------------------------------------- reading
+
+    def _collection(self, conn, path):
+        uris, _ = conn.read(path, models.members)
+        return uris[:COLLECTION_LIMIT]
+
+    def _service_path(self, conn, name):
+        root = conn.get(connection.ROOT).body
+        link = root.get(name) if isinstance(root, dict) else None
+        if not isinstance(link, dict) or not isinstance(
+                link.get('@odata.id'), str):
+            raise exception.DriverError(
+                reason='Redfish service %s has no %s' % (conn.address,
+                                                         name))
+        return link['@odata.id']
+
+    def _zones(self, conn):
+        service = self._service_path(conn, 'CompositionService')
+        body = conn.get(service).body
+        link = body.get('ResourceZones') if isinstance(body, dict) else None
+        if not isinstance(link, dict) or '@odata.id' not in link:
+            return []
+        return [conn.read(uri, models.ResourceZone)[0]
+                for uri in self._collection(conn, link['@odata.id'])]
+
+    def _block_zones(self, block, zones):
+        found = set(block.zones)
+        found.update(z.uri for z in zones if block.uri in z.blocks)
+        return found
+
+    def _system_zones(self, conn, system, zones):
+        """The zones of the system's own (Compute or ComputerSystem)
+        blocks; of all its blocks if it shows none of its own."""
+        own, every = set(), set()
+        for uri in system.blocks:
+            found = set(z.uri for z in zones if uri in z.blocks)
+            try:
+                block, _ = conn.read(uri, models.ResourceBlock)
+            except connection.HTTPFailure:
+                every.update(found)
+                continue
+            found.update(block.zones)
+            every.update(found)
+            if set(block.types) & models.SYSTEM_BLOCK_TYPES:
+                own.update(found)
+        return own or every
+
+    def _system(self, conn, info, fabric, host):
+        name = (host or {}).get('name')
+        mapped = info['system_map'].get(name)
+        if mapped:
+            return conn.read(mapped, models.System)
+        for uri in self._collection(
+                conn, self._service_path(conn, 'Systems')):
+            system, etag = conn.read(uri, models.System)
+            if system.matches(host or {}, info['match_by']):
+                return system, etag
+        raise exception.DriverError(
+            reason='no system on Redfish fabric %s matches host %s by %s; '
+                   'set the host\'s system in driver_info system_map' %
+                   (fabric.get('name'), name, info['match_by']))
+
+    def _host_names(self, info, systems):
+        """system URI -> the host name the conductor knows it by."""
+        reverse = {v.rstrip('/'): k for k, v in info['system_map'].items()}
+        return {s.uri: reverse.get(s.uri) or s.host_name or s.name or s.uri
+                for s in systems}
+
+    def _device(self, conn, block):
+        device = models.Device()
+        device.health = block.health
+        for uri in block.member_uris:
+            device.read_member(conn.get(uri).body)
+        for uri in device.adapter_uris:
+            device.read_adapter(conn.get(uri).body)
+        functions = list(device.function_uris)
+        for uri in device.device_uris:
+            collection = device.read_pcie_device(conn.get(uri).body)
+            if collection and not functions:
+                functions = self._collection(conn, collection)[:1]
+        for uri in functions[:1]:
+            device.read_pcie_function(conn.get(uri).body)
+        return device
+
+    def _locator(self, conn, block):
+        device = self._device(conn, block)
+        return {'vendor_id': device.vendor_id,
+                'product_id': device.product_id,
+                'serial': device.serial,
+                'pci_address': None,
+                'fabric_ref': block.uri}
+
+    # -------------------------------------------------------- actions
+
+    def _action(self, conn, info, system, action, block_uri, deadline):
+        """POST ``action`` with If-Match, again with the fresh ETag after
+        a 412; follows a task monitor."""
+        path = system.target(action)
+        body = {'ResourceBlock': {'@odata.id': block_uri}}
+        for attempt in range(PRECONDITION_RETRIES + 1):
+            _, etag = conn.read(system.uri, models.System)
+            headers = {'If-Match': etag} if etag else {}
+            try:
+                response = conn.post(path, body, headers=headers)
+                break
+            except connection.HTTPFailure as exc:
+                if exc.status != 412 or attempt == PRECONDITION_RETRIES:
+                    raise
+                LOG.info('%(action)s of %(block)s on %(system)s met a '
+                         'changed system (412); trying again with its '
+                         'new ETag', {'action': action, 'block': block_uri,
+                                      'system': system.uri})
+        if response.status == 202:
+            self._follow_task(conn, info, response, path, deadline)
+
+    def _follow_task(self, conn, info, response, path, deadline):
+        monitor = response.headers.get('Location')
+        if not monitor:
+            raise exception.DriverError(
+                reason='Redfish service %s accepted %s (202) without a '
+                       'task monitor' % (conn.address, path))
+        while True:
+            if time.monotonic() > deadline:
+                raise exception.DriverError(
+                    reason='Redfish service %s: the task of %s did not '
+                           'finish within %ss' % (conn.address, path,
+                                                  info['timeout']))
+            time.sleep(info['poll_interval'])
+            answer = conn.get(monitor)
+            if answer.status != 202:
+                return answer
+
+    def _wait(self, conn, info, block_uri, wanted, deadline):
+        while True:
+            block, _ = conn.read(block_uri, models.ResourceBlock)
+            if block.state in wanted:
+                return block
+            if block.state == models.FAILED:
+                detail = '; '.join(block.messages) or 'no reason given'
+                raise exception.DriverError(
+                    reason='Redfish fabric %s: resource block %s failed '
+                           'to compose: %s' % (conn.address, block_uri,
+                                               detail))
+            if time.monotonic() > deadline:
+                raise exception.DriverError(
+                    reason='Redfish fabric %s: resource block %s is still '
+                           '%s after %ss (waited for %s)' %
+                           (conn.address, block_uri, block.state,
+                            info['timeout'], ' or '.join(wanted)))
+            time.sleep(info['poll_interval'])
+
+    # -------------------------------------------------- the interface
+
+    def bind_device(self, fabric, device, host):
+        info = self._info(fabric)
+        deadline = time.monotonic() + info['timeout']
+        block_uri = str(device.get('address') or '').rstrip('/')
+        with self._connect(info) as conn:
+            block, _ = conn.read(block_uri, models.ResourceBlock)
+            system, _ = self._system(conn, info, fabric, host)
+            composed = (models.COMPOSED, models.COMPOSED_AND_AVAILABLE)
+            if block.uri in system.blocks or system.uri in block.systems:
+                LOG.info('Resource block %(block)s is already in system '
+                         '%(system)s', {'block': block.uri,
+                                        'system': system.uri})
+            elif block.systems:
+                raise exception.DriverError(
+                    reason='resource block %s is composed into system %s, '
+                           'not %s (host %s)' %
+                           (block.uri, ', '.join(block.systems), system.uri,
+                            host.get('name')))
+            else:
+                zones = self._zones(conn)
+                if not (self._block_zones(block, zones)
+                        & self._system_zones(conn, system, zones)):
+                    raise exception.DriverError(
+                        reason='resource block %s shares no resource zone '
+                               'with system %s (host %s): the fabric cannot '
+                               'connect them' % (block.uri, system.uri,
+                                                 host.get('name')))
+                if block.state != models.UNUSED:
+                    # A removal may still be under way.
+                    block = self._wait(conn, info, block.uri,
+                                       (models.UNUSED,), deadline)
+                try:
+                    self._action(conn, info, system, models.System.ADD,
+                                 block.uri, deadline)
+                except connection.HTTPFailure:
+                    # A repeated request may have been done already.
+                    again, _ = conn.read(block.uri, models.ResourceBlock)
+                    if system.uri not in again.systems:
+                        raise
+            block = self._wait(conn, info, block.uri, composed, deadline)
+            LOG.info('Resource block %(block)s composed into system '
+                     '%(system)s for host %(host)s',
+                     {'block': block.uri, 'system': system.uri,
+                      'host': host.get('name')})
+            return self._locator(conn, block)
+
+    def unbind_device(self, fabric, device, host):
+        info = self._info(fabric)
+        deadline = time.monotonic() + info['timeout']
+        block_uri = str(device.get('address') or '').rstrip('/')
+        with self._connect(info) as conn:
+            block, _ = conn.read(block_uri, models.ResourceBlock)
+            if host is not None:
+                system, _ = self._system(conn, info, fabric, host)
+                systems = [system] if (system.uri in block.systems
+                                       or block.uri in system.blocks) else []
+            else:
+                systems = [conn.read(uri, models.System)[0]
+                           for uri in block.systems]
+            if not systems:
+                if block.state in (models.COMPOSING, models.COMPOSED) and \
+                        not block.systems:
+                    self._wait(conn, info, block.uri, (models.UNUSED,),
+                               deadline)
+                return
+            for system in systems:
+                try:
+                    self._action(conn, info, system, models.System.REMOVE,
+                                 block.uri, deadline)
+                except connection.HTTPFailure:
+                    again, _ = conn.read(block.uri, models.ResourceBlock)
+                    if system.uri in again.systems:
+                        raise
+            self._wait(conn, info, block.uri,
+                       (models.UNUSED, models.FAILED), deadline)
+            LOG.info('Resource block %(block)s removed from %(systems)s',
+                     {'block': block.uri,
+                      'systems': ', '.join(s.uri for s in systems)})
+
+    def discover(self, fabric):
+        info = self._info(fabric)
+        with self._connect(info) as conn:
+            zones = self._zones(conn)
+            systems = [conn.read(uri, models.System)[0] for uri in
+                       self._collection(conn,
+                                        self._service_path(conn, 'Systems'))]
+            names = self._host_names(info, systems)
+            system_zones = {s.uri: self._system_zones(conn, s, zones)
+                            for s in systems}
+            service = self._service_path(conn, 'CompositionService')
+            body = conn.get(service).body
+            link = (body or {}).get('ResourceBlocks') if isinstance(
+                body, dict) else None
+            if not isinstance(link, dict) or '@odata.id' not in link:
+                raise exception.DriverError(
+                    reason='Redfish service %s has no ResourceBlocks' %
+                    conn.address)
+            found = []
+            for uri in self._collection(conn, link['@odata.id']):
+                block, _ = conn.read(uri, models.ResourceBlock)
+                if not block.is_device:
+                    continue
+                device = self._device(conn, block)
+                zones_of_block = self._block_zones(block, zones)
+                bound = [names.get(s, s) for s in block.systems]
+                found.append({
+                    'address': block.uri,
+                    'kind': device.kind or 'pci',
+                    'model': device.model,
+                    'vendor_id': device.vendor_id,
+                    'product_id': device.product_id,
+                    'serial': device.serial,
+                    'health': device.health,
+                    'state': block.state,
+                    'hosts': sorted(names[s.uri] for s in systems
+                                    if zones_of_block
+                                    & system_zones[s.uri]),
+                    'bound_to': bound[0] if bound else None,
+                })
+            return found

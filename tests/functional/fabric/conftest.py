@@ -1,0 +1,38 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Fixtures of the fabric driver tests.
+
+These tests talk HTTP to an emulated Redfish service in a thread of the
+test process; they need no database, message bus, libvirt or root, and
+leave nothing outside the process, so the functional suite's leftover
+check (which lists the machine's shared services) is not run for them.
+"""
+
+import pytest
+
+from tests.functional.fabric import redfish_emulator
+
+
+@pytest.fixture(scope='session', autouse=True)
+def nothing_left_behind():
+    yield
+
+
+@pytest.fixture
+def emulator():
+    """A fresh emulator with the default inventory: (url, emulator)."""
+    url, stop, emu = redfish_emulator.serve()
+    try:
+        yield url, emu
+    finally:
+        stop()

@@ -1,0 +1,906 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""A small Redfish composition service (DSP2050) for tests and DevStack.
+
+It serves a ServiceRoot with a SessionService, a CompositionService with
+ResourceBlocks and ResourceZones, expandable ComputerSystems (one per
+compute host) and a Chassis that holds the PCIe devices and functions the
+blocks' Processors, Drives and NetworkInterfaces lead to. Systems grow
+and shrink with ``ComputerSystem.AddResourceBlock`` and
+``ComputerSystem.RemoveResourceBlock``; a block goes ``Composing`` ->
+``Composed`` (after ``compose_delay`` seconds) and back to ``Unused``.
+
+Every GET answers an ETag; a POST to an action with a stale ``If-Match``
+is answered 412. Everything but the service root, ``$metadata``, the
+OData service document and the login needs an ``X-Auth-Token`` from
+``POST /redfish/v1/SessionService/Sessions``.
+
+Faults are injected with :meth:`Emulator.inject` (``delay``, ``status``,
+``drop``, ``412``) and :meth:`Emulator.set_block_fault` (``stuck``,
+``fail``); :meth:`Emulator.expire_sessions` logs every client out.
+:attr:`Emulator.requests` records what was asked, :meth:`Emulator.observe`
+calls back on every request and :meth:`Emulator.locked` hands the state
+over for changes.
+
+Run standalone::
+
+    python -m tests.functional.fabric.redfish_emulator --port 8000 \\
+        --config inventory.json
+"""
+
+import argparse
+import base64
+import contextlib
+import copy
+import hashlib
+import itertools
+import json
+import socket
+import socketserver
+import sys
+import threading
+import time
+from wsgiref import simple_server
+
+ROOT = '/redfish/v1'
+BLOCKS = ROOT + '/CompositionService/ResourceBlocks'
+ZONES = ROOT + '/CompositionService/ResourceZones'
+SYSTEMS = ROOT + '/Systems'
+SESSIONS = ROOT + '/SessionService/Sessions'
+CHASSIS = ROOT + '/Chassis'
+POOL = CHASSIS + '/Pool'
+MONITORS = ROOT + '/TaskService/TaskMonitors'
+
+ADD = 'ComputerSystem.AddResourceBlock'
+REMOVE = 'ComputerSystem.RemoveResourceBlock'
+
+# The schema versions the resources are written against.
+TYPES = {
+    'ServiceRoot': 'ServiceRoot.v1_20_0',
+    'CompositionService': 'CompositionService.v1_2_3',
+    'ResourceBlock': 'ResourceBlock.v1_4_3',
+    'Zone': 'Zone.v1_6_3',
+    'ComputerSystem': 'ComputerSystem.v1_27_0',
+    'SessionService': 'SessionService.v1_2_0',
+    'Session': 'Session.v1_8_0',
+    'Chassis': 'Chassis.v1_28_0',
+    'PCIeDevice': 'PCIeDevice.v1_21_0',
+    'PCIeFunction': 'PCIeFunction.v1_7_0',
+    'Processor': 'Processor.v1_22_0',
+    'Drive': 'Drive.v1_22_0',
+    'NetworkInterface': 'NetworkInterface.v1_2_3',
+    'NetworkAdapter': 'NetworkAdapter.v1_14_0',
+}
+COLLECTIONS = ('ResourceBlockCollection', 'ZoneCollection',
+               'ComputerSystemCollection', 'SessionCollection',
+               'ChassisCollection', 'PCIeDeviceCollection',
+               'PCIeFunctionCollection', 'NetworkAdapterCollection')
+SCHEMA_BASE = 'http://redfish.dmtf.org/schemas/v1/'
+
+# kind -> (ResourceBlockType, member list property, member kind, class)
+KINDS = {
+    'gpu': ('Processor', 'Processors', 'Processor', 'DisplayController'),
+    'fpga': ('Processor', 'Processors', 'Processor',
+             'ProcessingAccelerators'),
+    'nvme': ('Storage', 'Drives', 'Drive', 'MassStorageController'),
+    'nic': ('Network', 'NetworkInterfaces', 'NetworkInterface',
+            'NetworkController'),
+}
+
+DEFAULT_CONFIG = {
+    'username': 'admin',
+    'password': 'redfish-secret',
+    'compose_delay': 0.2,
+    'zones': [{'id': '1', 'name': 'Rack 1 zone A'},
+              {'id': '2', 'name': 'Rack 1 zone B'}],
+    'systems': [
+        {'id': 'compute-0', 'name': 'compute-0',
+         'uuid': '0c4a8a3c-59f3-4a6e-9f0b-2b7d1c1f0a00', 'zones': ['1']},
+        {'id': 'compute-1', 'name': 'compute-1',
+         'uuid': '0c4a8a3c-59f3-4a6e-9f0b-2b7d1c1f0a01',
+         'zones': ['1', '2']},
+    ],
+    'blocks': [
+        {'id': 'GPU0', 'kind': 'gpu', 'vendor_id': '10de',
+         'device_id': '2330', 'serial': 'GPU-SN-0000',
+         'model': 'H100 80GB', 'manufacturer': 'NVIDIA', 'zones': ['1']},
+        {'id': 'GPU1', 'kind': 'gpu', 'vendor_id': '10de',
+         'device_id': '2330', 'serial': 'GPU-SN-0001',
+         'model': 'H100 80GB', 'manufacturer': 'NVIDIA', 'zones': ['2']},
+        {'id': 'NVMe0', 'kind': 'nvme', 'vendor_id': '144d',
+         'device_id': 'a824', 'serial': 'NVME-SN-0000',
+         'model': 'PM1733', 'manufacturer': 'Samsung', 'zones': ['1']},
+        {'id': 'NIC0', 'kind': 'nic', 'vendor_id': '15b3',
+         'device_id': '101d', 'serial': 'NIC-SN-0000',
+         'model': 'ConnectX-6 Dx', 'manufacturer': 'Mellanox',
+         'zones': ['1', '2'], 'health': 'Warning'},
+    ],
+}
+
+
+class _Drop(Exception):
+    """Close the connection without an answer."""
+
+
+def _link(uri):
+    return {'@odata.id': uri}
+
+
+def _pcie_id(value):
+    value = str(value or '0000').lower()
+    if value.startswith('0x'):
+        value = value[2:]
+    return '0x' + value.zfill(4).upper()
+
+
+class Emulator(object):
+    """The service's state and its WSGI application."""
+
+    def __init__(self, config=None):
+        config = copy.deepcopy(config or DEFAULT_CONFIG)
+        self.username = config.get('username', 'admin')
+        self.password = config.get('password', 'redfish-secret')
+        self.compose_delay = float(config.get('compose_delay', 0.2))
+        # > 0: actions answer 202 and their monitor answers 202 that many
+        # times before the final answer.
+        self.task_polls = int(config.get('task_polls', 0))
+        self.session_timeout = int(config.get('session_timeout', 1800))
+        self.lock = threading.RLock()
+        self.requests = []
+        self.sessions = {}
+        self.faults = []
+        self.monitors = {}
+        self._observers = []
+        self._revisions = {}
+        self._ids = itertools.count(1)
+        self.zones = {}
+        for zone in config.get('zones', []):
+            self.zones[str(zone['id'])] = {
+                'name': zone.get('name') or 'Zone %s' % zone['id']}
+        self.systems = {}
+        self.blocks = {}
+        for system in config.get('systems', []):
+            sid = str(system['id'])
+            self.systems[sid] = {
+                'name': system.get('name') or sid,
+                'host_name': system.get('host_name', system.get('name')),
+                'uuid': system.get('uuid'),
+                'blocks': ['%s-Compute' % sid]}
+            self.blocks['%s-Compute' % sid] = {
+                'kind': 'compute', 'zones': [str(z) for z in
+                                             system.get('zones', [])],
+                'state': 'Composed', 'system': sid, 'health': 'OK',
+                'pending': None, 'fault': None}
+        for block in config.get('blocks', []):
+            bid = str(block['id'])
+            if block.get('kind') not in KINDS:
+                raise ValueError('block %s: kind must be one of %s' %
+                                 (bid, ', '.join(sorted(KINDS))))
+            entry = dict(block)
+            entry.update({
+                'zones': [str(z) for z in block.get('zones', [])],
+                'state': 'Unused', 'system': None,
+                'health': block.get('health', 'OK'),
+                'configured_health': block.get('health', 'OK'),
+                'pending': None, 'fault': None, 'message': None})
+            self.blocks[bid] = entry
+            if block.get('system'):
+                self._attach(bid, str(block['system']))
+                entry['state'] = 'Composed'
+
+    # ------------------------------------------------------ test hooks
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold the lock and hand over the emulator to read or change."""
+        with self.lock:
+            self._advance()
+            yield self
+
+    def observe(self, callback):
+        """Call ``callback(record)`` for every request, before answering.
+
+        ``record`` is a dict with method, path, headers and body."""
+        self._observers.append(callback)
+
+    def inject(self, kind, method=None, path=None, count=1, seconds=0,
+               code=503, body=None):
+        """Answer the next ``count`` matching requests with a fault.
+
+        ``kind``: ``delay`` (wait ``seconds``, then answer as usual),
+        ``status`` (answer ``code``), ``drop`` (close the connection) or
+        ``412`` (a concurrent change: the target's ETag changes and the
+        request is refused) or ``garbage`` (answer 200 with ``body``, text
+        that is not JSON unless given). ``path`` matches a substring of
+        the path."""
+        if kind not in ('delay', 'status', 'drop', '412', 'garbage'):
+            raise ValueError('unknown fault %s' % kind)
+        with self.lock:
+            self.faults.append({'kind': kind, 'method': method,
+                                'path': path, 'count': count,
+                                'seconds': seconds, 'code': code,
+                                'body': body})
+
+    def set_block_fault(self, block_id, fault, message=None):
+        """``stuck``: the block stays Composing; ``fail``: the next
+        composition ends Failed; None: no fault."""
+        with self.lock:
+            self.blocks[block_id]['fault'] = fault
+            self.blocks[block_id]['fault_message'] = (
+                message or 'PCIe link training failed on the fabric port')
+
+    def expire_sessions(self):
+        with self.lock:
+            self.sessions.clear()
+
+    def actions(self):
+        """The recorded action requests."""
+        with self.lock:
+            return [r for r in self.requests if '/Actions/' in r['path']]
+
+    # ---------------------------------------------------------- state
+
+    def _bump(self, uri):
+        self._revisions[uri] = self._revisions.get(uri, 0) + 1
+
+    def _attach(self, bid, sid):
+        self.blocks[bid]['system'] = sid
+        self.systems[sid]['blocks'].append(bid)
+        self._bump(SYSTEMS + '/' + sid)
+
+    def _detach(self, bid):
+        sid = self.blocks[bid]['system']
+        if sid is not None and bid in self.systems[sid]['blocks']:
+            self.systems[sid]['blocks'].remove(bid)
+            self._bump(SYSTEMS + '/' + sid)
+        self.blocks[bid]['system'] = None
+
+    def _advance(self):
+        now = time.monotonic()
+        for block in self.blocks.values():
+            pending = block.get('pending')
+            if pending and pending[0] <= now:
+                block['pending'] = None
+                block['state'] = pending[1]
+                if pending[1] == 'Failed':
+                    block['health'] = 'Critical'
+                    block['message'] = block.get('fault_message')
+
+    def _block_zones_of_system(self, sid):
+        # The zones of the system's own block: the blocks added to it
+        # do not widen them.
+        zones = set()
+        for bid in self.systems[sid]['blocks']:
+            if self.blocks[bid]['kind'] == 'compute':
+                zones.update(self.blocks[bid]['zones'])
+        return zones
+
+    # ------------------------------------------------------ resources
+
+    def _render(self, path):
+        parts = path[len(ROOT):].strip('/').split('/')
+        if path in (ROOT, ROOT + '/'):
+            return self._service_root()
+        if path == '/redfish':
+            return {'v1': ROOT + '/'}
+        head = parts[0]
+        if head == 'SessionService':
+            return self._render_sessions(parts[1:])
+        if head == 'CompositionService':
+            return self._render_composition(parts[1:])
+        if head == 'Systems':
+            return self._render_systems(parts[1:])
+        if head == 'Chassis':
+            return self._render_chassis(parts[1:])
+        return None
+
+    def _resource(self, kind, uri, rid, name, **body):
+        res = {'@odata.type': '#%s.%s' % (TYPES[kind], kind),
+               '@odata.id': uri, 'Id': rid, 'Name': name}
+        res.update(body)
+        return res
+
+    def _collection(self, kind, uri, name, members):
+        return {'@odata.type': '#%s.%s' % (kind, kind), '@odata.id': uri,
+                'Name': name, 'Members@odata.count': len(members),
+                'Members': [_link(m) for m in members]}
+
+    def _service_root(self):
+        return self._resource(
+            'ServiceRoot', ROOT + '/', 'RootService', 'Root Service',
+            RedfishVersion='1.15.0',
+            UUID='92384634-2938-2342-8820-489239905423',
+            Systems=_link(SYSTEMS), Chassis=_link(CHASSIS),
+            SessionService=_link(ROOT + '/SessionService'),
+            CompositionService=_link(ROOT + '/CompositionService'),
+            Links={'Sessions': _link(SESSIONS)})
+
+    def _render_sessions(self, parts):
+        if not parts:
+            return self._resource(
+                'SessionService', ROOT + '/SessionService',
+                'SessionService', 'Session Service',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                ServiceEnabled=True, SessionTimeout=self.session_timeout,
+                Sessions=_link(SESSIONS))
+        if parts == ['Sessions']:
+            return self._collection(
+                'SessionCollection', SESSIONS, 'Session Collection',
+                [SESSIONS + '/' + s['id'] for s in self.sessions.values()])
+        if len(parts) == 2 and parts[0] == 'Sessions':
+            for session in self.sessions.values():
+                if session['id'] == parts[1]:
+                    return self._resource(
+                        'Session', SESSIONS + '/' + parts[1], parts[1],
+                        'User Session', UserName=self.username,
+                        Password=None)
+        return None
+
+    def _render_composition(self, parts):
+        if not parts:
+            return self._resource(
+                'CompositionService', ROOT + '/CompositionService',
+                'CompositionService', 'Composition Service',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                ServiceEnabled=True, AllowOverprovisioning=False,
+                AllowZoneAffinity=True,
+                ResourceBlocks=_link(BLOCKS), ResourceZones=_link(ZONES))
+        if parts == ['ResourceBlocks']:
+            return self._collection(
+                'ResourceBlockCollection', BLOCKS,
+                'Resource Block Collection',
+                [BLOCKS + '/' + b for b in sorted(self.blocks)])
+        if parts == ['ResourceZones']:
+            return self._collection(
+                'ZoneCollection', ZONES, 'Resource Zone Collection',
+                [ZONES + '/' + z for z in sorted(self.zones)])
+        if parts[0] == 'ResourceZones' and len(parts) == 2:
+            return self._zone(parts[1])
+        if parts[0] == 'ResourceBlocks' and parts[1] in self.blocks:
+            if len(parts) == 2:
+                return self._block(parts[1])
+            if len(parts) == 4 and parts[3] == '0':
+                return self._block_member(parts[1], parts[2])
+        return None
+
+    def _zone(self, zid):
+        zone = self.zones.get(zid)
+        if zone is None:
+            return None
+        members = [BLOCKS + '/' + b for b in sorted(self.blocks)
+                   if zid in self.blocks[b]['zones']]
+        return self._resource(
+            'Zone', ZONES + '/' + zid, zid, zone['name'],
+            Status={'State': 'Enabled', 'Health': 'OK'},
+            ZoneType='ZoneOfResourceBlocks',
+            Links={'ResourceBlocks': [_link(m) for m in members]})
+
+    def _block(self, bid):
+        block = self.blocks[bid]
+        uri = BLOCKS + '/' + bid
+        links = {'Zones': [_link(ZONES + '/' + z) for z in block['zones']],
+                 'ComputerSystems': [],
+                 'Chassis': [_link(POOL)]}
+        if block['system'] is not None:
+            links['ComputerSystems'] = [
+                _link(SYSTEMS + '/' + block['system'])]
+        state = block['state']
+        status = {'State': 'Enabled', 'Health': block['health']}
+        if state == 'Failed' and block.get('message'):
+            status['Conditions'] = [{
+                'MessageId': 'Base.1.18.GeneralError',
+                'Message': block['message'], 'Severity': 'Critical'}]
+        body = {
+            'Status': status,
+            'CompositionStatus': {
+                'Reserved': False, 'CompositionState': state,
+                'SharingCapable': False, 'MaxCompositions': 1,
+                'NumberOfCompositions':
+                    1 if block['system'] is not None else 0},
+            'Links': links}
+        if block['kind'] == 'compute':
+            body['ResourceBlockType'] = ['ComputerSystem']
+            body['ComputerSystems'] = [_link(SYSTEMS + '/' +
+                                             block['system'])]
+            name = 'System block of %s' % block['system']
+        else:
+            rtype, prop = KINDS[block['kind']][:2]
+            body['ResourceBlockType'] = [rtype]
+            body[prop] = [_link('%s/%s/0' % (uri, prop))]
+            name = '%s block %s' % (block['kind'].upper(), bid)
+        return self._resource('ResourceBlock', uri, bid, name, **body)
+
+    def _block_member(self, bid, prop):
+        block = self.blocks[bid]
+        if block['kind'] not in KINDS or KINDS[block['kind']][1] != prop:
+            return None
+        kind = KINDS[block['kind']][2]
+        uri = '%s/%s/%s/0' % (BLOCKS, bid, prop)
+        device = POOL + '/PCIeDevices/' + bid
+        function = device + '/PCIeFunctions/0'
+        status = {'State': 'Enabled', 'Health': block['health']}
+        if kind == 'Processor':
+            return self._resource(
+                kind, uri, '0', '%s %s' % (block['kind'].upper(), bid),
+                Status=status,
+                ProcessorType='GPU' if block['kind'] == 'gpu' else 'FPGA',
+                Manufacturer=block.get('manufacturer'),
+                Model=block.get('model'),
+                SerialNumber=block.get('serial'),
+                Links={'PCIeDevice': _link(device),
+                       'PCIeFunctions': [_link(function)]})
+        if kind == 'Drive':
+            return self._resource(
+                kind, uri, '0', 'NVMe drive %s' % bid, Status=status,
+                Protocol='NVMe', MediaType='SSD',
+                Manufacturer=block.get('manufacturer'),
+                Model=block.get('model'),
+                SerialNumber=block.get('serial'),
+                Links={'PCIeFunctions': [_link(function)]})
+        return self._resource(
+            kind, uri, '0', 'Network interface of %s' % bid,
+            Status=status,
+            Links={'NetworkAdapter': _link(POOL + '/NetworkAdapters/' +
+                                           bid)})
+
+    def _render_systems(self, parts):
+        if not parts:
+            return self._collection(
+                'ComputerSystemCollection', SYSTEMS,
+                'Computer System Collection',
+                [SYSTEMS + '/' + s for s in sorted(self.systems)])
+        if len(parts) != 1 or parts[0] not in self.systems:
+            return None
+        sid = parts[0]
+        system = self.systems[sid]
+        uri = SYSTEMS + '/' + sid
+        return self._resource(
+            'ComputerSystem', uri, sid, system['name'],
+            SystemType='Physical', UUID=system['uuid'],
+            HostName=system['host_name'], PowerState='On',
+            Status={'State': 'Enabled', 'Health': 'OK'},
+            Links={'ResourceBlocks': [_link(BLOCKS + '/' + b)
+                                      for b in system['blocks']]},
+            Actions={
+                '#' + ADD: {'target': uri + '/Actions/' + ADD},
+                '#' + REMOVE: {'target': uri + '/Actions/' + REMOVE}})
+
+    def _render_chassis(self, parts):
+        devices = sorted(b for b in self.blocks
+                         if self.blocks[b]['kind'] in KINDS)
+        if not parts:
+            return self._collection('ChassisCollection', CHASSIS,
+                                    'Chassis Collection', [POOL])
+        if parts[0] != 'Pool':
+            return None
+        if len(parts) == 1:
+            return self._resource(
+                'Chassis', POOL, 'Pool', 'Composable PCIe pool',
+                ChassisType='Enclosure',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                PCIeDevices=_link(POOL + '/PCIeDevices'),
+                NetworkAdapters=_link(POOL + '/NetworkAdapters'))
+        nics = [d for d in devices if self.blocks[d]['kind'] == 'nic']
+        if parts[1:] == ['NetworkAdapters']:
+            return self._collection(
+                'NetworkAdapterCollection', POOL + '/NetworkAdapters',
+                'Network Adapter Collection',
+                [POOL + '/NetworkAdapters/' + d for d in nics])
+        if parts[1] == 'NetworkAdapters' and parts[2:] and parts[2] in nics:
+            block = self.blocks[parts[2]]
+            return self._resource(
+                'NetworkAdapter', POOL + '/NetworkAdapters/' + parts[2],
+                parts[2], 'Network adapter %s' % parts[2],
+                Status={'State': 'Enabled', 'Health': block['health']},
+                Manufacturer=block.get('manufacturer'),
+                Model=block.get('model'), SerialNumber=block.get('serial'),
+                Controllers=[{'Links': {'PCIeDevices': [
+                    _link(POOL + '/PCIeDevices/' + parts[2])]}}])
+        if parts[1:] == ['PCIeDevices']:
+            return self._collection(
+                'PCIeDeviceCollection', POOL + '/PCIeDevices',
+                'PCIe Device Collection',
+                [POOL + '/PCIeDevices/' + d for d in devices])
+        if parts[1] != 'PCIeDevices' or parts[2] not in devices:
+            return None
+        bid = parts[2]
+        block = self.blocks[bid]
+        device = POOL + '/PCIeDevices/' + bid
+        status = {'State': 'Enabled', 'Health': block['health']}
+        if len(parts) == 3:
+            return self._resource(
+                'PCIeDevice', device, bid, 'PCIe device %s' % bid,
+                Status=status, Manufacturer=block.get('manufacturer'),
+                Model=block.get('model'), SerialNumber=block.get('serial'),
+                DeviceType='SingleFunction',
+                PCIeFunctions=_link(device + '/PCIeFunctions'))
+        if parts[3:] == ['PCIeFunctions']:
+            return self._collection(
+                'PCIeFunctionCollection', device + '/PCIeFunctions',
+                'PCIe Function Collection', [device + '/PCIeFunctions/0'])
+        if parts[3:] == ['PCIeFunctions', '0']:
+            return self._resource(
+                'PCIeFunction', device + '/PCIeFunctions/0', '0',
+                'Function 0 of %s' % bid, Status=status, FunctionId=0,
+                FunctionType='Physical',
+                DeviceClass=KINDS[block['kind']][3],
+                VendorId=_pcie_id(block.get('vendor_id')),
+                DeviceId=_pcie_id(block.get('device_id')),
+                SubsystemVendorId=_pcie_id(block.get('vendor_id')),
+                SubsystemId=_pcie_id(block.get('subsystem_id', '0000')),
+                Links={'PCIeDevice': _link(device)})
+        return None
+
+    def etag(self, path, body):
+        text = json.dumps(body, sort_keys=True) + str(
+            self._revisions.get(path.rstrip('/'), 0))
+        return '"%s"' % hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def metadata(self):
+        lines = ['<?xml version="1.0" encoding="UTF-8"?>',
+                 '<edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/'
+                 'ns/edmx" Version="4.0">']
+        for name in sorted(list(TYPES) + list(COLLECTIONS)):
+            lines.append('  <edmx:Reference Uri="%s%s_v1.xml">' %
+                         (SCHEMA_BASE, name))
+            lines.append('    <edmx:Include Namespace="%s"/>' % name)
+            if name in TYPES:
+                lines.append('    <edmx:Include Namespace="%s"/>' %
+                             TYPES[name])
+            lines.append('  </edmx:Reference>')
+        lines += ['  <edmx:DataServices>',
+                  '    <Schema xmlns="http://docs.oasis-open.org/odata/ns/'
+                  'edm" Namespace="Service">',
+                  '      <EntityContainer Name="Service" '
+                  'Extends="ServiceRoot.v1_20_0.ServiceContainer"/>',
+                  '    </Schema>', '  </edmx:DataServices>',
+                  '</edmx:Edmx>', '']
+        return '\n'.join(lines)
+
+    def odata(self):
+        services = [('Service', ROOT + '/'), ('Systems', SYSTEMS),
+                    ('Chassis', CHASSIS),
+                    ('SessionService', ROOT + '/SessionService'),
+                    ('CompositionService', ROOT + '/CompositionService')]
+        return {'@odata.context': ROOT + '/$metadata',
+                'value': [{'name': n, 'kind': 'Singleton', 'url': u}
+                          for n, u in services]}
+
+    # -------------------------------------------------------- actions
+
+    def _error(self, status, message_id, message):
+        return status, {}, {'error': {
+            'code': 'Base.1.18.' + message_id, 'message': message,
+            '@Message.ExtendedInfo': [{
+                '@odata.type': '#Message.v1_2_0.Message',
+                'MessageId': 'Base.1.18.' + message_id,
+                'Message': message, 'Severity': 'Warning',
+                'Resolution': 'Correct the request and resubmit it.'}]}}
+
+    def _action(self, sid, action, headers, body):
+        system_uri = SYSTEMS + '/' + sid
+        current = self.etag(system_uri, self._render(system_uri))
+        if_match = headers.get('if-match')
+        if if_match is not None and if_match not in (current, '*'):
+            return self._error(412, 'PreconditionFailed',
+                               'The ETag given in If-Match is not current.')
+        try:
+            target = body['ResourceBlock']['@odata.id']
+        except (TypeError, KeyError):
+            return self._error(400, 'ActionParameterMissing',
+                               'The action requires the ResourceBlock '
+                               'parameter.')
+        bid = target.rstrip('/').rsplit('/', 1)[-1]
+        block = self.blocks.get(bid)
+        if (block is None or target.rstrip('/') != BLOCKS + '/' + bid
+                or block['kind'] == 'compute'):
+            return self._error(400, 'ResourceNotFound',
+                               'The resource block %s does not exist or '
+                               'cannot be composed.' % target)
+        if action == ADD:
+            if block['system'] is not None or block['state'] != 'Unused':
+                return self._error(400, 'ResourceInUse',
+                                   'The resource block %s is %s.' %
+                                   (target, block['state']))
+            if not set(block['zones']) & self._block_zones_of_system(sid):
+                return self._error(
+                    400, 'ActionParameterValueConflict',
+                    'The resource block %s shares no resource zone with '
+                    'the system %s.' % (target, system_uri))
+            self._attach(bid, sid)
+            block['state'] = 'Composing'
+            block['message'] = None
+            if block['fault'] == 'stuck':
+                block['pending'] = None
+            elif block['fault'] == 'fail':
+                block['pending'] = (time.monotonic() + self.compose_delay,
+                                    'Failed')
+            else:
+                block['pending'] = (time.monotonic() + self.compose_delay,
+                                    'Composed')
+        else:
+            if block['system'] != sid:
+                return self._error(400, 'ResourceNotFound',
+                                   'The resource block %s is not part of '
+                                   'the system %s.' % (target, system_uri))
+            self._detach(bid)
+            block['pending'] = (time.monotonic() + self.compose_delay,
+                                'Unused')
+            block['health'] = block['configured_health']
+        if self.task_polls:
+            mid = str(next(self._ids))
+            self.monitors[mid] = {'left': self.task_polls}
+            return 202, {'Location': MONITORS + '/' + mid}, {
+                '@odata.type': '#Task.v1_7_4.Task',
+                '@odata.id': ROOT + '/TaskService/Tasks/' + mid,
+                'Id': mid, 'Name': 'Task ' + mid, 'TaskState': 'Running'}
+        return 204, {}, None
+
+    # ------------------------------------------------------------ WSGI
+
+    def _authorized(self, headers):
+        token = headers.get('x-auth-token')
+        session = self.sessions.get(token) if token else None
+        if session is None:
+            return False
+        if session['expires'] < time.monotonic():
+            self.sessions.pop(token, None)
+            return False
+        session['expires'] = time.monotonic() + self.session_timeout
+        return True
+
+    def _fault(self, method, path):
+        for fault in self.faults:
+            if fault['method'] and fault['method'] != method:
+                continue
+            if fault['path'] and fault['path'] not in path:
+                continue
+            fault['count'] -= 1
+            if fault['count'] <= 0:
+                self.faults.remove(fault)
+            return fault
+        return None
+
+    def handle(self, method, path, headers, raw):
+        """Answer one request: (status, headers, body or None)."""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = ValueError
+        record = {'method': method, 'path': path, 'headers': headers,
+                  'body': body}
+        for callback in list(self._observers):
+            callback(record)
+        with self.lock:
+            self.requests.append(record)
+            fault = self._fault(method, path)
+        if fault is not None:
+            if fault['kind'] == 'drop':
+                raise _Drop()
+            if fault['kind'] == 'delay':
+                time.sleep(fault['seconds'])
+            elif fault['kind'] == 'status':
+                return self._error(fault['code'], 'InternalError',
+                                   'Injected fault.')
+            elif fault['kind'] == 'garbage':
+                return 200, {}, (fault['body'] if fault['body'] is not None
+                                 else '<html>not JSON</html>')
+        with self.lock:
+            self._advance()
+            if fault is not None and fault['kind'] == '412':
+                self._bump(path.split('/Actions/')[0].rstrip('/'))
+                return self._error(412, 'PreconditionFailed',
+                                   'The resource changed meanwhile.')
+            answer = self._answer(method, path, headers, body)
+            # What the client was told, for the tests.
+            record['status'] = answer[0]
+            record['etag'] = answer[1].get('ETag')
+            return answer
+
+    def _answer(self, method, path, headers, body):
+        if path == ROOT + '/$metadata':
+            return 200, {'Content-Type': 'application/xml'}, \
+                self.metadata()
+        if path in (ROOT + '/odata', ROOT + '/odata/'):
+            return 200, {}, self.odata()
+        if body is ValueError:
+            return self._error(400, 'MalformedJSON',
+                               'The request body is not JSON.')
+        public = path in ('/redfish', '/redfish/', ROOT, ROOT + '/')
+        if method == 'POST' and path.rstrip('/') == SESSIONS:
+            return self._login(body)
+        if not public and not self._authorized(headers):
+            return 401, {'WWW-Authenticate': 'X-Auth-Token'}, {
+                'error': {'code': 'Base.1.18.NoValidSession',
+                          'message': 'There is no valid session.'}}
+        if method == 'GET':
+            res = self._render(path)
+            if res is None:
+                return self._error(404, 'ResourceMissingAtURI',
+                                   'The resource %s was not found.' % path)
+            return 200, {'ETag': self.etag(path, res)}, res
+        if method == 'DELETE' and path.startswith(SESSIONS + '/'):
+            sid = path.rstrip('/').rsplit('/', 1)[-1]
+            for token, session in list(self.sessions.items()):
+                if session['id'] == sid:
+                    del self.sessions[token]
+                    return 204, {}, None
+            return self._error(404, 'ResourceMissingAtURI',
+                               'No session %s.' % sid)
+        if method == 'POST' and path.startswith(SYSTEMS + '/'):
+            parts = path[len(SYSTEMS) + 1:].split('/')
+            if (len(parts) == 3 and parts[0] in self.systems
+                    and parts[1] == 'Actions' and parts[2] in (ADD, REMOVE)):
+                return self._action(parts[0], parts[2], headers, body)
+        return self._error(405, 'OperationNotAllowed',
+                           '%s is not allowed on %s.' % (method, path))
+
+    def _monitor(self, mid):
+        monitor = self.monitors.get(mid)
+        if monitor is None:
+            return self._error(404, 'ResourceMissingAtURI', 'No task.')
+        if monitor['left'] > 0:
+            monitor['left'] -= 1
+            return 202, {'Location': MONITORS + '/' + mid}, {
+                '@odata.type': '#Task.v1_7_4.Task',
+                '@odata.id': ROOT + '/TaskService/Tasks/' + mid,
+                'Id': mid, 'Name': 'Task ' + mid, 'TaskState': 'Running'}
+        del self.monitors[mid]
+        return 204, {}, None
+
+    def _login(self, body):
+        if (not isinstance(body, dict)
+                or body.get('UserName') != self.username
+                or body.get('Password') != self.password):
+            return 401, {}, {'error': {
+                'code': 'Base.1.18.NoValidSession',
+                'message': 'Invalid user name or password.'}}
+        token = base64.b32encode(
+            hashlib.sha256(str(next(self._ids)).encode() +
+                           str(time.time()).encode()).digest()
+        ).decode().rstrip('=').lower()
+        sid = str(next(self._ids))
+        self.sessions[token] = {
+            'id': sid, 'expires': time.monotonic() + self.session_timeout}
+        uri = SESSIONS + '/' + sid
+        return 201, {'X-Auth-Token': token, 'Location': uri}, \
+            self._render(uri)
+
+    def __call__(self, environ, start_response):
+        method = environ['REQUEST_METHOD']
+        path = environ.get('PATH_INFO') or '/'
+        headers = {k[5:].replace('_', '-').lower(): v
+                   for k, v in environ.items() if k.startswith('HTTP_')}
+        length = int(environ.get('CONTENT_LENGTH') or 0)
+        raw = environ['wsgi.input'].read(length) if length else b''
+        if path.startswith(MONITORS + '/') and method == 'GET':
+            with self.lock:
+                self.requests.append({'method': method, 'path': path,
+                                      'headers': headers, 'body': None})
+                if self._authorized(headers):
+                    status, extra, body = self._monitor(
+                        path.rsplit('/', 1)[-1])
+                else:
+                    status, extra, body = 401, {}, None
+        else:
+            status, extra, body = self.handle(method, path, headers, raw)
+        out = {'OData-Version': '4.0', 'Cache-Control': 'no-cache'}
+        if isinstance(body, str):
+            data = body.encode('utf-8')
+        elif body is None:
+            data = b''
+        else:
+            data = json.dumps(body, indent=1).encode('utf-8')
+            out['Content-Type'] = 'application/json;charset=utf-8'
+        out.update(extra)
+        start_response('%d %s' % (status, _REASONS.get(status, 'Status')),
+                       list(out.items()))
+        return [data]
+
+
+_REASONS = {200: 'OK', 201: 'Created', 202: 'Accepted', 204: 'No Content',
+            400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found',
+            405: 'Method Not Allowed', 412: 'Precondition Failed',
+            500: 'Internal Server Error', 502: 'Bad Gateway',
+            503: 'Service Unavailable'}
+
+
+class _ServerHandler(simple_server.ServerHandler):
+
+    def handle_error(self):
+        # An injected drop has closed the connection on purpose.
+        if not self.environ.get('composable.dropped'):
+            super(_ServerHandler, self).handle_error()
+
+
+class _Handler(simple_server.WSGIRequestHandler):
+    """Lets the application close the connection without an answer, and
+    keeps the access log quiet."""
+
+    def handle(self):
+        self.raw_requestline = self.rfile.readline(65537)
+        if not self.raw_requestline or not self.parse_request():
+            return
+        environ = self.get_environ()
+        environ['composable.socket'] = self.connection
+        handler = _ServerHandler(self.rfile, self.wfile, self.get_stderr(),
+                                 environ, multithread=True)
+        handler.request_handler = self
+        handler.run(self.server.get_app())
+
+    def log_message(self, format, *args):
+        pass
+
+
+def _dropping(app):
+    def wrapped(environ, start_response):
+        try:
+            return app(environ, start_response)
+        except _Drop:
+            environ['composable.dropped'] = True
+            environ['composable.socket'].shutdown(socket.SHUT_RDWR)
+            raise
+    return wrapped
+
+
+class _Server(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def serve(host='127.0.0.1', port=0, config=None, emulator=None):
+    """Start an emulator in a thread.
+
+    Returns (url, stop, emulator); ``stop()`` shuts it down."""
+    emulator = emulator or Emulator(config)
+    server = simple_server.make_server(host, port, _dropping(emulator),
+                                       server_class=_Server,
+                                       handler_class=_Handler)
+    thread = threading.Thread(target=server.serve_forever,
+                              kwargs={'poll_interval': 0.05}, daemon=True)
+    thread.start()
+    url = 'http://%s:%d' % (host, server.server_address[1])
+
+    def stop():
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+    return url, stop, emulator
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description='A Redfish composition service emulator.')
+    parser.add_argument('--host', default='127.0.0.1')
+    parser.add_argument('--port', type=int, default=8000)
+    parser.add_argument('--config', help='JSON inventory (systems, blocks, '
+                                         'zones); a small default if none')
+    args = parser.parse_args(argv)
+    config = None
+    if args.config:
+        with open(args.config) as f:
+            config = json.load(f)
+    url, stop, _ = serve(args.host, args.port, config)
+    sys.stdout.write('Redfish composition emulator at %s/redfish/v1\n' % url)
+    sys.stdout.flush()
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        stop()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

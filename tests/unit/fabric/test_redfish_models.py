@@ -1,0 +1,223 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The redfish driver's models, on payloads shaped like DMTF's public
+composability mockups (DSP2050)."""
+
+import pytest
+
+from composable.fabric.redfish import models
+
+BLOCKS = '/redfish/v1/CompositionService/ResourceBlocks'
+
+OFFLOAD_BLOCK = {
+    '@odata.type': '#ResourceBlock.v1_4_3.ResourceBlock',
+    '@odata.id': BLOCKS + '/OffloadBlock9',
+    'Id': 'OffloadBlock9',
+    'Name': 'Offload Block 0',
+    'ResourceBlockType': ['Processor'],
+    'Status': {'State': 'Enabled', 'Health': 'OK'},
+    'CompositionStatus': {'Reserved': False, 'CompositionState': 'Unused',
+                          'SharingCapable': False, 'MaxCompositions': 1,
+                          'NumberOfCompositions': 0},
+    'Processors': [{'@odata.id': BLOCKS + '/OffloadBlock9/Processors/GPU'}],
+    'Links': {'ComputerSystems': [],
+              'Chassis': [{'@odata.id': '/redfish/v1/Chassis/Module6'}],
+              'Zones': [{'@odata.id':
+                         '/redfish/v1/CompositionService/ResourceZones/2'}]},
+}
+
+COMPUTE_BLOCK = {
+    '@odata.type': '#ResourceBlock.v1_4_3.ResourceBlock',
+    '@odata.id': BLOCKS + '/ComputeBlock1',
+    'ResourceBlockType': ['Compute'],
+    'Status': {'State': 'Enabled', 'Health': 'OK'},
+    'CompositionStatus': {'CompositionState': 'Composed'},
+    'Processors': [{'@odata.id': BLOCKS + '/ComputeBlock1/Processors/CPU0'}],
+    'Memory': [{'@odata.id': BLOCKS + '/ComputeBlock1/Memory/DIMM0'}],
+    'Links': {'ComputerSystems': [
+        {'@odata.id': '/redfish/v1/Systems/ComposedSystem'}]},
+}
+
+SYSTEM = {
+    '@odata.type': '#ComputerSystem.v1_27_0.ComputerSystem',
+    '@odata.id': '/redfish/v1/Systems/ComposedSystem',
+    'Id': 'ComposedSystem',
+    'Name': 'Sample Composed System',
+    'SystemType': 'Composed',
+    'UUID': '37596F04-B032-48CE-9BAD-7D55A61FE574',
+    'HostName': 'composed-system',
+    'Links': {'ResourceBlocks': [
+        {'@odata.id': BLOCKS + '/ComputeBlock1'},
+        {'@odata.id': BLOCKS + '/DriveBlock3'}]},
+    'Actions': {
+        '#ComputerSystem.AddResourceBlock': {
+            'target': '/redfish/v1/Systems/ComposedSystem/Actions/'
+                      'ComputerSystem.AddResourceBlock'},
+        '#ComputerSystem.RemoveResourceBlock': {
+            'target': '/redfish/v1/Systems/ComposedSystem/Actions/'
+                      'ComputerSystem.RemoveResourceBlock'}},
+}
+
+ZONE = {
+    '@odata.type': '#Zone.v1_6_3.Zone',
+    '@odata.id': '/redfish/v1/CompositionService/ResourceZones/1',
+    'Name': 'Resource Zone 1',
+    'ZoneType': 'ZoneOfResourceBlocks',
+    'Links': {'ResourceBlocks': [{'@odata.id': BLOCKS + '/ComputeBlock1'},
+                                 {'@odata.id': BLOCKS + '/DriveBlock3'}]},
+}
+
+
+def test_resource_block():
+    block = models.ResourceBlock.parse(OFFLOAD_BLOCK)
+    assert block.uri == BLOCKS + '/OffloadBlock9'
+    assert block.id == 'OffloadBlock9'
+    assert block.types == ['Processor']
+    assert block.state == models.UNUSED
+    assert block.health == 'ok'
+    assert block.systems == []
+    assert block.zones == ['/redfish/v1/CompositionService/ResourceZones/2']
+    assert block.member_uris == [BLOCKS + '/OffloadBlock9/Processors/GPU']
+    assert block.is_device
+
+
+def test_compute_block_is_no_device():
+    block = models.ResourceBlock.parse(COMPUTE_BLOCK)
+    assert not block.is_device
+    assert block.systems == ['/redfish/v1/Systems/ComposedSystem']
+
+
+def test_resource_block_type_as_a_single_string():
+    data = dict(OFFLOAD_BLOCK, ResourceBlockType='Storage')
+    assert models.ResourceBlock.parse(data).types == ['Storage']
+
+
+def test_failed_block_messages():
+    data = dict(OFFLOAD_BLOCK, Status={
+        'State': 'Enabled', 'Health': 'Critical',
+        'Conditions': [{'Message': 'link down', 'Severity': 'Critical'}]},
+        CompositionStatus={'CompositionState': 'Failed'})
+    block = models.ResourceBlock.parse(data)
+    assert block.state == models.FAILED
+    assert block.health == 'critical'
+    assert block.messages == ['link down']
+
+
+@pytest.mark.parametrize('change', [
+    {'ResourceBlockType': None},
+    {'ResourceBlockType': [1]},
+    {'CompositionStatus': None},
+    {'CompositionStatus': {'CompositionState': ''}},
+    {'Links': {'Zones': 'zone 1'}},
+    {'Links': {'Zones': [{'no': 'id'}]}},
+    {'Processors': {'@odata.id': 7}},
+    {'@odata.id': None},
+])
+def test_resource_block_garbage(change):
+    with pytest.raises(models.ParseError):
+        models.ResourceBlock.parse(dict(OFFLOAD_BLOCK, **change))
+
+
+def test_system():
+    system = models.System.parse(SYSTEM)
+    assert system.uri == '/redfish/v1/Systems/ComposedSystem'
+    assert system.name == 'Sample Composed System'
+    assert system.host_name == 'composed-system'
+    assert system.uuid == '37596f04-b032-48ce-9bad-7d55a61fe574'
+    assert system.blocks == [BLOCKS + '/ComputeBlock1',
+                             BLOCKS + '/DriveBlock3']
+    assert system.target(models.System.ADD) == (
+        SYSTEM['@odata.id'] + '/Actions/ComputerSystem.AddResourceBlock')
+    assert system.matches({'name': 'Composed-System'}, 'name')
+    assert system.matches({'name': 'Sample Composed System'}, 'name')
+    assert not system.matches({'name': 'other'}, 'name')
+    assert system.matches(
+        {'uuid': '37596F04-B032-48CE-9BAD-7D55A61FE574'}, 'uuid')
+    assert not system.matches({'name': 'composed-system'}, 'uuid')
+
+
+def test_system_without_advertised_actions():
+    data = dict(SYSTEM)
+    del data['Actions']
+    system = models.System.parse(data)
+    assert system.target(models.System.REMOVE) == (
+        SYSTEM['@odata.id'] + '/Actions/ComputerSystem.RemoveResourceBlock')
+
+
+def test_zone():
+    zone = models.ResourceZone.parse(ZONE)
+    assert zone.name == 'Resource Zone 1'
+    assert zone.blocks == [BLOCKS + '/ComputeBlock1', BLOCKS + '/DriveBlock3']
+
+
+def test_collection_members_at_top_level():
+    assert models.members({'Members': [{'@odata.id': '/a'}],
+                           'Members@odata.count': 1}) == ['/a']
+    # Members under Links is not a Redfish collection.
+    with pytest.raises(models.ParseError):
+        models.members({'Links': {'Members': [{'@odata.id': '/a'}]}})
+
+
+@pytest.mark.parametrize('value,expected', [
+    ('0x10DE', '10de'), ('10de', '10de'), ('0X2330', '2330'),
+    ('0x10D', None), ('nvidia', None), (4318, None), (None, None)])
+def test_pci_id(value, expected):
+    assert models.pci_id(value) == expected
+
+
+def test_device_from_gpu_processor_and_pcie_function():
+    device = models.Device()
+    device.read_member({
+        '@odata.type': '#Processor.v1_22_0.Processor',
+        '@odata.id': BLOCKS + '/OffloadBlock9/Processors/GPU',
+        'ProcessorType': 'GPU', 'Manufacturer': 'Contoso Graphics',
+        'Model': 'Contoso Workstation VID2000',
+        'Status': {'State': 'Enabled', 'Health': 'Warning'},
+        'Links': {'PCIeDevice': {'@odata.id': '/redfish/v1/Chassis/1/'
+                                              'PCIeDevices/GPU'},
+                  'PCIeFunctions': [{'@odata.id': '/redfish/v1/Chassis/1/'
+                                                  'PCIeDevices/GPU/'
+                                                  'PCIeFunctions/0'}]}})
+    assert device.kind == 'gpu'
+    assert device.health == 'warning'
+    assert device.function_uris == [
+        '/redfish/v1/Chassis/1/PCIeDevices/GPU/PCIeFunctions/0']
+    assert device.read_pcie_device({
+        '@odata.id': '/redfish/v1/Chassis/1/PCIeDevices/GPU',
+        'SerialNumber': 'SN1',
+        'PCIeFunctions': {'@odata.id': '/redfish/v1/Chassis/1/PCIeDevices/'
+                                       'GPU/PCIeFunctions'}}) == (
+        '/redfish/v1/Chassis/1/PCIeDevices/GPU/PCIeFunctions')
+    device.read_pcie_function({'VendorId': '0x10DE', 'DeviceId': '0x2330',
+                               'DeviceClass': 'DisplayController'})
+    assert (device.vendor_id, device.product_id, device.serial,
+            device.model) == ('10de', '2330', 'SN1',
+                              'Contoso Workstation VID2000')
+
+
+def test_device_kinds():
+    drive = models.Device()
+    drive.read_member({'@odata.type': '#Drive.v1_22_0.Drive',
+                       'Protocol': 'NVMe'})
+    assert drive.kind == 'nvme'
+    nic = models.Device()
+    nic.read_member({'@odata.type': '#NetworkInterface.v1_2_3.'
+                                    'NetworkInterface',
+                     'Links': {'NetworkAdapter': {'@odata.id': '/n/1'}}})
+    assert (nic.kind, nic.adapter_uris) == ('nic', ['/n/1'])
+    nic.read_adapter({'Controllers': [{'Links': {'PCIeDevices': [
+        {'@odata.id': '/p/1'}]}}]})
+    assert nic.device_uris == ['/p/1']
+    other = models.Device()
+    other.read_pcie_function({'DeviceClass': 'ProcessingAccelerators'})
+    assert other.kind == 'fpga'
