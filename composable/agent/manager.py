@@ -428,11 +428,16 @@ class AgentManager(object):
         self._require(COMPUTE_NODE, 'attach devices')
         result = {}
         for device in devices:
+            # What the fabric told about where the device will appear: a
+            # bus address only where it knows one.
+            found = device.get('locator') or {}
+            where = device.get('pci_address') or '%s:%s serial %s' % (
+                found.get('vendor_id'), found.get('product_id'),
+                found.get('serial'))
             LOG.warning('%(noop)s: would rescan PCI and bind device '
-                        '%(dev)s at %(pci)s (lease %(lease)s)',
+                        '%(dev)s found at %(where)s (lease %(lease)s)',
                         {'noop': NOOP_ATTACH, 'dev': device['uuid'],
-                         'pci': device.get('pci_address'),
-                         'lease': lease['uuid']})
+                         'where': where, 'lease': lease['uuid']})
             result[device['uuid']] = device.get('pci_address')
         with self._lock:
             self.device_attachments.setdefault(lease['uuid'], {}).update(

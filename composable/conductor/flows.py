@@ -60,6 +60,7 @@ from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
+from composable.fabric import base as fabric_base
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -358,17 +359,31 @@ class LeaseFlows(object):
 
         if lease.devices:
             devices = []
+            locators = {}
             for device in lease.devices:
                 fabric = device.pool.fabric
-                pci = self._call_fabric(
-                    _row(fabric),
-                    'binding device %s to host %s on fabric %s' %
-                    (device.uuid, host.name, fabric.name),
-                    'bind_device', device_view(device), _row(host))
+                what = ('binding device %s to host %s on fabric %s' %
+                        (device.uuid, host.name, fabric.name))
+                view_dev = device_view(device)
+                answer = self._call_fabric(_row(fabric), what, 'bind_device',
+                                           view_dev, _row(host))
+                try:
+                    found = fabric_base.as_locator(answer, view_dev)
+                except TypeError as exc:
+                    LOG.error('Fabric driver %(driver)s: %(exc)s',
+                              {'driver': fabric.driver, 'exc': exc})
+                    raise StepFailed('%s: the fabric driver answered '
+                                     'something that is not a locator; see '
+                                     'the conductor log' % what)
+                # The host's bus address only where the fabric knows it;
+                # otherwise the compute agent finds the function by the
+                # rest of the locator.
+                pci = found['pci_address']
                 db_api.device_set_state(context, device.id,
                                         {'pci_address': pci})
-                view_dev = device_view(device)
                 view_dev['pci_address'] = pci
+                view_dev['locator'] = found
+                locators[device.uuid] = found
                 devices.append(view_dev)
             attached = self._call_agent(
                 context, host.name,
@@ -381,6 +396,7 @@ class LeaseFlows(object):
                                          'pci_address': pci})
             details['devices'] = {d['uuid']: attached.get(d['uuid']) or
                                   d['pci_address'] for d in devices}
+            details['locators'] = locators
 
         db_api.attachment_update(context, attachment.id,
                                  {'state': states.ATT_ATTACHED,

@@ -38,6 +38,7 @@ from composable.common import states
 from composable.common import utils
 from composable.conductor.allocator import batches as claim_batches
 from composable.conductor.allocator import claims as allocator
+from composable.conductor import fabric_sync
 from composable.conductor import flows as lease_flows
 from composable.conductor import node_reports
 from composable.conductor.nova import client as nova_api
@@ -123,6 +124,9 @@ class ConductorManager(object):
         if CONF.conductor.reconcile_interval:
             loops.append(('reconcile', CONF.conductor.reconcile_interval,
                           reconciler.Reconciler(self).run))
+        if CONF.conductor.fabric_sync_interval:
+            loops.append(('fabric-sync', CONF.conductor.fabric_sync_interval,
+                          fabric_sync.FabricSync(self.host).run))
         loops.extend(placement_claims.loops(self))
         for name, interval, fn in loops:
             thread = threading.Thread(target=self._loop,

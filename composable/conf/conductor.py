@@ -45,6 +45,17 @@ opts = [
                     'extent files no lease holds any more (left by an agent '
                     'killed mid-export) are scrubbed. 0 disables the '
                     'check.'),
+    cfg.IntOpt('fabric_sync_interval',
+               default=600,
+               min=0,
+               help='Seconds between two inventory syncs of the fabrics: '
+                    'each enabled fabric driver reports the devices its '
+                    'fabric holds; new devices join the fabric\'s pool of '
+                    'their kind, devices that vanished, failed or were '
+                    'bound outside composable go to maintenance or faulty '
+                    '(a device held by a lease is never changed, only '
+                    'reported), and what changed is logged. 0 disables the '
+                    'sync.'),
     cfg.IntOpt('reconcile_interval',
                default=60,
                min=0,

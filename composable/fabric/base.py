@@ -16,14 +16,62 @@ A fabric driver runs in the conductor. It connects a pooled PCIe device to
 a host's partition on the fabric (``bind_device``) and disconnects it
 (``unbind_device``). Both calls must be idempotent: the conductor repeats
 them when it resumes work another conductor left unfinished, and after a
-timeout it cannot know whether the fabric did the work.
+timeout it cannot know whether the fabric did the work. It also reports
+what the fabric holds (``discover``), so that an operator does not type
+devices in by hand and the conductor notices devices that fail or vanish.
 
 ``fabric``, ``device`` and ``host`` are plain dicts of the database rows
 (the column names of composable.db.models). ``fabric['driver_info']`` may
 hold credentials: drivers never log it and never put it in exceptions.
+
+Why a bind returns a locator and not a bus address: a fabric manager
+rarely knows the PCI address the host will give the device (Redfish
+resources carry no host bus numbers; of the Switchtec tools only a
+detailed dump of the host's virtual domain shows one). What it does know
+-- vendor and device ids, often a serial number, its own reference --
+lets the compute node's agent find the function after a rescan.
 """
 
 import abc
+
+# Device kinds a driver reports (devices.kind).
+KINDS = ('gpu', 'nvme', 'nic', 'fpga', 'pci')
+
+# Health a driver reports for a device.
+HEALTH_OK = 'ok'
+HEALTH_WARNING = 'warning'
+HEALTH_CRITICAL = 'critical'
+HEALTHS = (HEALTH_OK, HEALTH_WARNING, HEALTH_CRITICAL)
+
+LOCATOR_KEYS = ('vendor_id', 'product_id', 'serial', 'pci_address',
+                'fabric_ref')
+
+
+def locator(vendor_id=None, product_id=None, serial=None, pci_address=None,
+            fabric_ref=None):
+    """What a bind tells the host about where to find the device.
+
+    ``pci_address`` only where the fabric knows the host's bus address;
+    the compute agent resolves it otherwise.
+    """
+    return {'vendor_id': vendor_id, 'product_id': product_id,
+            'serial': serial, 'pci_address': pci_address,
+            'fabric_ref': fabric_ref}
+
+
+def as_locator(value, device):
+    """A bind's answer as a locator dict, filled in from the device row
+    where the driver left a key out."""
+    if not isinstance(value, dict):
+        raise TypeError('a fabric bind must return a locator dict, not %s'
+                        % type(value).__name__)
+    found = locator(**{key: value.get(key) for key in LOCATOR_KEYS})
+    for key in ('vendor_id', 'product_id'):
+        if not found[key]:
+            found[key] = device.get(key)
+    if not found['fabric_ref']:
+        found['fabric_ref'] = device.get('address')
+    return found
 
 
 class FabricDriver(object, metaclass=abc.ABCMeta):
@@ -41,11 +89,21 @@ class FabricDriver(object, metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def bind_device(self, fabric, device, host):
-        """Connect ``device`` to ``host``; return its PCI address there
-        (``"0000:41:00.0"``). Binding a device that is already bound to
-        that host returns the same address."""
+        """Connect ``device`` to ``host``; return its locator (see
+        :func:`locator`). Binding a device that is already bound to that
+        host returns the same locator; one bound to another host is an
+        error."""
 
     @abc.abstractmethod
     def unbind_device(self, fabric, device, host):
         """Disconnect ``device`` from ``host``. Unbinding a device that is
         not bound succeeds."""
+
+    @abc.abstractmethod
+    def discover(self, fabric):
+        """The devices the fabric holds: a list of dicts with ``address``
+        (the fabric's own id of the device, ``devices.address``),
+        ``kind`` (one of KINDS), ``model``, ``vendor_id``, ``product_id``,
+        ``serial``, ``health`` (one of HEALTHS), ``hosts`` (names of the
+        hosts it may be bound to, or None for any) and ``bound_to`` (the
+        host name it is bound to now, or None)."""

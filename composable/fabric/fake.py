@@ -21,6 +21,12 @@ fabric's driver_info:
     ``[fabric]operation_timeout``;
 ``simulate_failure``
     ``"bind"``, ``"unbind"`` or ``true`` (both): those operations fail.
+
+What it discovers is what ``driver_info`` lists under ``inventory``: a list
+of devices, each ``{"address": ..., "kind": "gpu", "model": ...,
+"vendor_id": ..., "product_id": ..., "serial": ..., "health": "ok"}``
+(only ``address`` is required), so that the conductor's fabric sync can be
+tried without hardware.
 """
 
 import threading
@@ -37,6 +43,8 @@ LOG = logging.getLogger(__name__)
 SIMULATED = 'SIMULATED fabric: no hardware is touched'
 
 _FAILURE_CHOICES = ('bind', 'unbind')
+_INVENTORY_KEYS = ('address', 'kind', 'model', 'vendor_id', 'product_id',
+                   'serial', 'health')
 
 
 def fake_pci_address(device):
@@ -88,6 +96,39 @@ class FakeFabricDriver(base.FabricDriver):
                 raise exception.Invalid(
                     reason='driver_info simulate_failure must be true, '
                            'false, "bind" or "unbind"')
+        inventory = info.get('inventory')
+        if inventory is not None:
+            self._validate_inventory(inventory)
+
+    @staticmethod
+    def _validate_inventory(inventory):
+        if not isinstance(inventory, list):
+            raise exception.Invalid(
+                reason='driver_info inventory must be a list of devices')
+        seen = set()
+        for index, item in enumerate(inventory):
+            where = 'driver_info inventory[%d]' % index
+            if not isinstance(item, dict) or not item.get('address'):
+                raise exception.Invalid(
+                    reason='%s must be an object with an address' % where)
+            unknown = set(item) - set(_INVENTORY_KEYS)
+            if unknown:
+                raise exception.Invalid(
+                    reason='%s has unknown keys: %s' %
+                    (where, ', '.join(sorted(unknown))))
+            if item.get('kind', 'gpu') not in base.KINDS:
+                raise exception.Invalid(
+                    reason='%s kind must be one of %s' %
+                    (where, ', '.join(base.KINDS)))
+            if item.get('health', base.HEALTH_OK) not in base.HEALTHS:
+                raise exception.Invalid(
+                    reason='%s health must be one of %s' %
+                    (where, ', '.join(base.HEALTHS)))
+            if item['address'] in seen:
+                raise exception.Invalid(
+                    reason='%s repeats address %s' % (where,
+                                                      item['address']))
+            seen.add(item['address'])
 
     def _simulate(self, fabric, operation):
         info = fabric.get('driver_info') or {}
@@ -114,7 +155,11 @@ class FakeFabricDriver(base.FabricDriver):
                     reason='device %s is bound to host %s on fabric %s' %
                     (device.get('uuid'), holder, fabric.get('name')))
             self._bindings[key] = host.get('name')
-        return fake_pci_address(device)
+        # A simulated fabric may as well know the bus address.
+        return base.locator(vendor_id=device.get('vendor_id'),
+                            product_id=device.get('product_id'),
+                            pci_address=fake_pci_address(device),
+                            fabric_ref=device.get('address'))
 
     def unbind_device(self, fabric, device, host):
         LOG.warning('%(sim)s: unbinding device %(dev)s from host %(host)s '
@@ -126,3 +171,22 @@ class FakeFabricDriver(base.FabricDriver):
         with self._lock:
             self._bindings.pop((fabric.get('name'), device.get('address')),
                                None)
+
+    def discover(self, fabric):
+        info = fabric.get('driver_info') or {}
+        with self._lock:
+            bound = {address: host for (name, address), host
+                     in self._bindings.items() if name == fabric.get('name')}
+        found = []
+        for item in info.get('inventory') or []:
+            found.append({
+                'address': item['address'],
+                'kind': item.get('kind', 'gpu'),
+                'model': item.get('model'),
+                'vendor_id': item.get('vendor_id'),
+                'product_id': item.get('product_id'),
+                'serial': item.get('serial'),
+                'health': item.get('health', base.HEALTH_OK),
+                'hosts': None,
+                'bound_to': bound.get(item['address'])})
+        return found

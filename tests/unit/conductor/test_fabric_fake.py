@@ -17,6 +17,7 @@ import pytest
 from composable.common import exception
 from composable import conf
 from composable import fabric as fabric_drivers
+from composable.fabric import base
 from composable.fabric import fake
 
 CONF = conf.CONF
@@ -54,9 +55,12 @@ def test_bind_is_deterministic_and_idempotent():
     driver = fake.FakeFabricDriver()
     first = driver.bind_device(FABRIC, DEVICE, HOST)
     assert first == driver.bind_device(FABRIC, DEVICE, HOST)
-    assert first.startswith('0000:') and first.endswith('.0')
+    assert set(first) == set(base.LOCATOR_KEYS)
+    assert first['fabric_ref'] == DEVICE['address']
+    address = first['pci_address']
+    assert address.startswith('0000:') and address.endswith('.0')
     other = dict(DEVICE, address='fake-gpu-1')
-    assert driver.bind_device(FABRIC, other, HOST) != first
+    assert driver.bind_device(FABRIC, other, HOST)['pci_address'] != address
     assert len(driver.bindings()) == 2
     driver.unbind_device(FABRIC, DEVICE, HOST)
     driver.unbind_device(FABRIC, DEVICE, HOST)
@@ -82,9 +86,38 @@ def test_injected_failure_and_delay():
     assert time.monotonic() - start >= 0.2
 
 
+def test_discover_lists_the_inventory_and_who_holds_what():
+    driver = fake.FakeFabricDriver()
+    fabric = dict(FABRIC, driver_info={'inventory': [
+        {'address': DEVICE['address'], 'kind': 'gpu', 'model': 'A100',
+         'serial': 'S1'},
+        {'address': 'fake-nvme-0', 'kind': 'nvme', 'health': 'critical'}]})
+    driver.bind_device(fabric, DEVICE, HOST)
+    found = {d['address']: d for d in driver.discover(fabric)}
+    assert found[DEVICE['address']]['bound_to'] == 'compute-0'
+    assert found[DEVICE['address']]['serial'] == 'S1'
+    assert found['fake-nvme-0']['bound_to'] is None
+    assert found['fake-nvme-0']['health'] == 'critical'
+    assert driver.discover(FABRIC) == []
+
+
+def test_as_locator_fills_in_from_the_device():
+    found = base.as_locator({'serial': 'S9'}, DEVICE)
+    assert found['serial'] == 'S9'
+    assert found['fabric_ref'] == DEVICE['address']
+    assert found['pci_address'] is None
+    with pytest.raises(TypeError):
+        base.as_locator('0000:41:00.0', DEVICE)
+
+
 @pytest.mark.parametrize('info', [
     {'simulate_delay': -1}, {'simulate_delay': 'x'},
-    {'simulate_failure': 'sometimes'}])
+    {'simulate_failure': 'sometimes'}, {'inventory': 'gpu0'},
+    {'inventory': [{'kind': 'gpu'}]},
+    {'inventory': [{'address': 'a', 'kind': 'tpu'}]},
+    {'inventory': [{'address': 'a', 'health': 'meh'}]},
+    {'inventory': [{'address': 'a', 'colour': 'red'}]},
+    {'inventory': [{'address': 'a'}, {'address': 'a'}]}])
 def test_validate_driver_info_refuses(info):
     with pytest.raises(exception.Invalid):
         fake.FakeFabricDriver().validate_driver_info(info)

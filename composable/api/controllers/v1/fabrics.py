@@ -18,6 +18,7 @@ from composable.common import exception
 from composable.common import utils as common_utils
 from composable import conf
 from composable.db import api as db_api
+from composable import fabric as fabric_drivers
 from composable import policies
 
 CONF = conf.CONF
@@ -68,6 +69,7 @@ def create_fabric(request):
             "Invalid input for field 'driver': %s is not enabled; enabled "
             "drivers: %s ([fabric]enabled_drivers)" % (
                 body['driver'], ', '.join(CONF.fabric.enabled_drivers)))
+    _validate_driver_info(body['driver'], body.get('driver_info') or {})
     fabric = db_api.fabric_create(ctx, body)
     fabric = db_api.fabric_get(ctx, fabric.uuid)
     return utils.json_response(
@@ -86,8 +88,21 @@ def update_fabric(request, ident):
     if 'driver_info' in body:
         body['driver_info'] = _keep_masked(fabric.driver_info or {},
                                            body['driver_info'])
+        _validate_driver_info(fabric.driver, body['driver_info'])
     fabric = db_api.fabric_update(ctx, fabric.uuid, body)
     return utils.json_response(render(request, fabric))
+
+
+def _validate_driver_info(driver_name, driver_info):
+    """The driver's own check of its settings (400 naming the key), so a
+    misconfigured fabric is refused before anything is stored. A driver
+    this API cannot load is left to the conductor, which reports it on
+    the first operation."""
+    try:
+        driver = fabric_drivers.get_driver(driver_name)
+    except exception.DriverError:
+        return
+    driver.validate_driver_info(driver_info)
 
 
 def _keep_masked(old, new):

@@ -1,0 +1,266 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Keeping the device rows of each fabric in step with the fabric.
+
+Every ``[conductor]fabric_sync_interval`` seconds each conductor asks the
+driver of every fabric it has enabled what the fabric holds
+(``FabricDriver.discover``) and compares it with the device rows of the
+fabric's pools, matched by ``devices.address`` (the fabric's own id):
+
+* a device the fabric reports and no row has joins the fabric's pool of
+  its kind (resource class), ``available`` -- or ``faulty`` when the
+  fabric says it is unhealthy, ``maintenance`` when the fabric has it
+  bound to a host already; a device for which the fabric has no pool, or
+  several, is reported and left alone;
+* an ``available`` device the fabric no longer reports, reports as
+  critical, or reports bound to a host although no lease holds it goes to
+  ``maintenance`` (gone, bound outside composable) or ``faulty``
+  (critical), so the allocator stops giving it out;
+* a device a lease holds is never changed here: its state follows its
+  lease, and taking it away would hand it to nobody. Such a device that
+  vanished, failed or is bound to a host its lease is not bound to is
+  logged as a warning for the operator;
+* what changed is logged per fabric, and the pools that changed are
+  pushed to Placement.
+
+Each change goes through ``db_api.device_create`` / ``device_update``,
+which lock the device's pool first: a device the allocator gives to a
+lease at the same moment is either claimed before (and then left alone
+here) or changed before (and then not claimed). Several conductors may
+sync at once; a second create of the same device is refused by the
+address check under the pool lock, and a state change is idempotent.
+Devices that come back healthy are not put back in service: an operator
+decides that (``openstack composable device set --state available``).
+"""
+
+import threading
+
+from oslo_log import log as logging
+
+from composable.common import context as composable_context
+from composable.common import exception
+from composable.common import resource_classes
+from composable.common import states
+from composable import conf
+from composable.conductor.placement import claims as placement_claims
+from composable.db import api as db_api
+from composable import fabric as fabric_drivers
+from composable.fabric import base as fabric_base
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+DEVICE_POOL_KINDS = ('gpu', 'pci')
+
+
+def new_summary():
+    return {'added': [], 'unpooled': [], 'gone': [], 'faulty': [],
+            'bound_outside': [], 'leased_warnings': []}
+
+
+def describe(name, summary):
+    parts = []
+    for key, text in (('added', 'added %d device(s) (%s)'),
+                      ('gone', '%d vanished, now maintenance (%s)'),
+                      ('faulty', '%d unhealthy, now faulty (%s)'),
+                      ('bound_outside', '%d bound outside composable, now '
+                                        'maintenance (%s)'),
+                      ('unpooled', '%d found with no pool of their kind '
+                                   '(%s)')):
+        if summary[key]:
+            parts.append(text % (len(summary[key]),
+                                 ', '.join(summary[key])))
+    if not parts:
+        return None
+    return 'Fabric %s: %s' % (name, '; '.join(parts))
+
+
+def discover(fabric_row, timeout):
+    """The driver's discover(), at most ``timeout`` seconds (a driver
+    stuck on the fabric must not hold the loop)."""
+    driver = fabric_drivers.get_driver(fabric_row['driver'])
+    outcome = {}
+
+    def _run():
+        try:
+            outcome['value'] = driver.discover(fabric_row)
+        except Exception as exc:
+            outcome['error'] = exc
+
+    worker = threading.Thread(target=_run, daemon=True,
+                              name='fabric-discover')
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise exception.DriverTimeout(
+            what='Discovery on fabric %s (driver %s)' % (
+                fabric_row['name'], fabric_row['driver']),
+            timeout=timeout)
+    if 'error' in outcome:
+        raise outcome['error']
+    return outcome.get('value') or []
+
+
+class FabricSync(object):
+
+    def __init__(self, host=None):
+        self.host = host
+
+    def run(self, context=None):
+        """Sync every fabric whose driver this conductor has enabled;
+        {fabric name: summary}."""
+        context = context or composable_context.get_admin_context()
+        results = {}
+        for fabric in db_api.fabric_list(context):
+            if fabric.driver not in CONF.fabric.enabled_drivers:
+                continue
+            try:
+                results[fabric.name] = self.sync(context, fabric)
+            except Exception as exc:
+                # Driver errors carry no credentials (the drivers' rule);
+                # anything else is logged as the conductor's own failure.
+                if isinstance(exc, exception.ComposableException):
+                    LOG.warning('Fabric %(name)s: inventory sync failed: '
+                                '%(reason)s',
+                                {'name': fabric.name, 'reason': exc.message})
+                else:
+                    LOG.exception('Fabric %s: inventory sync failed',
+                                  fabric.name)
+        return results
+
+    def sync(self, context, fabric):
+        summary = new_summary()
+        pools = [p for p in db_api.pool_list(
+            context, filters={'fabric_id': fabric.id})
+            if p.kind in DEVICE_POOL_KINDS]
+        found = discover(fabric.as_dict(), CONF.fabric.operation_timeout)
+        pool_uuids = {pool.id: pool.uuid for pool in pools}
+        rows = {}
+        for pool in pools:
+            for row in db_api.device_list(context,
+                                          filters={'pool_id': pool.id}):
+                rows[row.address] = row
+        changed_pools = set()
+        seen = set()
+        for item in found:
+            address = item.get('address')
+            if not address or address in seen:
+                continue
+            seen.add(address)
+            row = rows.get(address)
+            if row is None:
+                pool = self._pool_for(pools, item.get('kind'))
+                if pool is None:
+                    summary['unpooled'].append(address)
+                    continue
+                self._add(context, pool, item, summary)
+                changed_pools.add(pool.uuid)
+            elif self._check(context, row, item, summary):
+                changed_pools.add(pool_uuids[row.pool_id])
+        for address, row in rows.items():
+            if address in seen:
+                continue
+            if row.lease_id is not None:
+                summary['leased_warnings'].append(
+                    'device %s (%s) of a lease is no longer reported by '
+                    'the fabric' % (row.uuid, address))
+            elif self._set_state(context, row, states.DEVICE_MAINTENANCE):
+                summary['gone'].append(address)
+                changed_pools.add(pool_uuids[row.pool_id])
+        text = describe(fabric.name, summary)
+        if text:
+            LOG.info('%s', text)
+        for warning in summary['leased_warnings']:
+            LOG.warning('Fabric %(name)s: %(warning)s; its state follows '
+                        'its lease, so it is left as it is',
+                        {'name': fabric.name, 'warning': warning})
+        if changed_pools and placement_claims.enabled():
+            for pool_uuid in sorted(changed_pools):
+                placement_claims.sync_pool_now(pool_uuid)
+        return summary
+
+    @staticmethod
+    def _pool_for(pools, kind):
+        pool_kind, resource_class = resource_classes.for_device_kind(
+            kind or 'pci')
+        matching = [p for p in pools if p.kind == pool_kind and
+                    p.resource_class == resource_class]
+        return matching[0] if len(matching) == 1 else None
+
+    @staticmethod
+    def _state_for(item):
+        if item.get('health') == fabric_base.HEALTH_CRITICAL:
+            return states.DEVICE_FAULTY
+        if item.get('bound_to'):
+            return states.DEVICE_MAINTENANCE
+        return states.DEVICE_AVAILABLE
+
+    def _add(self, context, pool, item, summary):
+        values = {'pool_id': pool.id, 'address': item['address'],
+                  'kind': item.get('kind') or 'pci',
+                  'vendor_id': item.get('vendor_id'),
+                  'product_id': item.get('product_id'),
+                  'model': item.get('model'),
+                  'state': self._state_for(item)}
+        try:
+            db_api.device_create(context, values)
+        except exception.Conflict:
+            # Another conductor added it first.
+            return
+        summary['added'].append(item['address'])
+        if values['state'] == states.DEVICE_FAULTY:
+            summary['faulty'].append(item['address'])
+        elif values['state'] == states.DEVICE_MAINTENANCE:
+            summary['bound_outside'].append(item['address'])
+
+    def _check(self, context, row, item, summary):
+        """Compare one known device; True when its row changed."""
+        unhealthy = item.get('health') == fabric_base.HEALTH_CRITICAL
+        bound_to = item.get('bound_to')
+        if row.lease_id is not None:
+            lease = db_api.lease_get_by_id(context, row.lease_id)
+            host = lease.host.name if lease.host is not None else None
+            if unhealthy:
+                summary['leased_warnings'].append(
+                    'device %s (%s) of lease %s is unhealthy' %
+                    (row.uuid, row.address, lease.uuid))
+            if bound_to and bound_to != host:
+                summary['leased_warnings'].append(
+                    'device %s (%s) of lease %s is bound to host %s on '
+                    'the fabric, not to the lease\'s host %s' %
+                    (row.uuid, row.address, lease.uuid, bound_to, host))
+            return False
+        if row.state != states.DEVICE_AVAILABLE:
+            return False
+        if unhealthy:
+            if self._set_state(context, row, states.DEVICE_FAULTY):
+                summary['faulty'].append(row.address)
+                return True
+        elif bound_to:
+            if self._set_state(context, row, states.DEVICE_MAINTENANCE):
+                summary['bound_outside'].append(row.address)
+                return True
+        return False
+
+    @staticmethod
+    def _set_state(context, row, state):
+        """Take an unleased device out of service; False when a lease
+        took it meanwhile (the allocator won: its state follows the
+        lease)."""
+        if row.state == state:
+            return False
+        try:
+            db_api.device_update(context, row.uuid, {'state': state})
+        except exception.InUse:
+            return False
+        return True

@@ -1,0 +1,213 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""GPU leases end to end through the API on a Redfish fabric.
+
+The API (in process), a conductor on SQLite with in-process messaging and
+a compute agent whose host side is the simulated one (no PCI work: that
+is the compute-node part), and the project's Redfish composition emulator
+over real HTTP: a lease bound to a host composes its block into the
+host's system, unbinding and deleting it leave the block Unused, and the
+fabric's inventory reaches the pool through the conductor's sync.
+"""
+
+
+import pytest
+
+from composable.api import app as api_app
+from composable.common import states
+from composable.conductor import fabric_sync
+from composable import conf
+from composable.db import api as dbapi
+from composable import fabric as fabric_drivers
+from composable import policies
+from tests.functional.fabric import redfish_emulator
+from tests.unit.api import base as api_base
+from tests.unit.conductor import harness as harness_mod
+
+CONF = conf.CONF
+
+HOST = 'rf-compute-0'
+SYSTEM = redfish_emulator.SYSTEMS + '/compute-0'
+
+
+@pytest.fixture
+def stack(tmp_path, emulator):
+    url, emu = emulator
+    CONF.set_override('connection',
+                      'sqlite:///%s' % (tmp_path / 't.sqlite'), 'database')
+    dbapi.reset_facade()
+    dbapi.create_schema_for_tests()
+    CONF.set_override('enabled_drivers', ['fake', 'redfish'], 'fabric')
+    h = harness_mod.Harness(rpc_timeout=10, fabric_timeout=60)
+    h.start()
+    h.start_agent(HOST)
+    policies.reset()
+    api = api_base.Client(api_app.setup_app('noauth'), 'admin')
+    try:
+        yield h, api, url, emu
+    finally:
+        h.stop()
+        fabric_drivers.reset()
+        CONF.clear_override('enabled_drivers', 'fabric')
+        dbapi.reset_facade()
+        CONF.clear_override('connection', 'database')
+
+
+def _driver_info(url, **more):
+    info = {'address': url, 'username': 'admin',
+            'password': 'redfish-secret',
+            'system_map': {HOST: SYSTEM},
+            'poll_interval': 0.05, 'timeout': 30}
+    info.update(more)
+    return info
+
+
+def _inventory(api, url):
+    made = api.post('/v1/fabrics', {'name': 'rf', 'driver': 'redfish',
+                                    'driver_info': _driver_info(url)})
+    assert made.status == 201, made
+    # Credentials are never shown back, not even to the admin.
+    assert 'redfish-secret' not in made.text
+    host = api.post('/v1/hosts', {
+        'name': HOST, 'fabric': 'rf',
+        'initiator_iqn': 'iqn.2026-11.org.openstack:%s' % HOST})
+    assert host.status == 201, host
+    pool = api.post('/v1/pools', {'name': 'rf-gpu', 'kind': 'gpu',
+                                  'fabric': 'rf'})
+    assert pool.status == 201, pool
+    fabric = dbapi.fabric_get(harness_mod.admin(), 'rf')
+    summary = fabric_sync.FabricSync('cond-0').sync(harness_mod.admin(),
+                                                    fabric)
+    # The emulator's two GPU blocks join the GPU pool; its NVMe drive and
+    # NIC have no pool on this fabric.
+    assert len(summary['added']) == 2, summary
+    devices = api.get('/v1/devices?pool=rf-gpu').json['devices']
+    return {d['address']: d for d in devices}
+
+
+def _block(emu, block_id):
+    with emu.locked() as state:
+        block = state.blocks[block_id]
+        return block['state'], block.get('system')
+
+
+def _wait(h, uuid, statuses):
+    return h.wait(uuid, statuses, timeout=120)
+
+
+def _composed_into(emu, system_id):
+    with emu.locked() as state:
+        return list(state.systems[system_id]['blocks'])
+
+
+def test_gpu_lease_composes_the_block_into_the_hosts_system(stack):
+    h, api, url, emu = stack
+    devices = _inventory(api, url)
+    gpu0 = devices[redfish_emulator.BLOCKS + '/GPU0']
+    assert gpu0['state'] == states.DEVICE_AVAILABLE
+    member = api.as_('member')
+    made = member.post('/v1/leases', {'name': 'gpu', 'device_count': 1,
+                                      'device_uuids': [gpu0['uuid']]})
+    assert made.status == 201, made
+    uuid = made.json['uuid']
+    assert made.json['status'] == states.RESERVED
+
+    bound = api.post('/v1/leases/%s/bind' % uuid, {'host': HOST})
+    assert bound.status == 202, bound
+    lease = _wait(h, uuid, [states.BOUND, states.BIND_FAILED])
+    assert lease.status == states.BOUND, lease.fault
+    assert _block(emu, 'GPU0') == ('Composed', 'compute-0')
+    assert 'GPU0' in _composed_into(emu, 'compute-0')
+    # Redfish knows no host bus address: the locator says how the host
+    # finds the function instead.
+    [att] = dbapi.attachment_list(harness_mod.admin(), lease.id,
+                                  states_=[states.ATT_ATTACHED])
+    locator = att.details['locators'][gpu0['uuid']]
+    assert (locator['vendor_id'], locator['product_id'],
+            locator['serial']) == ('10de', '2330', 'GPU-SN-0000')
+    assert locator['pci_address'] is None
+    assert locator['fabric_ref'].endswith('/GPU0')
+
+    # A bind repeated by a resumed conductor finds the block composed
+    # already: the same answer, nothing new on the fabric.
+    driver = fabric_drivers.get_driver('redfish')
+    fabric = dbapi.fabric_get(harness_mod.admin(), 'rf').as_dict()
+    again = driver.bind_device(fabric, {'address': gpu0['address']},
+                               {'name': HOST})
+    assert again == locator
+
+    unbound = api.post('/v1/leases/%s/unbind' % uuid)
+    assert unbound.status == 202, unbound
+    assert _wait(h, uuid, [states.RESERVED, states.ERROR]).status == \
+        states.RESERVED
+    assert _block(emu, 'GPU0') == ('Unused', None)
+    assert 'GPU0' not in _composed_into(emu, 'compute-0')
+
+    api.post('/v1/leases/%s/bind' % uuid, {'host': HOST})
+    assert _wait(h, uuid, [states.BOUND, states.BIND_FAILED]).status == \
+        states.BOUND
+    deleted = member.delete('/v1/leases/%s' % uuid)
+    assert deleted.status in (202, 204), deleted
+    assert _wait(h, uuid, [states.RELEASED, states.ERROR]).status == \
+        states.RELEASED
+    assert _block(emu, 'GPU0') == ('Unused', None)
+    row = api.get('/v1/devices/%s' % gpu0['uuid']).json
+    assert row['state'] == states.DEVICE_AVAILABLE
+
+
+def test_a_block_outside_the_hosts_zones_fails_the_bind_and_stays_unused(
+        stack):
+    h, api, url, emu = stack
+    devices = _inventory(api, url)
+    # GPU1 is in zone 2 only; compute-0's system is in zone 1.
+    gpu1 = devices[redfish_emulator.BLOCKS + '/GPU1']
+    made = api.as_('member').post('/v1/leases', {
+        'device_count': 1, 'device_uuids': [gpu1['uuid']]})
+    uuid = made.json['uuid']
+    api.post('/v1/leases/%s/bind' % uuid, {'host': HOST})
+    lease = _wait(h, uuid, [states.BOUND, states.BIND_FAILED])
+    assert lease.status == states.BIND_FAILED
+    assert 'zone' in lease.fault
+    assert 'redfish-secret' not in lease.fault
+    assert _block(emu, 'GPU1') == ('Unused', None)
+    api.as_('member').delete('/v1/leases/%s' % uuid)
+    assert _wait(h, uuid, [states.RELEASED, states.ERROR]).status == \
+        states.RELEASED
+
+
+def test_a_block_that_fails_to_compose_fails_the_bind_with_its_message(
+        stack):
+    h, api, url, emu = stack
+    devices = _inventory(api, url)
+    gpu0 = devices[redfish_emulator.BLOCKS + '/GPU0']
+    emu.set_block_fault('GPU0', 'fail')
+    made = api.as_('member').post('/v1/leases', {
+        'device_count': 1, 'device_uuids': [gpu0['uuid']]})
+    uuid = made.json['uuid']
+    api.post('/v1/leases/%s/bind' % uuid, {'host': HOST})
+    lease = _wait(h, uuid, [states.BOUND, states.BIND_FAILED])
+    assert lease.status == states.BIND_FAILED
+    assert 'PCIe link training failed' in lease.fault
+    # The failed bind was undone: the block is not left in the system.
+    assert 'GPU0' not in _composed_into(emu, 'compute-0')
+
+
+def test_misconfigured_fabric_is_refused_with_the_key_named(stack):
+    h, api, url, emu = stack
+    bad = api.post('/v1/fabrics', {
+        'name': 'rf-bad', 'driver': 'redfish',
+        'driver_info': _driver_info(url, poll_interval='soon')})
+    assert bad.status == 400, bad
+    assert 'poll_interval' in bad.error['detail']
+    assert 'redfish-secret' not in bad.text
+    assert api.get('/v1/fabrics/rf-bad').status == 404
