@@ -56,7 +56,6 @@ peers are also checked by their credentials (SO_PEERCRED).
 
 import contextlib
 import grp
-import json
 import os
 import socket
 import socketserver
@@ -72,11 +71,12 @@ from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import states
 from composable import conf
+from composable.hooks import wire
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
-PROTOCOL = 1
+PROTOCOL = wire.PROTOCOL
 MAX_REQUEST = 1 << 20
 ABORT = 'abort'
 CONTINUE = 'continue'
@@ -197,7 +197,7 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def _send(self, reply):
         try:
-            self.wfile.write(json.dumps(reply).encode('utf-8') + b'\n')
+            self.wfile.write(wire.encode_line(reply))
             self.wfile.flush()
         except OSError:
             # The hook gave up (its own timeout); it has decided already.
@@ -465,7 +465,7 @@ class HookServer(object):
 
     def handle_line(self, line):
         try:
-            request = json.loads(line.decode('utf-8'))
+            request = wire.decode_line(line)
         except (ValueError, UnicodeDecodeError):
             return _refused('the request is not a JSON line')
         if not isinstance(request, dict):

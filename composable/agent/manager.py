@@ -81,9 +81,7 @@ def _public(extent):
 
 class AgentManager(object):
 
-    # 1.1: get_memory_report
-    # 1.2: instance_leases_changed (fanout cast, for the libvirt hook)
-    target = messaging.Target(version='1.2')
+    target = messaging.Target(version='1.0')
 
     def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
                  host_swap=None, simulate=None, memory_tuner=None):

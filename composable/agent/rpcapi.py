@@ -19,8 +19,6 @@ repeat any call after a timeout.
 
 Version history:
     1.0 - Initial version.
-    1.1 - get_memory_report.
-    1.2 - instance_leases_changed (fanout cast).
 """
 
 from composable.common import rpc
@@ -30,15 +28,14 @@ CONF = conf.CONF
 
 
 class AgentAPI(object):
-    RPC_API_VERSION = '1.2'
+    RPC_API_VERSION = '1.0'
 
     def __init__(self):
         self.client = rpc.get_client(rpc.AGENT_TOPIC, self.RPC_API_VERSION)
 
-    def _call(self, context, node, method, version='1.0', **kwargs):
+    def _call(self, context, node, method, **kwargs):
         cctxt = self.client.prepare(
-            server=node, version=version,
-            timeout=CONF.rpc_response_timeout_bind)
+            server=node, timeout=CONF.rpc_response_timeout_bind)
         return cctxt.call(context, method, **kwargs)
 
     # memory_node role
@@ -58,8 +55,7 @@ class AgentAPI(object):
 
     def get_memory_report(self, context, node):
         """Capacity and usage of the node's tmpfs area, in MiB."""
-        return self._call(context, node, 'get_memory_report',
-                          version='1.1')
+        return self._call(context, node, 'get_memory_report')
 
     # compute_node role
 
@@ -86,6 +82,6 @@ class AgentAPI(object):
     def instance_leases_changed(self, context, instance_uuid, lease_uuids):
         """Tell every agent (fanout cast) the leases of an instance, so
         the libvirt hook of the host it starts on finds them."""
-        cctxt = self.client.prepare(fanout=True, version='1.2')
+        cctxt = self.client.prepare(fanout=True)
         cctxt.cast(context, 'instance_leases_changed',
                    instance_uuid=instance_uuid, lease_uuids=lease_uuids)

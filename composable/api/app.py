@@ -64,7 +64,15 @@ def _remember_controller_signatures():
     """Pecan inspects the signature of the controller it dispatches to on
     every request, and its inspection builds a new namedtuple class each
     time: several per cent of a request's CPU. A controller's signature
-    never changes while the process runs, so remember it per function."""
+    never changes while the process runs, so remember it per function.
+
+    Pecan offers no setting or hook for this: its routing and argument
+    binding call pecan.util.getargspec directly (imported by name in each
+    module), on the default path and on RestController's alike. Replacing
+    that function where Pecan looks it up is the only way to keep its
+    answers; it stays a pure function of the controller, so the routing
+    and the errors Pecan gives are unchanged.
+    """
     original = pecan.util.getargspec
     if getattr(original, 'remembers', False):
         return

@@ -12,9 +12,12 @@
 
 import datetime
 import re
+import threading
 
 from oslo_utils import timeutils
 from oslo_utils import uuidutils
+
+from composable.common import exception
 
 _SECRET_KEY = re.compile(r'(password|secret|token|credential|key)', re.I)
 MASK = '***'
@@ -83,3 +86,29 @@ def remembered_per_function(inspect_signature):
 
     remembered.remembers = True
     return remembered
+
+
+def call_with_timeout(func, timeout, what, name=None):
+    """func(), run in a daemon thread; DriverTimeout (about ``what``) when
+    it takes longer than ``timeout`` seconds.
+
+    A call that times out keeps running in its thread: callers use this
+    for idempotent operations only, which the next attempt redoes or
+    undoes. What func raises is raised here.
+    """
+    result = {}
+
+    def run():
+        try:
+            result['value'] = func()
+        except BaseException as exc:  # re-raised in the caller
+            result['error'] = exc
+
+    thread = threading.Thread(target=run, daemon=True, name=name)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise exception.DriverTimeout(what=what, timeout=timeout)
+    if 'error' in result:
+        raise result['error']
+    return result.get('value')

@@ -46,7 +46,6 @@ CHAP secrets are never logged and never put in faults or action messages.
 """
 
 import secrets
-import threading
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
@@ -54,6 +53,7 @@ import oslo_messaging as messaging
 from composable.agent import rpcapi as agent_rpcapi
 from composable.common import exception
 from composable.common import states
+from composable.common import utils
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor import task as lease_task
@@ -204,27 +204,13 @@ class LeaseFlows(object):
             driver = fabric_drivers.get_driver(fabric['driver'])
         except exception.DriverError as exc:
             raise StepFailed('%s: %s' % (what, exc.message))
-        outcome = {}
-
-        def _run():
-            try:
-                outcome['value'] = getattr(driver, operation)(fabric, *args)
-            except Exception as exc:
-                outcome['error'] = exc
-
-        worker = threading.Thread(target=_run, daemon=True,
-                                  name='fabric-%s' % operation)
-        worker.start()
         timeout = CONF.fabric.operation_timeout
-        worker.join(timeout)
-        if worker.is_alive():
-            exc = exception.DriverTimeout(
-                what='Fabric %s (driver %s)' % (fabric['name'],
-                                                fabric['driver']),
-                timeout=timeout)
-            raise StepFailed('%s: %s' % (what, exc.message))
-        error = outcome.get('error')
-        if error is not None:
+        try:
+            return utils.call_with_timeout(
+                lambda: getattr(driver, operation)(fabric, *args), timeout,
+                'Fabric %s (driver %s)' % (fabric['name'], fabric['driver']),
+                name='fabric-%s' % operation)
+        except Exception as error:
             if isinstance(error, exception.ComposableException):
                 reason = error.message
             else:
@@ -235,7 +221,6 @@ class LeaseFlows(object):
                 reason = ('the fabric driver failed (%s); see the '
                           'conductor log' % type(error).__name__)
             raise StepFailed('%s: %s' % (what, reason))
-        return outcome.get('value')
 
     # ------------------------------------------------------------ allocate
 

@@ -82,7 +82,7 @@ def _parse_time(value, field):
 
 class ConductorManager(object):
 
-    target = messaging.Target(version='1.4')
+    target = messaging.Target(version='1.0')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -221,16 +221,13 @@ class ConductorManager(object):
         for field in ('start_at', 'end_at'):
             if field in values:
                 values[field] = _parse_time(values[field], field)
-        now = utils.utcnow()
-        start_at = values.get('start_at')
+        # The API checked that end_at is after start_at; whether it is
+        # still ahead is for the moment the lease is written.
         end_at = values.get('end_at')
-        if end_at is not None:
-            if end_at <= now:
-                raise exception.Invalid(reason='end_at must be in the '
-                                               'future')
-            if start_at is not None and end_at <= start_at:
-                raise exception.Invalid(reason='end_at must be after '
-                                               'start_at')
+        if end_at is not None and end_at <= utils.utcnow():
+            raise exception.Invalid(
+                "Invalid input for field 'end_at': %s is not in the future"
+                % utils.isotime(end_at))
         devices = values.get('requested_devices') or []
         if devices and not values.get('device_count'):
             values['device_count'] = len(devices)
@@ -240,42 +237,47 @@ class ConductorManager(object):
         return values
 
     def _check_requested(self, context, values):
-        """Refuse unknown pools and unleasable devices before anything is
-        created."""
+        """Refuse pools gone since the API looked them up and devices no
+        longer free before anything is created; the pools named."""
         admin = self._admin()
+        pools = []
         for pool in values.get('requested_pools') or []:
             try:
-                db_api.pool_get(admin, pool)
+                pools.append(db_api.pool_get(admin, pool))
             except exception.PoolNotFound:
                 raise exception.Invalid(reason='pool %s does not exist' %
                                         pool)
         devices = values.get('requested_devices') or []
         if devices:
-            allocator.check_requested_devices(admin, devices)
+            allocator.check_requested_devices(
+                admin, devices, project_id=values.get('project_id'))
+        return pools
 
     # ------------------------------------------------------------ RPC API
     # Refusals are answers, not server errors: oslo.messaging logs these
     # without a traceback.
 
     @_EXPECTED
-    def create_lease(self, context, values, return_document=False,
-                     check_fit=False):
-        """Create a lease; its uuid, or with ``return_document`` (1.2) its
-        document (composable.db.views). With ``check_fit`` (1.4), refuse
-        (Invalid) a request no pool could ever hold: the API leaves that
-        check to the conductor when the request names no pools or
-        devices (see composable.common.pool_fit)."""
+    def create_lease(self, context, values, check_fit=True):
+        """Create a lease; its document (composable.db.views).
+
+        A request no pool could ever hold is refused (Invalid, nothing
+        created): one that names no pools or devices on the pool rows its
+        claim reads, the others here (see composable.common.pool_fit).
+        Without ``check_fit`` it is created in alloc_failed instead.
+        """
         values = self._create_values(context, values)
-        self._check_requested(context, values)
-        check_fit = bool(check_fit and not values.get('requested_pools')
-                         and not values.get('requested_devices'))
+        pools = self._check_requested(context, values)
+        named = bool(pools or values.get('requested_devices'))
         start_at = values.get('start_at')
+        if check_fit and named:
+            self._check_fit(values, pools)
         document = None
         if start_at is None or start_at <= utils.utcnow():
-            uuid, document = self._create_and_allocate(context, values,
-                                                       check_fit)
+            uuid, document = self._create_and_allocate(
+                context, values, check_fit and not named)
         else:
-            if check_fit:
+            if check_fit and not named:
                 self._check_fit(values)
             values['status'] = states.REQUESTED
             lease = db_api.lease_create(context, values, action='create')
@@ -284,20 +286,21 @@ class ConductorManager(object):
                 message='The lease starts at %s; it is allocated then.' %
                 utils.isotime(start_at))
             uuid = lease.uuid
-        if not return_document:
-            return uuid
         if document is None:
             document = views.lease_document(
                 db_api.lease_get(self._admin(), uuid, for_view=True))
         return document
 
-    def _check_fit(self, values):
-        pools = db_api.pool_summaries(self._admin())
-        if values.get('memory_mb'):
-            pool_fit.check_memory(values['memory_mb'], pools)
+    def _check_fit(self, values, pools=None):
+        """Refuse a request none of ``pools`` (the pools it names, else
+        every pool) could ever hold."""
+        if not pools:
+            pools = db_api.pool_summaries(self._admin())
         if values.get('device_count'):
             pool_fit.check_devices(values['device_count'],
                                    values.get('device_kind') or 'gpu', pools)
+        if values.get('memory_mb'):
+            pool_fit.check_memory(values['memory_mb'], pools)
 
     def _create_and_allocate(self, context, values, check_fit=False):
         # Insert and claim in one transaction (the allocator's): no one can
@@ -316,7 +319,8 @@ class ConductorManager(object):
             # when it was taken before the request, and nothing created.
             try:
                 allocator.check_requested_devices(
-                    self._admin(), values['requested_devices'])
+                    self._admin(), values['requested_devices'],
+                    project_id=values.get('project_id'))
             except (exception.Invalid, exception.NotFound,
                     exception.Conflict):
                 db_api.lease_purge(self._admin(),

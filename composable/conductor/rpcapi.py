@@ -14,80 +14,52 @@
 
 Version history:
     1.0 - Initial version.
-    1.1 - sync_pool_placement.
-    1.2 - create_lease(return_document=True) returns the lease document.
-    1.3 - instance_leases, instance_status, prepare_instance,
-          release_instance (the libvirt hook, through the agent).
-    1.4 - create_lease(check_fit=True) refuses requests no pool could
-          ever hold, as the API did before asking.
 """
-
-import oslo_messaging as messaging
 
 from composable.common import rpc
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.4'
+    RPC_API_VERSION = '1.0'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
                                      self.RPC_API_VERSION, timeout=timeout)
 
-    def can_check_fit(self):
-        """True when the conductor checks, in create_lease, that a request
-        can ever fit the pools (1.4): the API then need not read them."""
-        return self.client.can_send_version('1.4')
-
-    def create_lease(self, context, values, return_document=False,
-                     check_fit=False):
-        """Insert a lease and allocate it (unless it starts later).
+    def create_lease(self, context, values, check_fit=True):
+        """Insert a lease and allocate it (unless it starts later); the
+        lease's document (composable.db.views).
 
         ``values`` are validated API fields with references resolved:
         name, description, project_id, user_id, memory_mb, device_count,
         device_kind, device_model, device_traits, requested_pools (pool
         uuids), requested_devices (device uuids), attach_mode, start_at,
-        end_at (ISO 8601 strings, UTC). Returns the lease uuid. A lease
-        that cannot be placed is still created, in ``alloc_failed`` with a
-        fault; input errors raise (and create nothing).
-
-        With ``return_document``, returns the lease's document
-        (composable.db.views) instead, so the caller need not read the
-        lease back; a conductor older than 1.2 still answers with the uuid.
-
-        ``check_fit`` (only when can_check_fit()): the conductor refuses
-        with Invalid a request no pool could ever hold.
+        end_at (ISO 8601 strings, UTC). A lease that cannot be placed is
+        still created, in ``alloc_failed`` with a fault; a device no longer
+        free and other input errors raise (and create nothing), and so
+        does, with ``check_fit``, a request no pool could ever hold.
         """
-        if check_fit:
-            cctxt = self.client.prepare(version='1.4')
-            return cctxt.call(context, 'create_lease', values=values,
-                              return_document=return_document,
-                              check_fit=True)
-        if return_document and self.client.can_send_version('1.2'):
-            cctxt = self.client.prepare(version='1.2')
-            return cctxt.call(context, 'create_lease', values=values,
-                              return_document=True)
-        cctxt = self.client.prepare(version='1.0')
-        return cctxt.call(context, 'create_lease', values=values)
+        return self.client.call(context, 'create_lease', values=values,
+                                check_fit=check_fit)
 
     def bind_lease(self, context, lease_uuid, host_uuid, instance_uuid=None,
                    attach_mode=None):
         """Move the lease to ``binding`` and start binding it in the
         background. Raises InvalidState / LeaseLocked / Conflict."""
-        cctxt = self.client.prepare(version='1.0')
-        return cctxt.call(context, 'bind_lease', lease_uuid=lease_uuid,
-                          host_uuid=host_uuid, instance_uuid=instance_uuid,
-                          attach_mode=attach_mode)
+        return self.client.call(context, 'bind_lease',
+                                lease_uuid=lease_uuid, host_uuid=host_uuid,
+                                instance_uuid=instance_uuid,
+                                attach_mode=attach_mode)
 
     def unbind_lease(self, context, lease_uuid):
-        cctxt = self.client.prepare(version='1.0')
-        return cctxt.call(context, 'unbind_lease', lease_uuid=lease_uuid)
+        return self.client.call(context, 'unbind_lease',
+                                lease_uuid=lease_uuid)
 
     def delete_lease(self, context, lease_uuid):
         """Move the lease to ``releasing`` and release it in the
         background."""
-        cctxt = self.client.prepare(version='1.0')
-        return cctxt.call(context, 'delete_lease', lease_uuid=lease_uuid)
+        return self.client.call(context, 'delete_lease',
+                                lease_uuid=lease_uuid)
 
     def update_lease(self, context, lease_uuid, values):
         """Change the lease's ``end_at`` (ISO 8601 or None) under its
@@ -100,16 +72,15 @@ class ConductorAPI(object):
         """Ask a conductor to bring the pool's resource provider up to
         date in Placement (a cast: the caller does not wait). For a
         deleted pool, ``provider_uuid`` names the provider to delete."""
-        cctxt = self.client.prepare(version='1.1')
-        cctxt.cast(context, 'sync_pool_placement', pool_uuid=pool_uuid,
-                   provider_uuid=provider_uuid)
+        self.client.cast(context, 'sync_pool_placement',
+                         pool_uuid=pool_uuid, provider_uuid=provider_uuid)
 
     # The libvirt hook, through the agent of a compute node. The conductor
     # waits up to ``wait`` seconds for the flows it starts; ``rpc_timeout``
     # must be longer than that.
 
     def _hook_call(self, context, method, rpc_timeout=None, **kwargs):
-        cctxt = self.client.prepare(version='1.3', timeout=rpc_timeout)
+        cctxt = self.client.prepare(timeout=rpc_timeout)
         return cctxt.call(context, method, **kwargs)
 
     def instance_leases(self, context, host):
@@ -145,7 +116,3 @@ class ConductorAPI(object):
             context, 'release_instance', rpc_timeout=rpc_timeout,
             instance_uuid=instance_uuid, host=host, wait=wait, leases=leases,
             fault=fault)
-
-
-def is_timeout(exc):
-    return isinstance(exc, messaging.MessagingTimeout)

@@ -1073,7 +1073,3 @@ def device_set_state(context, device_id, values):
 
 def create_schema_for_tests(engine=None):
     models.Base.metadata.create_all(engine or get_engine())
-
-
-def orm_session_class():
-    return orm.Session

@@ -67,13 +67,15 @@ leases costs a few tens of milliseconds).
 import os
 import sys
 
+from composable.hooks import wire
+
 NOVA_NS = 'http://openstack.org/xmlns/libvirt/nova/1.1'
 DEFAULT_SOCKET = '/run/composable/libvirt-hook.sock'
 DEFAULT_CONFIG = '/etc/composable/composable.conf'
 DEFAULT_HOOK_PATH = '/etc/libvirt/hooks/qemu.d/50-composable'
 ENV_SOCKET = 'COMPOSABLE_HOOK_SOCKET'
 ENV_CONFIG = 'COMPOSABLE_CONFIG_FILE'
-PROTOCOL = 1
+PROTOCOL = wire.PROTOCOL
 
 # The operations for which libvirtd writes the domain XML to stdin.
 XML_OPS = frozenset(['prepare', 'start', 'started', 'stopped', 'release',
@@ -286,111 +288,6 @@ def _number(value, default):
 
 # ------------------------------------------------------------ the agent
 
-def encode(value):
-    """JSON text of ``value`` (dicts, lists, str, int, float, bool, None).
-
-    Here and in decode(), JSON without the json package: importing it
-    (and the re and enum modules it pulls in) costs more than all the
-    rest of the hook on a busy host. The string work is done by the C
-    helpers json itself uses (_json).
-    """
-    import _json
-
-    if value is None:
-        return 'null'
-    if value is True:
-        return 'true'
-    if value is False:
-        return 'false'
-    if isinstance(value, str):
-        return _json.encode_basestring_ascii(value)
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, dict):
-        return '{%s}' % ','.join(
-            '%s:%s' % (_json.encode_basestring_ascii(str(k)), encode(v))
-            for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return '[%s]' % ','.join(encode(v) for v in value)
-    raise TypeError('cannot encode %r' % type(value).__name__)
-
-
-_CONSTANTS = {'true': True, 'false': False, 'null': None}
-_WS = ' \t\r\n'
-
-
-def decode(text):
-    """The value of one JSON document (see encode()). ValueError when it
-    is not JSON."""
-    import _json
-
-    def skip(i):
-        while i < len(text) and text[i] in _WS:
-            i += 1
-        return i
-
-    def value(i):
-        i = skip(i)
-        if i >= len(text):
-            raise ValueError('unexpected end of JSON')
-        c = text[i]
-        if c == '"':
-            return _json.scanstring(text, i + 1, True)
-        if c == '{':
-            result = {}
-            i = skip(i + 1)
-            if text[i:i + 1] == '}':
-                return result, i + 1
-            while True:
-                i = skip(i)
-                if text[i:i + 1] != '"':
-                    raise ValueError('expected a name at %d' % i)
-                key, i = _json.scanstring(text, i + 1, True)
-                i = skip(i)
-                if text[i:i + 1] != ':':
-                    raise ValueError('expected : at %d' % i)
-                result[key], i = value(i + 1)
-                i = skip(i)
-                if text[i:i + 1] == ',':
-                    i += 1
-                    continue
-                if text[i:i + 1] == '}':
-                    return result, i + 1
-                raise ValueError('expected , or } at %d' % i)
-        if c == '[':
-            result = []
-            i = skip(i + 1)
-            if text[i:i + 1] == ']':
-                return result, i + 1
-            while True:
-                item, i = value(i)
-                result.append(item)
-                i = skip(i)
-                if text[i:i + 1] == ',':
-                    i += 1
-                    continue
-                if text[i:i + 1] == ']':
-                    return result, i + 1
-                raise ValueError('expected , or ] at %d' % i)
-        for word, const in _CONSTANTS.items():
-            if text.startswith(word, i):
-                return const, i + len(word)
-        j = i
-        while j < len(text) and text[j] in '+-0123456789.eE':
-            j += 1
-        number = text[i:j]
-        if not number:
-            raise ValueError('unexpected %r at %d' % (c, i))
-        if any(ch in number for ch in '.eE'):
-            return float(number), j
-        return int(number), j
-
-    result, end = value(0)
-    if skip(end) != len(text):
-        raise ValueError('extra data at %d' % end)
-    return result
-
-
 def ask_agent(path, request, timeout, connect_timeout=CONNECT_TIMEOUT):
     """Send one JSON line, read one JSON line back. HookError when the
     agent cannot be reached or does not answer within ``timeout``.
@@ -409,7 +306,7 @@ def ask_agent(path, request, timeout, connect_timeout=CONNECT_TIMEOUT):
             raise HookError('the composable-agent does not listen on %s '
                             '(%s)' % (path, exc.strerror or exc))
         sock.settimeout(timeout)
-        data = (encode(request) + '\n').encode('ascii')
+        data = wire.encode_line(request)
         chunks = []
         size = 0
         try:
@@ -435,7 +332,7 @@ def ask_agent(path, request, timeout, connect_timeout=CONNECT_TIMEOUT):
         raise HookError('the composable-agent closed the connection '
                         'without answering; see its log')
     try:
-        reply = decode(line.decode('utf-8'))
+        reply = wire.decode_line(line)
     except ValueError:
         raise HookError('the composable-agent answered something that is '
                         'not JSON')

@@ -61,6 +61,7 @@ import time
 
 from oslo_log import log as logging
 
+from composable.agent.compute_node import portal as iscsi_portal
 from composable.common import exception
 from composable.common import states
 from composable import conf
@@ -73,7 +74,6 @@ BY_PATH_DIR = '/dev/disk/by-path'
 PROC_SWAPS = '/proc/swaps'
 PROC_MEMINFO = '/proc/meminfo'
 INITIATOR_NAME_FILE = '/etc/iscsi/initiatorname.iscsi'
-DEFAULT_ISCSI_PORT = 3260
 POLL_INTERVAL = 0.5
 
 # iscsiadm exit codes (open-iscsi include/iscsi_err.h).
@@ -176,24 +176,6 @@ class PrivsepRunner(object):
                              _mask(result.get('stderr') or '', secrets))
 
 
-def format_portal(portal):
-    """'host' / 'host:port' / '[v6]:port' -> 'host:port' ('[v6]:port')."""
-    if not portal:
-        raise exception.Invalid(reason='the extent has no portal')
-    portal = portal.strip()
-    if portal.startswith('['):
-        host, _, rest = portal[1:].partition(']')
-        port = rest[1:] if rest.startswith(':') else ''
-        host = '[%s]' % host
-    elif portal.count(':') == 1:
-        host, port = portal.split(':')
-    elif ':' in portal:  # a bare IPv6 address
-        host, port = '[%s]' % portal, ''
-    else:
-        host, port = portal, ''
-    return '%s:%s' % (host, port or DEFAULT_ISCSI_PORT)
-
-
 def read_swaps(path=PROC_SWAPS):
     """The active swap areas, from /proc/swaps."""
     entries = []
@@ -252,12 +234,13 @@ class HostSwap(object):
     def device_path(self, extent):
         """The udev by-path link of the extent's LUN."""
         return os.path.join(self.by_path_dir, 'ip-%s-iscsi-%s-lun-%s' % (
-            format_portal(extent.get('portal')), extent['target_iqn'],
+            iscsi_portal.format_portal(extent.get('portal')),
+            extent['target_iqn'],
             extent['lun']))
 
     def _node(self, extent):
         cmd = ['iscsiadm', '-m', 'node', '-T', extent['target_iqn'],
-               '-p', format_portal(extent.get('portal'))]
+               '-p', iscsi_portal.format_portal(extent.get('portal'))]
         if extent.get('transport') == 'iser':
             cmd += ['-I', 'iser']
         return cmd

@@ -44,7 +44,6 @@ host's kernel initiator is not involved.
 """
 
 import base64
-import threading
 import time
 from xml.etree import ElementTree
 
@@ -53,8 +52,10 @@ from oslo_log import log as logging
 from oslo_serialization import jsonutils
 from oslo_utils import importutils
 
+from composable.agent.compute_node import portal as iscsi_portal
 from composable.common import exception
 from composable.common import states
+from composable.common import utils
 from composable import conf
 
 libvirt = importutils.try_import('libvirt')
@@ -65,7 +66,6 @@ LOG = logging.getLogger(__name__)
 
 SECRET_USAGE_PREFIX = 'composable-extent-'
 ALIAS_PREFIX = 'ua-composable-'
-DEFAULT_ISCSI_PORT = 3260
 VIRTIO_SERIAL_LEN = 20
 # How often the live XML is read while waiting for a disk to go away, and
 # how often the unplug request is repeated: a guest that is still booting
@@ -136,27 +136,6 @@ def disk_serial(extent_uuid):
     return extent_uuid.replace('-', '')[:VIRTIO_SERIAL_LEN]
 
 
-def parse_portal(portal):
-    """'host', 'host:port', '[v6]' or '[v6]:port' -> (host, port)."""
-    if not portal:
-        raise exception.Invalid(reason='the extent has no portal')
-    portal = portal.strip()
-    if portal.startswith('['):
-        host, _, rest = portal[1:].partition(']')
-        port = rest[1:] if rest.startswith(':') else ''
-    elif portal.count(':') == 1:
-        host, port = portal.split(':')
-    else:
-        host, port = portal, ''
-    try:
-        port = int(port) if port else DEFAULT_ISCSI_PORT
-    except ValueError:
-        raise exception.Invalid(reason='bad iSCSI portal %r' % portal)
-    if not host:
-        raise exception.Invalid(reason='bad iSCSI portal %r' % portal)
-    return host, port
-
-
 def target_devs():
     """vdb, vdc, ... vdz, vdaa, vdab, ... (vda is the root disk)."""
     letters = 'abcdefghijklmnopqrstuvwxyz'
@@ -169,7 +148,7 @@ def target_devs():
 
 def disk_xml(extent, initiator_iqn, target_dev):
     """The <disk> element that hot-plugs one extent."""
-    host, port = parse_portal(extent.get('portal'))
+    host, port = iscsi_portal.parse_portal(extent.get('portal'))
     disk = ElementTree.Element('disk', type='network', device='disk')
     ElementTree.SubElement(disk, 'driver', name='qemu', type='raw',
                            cache='none')
@@ -436,7 +415,7 @@ class GuestMemoryAttacher(object):
         LOG.info('Hot-plugging %s', what)
         start = time.monotonic()
         try:
-            _call_with_timeout(
+            utils.call_with_timeout(
                 lambda: domain.attachDeviceFlags(xml,
                                                  VIR_DOMAIN_AFFECT_LIVE),
                 self.attach_timeout, 'hot-plug of ' + what)
@@ -738,29 +717,3 @@ def _quiet_libvirt():
     the expected ones (no such secret...); they are raised as exceptions
     and handled here anyway."""
     libvirt.registerErrorHandler(lambda ctx, err: None, None)
-
-
-def _call_with_timeout(func, timeout, what):
-    """Run func in a thread; DriverTimeout if it takes longer than timeout.
-
-    libvirt calls release the GIL and the connection is thread-safe. A
-    call that times out keeps running: the caller rolls back or the
-    conductor retries (attach and detach are idempotent).
-    """
-    result = {}
-
-    def run():
-        try:
-            result['value'] = func()
-        except BaseException as exc:  # re-raised in the caller
-            result['error'] = exc
-
-    thread = threading.Thread(target=run, daemon=True,
-                              name='composable-libvirt-call')
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise exception.DriverTimeout(what=what, timeout=timeout)
-    if 'error' in result:
-        raise result['error']
-    return result.get('value')

@@ -310,11 +310,13 @@ def _claim_devices(session, lease, fabric_id, check_fit=False):
                (what, '; '.join(reasons)))
 
 
-def check_requested_devices(context, device_uuids):
+def check_requested_devices(context, device_uuids, project_id=None):
     """Refuse, before a lease exists, devices that cannot be leased.
 
     Raises DeviceNotFound, DeviceAlreadyLeased, DeviceUnavailable or
     Invalid (devices from several pools). Returns the devices' pool uuid.
+    With ``project_id``, the lease holding a device is named only when it
+    is that project's.
     """
     with dbapi.reader(context) as session:
         devices = session.query(models.Device).filter(
@@ -325,8 +327,11 @@ def check_requested_devices(context, device_uuids):
                 raise exception.DeviceNotFound(device=ident)
         for device in devices:
             if device.lease_id is not None:
-                holder = session.query(models.Lease.uuid).filter(
-                    models.Lease.id == device.lease_id).scalar()
+                holder, owner = session.query(
+                    models.Lease.uuid, models.Lease.project_id).filter(
+                        models.Lease.id == device.lease_id).one()
+                if project_id is not None and owner != project_id:
+                    holder = 'of another project'
                 raise exception.DeviceAlreadyLeased(device=device.uuid,
                                                     lease=holder)
             if device.state != states.DEVICE_AVAILABLE:

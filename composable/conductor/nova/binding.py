@@ -46,6 +46,8 @@ from composable.common import exception
 from composable.common import rpc
 from composable.common import states
 from composable.conductor.nova import actions as nova_actions
+from composable.conductor.nova import flavor_leases
+from composable.conductor.placement import claims as placement_claims
 from composable.conductor import task as lease_task
 from composable.db import api as db_api
 from composable.db import models
@@ -76,20 +78,7 @@ def lease_summary(lease):
 
 
 def _placement_enabled():
-    try:
-        from composable.conductor.placement import claims as placement_claims
-    except ImportError:
-        return True
     return placement_claims.enabled()
-
-
-def _flavor_leases_module():
-    """composable.conductor.nova.flavor_leases, when this release has it."""
-    try:
-        from composable.conductor.nova import flavor_leases as instance_leases
-    except ImportError:
-        return None
-    return instance_leases
 
 
 class InstanceBinding(object):
@@ -156,16 +145,14 @@ class InstanceBinding(object):
 
     def _flavor_leases(self, instance_uuid, host_name, project_id,
                        user_id=None, extra_specs=None):
-        module = _flavor_leases_module()
-        if module is None or not _placement_enabled():
+        if not _placement_enabled():
             LOG.warning('Instance %s asks for composable resources in its '
                         'flavor, but this conductor cannot make leases from '
-                        'a flavor (%s); only leases already linked to the '
-                        'instance are bound', instance_uuid,
-                        'no Placement credentials in [placement]'
-                        if module is not None else 'not in this release')
+                        'a flavor (no Placement credentials in '
+                        '[placement]); only leases already linked to the '
+                        'instance are bound', instance_uuid)
             return None
-        ensure = module.ensure_instance_leases
+        ensure = flavor_leases.ensure_instance_leases
         kwargs = {}
         # The flavor's composable:* extra specs (attach mode...), when the
         # function takes them: the lease may be made here, before Nova's

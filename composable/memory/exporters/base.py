@@ -22,11 +22,37 @@ are never logged.
 
 import abc
 
+from composable.common import exception
+from composable import conf
+
+CONF = conf.CONF
+
 
 class MemoryExporter(object, metaclass=abc.ABCMeta):
 
     def __init__(self, node_name):
         self.node_name = node_name
+
+    def check_export(self, extent, initiator_iqn, chap_username,
+                     chap_secret):
+        """Refuse (DriverError) an export of ``extent`` without the
+        host's initiator name or CHAP credentials; the portal to export
+        it on."""
+        if not initiator_iqn:
+            raise exception.DriverError(
+                reason='extent %s cannot be exported without the initiator '
+                       'name of the host' % extent['uuid'])
+        if not chap_username or not chap_secret:
+            raise exception.DriverError(
+                reason='extent %s cannot be exported without CHAP '
+                       'credentials' % extent['uuid'])
+        portal = CONF.memory_node.portal or extent.get('portal')
+        if not portal:
+            raise exception.DriverError(
+                reason='memory node %s has no iSCSI portal: set '
+                       '[memory_node]portal or register the portal of the '
+                       'memory node' % self.node_name)
+        return portal
 
     @abc.abstractmethod
     def export(self, extent, initiator_iqn, chap_username, chap_secret):

@@ -212,15 +212,6 @@ class LioExporter(base.MemoryExporter):
         self.backend = backend or PrivilegedLio()
         self.area = area or tmpfs.TmpfsArea(node_name=node_name)
 
-    def _portal(self, extent):
-        portal = CONF.memory_node.portal or extent.get('portal')
-        if not portal:
-            raise exception.DriverError(
-                reason='memory node %s has no iSCSI portal: set '
-                       '[memory_node]portal or register the portal of the '
-                       'memory node' % self.node_name)
-        return portal
-
     @staticmethod
     def _iser(extent):
         transport = extent.get('transport') or CONF.memory_node.transport
@@ -231,15 +222,8 @@ class LioExporter(base.MemoryExporter):
         return transport == 'iser'
 
     def export(self, extent, initiator_iqn, chap_username, chap_secret):
-        if not initiator_iqn:
-            raise exception.DriverError(
-                reason='extent %s cannot be exported without the initiator '
-                       'name of the host' % extent['uuid'])
-        if not chap_username or not chap_secret:
-            raise exception.DriverError(
-                reason='extent %s cannot be exported without CHAP '
-                       'credentials' % extent['uuid'])
-        portal = self._portal(extent)
+        portal = self.check_export(extent, initiator_iqn, chap_username,
+                                   chap_secret)
         ip, port = split_portal(portal)
         iser = self._iser(extent)
         iqn = base.target_iqn(extent)

@@ -211,26 +211,10 @@ class TgtExporter(base.MemoryExporter):
 
     # ------------------------------------------------------------ export
 
-    def _portal(self, extent):
-        portal = CONF.memory_node.portal or extent.get('portal')
-        if not portal:
-            raise exception.DriverError(
-                reason='memory node %s has no iSCSI portal: set '
-                       '[memory_node]portal or register the portal of the '
-                       'memory node' % self.node_name)
-        return portal
-
     def export(self, extent, initiator_iqn, chap_username, chap_secret):
-        if not initiator_iqn:
-            raise exception.DriverError(
-                reason='extent %s cannot be exported without the initiator '
-                       'name of the host' % extent['uuid'])
-        if not chap_username or not chap_secret:
-            raise exception.DriverError(
-                reason='extent %s cannot be exported without CHAP '
-                       'credentials' % extent['uuid'])
+        portal = self.check_export(extent, initiator_iqn, chap_username,
+                                   chap_secret)
         lld = lld_for(extent)
-        portal = self._portal(extent)
         iqn = base.target_iqn(extent)
         with _LOCK:
             path = self.area.create(extent)

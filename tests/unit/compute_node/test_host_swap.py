@@ -19,6 +19,7 @@ import os
 import pytest
 
 from composable.agent.compute_node import host_swap
+from composable.agent.compute_node import portal as iscsi_portal
 from composable.common import exception
 from tests.unit.compute_node import fakes
 
@@ -263,7 +264,7 @@ def test_headroom_counts(host, runner):
     ('2001:db8::1', '[2001:db8::1]:3260'),
 ])
 def test_format_portal(portal, expected):
-    assert host_swap.format_portal(portal) == expected
+    assert iscsi_portal.format_portal(portal) == expected
 
 
 def test_read_swaps(tmp_path):

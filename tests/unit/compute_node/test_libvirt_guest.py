@@ -21,6 +21,7 @@ from xml.etree import ElementTree
 import pytest
 
 from composable.agent.compute_node import libvirt_guest
+from composable.agent.compute_node import portal as iscsi_portal
 from composable.common import exception
 from tests.unit.compute_node import fakes
 
@@ -106,13 +107,13 @@ def test_secret_xml_is_ephemeral_and_private():
     ('node-1.example.org', ('node-1.example.org', 3260)),
 ])
 def test_parse_portal(portal, expected):
-    assert libvirt_guest.parse_portal(portal) == expected
+    assert iscsi_portal.parse_portal(portal) == expected
 
 
 @pytest.mark.parametrize('portal', ['', None, '10.0.0.1:x', ':3260'])
 def test_parse_portal_rejects(portal):
     with pytest.raises(exception.Invalid):
-        libvirt_guest.parse_portal(portal)
+        iscsi_portal.parse_portal(portal)
 
 
 def test_target_devs():

@@ -199,9 +199,10 @@ class Harness(object):
 
     # ------------------------------------------------------------ helpers
 
-    def create(self, ctx=None, **values):
+    def create(self, ctx=None, check_fit=False, **values):
         values.setdefault('project_id', PROJECT)
-        return self.api.create_lease(ctx or user_context(), values)
+        return self.api.create_lease(ctx or user_context(), values,
+                                     check_fit=check_fit)['uuid']
 
     def lease(self, uuid):
         return db_api.lease_get(admin(), uuid)

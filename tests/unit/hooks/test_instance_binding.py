@@ -14,7 +14,6 @@
 in-process conductor and agents (simulated attaches) on SQLite, called
 through the conductor RPC API as the agent calls it."""
 
-import sys
 import time
 import types
 
@@ -204,8 +203,7 @@ def test_flavor_driven_leases_are_made_first(harness, monkeypatch):
         made.append((instance_uuid, host_name, project_id))
         return [_linked_lease(harness)]
     fake = types.SimpleNamespace(ensure_instance_leases=ensure)
-    monkeypatch.setattr(instance_binding, '_flavor_leases_module',
-                        lambda: fake)
+    monkeypatch.setattr(instance_binding, 'flavor_leases', fake)
     monkeypatch.setattr(instance_binding, '_placement_enabled', lambda: True)
     result = _prepare(harness, flavor_resources=True, project_id='p1',
                       extra_specs={'composable:attach_mode': 'host'})
@@ -226,9 +224,8 @@ def test_the_flavor_extra_specs_go_to_the_lease_maker(harness,
                extra_specs=None, client=None):
         made.append((user_id, extra_specs))
         return []
-    monkeypatch.setattr(instance_binding, '_flavor_leases_module',
-                        lambda: types.SimpleNamespace(
-                            ensure_instance_leases=ensure))
+    monkeypatch.setattr(instance_binding, 'flavor_leases',
+                        types.SimpleNamespace(ensure_instance_leases=ensure))
     monkeypatch.setattr(instance_binding, '_placement_enabled', lambda: True)
     specs = {'composable:attach_mode': 'guest'}
     assert _prepare(harness, flavor_resources=True, project_id='p1',
@@ -239,9 +236,8 @@ def test_the_flavor_extra_specs_go_to_the_lease_maker(harness,
 def test_a_failing_lease_maker(harness, monkeypatch):
     def ensure(context, instance_uuid, host_name, project_id):
         raise RuntimeError('Placement is down')
-    monkeypatch.setattr(instance_binding, '_flavor_leases_module',
-                        lambda: types.SimpleNamespace(
-                            ensure_instance_leases=ensure))
+    monkeypatch.setattr(instance_binding, 'flavor_leases',
+                        types.SimpleNamespace(ensure_instance_leases=ensure))
     monkeypatch.setattr(instance_binding, '_placement_enabled', lambda: True)
     result = _prepare(harness, flavor_resources=True, project_id='p1')
     assert result['ok'] is False
@@ -251,27 +247,14 @@ def test_a_failing_lease_maker(harness, monkeypatch):
 
 def test_no_lease_maker_without_placement(harness, monkeypatch):
     called = []
-    monkeypatch.setattr(instance_binding, '_flavor_leases_module',
-                        lambda: types.SimpleNamespace(
+    monkeypatch.setattr(instance_binding, 'flavor_leases',
+                        types.SimpleNamespace(
                             ensure_instance_leases=called.append))
     monkeypatch.setattr(instance_binding, '_placement_enabled',
                         lambda: False)
     uuid = _linked_lease(harness)
     assert _prepare(harness, flavor_resources=True)['ok']
     assert called == []
-    assert harness.lease(uuid).status == states.BOUND
-
-
-def test_without_the_flavor_module(harness, monkeypatch):
-    import composable.conductor.nova
-    monkeypatch.setitem(sys.modules,
-                        'composable.conductor.nova.flavor_leases', None)
-    monkeypatch.delattr(composable.conductor.nova, 'flavor_leases',
-                        raising=False)
-    assert instance_binding._flavor_leases_module() is None
-    uuid = _linked_lease(harness)
-    result = _prepare(harness, flavor_resources=True)
-    assert result['ok']
     assert harness.lease(uuid).status == states.BOUND
 
 

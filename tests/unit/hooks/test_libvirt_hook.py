@@ -25,6 +25,7 @@ import uuid
 import pytest
 
 from composable.hooks import libvirt as hook
+from composable.hooks import wire
 from tests.functional.hooks import nova_domain
 from tests.unit.hooks import agent_stub
 
@@ -134,18 +135,20 @@ def test_flavor_wants_resources(specs, wants):
     {'v': 1, 'ok': True, 'message': 'caf\xe9 "q" \\ \n\u2603', 'n': None,
      'leases': [{'uuid': 'x', 'memory_mb': 128, 'f': 1.5}], 'e': []},
     [], {}, 'x', -3, 0.001, True])
-def test_json_without_the_json_package(value):
+def test_the_wire_format(value):
     import json
-    assert json.loads(hook.encode(value)) == value
-    assert hook.decode(json.dumps(value)) == value
-    assert hook.decode(json.dumps(value, indent=2)) == value
+    assert json.loads(wire.encode(value)) == value
+    assert wire.decode(json.dumps(value)) == value
+    assert wire.decode(json.dumps(value, indent=2)) == value
+    assert wire.decode_line(wire.encode_line(value)) == value
+    assert wire.encode_line(value).count(b'\n') == 1
 
 
 @pytest.mark.parametrize('text', ['', '{', '{"a" 1}', '[1,]', 'nul',
                                   '{"a": 1} x', '"open', '{"a": }'])
 def test_not_json(text):
     with pytest.raises(ValueError):
-        hook.decode(text)
+        wire.decode(text)
 
 
 # ------------------------------------------------------- configuration
@@ -352,9 +355,8 @@ def test_install_and_run_the_launcher(tmp_path, agent, conf_file):
 
 
 def test_the_hook_imports_only_the_standard_library(agent, conf_file):
-    """No oslo, no composable.conf, not even json or socket (their
-    imports cost more than the rest): libvirtd runs it for every
-    domain."""
+    """No oslo, no composable.conf, not even socket (its imports cost
+    more than the rest): libvirtd runs it for every domain."""
     code = ('import sys, io; sys.path.insert(0, %r)\n'
             'from composable.hooks import libvirt as h\n'
             'rc = h.run(["i", "prepare", "begin", "-"], '
@@ -362,7 +364,7 @@ def test_the_hook_imports_only_the_standard_library(agent, conf_file):
             'env={%r: %r})\n'
             'print(rc, sorted(m for m in sys.modules if m.startswith('
             '("oslo", "composable.conf", "composable.agent", "sqlalchemy", '
-            '"libvirt", "json", "re", "enum", "socket", "selectors"))))' % (
+            '"libvirt", "socket", "selectors"))))' % (
                 REPO, hook.ENV_CONFIG, conf_file))
     result = subprocess.run([sys.executable, '-I', '-S', '-c', code],
                             input=_xml(extra_specs=MEMORY_FLAVOR),

@@ -33,7 +33,6 @@ from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import pool_fit
 from composable.common import states
-from composable.common import utils as common_utils
 from composable.db import api as db_api
 from composable.db import views
 from composable import policies
@@ -168,31 +167,18 @@ def show_lease(request, ident):
     return utils.json_response(render(request, lease))
 
 
-def _check_times(start_at, end_at, now):
-    if end_at is not None and end_at <= now:
-        raise exception.Invalid(
-            "Invalid input for field 'end_at': %s is not in the future" %
-            utils.isotime(end_at))
+def _check_order(start_at, end_at):
     if start_at is not None and end_at is not None and end_at <= start_at:
         raise exception.Invalid(
             "Invalid input for field 'end_at': it must be after start_at")
 
 
-def _memory_pools(ctx, memory_mb, given):
-    """Check a memory request against the pools it may come from."""
-    if given is not None:
-        if not any(p.kind == 'memory' for p in given):
-            raise exception.Invalid(
-                "Invalid input for field 'pools': none of them is a memory "
-                "pool, and the lease asks for memory_mb")
-        pool_fit.check_memory(memory_mb, given)
-    else:
-        pool_fit.check_memory(memory_mb,
-                              db_api.pool_summaries(ctx, kind='memory'))
-
-
-def _device_pools(ctx, device_count, device_kind, given):
-    if given is not None:
+def _check_pool_kinds(device_kind, given):
+    """The pools a request names must hold what it asks for; whether the
+    request fits them is the conductor's to say."""
+    if given is None:
+        return
+    if device_kind is not None:
         candidates = [p for p in given if p.kind != 'memory']
         if not candidates:
             raise exception.Invalid(
@@ -205,26 +191,23 @@ def _device_pools(ctx, device_count, device_kind, given):
                     "devices, not %s" % (pool.name,
                                          pool_fit.device_kind(pool),
                                          device_kind))
-        pool_fit.check_devices(device_count, device_kind, candidates)
-    else:
-        pool_fit.check_devices(device_count, device_kind,
-                               db_api.pool_summaries(ctx))
+
+
+def _check_memory_pools(memory_mb, given):
+    if given is not None and memory_mb and not any(
+            p.kind == 'memory' for p in given):
+        raise exception.Invalid(
+            "Invalid input for field 'pools': none of them is a memory "
+            "pool, and the lease asks for memory_mb")
 
 
 def _requested_devices(ctx, idents, device_kind):
+    """The devices ``idents`` name; whether they are still free is the
+    conductor's to say, when it claims them."""
     devices = []
     for ident in idents:
         device = utils.referenced(db_api.device_get, ctx, ident,
                                   'device_uuids', 'Device')
-        if device.lease_id is not None:
-            owner = db_api.lease_get_by_id(_admin_context(), device.lease_id)
-            shown = (owner.uuid if owner.project_id == ctx.project_id
-                     else 'of another project')
-            raise exception.DeviceAlreadyLeased(device=device.uuid,
-                                                lease=shown)
-        if device.state != states.DEVICE_AVAILABLE:
-            raise exception.DeviceUnavailable(device=device.uuid,
-                                              state=device.state)
         if device_kind is not None and device.kind != device_kind:
             raise exception.Invalid(
                 "Invalid input for field 'device_uuids': device %s is a %s, "
@@ -248,7 +231,7 @@ def create_lease(request):
             'device_uuids.')
     start_at = utils.parse_time('start_at', body.get('start_at'))
     end_at = utils.parse_time('end_at', body.get('end_at'))
-    _check_times(start_at, end_at, common_utils.utcnow())
+    _check_order(start_at, end_at)
     utils.validate_traits('device_traits', body.get('device_traits'))
 
     given = None
@@ -266,11 +249,6 @@ def create_lease(request):
                     "Invalid input for field 'pools': %s is a %s pool and "
                     "the lease asks for no devices" % (pool.name, pool.kind))
 
-    conductor = utils.conductor(request)
-    # A request that names no pools or devices is checked against the
-    # pools by the conductor, on the rows its claim reads: no read here.
-    check_fit = (given is None and not device_idents and
-                 conductor.can_check_fit())
     device_kind = None
     devices = []
     if device_count or device_idents:
@@ -284,15 +262,13 @@ def create_lease(request):
                     "device_uuids are given" % (device_count, len(devices)))
             device_count = len(devices)
         device_kind = device_kind or 'gpu'
-        if not check_fit:
-            _device_pools(ctx, device_count, device_kind, given)
+        _check_pool_kinds(device_kind, given)
     elif body.get('device_kind') or body.get('device_model') or \
             body.get('device_traits'):
         raise exception.Invalid(
             "Invalid input for field 'device_count': device filters are "
             "given but no devices are asked for")
-    if memory_mb and not check_fit:
-        _memory_pools(ctx, memory_mb, given)
+    _check_memory_pools(memory_mb, given)
 
     values = {
         'name': body.get('name'),
@@ -310,14 +286,8 @@ def create_lease(request):
         'start_at': utils.isotime(start_at),
         'end_at': utils.isotime(end_at),
     }
-    created = conductor.create_lease(ctx, values, return_document=True,
-                                     check_fit=check_fit)
-    if isinstance(created, dict):
-        body = present(request, created)
-    else:
-        # A conductor that answers with the uuid only.
-        body = render(request, db_api.lease_get(_admin_context(), created,
-                                                for_view=True))
+    body = present(request, utils.conductor(request).create_lease(ctx,
+                                                                  values))
     return utils.json_response(
         body, status=201,
         headers={'Location': body['links'][0]['href']})
@@ -335,9 +305,10 @@ def update_lease(request, ident):
                                          status=lease.status,
                                          action='changing end_at')
         end_at = utils.parse_time('end_at', body.pop('end_at'))
-        _check_times(lease.start_at, end_at, common_utils.utcnow())
-        # Under the lease's reservation, checked again there: the
-        # conductor's expiry must not see an end that moves meanwhile.
+        _check_order(lease.start_at, end_at)
+        # Whether it is still ahead is the conductor's to check, under
+        # the lease's reservation: its expiry must not see an end that
+        # moves meanwhile.
         utils.conductor(request).update_lease(
             _rpc_context(ctx, lease), lease.uuid,
             {'end_at': utils.isotime(end_at)})
