@@ -32,3 +32,15 @@ sys_admin_pctxt = priv_context.PrivContext(
                   capabilities.CAP_FOWNER,
                   capabilities.CAP_NET_ADMIN],
 )
+
+
+def timeout_seconds(timeout, default):
+    """A command's time limit in seconds: ``default`` when not given;
+    refuses a limit that is not positive (a command run with no limit
+    could hold a privileged worker forever)."""
+    if timeout is None:
+        return default
+    timeout = float(timeout)
+    if timeout <= 0:
+        raise ValueError('a timeout must be positive')
+    return timeout

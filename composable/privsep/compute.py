@@ -79,12 +79,7 @@ def _check_args(args):
 
 
 def _timeout(timeout):
-    if timeout is None:
-        return DEFAULT_TIMEOUT
-    timeout = float(timeout)
-    if timeout <= 0:
-        raise ValueError('a timeout must be positive')
-    return timeout
+    return privsep.timeout_seconds(timeout, DEFAULT_TIMEOUT)
 
 
 def _run(argv, timeout, secrets=()):

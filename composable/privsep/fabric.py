@@ -109,12 +109,7 @@ def check_argv(argv):
 
 
 def _timeout(timeout):
-    if timeout is None:
-        return DEFAULT_TIMEOUT
-    timeout = float(timeout)
-    if timeout <= 0:
-        raise ValueError('a timeout must be positive')
-    return timeout
+    return privsep.timeout_seconds(timeout, DEFAULT_TIMEOUT)
 
 
 def run_switchtec(argv, timeout=None):

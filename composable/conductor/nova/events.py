@@ -376,15 +376,24 @@ class NovaEventHandler(object):
         leases = self._leases(context, instance, data.get('tenant_id'))
         self._for_each(context, leases, self._end, instance)
 
-    def _end(self, context, lease, instance):
+    def _flavor_lease_ended(self, context, lease, instance, why):
+        """The common start of an instance's end or offload: True when
+        nothing more is to be done for ``lease`` (it is going or gone, or
+        it was the flavor's and is now released); _Busy while someone
+        works on it."""
         if lease.status in (states.RELEASING, states.RELEASED):
-            return
+            return True
         if lease.status in states.TRANSIENT_STATES:
             raise _Busy()
         if instance_leases.is_flavor_lease(lease):
-            self._release_flavor_lease(context, lease, instance,
-                                       'is deleted')
-        elif lease.status in (states.BOUND, states.BIND_FAILED):
+            self._release_flavor_lease(context, lease, instance, why)
+            return True
+        return False
+
+    def _end(self, context, lease, instance):
+        if self._flavor_lease_ended(context, lease, instance, 'is deleted'):
+            return
+        if lease.status in (states.BOUND, states.BIND_FAILED):
             LOG.info('Server %(inst)s is deleted; unbinding lease '
                      '%(lease)s, which stays reserved for its owner.',
                      {'inst': instance, 'lease': lease.uuid})
@@ -454,16 +463,11 @@ class NovaEventHandler(object):
         self._for_each(context, leases, self._offload, instance, event)
 
     def _offload(self, context, lease, instance, event):
-        if lease.status in (states.RELEASING, states.RELEASED):
-            return
-        if lease.status in states.TRANSIENT_STATES:
-            raise _Busy()
-        if instance_leases.is_flavor_lease(lease):
-            # Nova deleted the instance's allocation: the capacity is no
-            # longer the instance's. Unshelving claims (and leases) anew.
-            self._release_flavor_lease(context, lease, instance,
-                                       'is shelved offloaded')
-        else:
+        # Nova deleted the instance's allocation: a flavor lease's
+        # capacity is no longer the instance's. Unshelving claims (and
+        # leases) anew.
+        if not self._flavor_lease_ended(context, lease, instance,
+                                        'is shelved offloaded'):
             self._follow(context, lease, instance, None, event)
 
     def _on_live_migration(self, context, event, instance, data):

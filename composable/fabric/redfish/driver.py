@@ -308,10 +308,14 @@ class RedfishFabricDriver(base.FabricDriver):
 
     # -------------------------------------------------- the interface
 
-    def bind_device(self, fabric, device, host):
+    def _operation(self, fabric, device):
+        """(settings, deadline, block URI) of a bind or unbind."""
         info = self._info(fabric)
-        deadline = time.monotonic() + info['timeout']
-        block_uri = str(device.get('address') or '').rstrip('/')
+        return (info, time.monotonic() + info['timeout'],
+                str(device.get('address') or '').rstrip('/'))
+
+    def bind_device(self, fabric, device, host):
+        info, deadline, block_uri = self._operation(fabric, device)
         with self._connect(info) as conn:
             block, _ = conn.read(block_uri, models.ResourceBlock)
             system, _ = self._system(conn, info, fabric, host)
@@ -355,9 +359,7 @@ class RedfishFabricDriver(base.FabricDriver):
             return self._locator(conn, block)
 
     def unbind_device(self, fabric, device, host):
-        info = self._info(fabric)
-        deadline = time.monotonic() + info['timeout']
-        block_uri = str(device.get('address') or '').rstrip('/')
+        info, deadline, block_uri = self._operation(fabric, device)
         with self._connect(info) as conn:
             block, _ = conn.read(block_uri, models.ResourceBlock)
             if host is not None:
