@@ -23,91 +23,25 @@ fabric's inventory reaches the pool through the conductor's sync.
 
 import pytest
 
-from composable.api import app as api_app
 from composable.common import states
-from composable.conductor import fabric_sync
-from composable import conf
 from composable.db import api as dbapi
 from composable import fabric as fabric_drivers
-from composable import policies
 from tests.functional.fabric import redfish_emulator
-from tests.unit.api import base as api_base
+from tests.functional.fabric import redfish_stack
 from tests.unit.conductor import harness as harness_mod
 
-CONF = conf.CONF
-
-HOST = 'rf-compute-0'
-SYSTEM = redfish_emulator.SYSTEMS + '/compute-0'
+HOST = redfish_stack.HOST
+_inventory = redfish_stack.inventory
+_block = redfish_stack.block
+_wait = redfish_stack.wait
+_composed_into = redfish_stack.composed_into
+_driver_info = redfish_stack.driver_info
 
 
 @pytest.fixture
 def stack(tmp_path, emulator):
-    url, emu = emulator
-    CONF.set_override('connection',
-                      'sqlite:///%s' % (tmp_path / 't.sqlite'), 'database')
-    dbapi.reset_facade()
-    dbapi.create_schema_for_tests()
-    CONF.set_override('enabled_drivers', ['fake', 'redfish'], 'fabric')
-    h = harness_mod.Harness(rpc_timeout=10, fabric_timeout=60)
-    h.start()
-    h.start_agent(HOST)
-    policies.reset()
-    api = api_base.Client(api_app.setup_app('noauth'), 'admin')
-    try:
-        yield h, api, url, emu
-    finally:
-        h.stop()
-        fabric_drivers.reset()
-        CONF.clear_override('enabled_drivers', 'fabric')
-        dbapi.reset_facade()
-        CONF.clear_override('connection', 'database')
-
-
-def _driver_info(url, **more):
-    info = {'address': url, 'username': 'admin',
-            'password': 'redfish-secret',
-            'system_map': {HOST: SYSTEM},
-            'poll_interval': 0.05, 'timeout': 30}
-    info.update(more)
-    return info
-
-
-def _inventory(api, url):
-    made = api.post('/v1/fabrics', {'name': 'rf', 'driver': 'redfish',
-                                    'driver_info': _driver_info(url)})
-    assert made.status == 201, made
-    # Credentials are never shown back, not even to the admin.
-    assert 'redfish-secret' not in made.text
-    host = api.post('/v1/hosts', {
-        'name': HOST, 'fabric': 'rf',
-        'initiator_iqn': 'iqn.2026-11.org.openstack:%s' % HOST})
-    assert host.status == 201, host
-    pool = api.post('/v1/pools', {'name': 'rf-gpu', 'kind': 'gpu',
-                                  'fabric': 'rf'})
-    assert pool.status == 201, pool
-    fabric = dbapi.fabric_get(harness_mod.admin(), 'rf')
-    summary = fabric_sync.FabricSync('cond-0').sync(harness_mod.admin(),
-                                                    fabric)
-    # The emulator's two GPU blocks join the GPU pool; its NVMe drive and
-    # NIC have no pool on this fabric.
-    assert len(summary['added']) == 2, summary
-    devices = api.get('/v1/devices?pool=rf-gpu').json['devices']
-    return {d['address']: d for d in devices}
-
-
-def _block(emu, block_id):
-    with emu.locked() as state:
-        block = state.blocks[block_id]
-        return block['state'], block.get('system')
-
-
-def _wait(h, uuid, statuses):
-    return h.wait(uuid, statuses, timeout=120)
-
-
-def _composed_into(emu, system_id):
-    with emu.locked() as state:
-        return list(state.systems[system_id]['blocks'])
+    with redfish_stack.running(tmp_path, emulator) as parts:
+        yield parts
 
 
 def test_gpu_lease_composes_the_block_into_the_hosts_system(stack):
