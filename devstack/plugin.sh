@@ -132,10 +132,56 @@ function start_composable {
         "$COMPOSABLE_BIN_DIR/composable-agent --config-file $COMPOSABLE_CONF_FILE"
 }
 
+# The Redfish emulator's inventory: one system named after this host, two
+# GPU blocks in its zone. Its password is made here and stays in the
+# emulator's file and composable's database (driver_info, never shown).
+function configure_composable_redfish_emulator {
+    local password
+    password=$(generate_hex_string 16)
+    cat <<EOF | sudo tee $COMPOSABLE_REDFISH_EMULATOR_CONF >/dev/null
+{"username": "composable", "password": "$password",
+ "zones": [{"id": "1"}],
+ "systems": [{"id": "$LOCAL_HOSTNAME", "name": "$LOCAL_HOSTNAME",
+              "zones": ["1"]}],
+ "blocks": [{"id": "GPU0", "kind": "gpu", "vendor_id": "10de",
+             "device_id": "2330", "serial": "EMU-GPU-0",
+             "model": "H100 80GB", "zones": ["1"]},
+            {"id": "GPU1", "kind": "gpu", "vendor_id": "10de",
+             "device_id": "2330", "serial": "EMU-GPU-1",
+             "model": "H100 80GB", "zones": ["1"]}]}
+EOF
+    sudo chown $STACK_USER $COMPOSABLE_REDFISH_EMULATOR_CONF
+    sudo chmod 600 $COMPOSABLE_REDFISH_EMULATOR_CONF
+}
+
+# The emulator runs from the source tree (it lives with the tests).
+function start_composable_redfish_emulator {
+    run_process composable-redfish-emulator \
+        "$PYTHON -m tests.functional.fabric.redfish_emulator --host $COMPOSABLE_SERVICE_HOST --port $COMPOSABLE_REDFISH_EMULATOR_PORT --config $COMPOSABLE_REDFISH_EMULATOR_CONF" \
+        "" "" "PYTHONPATH=$COMPOSABLE_DIR"
+    if ! wait_for_service $SERVICE_TIMEOUT \
+            "http://$COMPOSABLE_SERVICE_HOST:$COMPOSABLE_REDFISH_EMULATOR_PORT/redfish/v1/"; then
+        die $LINENO "the Redfish emulator did not start"
+    fi
+}
+
+# The emulator as a fabric of composable; the conductor's fabric sync
+# then finds its GPUs (a pool of kind gpu on that fabric takes them).
+function register_composable_redfish_fabric {
+    local password
+    password=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["password"])' \
+        $COMPOSABLE_REDFISH_EMULATOR_CONF)
+    openstack composable fabric create redfish-emulator --driver redfish \
+        --driver-info address=http://$COMPOSABLE_SERVICE_HOST:$COMPOSABLE_REDFISH_EMULATOR_PORT \
+        --driver-info username=composable \
+        --driver-info password=$password
+}
+
 # stop_composable - stop the services
 function stop_composable {
     local serv
-    for serv in composable-api composable-conductor composable-agent; do
+    for serv in composable-api composable-conductor composable-agent \
+            composable-redfish-emulator; do
         stop_process $serv
     done
 }
@@ -145,6 +191,7 @@ function cleanup_composable {
     if is_service_enabled composable-api; then
         remove_uwsgi_config "$COMPOSABLE_UWSGI_CONF" "composable-api"
     fi
+    sudo rm -f $COMPOSABLE_REDFISH_EMULATOR_CONF
     if [[ -x $COMPOSABLE_BIN_DIR/composable-libvirt-hook ]]; then
         sudo $COMPOSABLE_BIN_DIR/composable-libvirt-hook --uninstall
     fi
@@ -166,7 +213,14 @@ if is_composable_enabled; then
     elif [[ "$1" == "stack" && "$2" == "extra" ]]; then
         echo_summary "Initializing and starting composable"
         init_composable
+        if [[ "$COMPOSABLE_REDFISH_EMULATOR" == "True" ]]; then
+            configure_composable_redfish_emulator
+            start_composable_redfish_emulator
+        fi
         start_composable
+        if [[ "$COMPOSABLE_REDFISH_EMULATOR" == "True" ]]; then
+            register_composable_redfish_fabric
+        fi
     fi
 
     if [[ "$1" == "unstack" ]]; then
