@@ -1,0 +1,775 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The compute host's PCI handling on a fake sysfs: a tree laid out as
+the kernel's, and a fake kernel that reacts to the writes the way Linux
+does (rescan, unbind, drivers_probe, remove, sriov_numvfs)."""
+
+import ast
+import errno
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from composable.agent.compute_node import pci
+
+GPU = '0000:41:00.0'
+NIC = '0000:41:00.1'
+BRIDGE = '0000:40:01.0'
+LOCAL = '0000:03:00.0'
+DEVROOT = 'pci0000:00'
+
+
+def _dsn_config(serial, before=True):
+    """256 bytes of header, then an AER capability pointing to a Device
+    Serial Number capability holding ``serial``."""
+    config = bytearray(4096)
+    offset = 0x100
+    if before:
+        config[0x100:0x104] = (0x0001 | 1 << 16 | 0x140 << 20).to_bytes(
+            4, 'little')
+        offset = 0x140
+    config[offset:offset + 4] = (0x0003 | 1 << 16).to_bytes(4, 'little')
+    config[offset + 4:offset + 8] = (serial & 0xffffffff).to_bytes(
+        4, 'little')
+    config[offset + 8:offset + 12] = (serial >> 32).to_bytes(4, 'little')
+    return bytes(config)
+
+
+class FakeSysfs(object):
+    """A sysfs tree under ``root`` and the kernel behind its files.
+
+    ``write`` is the writer the functions under test are given; every
+    write is recorded in ``writes`` as (path relative to root, value).
+    """
+
+    def __init__(self, root):
+        self.root = str(root)
+        self.writes = []
+        self.hidden = {}
+        self.native = {}
+        for path in ('sys/bus/pci/devices', 'sys/bus/pci/drivers',
+                     'sys/kernel/iommu_groups', 'dev/vfio',
+                     'sys/devices/' + DEVROOT):
+            os.makedirs(self.path(path), exist_ok=True)
+        for name in ('rescan', 'drivers_probe'):
+            self._put('sys/bus/pci/' + name, '')
+
+    def path(self, *parts):
+        return os.path.join(self.root, *parts)
+
+    def _put(self, rel, text, mode='w'):
+        with open(self.path(rel), mode) as f:
+            f.write(text)
+
+    def _link(self, rel, target):
+        os.symlink(target, self.path(rel))
+
+    def dev(self, address, *parts):
+        return os.path.join('sys/devices', DEVROOT, address, *parts)
+
+    def add_driver(self, name):
+        rel = 'sys/bus/pci/drivers/' + name
+        if not os.path.isdir(self.path(rel)):
+            os.makedirs(self.path(rel))
+            for f in ('bind', 'unbind', 'new_id'):
+                self._put(rel + '/' + f, '')
+
+    def add(self, address, vendor='0x10de', device='0x2330',
+            cls='0x030200', driver=None, group=None, totalvfs=None,
+            config=None, hidden=False, physfn=None):
+        """A function; ``hidden`` ones appear at the next rescan, and
+        ``driver`` is the one the kernel's probe gives them."""
+        spec = dict(vendor=vendor, device=device, cls=cls, driver=driver,
+                    group=group, totalvfs=totalvfs, config=config,
+                    physfn=physfn)
+        if hidden:
+            self.hidden[address] = spec
+        else:
+            self._create(address, **spec)
+
+    def _create(self, address, vendor, device, cls, driver, group,
+                totalvfs, config, physfn):
+        os.makedirs(self.path(self.dev(address)))
+        self._put(self.dev(address, 'vendor'), vendor + '\n')
+        self._put(self.dev(address, 'device'), device + '\n')
+        self._put(self.dev(address, 'class'), cls + '\n')
+        self._put(self.dev(address, 'driver_override'), '(null)\n')
+        self._put(self.dev(address, 'remove'), '')
+        self._put(self.dev(address, 'config'),
+                  config if config is not None else bytes(256), 'wb')
+        self._link('sys/bus/pci/devices/' + address,
+                   '../../../devices/%s/%s' % (DEVROOT, address))
+        if group is not None:
+            grp = 'sys/kernel/iommu_groups/%s' % group
+            os.makedirs(self.path(grp, 'devices'), exist_ok=True)
+            self._link(self.dev(address, 'iommu_group'),
+                       '../../../kernel/iommu_groups/%s' % group)
+            self._link('%s/devices/%s' % (grp, address),
+                       '../../../../devices/%s/%s' % (DEVROOT, address))
+        if totalvfs is not None:
+            self._put(self.dev(address, 'sriov_totalvfs'),
+                      '%d\n' % totalvfs)
+            self._put(self.dev(address, 'sriov_numvfs'), '0\n')
+        if physfn:
+            self._link(self.dev(address, 'physfn'), '../' + physfn)
+        self.native[address] = driver
+        if driver:
+            self._bind(address, driver)
+
+    def _bind(self, address, name):
+        self.add_driver(name)
+        self._link(self.dev(address, 'driver'),
+                   '../../../bus/pci/drivers/' + name)
+        self._link('sys/bus/pci/drivers/%s/%s' % (name, address),
+                   '../../../../devices/%s/%s' % (DEVROOT, address))
+        if name == pci.VFIO_DRIVER:
+            group = os.readlink(self.path(self.dev(address, 'iommu_group')))
+            node = self.path('dev/vfio', os.path.basename(group))
+            if not os.path.exists(node):
+                self._put(node, '')
+
+    def _unbind(self, address):
+        name = os.path.basename(os.readlink(self.path(
+            self.dev(address, 'driver'))))
+        os.unlink(self.path(self.dev(address, 'driver')))
+        os.unlink(self.path('sys/bus/pci/drivers', name, address))
+
+    def _destroy(self, address):
+        if os.path.islink(self.path(self.dev(address, 'driver'))):
+            self._unbind(address)
+        if os.path.islink(self.path(self.dev(address, 'iommu_group'))):
+            group = os.readlink(self.path(self.dev(address, 'iommu_group')))
+            os.unlink(self.path('sys/kernel/iommu_groups',
+                                os.path.basename(group), 'devices',
+                                address))
+        os.unlink(self.path('sys/bus/pci/devices', address))
+        shutil.rmtree(self.path(self.dev(address)))
+
+    def driver_of(self, address):
+        try:
+            return os.path.basename(os.readlink(self.path(
+                self.dev(address, 'driver'))))
+        except OSError:
+            return None
+
+    def read(self, address, name):
+        with open(self.path(self.dev(address, name))) as f:
+            return f.read().strip()
+
+    def write(self, path, value):
+        rel = os.path.relpath(path, self.root)
+        self.writes.append((rel, value))
+        parts = rel.split(os.sep)
+        if rel == 'sys/bus/pci/rescan':
+            for address, spec in sorted(self.hidden.items()):
+                self._create(address, **spec)
+            self.hidden.clear()
+        elif rel == 'sys/bus/pci/drivers_probe':
+            address = value.strip()
+            if self.driver_of(address) is None:
+                override = self.read(address, 'driver_override')
+                name = (override if override != '(null)'
+                        else self.native.get(address))
+                if name and os.path.isdir(self.path('sys/bus/pci/drivers',
+                                                    name)):
+                    self._bind(address, name)
+        elif parts[:4] == ['sys', 'bus', 'pci', 'devices']:
+            address, attr = parts[4], '/'.join(parts[5:])
+            if attr == 'driver/unbind':
+                assert value == address
+                self._unbind(address)
+            elif attr == 'driver_override':
+                self._put(self.dev(address, attr),
+                          (value.strip() or '(null)') + '\n')
+            elif attr == 'remove':
+                self._destroy(address)
+            elif attr == 'sriov_numvfs':
+                self._set_vfs(address, int(value))
+            else:
+                raise AssertionError('unexpected write to %s' % rel)
+        else:
+            raise AssertionError('unexpected write to %s' % rel)
+
+    def _set_vfs(self, address, count):
+        current = int(self.read(address, 'sriov_numvfs'))
+        if current and count:
+            raise OSError(errno.EBUSY, 'Device or resource busy')
+        if count > int(self.read(address, 'sriov_totalvfs')):
+            raise OSError(errno.ERANGE, 'Numerical result out of range')
+        bus = address.rsplit(':', 1)[0]
+        for n in range(current):
+            self._destroy(os.path.basename(os.readlink(self.path(
+                self.dev(address, 'virtfn%d' % n)))))
+            os.unlink(self.path(self.dev(address, 'virtfn%d' % n)))
+        for n in range(count):
+            vf = '%s:%02x.%d' % (bus, 0x10 + n // 8, n % 8)
+            self._create(vf, vendor='0x15b3', device='0x101e',
+                         cls='0x020000', driver=None, group=100 + n,
+                         totalvfs=None, config=None, physfn=address)
+            self._link(self.dev(address, 'virtfn%d' % n), '../' + vf)
+        self._put(self.dev(address, 'sriov_numvfs'), '%d\n' % count)
+
+
+class FakeClock(object):
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps = 0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, secs):
+        self.sleeps += 1
+        self.now += secs
+
+
+@pytest.fixture
+def fs(tmp_path):
+    fs = FakeSysfs(tmp_path)
+    fs.add_driver(pci.VFIO_DRIVER)
+    fs.add(BRIDGE, vendor='0x8086', device='0x2030', cls='0x060400',
+           driver='pcieport', group=7)
+    fs.add(LOCAL, vendor='0x8086', device='0x1572', cls='0x020000',
+           driver='i40e', group=3)
+    return fs
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+def _find(fs, clock, locator, **kw):
+    kw.setdefault('timeout', 10)
+    return pci.find_function(locator, root=fs.root, writer=fs.write,
+                             clock=clock, sleep=clock.sleep, **kw)
+
+
+def _locator(**kw):
+    locator = {'vendor_id': '10de', 'product_id': '2330', 'serial': None,
+               'pci_address': None, 'fabric_ref': 'blk-1'}
+    locator.update(kw)
+    return locator
+
+
+# Finding the composed function.
+
+def test_rescan_writes_one_to_the_bus(fs):
+    pci.rescan(fs.root, writer=fs.write)
+    assert fs.writes == [('sys/bus/pci/rescan', '1')]
+
+
+def test_the_default_writer_writes_the_file(tmp_path):
+    path = tmp_path / 'sriov_numvfs'
+    path.write_text('0\n')
+    pci.write(str(path), '4')
+    assert path.read_text() == '4'
+
+
+def test_find_by_ids_among_new_functions(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add(GPU, group=12, hidden=True)
+    assert _find(fs, clock, _locator(), known=known) == GPU
+    assert fs.writes == [('sys/bus/pci/rescan', '1')]
+    assert clock.sleeps == 0
+
+
+def test_find_waits_for_the_function_to_appear(fs, clock):
+    known = pci.functions(fs.root)
+    real_write = fs.write
+    rescans = []
+
+    def late_kernel(path, value):
+        rescans.append(path)
+        if len(rescans) == 3:
+            fs.add(GPU, group=12, hidden=True)
+        real_write(path, value)
+
+    found = pci.find_function(_locator(), root=fs.root, timeout=10,
+                              known=known, writer=late_kernel,
+                              interval=1.0, clock=clock, sleep=clock.sleep)
+    assert found == GPU
+    assert len(rescans) == 3 and clock.sleeps == 2
+
+
+def test_find_ignores_functions_present_before_the_bind(fs, clock):
+    fs.add(GPU, group=12)  # a local GPU of the same model
+    known = pci.functions(fs.root)
+    fs.add('0000:42:00.0', group=13, hidden=True)
+    assert _find(fs, clock, _locator(), known=known) == '0000:42:00.0'
+
+
+def test_find_times_out_naming_what_it_looked_for(fs, clock):
+    known = pci.functions(fs.root)
+    with pytest.raises(pci.DeviceNotFound) as e:
+        _find(fs, clock, _locator(serial='GPU-SN-0000'), known=known,
+              timeout=5)
+    assert isinstance(e.value, LookupError)
+    message = str(e.value)
+    assert 'ids 10de:2330' in message
+    assert 'serial GPU-SN-0000' in message
+    assert 'blk-1' in message and 'within 5 s' in message
+    assert clock.now >= 5
+    assert fs.writes.count(('sys/bus/pci/rescan', '1')) == 6
+
+
+def test_find_by_the_fabric_address(fs, clock):
+    fs.add(GPU, group=12, hidden=True)
+    assert _find(fs, clock, _locator(pci_address='41:00.0')) == GPU
+
+
+def test_find_by_address_refuses_another_device(fs, clock):
+    fs.add(GPU, device='0x20b5', group=12, hidden=True)
+    with pytest.raises(pci.DeviceMismatch) as e:
+        _find(fs, clock, _locator(pci_address=GPU))
+    assert '10de:20b5' in str(e.value) and '10de:2330' in str(e.value)
+
+
+def test_find_by_address_times_out(fs, clock):
+    with pytest.raises(pci.DeviceNotFound) as e:
+        _find(fs, clock, _locator(pci_address=GPU), timeout=2)
+    assert 'address %s' % GPU in str(e.value)
+
+
+def test_find_uses_a_readable_serial(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add('0000:41:00.0', group=12, hidden=True,
+           config=_dsn_config(0x0011223344556677))
+    fs.add('0000:42:00.0', group=13, hidden=True,
+           config=_dsn_config(0x8899aabbccddeeff, before=False))
+    assert pci.read_serial('0000:42:00.0', fs.root) is None  # not yet
+    found = _find(fs, clock, _locator(serial='88-99-AA-BB-CC-DD-EE-FF'),
+                  known=known)
+    assert found == '0000:42:00.0'
+    assert pci.read_serial(GPU, fs.root) == '0011223344556677'
+
+
+def test_find_skips_a_function_whose_serial_differs(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add(GPU, group=12, hidden=True,
+           config=_dsn_config(0x0011223344556677))
+    with pytest.raises(pci.DeviceNotFound):
+        _find(fs, clock, _locator(serial='0x8899aabbccddeeff'),
+              known=known, timeout=1)
+
+
+def test_find_by_ids_when_the_serial_is_unreadable(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add(GPU, group=12, hidden=True)  # 256 bytes: not root
+    assert pci.read_serial(GPU, fs.root) is None
+    assert _find(fs, clock, _locator(serial='0011223344556677'),
+                 known=known) == GPU
+
+
+def test_find_refuses_two_new_devices_of_the_same_model(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add('0000:41:00.0', group=12, hidden=True)
+    fs.add('0000:42:00.0', group=13, hidden=True)
+    with pytest.raises(pci.AmbiguousDevice) as e:
+        _find(fs, clock, _locator(), known=known)
+    assert '0000:41:00.0, 0000:42:00.0' in str(e.value)
+
+
+def test_find_takes_the_first_function_of_a_multifunction_device(
+        fs, clock):
+    known = pci.functions(fs.root)
+    fs.add('0000:41:00.1', group=12, hidden=True)
+    fs.add('0000:41:00.0', group=12, hidden=True)
+    assert _find(fs, clock, _locator(), known=known) == '0000:41:00.0'
+
+
+def test_find_needs_an_address_or_ids(fs, clock):
+    with pytest.raises(ValueError):
+        _find(fs, clock, _locator(vendor_id=None))
+
+
+def test_addresses_are_checked_before_becoming_paths(fs):
+    with pytest.raises(ValueError):
+        pci.remove('../../../etc', fs.root, writer=fs.write)
+    with pytest.raises(ValueError):
+        pci.group_members('3/../..', fs.root)
+    assert fs.writes == []
+
+
+# IOMMU groups.
+
+def test_iommu_group_and_members(fs):
+    fs.add(GPU, group=12)
+    fs.add(NIC, vendor='0x10de', device='0x22e8', cls='0x040300',
+           group=12)
+    assert pci.iommu_group(GPU, fs.root) == '12'
+    assert pci.group_members('12', fs.root) == [GPU, NIC]
+    assert pci.group_members(12, fs.root) == [GPU, NIC]
+
+
+def test_no_iommu_group(fs):
+    fs.add(GPU)
+    with pytest.raises(pci.NoIommuGroup) as e:
+        pci.iommu_group(GPU, fs.root)
+    assert 'intel_iommu=on' in str(e.value)
+    with pytest.raises(pci.NoIommuGroup):
+        pci.group_members('99', fs.root)
+
+
+def test_group_with_bridge_and_driverless_function_is_isolated(fs):
+    fs.add(GPU, group=7, driver='nouveau')
+    fs.add(NIC, device='0x22e8', cls='0x040300', group=7)
+    assert pci.check_group_isolated(GPU, fs.root) == [BRIDGE, GPU, NIC]
+
+
+def test_group_holding_a_host_nic_is_refused_with_its_name(fs):
+    fs.add(GPU, group=12, driver=pci.VFIO_DRIVER)
+    fs.add(NIC, vendor='0x8086', device='0x1572', cls='0x020000',
+           driver='i40e', group=12)
+    with pytest.raises(pci.GroupNotIsolated) as e:
+        pci.check_group_isolated(GPU, fs.root)
+    assert '%s on driver i40e' % NIC in str(e.value)
+    assert 'IOMMU group 12' in str(e.value)
+
+
+def test_group_members_on_vfio_or_pci_stub_are_fine(fs):
+    fs.add(GPU, group=12, driver=pci.VFIO_DRIVER)
+    fs.add(NIC, device='0x22e8', group=12, driver='pci-stub')
+    assert pci.check_group_isolated(GPU, fs.root) == [GPU, NIC]
+
+
+# vfio-pci.
+
+def test_bind_vfio_overrides_unbinds_and_probes(fs):
+    fs.add(GPU, group=12, driver='nouveau')
+    assert pci.bind_vfio(GPU, fs.root, writer=fs.write) is True
+    assert fs.writes == [
+        ('sys/bus/pci/devices/%s/driver_override' % GPU, 'vfio-pci'),
+        ('sys/bus/pci/devices/%s/driver/unbind' % GPU, GPU),
+        ('sys/bus/pci/drivers_probe', GPU)]
+    assert fs.driver_of(GPU) == 'vfio-pci'
+    assert pci.vfio_device_node(GPU, fs.root) == os.path.join(
+        fs.root, 'dev', 'vfio', '12')
+
+
+def test_bind_vfio_of_a_driverless_function_only_probes(fs):
+    fs.add(GPU, group=12)
+    assert pci.bind_vfio(GPU, fs.root, writer=fs.write) is True
+    assert [rel for rel, _ in fs.writes] == [
+        'sys/bus/pci/devices/%s/driver_override' % GPU,
+        'sys/bus/pci/drivers_probe']
+    assert pci.driver(GPU, fs.root) == 'vfio-pci'
+
+
+def test_bind_vfio_again_does_nothing(fs):
+    fs.add(GPU, group=12, driver='nouveau')
+    pci.bind_vfio(GPU, fs.root, writer=fs.write)
+    del fs.writes[:]
+    assert pci.bind_vfio(GPU, fs.root, writer=fs.write) is False
+    assert fs.writes == []
+
+
+def test_bind_vfio_without_the_driver_fails(fs):
+    shutil.rmtree(fs.path('sys/bus/pci/drivers/vfio-pci'))
+    fs.add(GPU, group=12, driver='nouveau')
+    with pytest.raises(pci.VfioError) as e:
+        pci.bind_vfio(GPU, fs.root, writer=fs.write)
+    assert 'driver none' in str(e.value)
+
+
+def test_missing_vfio_node(fs):
+    fs.add(GPU, group=12)
+    with pytest.raises(pci.VfioError) as e:
+        pci.vfio_device_node(GPU, fs.root)
+    assert 'dev/vfio/12' in str(e.value)
+
+
+def test_release_unbinds_and_clears_the_override(fs):
+    fs.add(GPU, group=12, driver='nouveau')
+    pci.bind_vfio(GPU, fs.root, writer=fs.write)
+    del fs.writes[:]
+    assert pci.release(GPU, fs.root, writer=fs.write) is True
+    assert fs.writes == [
+        ('sys/bus/pci/devices/%s/driver/unbind' % GPU, GPU),
+        ('sys/bus/pci/devices/%s/driver_override' % GPU, '\n')]
+    assert fs.driver_of(GPU) is None
+    assert fs.read(GPU, 'driver_override') == '(null)'
+    del fs.writes[:]
+    assert pci.release(GPU, fs.root, writer=fs.write) is False
+    assert fs.writes == []
+
+
+def test_release_leaves_a_host_driver_alone(fs):
+    assert pci.release(LOCAL, fs.root, writer=fs.write) is False
+    assert fs.driver_of(LOCAL) == 'i40e' and fs.writes == []
+
+
+def test_remove_and_remove_again(fs):
+    fs.add(GPU, group=12, driver=pci.VFIO_DRIVER)
+    assert pci.remove(GPU, fs.root, writer=fs.write) is True
+    assert fs.writes == [('sys/bus/pci/devices/%s/remove' % GPU, '1')]
+    assert GPU not in pci.functions(fs.root)
+    assert pci.group_members('12', fs.root) == []
+    assert pci.remove(GPU, fs.root, writer=fs.write) is False
+    assert pci.release(GPU, fs.root, writer=fs.write) is False
+    assert len(fs.writes) == 1
+
+
+# SR-IOV.
+
+PF = '0000:5e:00.0'
+
+
+@pytest.fixture
+def pf(fs):
+    fs.add(PF, vendor='0x15b3', device='0x101d', cls='0x020000',
+           driver='mlx5_core', group=20, totalvfs=8)
+    return PF
+
+
+def test_set_num_vfs_creates_the_vfs(fs, pf):
+    vfs = pci.set_num_vfs(pf, 2, fs.root, writer=fs.write)
+    assert vfs == ['0000:5e:10.0', '0000:5e:10.1']
+    assert pci.virtual_functions(pf, fs.root) == vfs
+    assert pci.is_virtual_function(vfs[0], fs.root)
+    assert fs.writes == [
+        ('sys/bus/pci/devices/%s/sriov_numvfs' % pf, '2')]
+
+
+def test_set_num_vfs_changes_through_zero(fs, pf):
+    pci.set_num_vfs(pf, 2, fs.root, writer=fs.write)
+    del fs.writes[:]
+    vfs = pci.set_num_vfs(pf, 4, fs.root, writer=fs.write)
+    assert len(vfs) == 4
+    assert [v for _, v in fs.writes] == ['0', '4']
+    del fs.writes[:]
+    assert pci.set_num_vfs(pf, 4, fs.root, writer=fs.write) == vfs
+    assert fs.writes == []
+    assert pci.set_num_vfs(pf, 0, fs.root, writer=fs.write) == []
+    assert [v for _, v in fs.writes] == ['0']
+    assert '0000:5e:10.0' not in pci.functions(fs.root)
+
+
+def test_the_kernel_refuses_a_change_not_through_zero(fs, pf):
+    numvfs = fs.path('sys/bus/pci/devices', pf, 'sriov_numvfs')
+    fs.write(numvfs, '2')
+    with pytest.raises(OSError) as e:
+        fs.write(numvfs, '4')
+    assert e.value.errno == errno.EBUSY
+
+
+def test_set_num_vfs_refuses_more_than_total(fs, pf):
+    with pytest.raises(pci.SriovError) as e:
+        pci.set_num_vfs(pf, 9, fs.root, writer=fs.write)
+    assert '0 to 8' in str(e.value)
+    with pytest.raises(pci.SriovError):
+        pci.set_num_vfs(pf, -1, fs.root, writer=fs.write)
+    assert fs.writes == []
+
+
+def test_set_num_vfs_of_a_function_without_sriov(fs):
+    with pytest.raises(pci.SriovError) as e:
+        pci.set_num_vfs(LOCAL, 1, fs.root, writer=fs.write)
+    assert 'no SR-IOV' in str(e.value)
+
+
+def test_virtual_functions_of_a_missing_function(fs):
+    with pytest.raises(pci.DeviceNotFound):
+        pci.virtual_functions(GPU, fs.root)
+    assert pci.virtual_functions(LOCAL, fs.root) == []
+
+
+def test_new_vfs_are_not_taken_for_the_composed_device(fs, clock, pf):
+    known = pci.functions(fs.root)
+    pci.set_num_vfs(pf, 1, fs.root, writer=fs.write)
+    with pytest.raises(pci.DeviceNotFound):
+        _find(fs, clock, _locator(vendor_id='15b3', product_id='101e'),
+              known=known, timeout=0)
+
+
+# Host checks.
+
+RELEASE = '6.8.0-45-generic'
+
+
+def _modules(fs, name, text):
+    path = fs.path('lib/modules', RELEASE)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, name), 'w') as f:
+        f.write(text)
+
+
+def test_host_checks_pass(fs):
+    assert pci.host_checks(fs.root, kernel_release=RELEASE) == []
+
+
+def test_host_checks_without_iommu_or_vfio(tmp_path):
+    fs = FakeSysfs(tmp_path)
+    problems = pci.host_checks(fs.root, kernel_release=RELEASE)
+    assert len(problems) == 2
+    assert 'IOMMU' in problems[0]
+    assert 'vfio-pci' in problems[1] and RELEASE in problems[1]
+
+
+@pytest.mark.parametrize('name,text', [
+    ('modules.builtin', 'kernel/drivers/vfio/pci/vfio-pci.ko\n'),
+    ('modules.dep', 'kernel/drivers/vfio/pci/vfio-pci.ko.zst: '
+                    'kernel/drivers/vfio/pci/vfio-pci-core.ko.zst\n'),
+])
+def test_host_checks_find_the_vfio_module(fs, name, text):
+    shutil.rmtree(fs.path('sys/bus/pci/drivers/vfio-pci'))
+    _modules(fs, 'modules.dep', 'kernel/drivers/vfio/vfio.ko:\n')
+    assert pci.host_checks(fs.root, kernel_release=RELEASE) != []
+    _modules(fs, name, text)
+    assert pci.host_checks(fs.root, kernel_release=RELEASE) == []
+
+
+# Nova's device_spec.
+
+FABRIC_GPU = _locator()
+FABRIC_GPU_AT = _locator(pci_address='0000:41:00.0')
+
+
+def _conf(*lines):
+    return '\n'.join(('[DEFAULT]', 'debug = True', '[pci]') + lines) + '\n'
+
+
+def test_device_spec_conflict_by_ids():
+    conf = _conf('device_spec = {"vendor_id": "10DE", '
+                 '"product_id": "2330"}',
+                 'device_spec = {"vendor_id": "8086", '
+                 '"product_id": "1572"}')
+    conflicts = pci.nova_device_spec_conflicts(conf, [FABRIC_GPU])
+    assert len(conflicts) == 1
+    assert conflicts[0]['option'] == '[pci] device_spec'
+    assert conflicts[0]['entry']['vendor_id'] == '10DE'
+    assert conflicts[0]['locator'] == FABRIC_GPU
+    assert 'ids 10de:2330' in conflicts[0]['message']
+    assert 'another instance' in conflicts[0]['message']
+
+
+def test_device_spec_every_repeated_value_counts():
+    conf = _conf('device_spec = {"vendor_id": "8086"}',
+                 'device_spec = {"vendor_id": "10de"}',
+                 'device_spec = {"vendor_id": "15b3"}')
+    conflicts = pci.nova_device_spec_conflicts(conf, [FABRIC_GPU])
+    assert [c['entry'] for c in conflicts] == [{'vendor_id': '10de'}]
+
+
+@pytest.mark.parametrize('address', [
+    '*:41:*.*', '0000:41:00.0', '41:00.', ':41:', '*:41:00.*',
+    {'domain': '.*', 'bus': '4[0-9]', 'slot': '00', 'function': '[0-7]'},
+])
+def test_device_spec_conflict_by_address(address):
+    conf = _conf('passthrough_whitelist = %s' % json.dumps(
+        {'address': address}))
+    conflicts = pci.nova_device_spec_conflicts(conf, [FABRIC_GPU_AT])
+    assert len(conflicts) == 1
+    assert conflicts[0]['option'] == '[pci] passthrough_whitelist'
+
+
+@pytest.mark.parametrize('address', [
+    '*:42:*.*', '0000:41:00.1', '*:*:01.*', {'bus': '42'},
+])
+def test_device_spec_address_elsewhere_is_no_conflict(address):
+    conf = _conf('device_spec = %s' % json.dumps(
+        {'address': address, 'vendor_id': '10de'}))
+    assert pci.nova_device_spec_conflicts(conf, [FABRIC_GPU_AT]) == []
+
+
+def test_device_spec_address_conflicts_while_the_address_is_unknown():
+    conf = _conf('device_spec = {"address": "0000:41:00.0"}')
+    assert len(pci.nova_device_spec_conflicts(conf, [FABRIC_GPU])) == 1
+
+
+def test_no_device_spec_conflict():
+    conf = _conf('device_spec = [{"vendor_id": "8086", '
+                 '"product_id": "1572"},',
+                 '  {"vendor_id": "10de", "product_id": "20b5"}]',
+                 '[libvirt]', 'device_spec = {"vendor_id": "10de"}')
+    assert pci.nova_device_spec_conflicts(conf, [FABRIC_GPU]) == []
+    assert pci.nova_device_spec_conflicts('[pci]\n', [FABRIC_GPU]) == []
+
+
+def test_device_spec_list_continuation_and_quotes():
+    conf = _conf("device_spec = '[{\"vendor_id\": \"8086\"},",
+                 "  {\"vendor_id\": \"10de\", \"product_id\": \"*\"}]'")
+    conflicts = pci.nova_device_spec_conflicts(conf, [FABRIC_GPU])
+    assert [c['entry'] for c in conflicts] == [
+        {'vendor_id': '10de', 'product_id': '*'}]
+
+
+def test_device_spec_old_default_option_and_unreadable_value():
+    conf = ('[DEFAULT]\npci_passthrough_whitelist: {"vendor_id": "10de"}\n'
+            '[pci]\ndevice_spec = {vendor_id: 10de\n')
+    conflicts = pci.nova_device_spec_conflicts(conf, [FABRIC_GPU])
+    assert [c['option'] for c in conflicts] == [
+        '[DEFAULT] pci_passthrough_whitelist', '[pci] device_spec']
+    assert 'is not JSON' in conflicts[1]['message']
+
+
+# Running as a script inside a guest.
+
+MODULE = pci.__file__
+
+
+def test_module_imports_only_the_standard_library():
+    with open(MODULE) as f:
+        tree = ast.parse(f.read())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split('.')[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0
+            imported.add(node.module.split('.')[0])
+    assert imported
+    assert imported <= sys.stdlib_module_names, (
+        imported - sys.stdlib_module_names)
+
+
+def test_runs_as_a_script_without_site_packages(fs):
+    fs.add(GPU, group=12)
+    out = subprocess.run(
+        [sys.executable, '-I', '-S', MODULE, 'iommu_group',
+         json.dumps({'address': GPU, 'root': fs.root})],
+        capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {'result': '12'}
+
+
+def test_main_reports_errors_as_json(fs):
+    out = io.StringIO()
+    assert pci.main(['check_group_isolated',
+                     json.dumps({'address': LOCAL, 'root': fs.root})],
+                    out=out) == 0
+    assert json.loads(out.getvalue()) == {'result': [LOCAL]}
+    out = io.StringIO()
+    assert pci.main(['iommu_group', json.dumps({'address': GPU,
+                                                'root': fs.root})],
+                    out=out) == 1
+    assert json.loads(out.getvalue()) == {
+        'error': 'DeviceNotFound', 'message': 'no PCI function %s' % GPU}
+    out = io.StringIO()
+    assert pci.main(['reboot'], out=out) == 1
+    assert 'usage' in json.loads(out.getvalue())['message']
+
+
+def test_main_reads_nova_conf_from_a_path(tmp_path):
+    conf = tmp_path / 'nova.conf'
+    conf.write_text(_conf('device_spec = {"vendor_id": "10de"}'))
+    out = io.StringIO()
+    assert pci.main(['nova_device_spec_conflicts', json.dumps(
+        {'nova_conf_path': str(conf), 'locators': [FABRIC_GPU]})],
+        out=out) == 0
+    result = json.loads(out.getvalue())['result']
+    assert len(result) == 1 and result[0]['entry'] == {'vendor_id': '10de'}
