@@ -136,8 +136,13 @@ function start_composable {
 # GPU blocks in its zone. Its password is made here and stays in the
 # emulator's file and composable's database (driver_info, never shown).
 function configure_composable_redfish_emulator {
-    local password
+    local password xtrace
+    xtrace=$(set +o | grep xtrace)
+    set +o xtrace
     password=$(generate_hex_string 16)
+    # Readable by the stack user only, before the password is in it.
+    sudo install -m 600 -o $STACK_USER /dev/null \
+        $COMPOSABLE_REDFISH_EMULATOR_CONF
     cat <<EOF | sudo tee $COMPOSABLE_REDFISH_EMULATOR_CONF >/dev/null
 {"username": "composable", "password": "$password",
  "zones": [{"id": "1"}],
@@ -150,8 +155,7 @@ function configure_composable_redfish_emulator {
              "device_id": "2330", "serial": "EMU-GPU-1",
              "model": "H100 80GB", "zones": ["1"]}]}
 EOF
-    sudo chown $STACK_USER $COMPOSABLE_REDFISH_EMULATOR_CONF
-    sudo chmod 600 $COMPOSABLE_REDFISH_EMULATOR_CONF
+    $xtrace
 }
 
 # The emulator runs from the source tree (it lives with the tests).
@@ -168,13 +172,17 @@ function start_composable_redfish_emulator {
 # The emulator as a fabric of composable; the conductor's fabric sync
 # then finds its GPUs (a pool of kind gpu on that fabric takes them).
 function register_composable_redfish_fabric {
-    local password
+    local password xtrace
+    # The password stays out of the stack log.
+    xtrace=$(set +o | grep xtrace)
+    set +o xtrace
     password=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["password"])' \
         $COMPOSABLE_REDFISH_EMULATOR_CONF)
     openstack composable fabric create redfish-emulator --driver redfish \
         --driver-info address=http://$COMPOSABLE_SERVICE_HOST:$COMPOSABLE_REDFISH_EMULATOR_PORT \
         --driver-info username=composable \
         --driver-info password=$password
+    $xtrace
 }
 
 # stop_composable - stop the services

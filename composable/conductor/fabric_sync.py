@@ -51,6 +51,7 @@ from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import resource_classes
 from composable.common import states
+from composable.common import utils
 from composable import conf
 from composable.conductor.placement import claims as placement_claims
 from composable.db import api as db_api
@@ -85,30 +86,36 @@ def describe(name, summary):
     return 'Fabric %s: %s' % (name, '; '.join(parts))
 
 
+# Fabrics whose discovery is still running in a thread the sync stopped
+# waiting for: not asked again until it ends, so a hung fabric manager
+# holds one thread, not one more every interval.
+_RUNNING = set()
+_RUNNING_LOCK = threading.Lock()
+
+
 def discover(fabric_row, timeout):
     """The driver's discover(), at most ``timeout`` seconds (a driver
     stuck on the fabric must not hold the loop)."""
     driver = fabric_drivers.get_driver(fabric_row['driver'])
-    outcome = {}
+    key = fabric_row['uuid']
+    with _RUNNING_LOCK:
+        if key in _RUNNING:
+            raise exception.DriverError(
+                reason='the previous discovery on fabric %s has not ended '
+                       'yet' % fabric_row['name'])
+        _RUNNING.add(key)
 
     def _run():
         try:
-            outcome['value'] = driver.discover(fabric_row)
-        except Exception as exc:
-            outcome['error'] = exc
+            return driver.discover(fabric_row)
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(key)
 
-    worker = threading.Thread(target=_run, daemon=True,
-                              name='fabric-discover')
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise exception.DriverTimeout(
-            what='Discovery on fabric %s (driver %s)' % (
-                fabric_row['name'], fabric_row['driver']),
-            timeout=timeout)
-    if 'error' in outcome:
-        raise outcome['error']
-    return outcome.get('value') or []
+    return utils.call_with_timeout(
+        _run, timeout, 'Discovery on fabric %s (driver %s)' % (
+            fabric_row['name'], fabric_row['driver']),
+        name='fabric-discover') or []
 
 
 class FabricSync(object):
@@ -174,6 +181,10 @@ class FabricSync(object):
                 summary['leased_warnings'].append(
                     'device %s (%s) of a lease is no longer reported by '
                     'the fabric' % (row.uuid, address))
+            elif row.state != states.DEVICE_AVAILABLE:
+                # Out of service already (an operator's maintenance, or
+                # faulty): its state says more than "gone".
+                continue
             elif self._set_state(context, row, states.DEVICE_MAINTENANCE):
                 summary['gone'].append(address)
                 changed_pools.add(pool_uuids[row.pool_id])
@@ -228,7 +239,12 @@ class FabricSync(object):
         unhealthy = item.get('health') == fabric_base.HEALTH_CRITICAL
         bound_to = item.get('bound_to')
         if row.lease_id is not None:
-            lease = db_api.lease_get_by_id(context, row.lease_id)
+            try:
+                lease = db_api.lease_get_by_id(context, row.lease_id)
+            except exception.NotFound:
+                # Released and purged since the rows were read: the next
+                # run sees the device free.
+                return False
             host = lease.host.name if lease.host is not None else None
             if unhealthy:
                 summary['leased_warnings'].append(
@@ -261,6 +277,12 @@ class FabricSync(object):
             return False
         try:
             db_api.device_update(context, row.uuid, {'state': state})
-        except exception.InUse:
+        except exception.InUse as exc:
+            if 'lease' not in exc.message or 'pool' in exc.message:
+                # Not a lease that won: the pool's leases need the device
+                # (its capacity would drop below what they hold).
+                LOG.warning('Device %(dev)s stays %(state)s: %(reason)s',
+                            {'dev': row.uuid, 'state': row.state,
+                             'reason': exc.message})
             return False
         return True

@@ -10,7 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The privilege separation context of composable-agent.
+"""The privilege separation context of composable-agent and of the
+conductor (its fabric commands).
 
 Everything composable does as root runs in functions decorated with
 ``@sys_admin_pctxt.entrypoint`` in this package, inside the oslo.privsep
@@ -18,6 +19,8 @@ daemon, with only the capabilities listed here. Nothing else lives in this
 package. The daemon is started through ``[composable_sys_admin]
 helper_command`` (by default ``sudo privsep-helper``).
 """
+
+import math
 
 from oslo_privsep import capabilities
 from oslo_privsep import priv_context
@@ -34,13 +37,21 @@ sys_admin_pctxt = priv_context.PrivContext(
 )
 
 
+# No privileged command may run longer than this, whatever it is asked.
+MAX_TIMEOUT = 3600.0
+
+
 def timeout_seconds(timeout, default):
     """A command's time limit in seconds: ``default`` when not given;
-    refuses a limit that is not positive (a command run with no limit
-    could hold a privileged worker forever)."""
+    refuses a limit that is not a finite positive number of at most
+    MAX_TIMEOUT (a command run with no limit could hold a privileged
+    worker forever)."""
     if timeout is None:
         return default
     timeout = float(timeout)
-    if timeout <= 0:
-        raise ValueError('a timeout must be positive')
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError('a timeout must be a finite positive number')
+    if timeout > MAX_TIMEOUT:
+        raise ValueError('a timeout must be at most %d seconds' %
+                         MAX_TIMEOUT)
     return timeout

@@ -81,7 +81,13 @@ class Connection(object):
         self._sessions = None
 
     def __enter__(self):
-        self.open()
+        try:
+            self.open()
+        except BaseException:
+            # A refused login or a service that does not answer: the HTTP
+            # session is closed all the same.
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc):

@@ -30,17 +30,22 @@ driver_info keys: ``address``, ``username``, ``password``, ``verify_ca``,
 (see doc/source/admin/fabric-redfish.rst).
 """
 
+import contextlib
 import json
+import math
+import threading
 import time
 import urllib.parse
 
 from oslo_log import log as logging
 
 from composable.common import exception
+from composable import conf
 from composable.fabric import base
 from composable.fabric.redfish import connection
 from composable.fabric.redfish import models
 
+CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 REQUIRED = ('address', 'username', 'password')
@@ -59,9 +64,14 @@ _TRUE = ('true', 'yes', 'on', '1')
 _FALSE = ('false', 'no', 'off', '0')
 
 
+# Longest poll interval and operation time a fabric may ask for.
+MAX_SECONDS = 600
+
+
 def _number(value):
     return (not isinstance(value, bool)
-            and isinstance(value, (int, float)) and value > 0)
+            and isinstance(value, (int, float)) and math.isfinite(value)
+            and 0 < value <= MAX_SECONDS)
 
 
 def normalize(driver_info):
@@ -90,6 +100,38 @@ def normalize(driver_info):
     return info
 
 
+# Seconds left to the conductor between the driver's own deadline and
+# [fabric]operation_timeout.
+OPERATION_MARGIN = 5
+
+_BLOCK_LOCKS = {}
+_BLOCK_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_operation(address, block_uri):
+    """One bind or unbind of a resource block at a time in this process.
+
+    A call the conductor stopped waiting for ([fabric]operation_timeout)
+    goes on in its thread; the unbind that undoes the failed bind waits
+    here for it, so an AddResourceBlock that lands late is removed after
+    it, not before. Two conductors never work on one lease at once (its
+    reservation), and a block belongs to one lease.
+    """
+    key = (address, block_uri)
+    with _BLOCK_LOCKS_GUARD:
+        lock = _BLOCK_LOCKS.setdefault(key, threading.Lock())
+    if not lock.acquire(timeout=CONF.fabric.operation_timeout):
+        raise exception.DriverError(
+            reason='an earlier operation on resource block %s of the '
+                   'Redfish service %s is still running; try again '
+                   'later' % (block_uri, address))
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 class RedfishFabricDriver(base.FabricDriver):
 
     # ------------------------------------------------------ driver_info
@@ -109,9 +151,15 @@ class RedfishFabricDriver(base.FabricDriver):
                 raise exception.Invalid(
                     reason='driver_info %s is required (a non-empty '
                            'string)' % key)
-        url = urllib.parse.urlsplit(info['address'])
-        if (url.scheme not in ('http', 'https') or not url.hostname
-                or url.username or url.password or url.query):
+        try:
+            url = urllib.parse.urlsplit(info['address'])
+            # Reading the port checks it (a ValueError when out of range).
+            url.port
+        except ValueError:
+            url = None
+        if (url is None or url.scheme not in ('http', 'https')
+                or not url.hostname or url.username or url.password
+                or url.query):
             raise exception.Invalid(
                 reason='driver_info address must be an http:// or '
                        'https:// URL of the Redfish service, without '
@@ -137,7 +185,7 @@ class RedfishFabricDriver(base.FabricDriver):
             if key in info and not _number(info[key]):
                 raise exception.Invalid(
                     reason='driver_info %s must be a number of seconds '
-                           '> 0' % key)
+                           'above 0 and at most %d' % (key, MAX_SECONDS))
         if info.get('mode', 'expandable') not in MODES:
             raise exception.Invalid(
                 reason='driver_info mode must be one of %s' %
@@ -309,14 +357,23 @@ class RedfishFabricDriver(base.FabricDriver):
     # -------------------------------------------------- the interface
 
     def _operation(self, fabric, device):
-        """(settings, deadline, block URI) of a bind or unbind."""
+        """(settings, deadline, block URI) of a bind or unbind.
+
+        The deadline is the fabric's ``timeout``, but never later than
+        the conductor's ``[fabric]operation_timeout`` (less a margin for
+        the answer): past that the conductor stops waiting and undoes the
+        bind, so the driver must have given up by then."""
         info = self._info(fabric)
-        return (info, time.monotonic() + info['timeout'],
+        limit = min(float(info['timeout']),
+                    max(1.0, CONF.fabric.operation_timeout -
+                        OPERATION_MARGIN))
+        return (info, time.monotonic() + limit,
                 str(device.get('address') or '').rstrip('/'))
 
     def bind_device(self, fabric, device, host):
         info, deadline, block_uri = self._operation(fabric, device)
-        with self._connect(info) as conn:
+        with one_operation(info['address'], block_uri), \
+                self._connect(info) as conn:
             block, _ = conn.read(block_uri, models.ResourceBlock)
             system, _ = self._system(conn, info, fabric, host)
             composed = (models.COMPOSED, models.COMPOSED_AND_AVAILABLE)
@@ -360,7 +417,8 @@ class RedfishFabricDriver(base.FabricDriver):
 
     def unbind_device(self, fabric, device, host):
         info, deadline, block_uri = self._operation(fabric, device)
-        with self._connect(info) as conn:
+        with one_operation(info['address'], block_uri), \
+                self._connect(info) as conn:
             block, _ = conn.read(block_uri, models.ResourceBlock)
             if host is not None:
                 system, _ = self._system(conn, info, fabric, host)

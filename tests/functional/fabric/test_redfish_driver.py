@@ -14,6 +14,7 @@
 
 import logging
 import socket
+import threading
 
 import pytest
 
@@ -199,11 +200,40 @@ def test_unbind_leaves_another_hosts_block_alone(emulator, driver):
         assert state.blocks['NVMe0']['state'] == 'Unused'
 
 
+def _block_state(emulator_, block_id):
+    with emulator_.locked() as state:
+        block = state.blocks[block_id]
+        return block['state'], block.get('system')
+
+
 def test_bind_unbind_bind_again(emulator, driver):
-    url, _ = emulator
+    url, emulator_ = emulator
+    block_id = NVME0.rsplit('/', 1)[-1]
     for host in (HOST0, HOST1, HOST0):
         driver.bind_device(_fabric(url), _device(NVME0), host)
+        assert _block_state(emulator_, block_id) == ('Composed',
+                                                     host['name'])
         driver.unbind_device(_fabric(url), _device(NVME0), host)
+        assert _block_state(emulator_, block_id) == ('Unused', None)
+
+
+def test_an_unbind_waits_for_a_bind_still_running(emulator, driver):
+    """A bind the conductor stopped waiting for goes on in its thread;
+    the unbind that undoes it must come after it, or the late
+    AddResourceBlock would leave the block composed."""
+    url, emulator_ = emulator
+    sent = threading.Event()
+    emulator_.observe(lambda record: sent.set()
+                      if record['path'].endswith(emu.ADD) else None)
+    emulator_.inject('delay', method='POST', path=emu.ADD, seconds=1.5)
+    binder = threading.Thread(target=driver.bind_device,
+                              args=(_fabric(url), _device(GPU0), HOST0))
+    binder.start()
+    assert sent.wait(30)
+    driver.unbind_device(_fabric(url), _device(GPU0), HOST0)
+    binder.join(30)
+    assert not binder.is_alive()
+    assert _block_state(emulator_, 'GPU0') == ('Unused', None)
 
 
 # ------------------------------------------------------------ ETags
@@ -362,6 +392,9 @@ def test_transient_5xx_on_reads_is_retried(emulator, driver):
     emulator_.inject('status', method='GET', path='/ResourceBlocks/GPU0',
                      code=503)
     driver.bind_device(_fabric(url), _device(GPU0), HOST0)
+    # The 503 was answered (and used up), and the bind went on.
+    assert emulator_.faults == []
+    assert _block_state(emulator_, 'GPU0') == ('Composed', 'compute-0')
 
 
 def test_5xx_on_an_action_is_reported(emulator, driver):
@@ -389,6 +422,8 @@ def test_dropped_connection_is_retried(emulator, driver):
     url, emulator_ = emulator
     emulator_.inject('drop', method='GET', path='/Systems/compute-0')
     driver.bind_device(_fabric(url), _device(GPU0), HOST0)
+    assert emulator_.faults == []
+    assert _block_state(emulator_, 'GPU0') == ('Composed', 'compute-0')
 
 
 def test_dropped_connections_are_reported(emulator, driver):

@@ -15,7 +15,6 @@ fabric_sync.py), against the fake fabric's simulated inventory."""
 
 import logging
 import threading
-import time
 
 import pytest
 
@@ -154,8 +153,15 @@ def test_a_claim_racing_the_sync_keeps_its_device():
             except exception.InsufficientCapacity as exc:
                 outcome['claim'] = exc
 
-        worker = threading.Thread(target=claim)
+        start = threading.Barrier(2)
+
+        def claim_at_once():
+            start.wait(30)
+            claim()
+
+        worker = threading.Thread(target=claim_at_once)
         worker.start()
+        start.wait(30)
         fabric_sync.FabricSync('cond-0').sync(inv.admin(), fabric)
         worker.join(30)
         assert not worker.is_alive()
@@ -177,9 +183,12 @@ def test_a_claim_racing_the_sync_keeps_its_device():
         dbapi.fabric_delete(inv.admin(), fabric.uuid)
 
 
-def test_a_fabric_that_fails_or_hangs_changes_nothing(caplog):
+def test_a_fabric_that_fails_or_hangs_changes_nothing(
+        caplog, monkeypatch):
     fabric = _fabric([{'address': 'gpu-9', 'kind': 'gpu'}])
     pool, _ = inv.gpu_inventory(fabric, models_=('A',))
+    release = threading.Event()
+    calls = []
 
     class Broken(fake.FakeFabricDriver):
         def discover(self, fabric):
@@ -187,19 +196,40 @@ def test_a_fabric_that_fails_or_hangs_changes_nothing(caplog):
 
     class Stuck(fake.FakeFabricDriver):
         def discover(self, fabric):
-            time.sleep(30)
+            calls.append(fabric['name'])
+            release.wait(60)
+            return []
 
     CONF.set_override('operation_timeout', 1, 'fabric')
     try:
-        for driver in (Broken(), Stuck()):
-            fabric_drivers._DRIVERS['fake'] = driver
+        for driver in (Broken(), Stuck(), Stuck()):
+            monkeypatch.setattr(fabric_drivers, 'get_driver',
+                                lambda name, driver=driver: driver)
             assert _sync() == {}
     finally:
+        release.set()
         CONF.clear_override('operation_timeout', 'fabric')
     assert 'fabric manager said 503' in caplog.text
-    assert 'did not answer' in caplog.text or 'timed out' in caplog.text
+    assert 'did not answer within 1 seconds' in caplog.text
+    # The hung discovery is not started again while it runs.
+    assert calls == ['fab']
+    assert 'previous discovery on fabric fab has not ended' in caplog.text
     assert set(_devices(pool)) == {'gpu-0'}
     assert _devices(pool)['gpu-0'].state == states.DEVICE_AVAILABLE
+
+
+def test_a_device_out_of_service_keeps_its_state_when_it_vanishes():
+    fabric = _fabric([])
+    pool, devices = inv.gpu_inventory(fabric, models_=('A', 'A'))
+    dbapi.device_update(inv.admin(), devices[0].uuid,
+                        {'state': states.DEVICE_FAULTY})
+    dbapi.device_update(inv.admin(), devices[1].uuid,
+                        {'state': states.DEVICE_MAINTENANCE})
+    summary = _sync()['fab']
+    assert summary['gone'] == []
+    rows = _devices(pool)
+    assert rows['gpu-0'].state == states.DEVICE_FAULTY
+    assert rows['gpu-1'].state == states.DEVICE_MAINTENANCE
 
 
 def test_fabrics_of_drivers_not_enabled_are_skipped():

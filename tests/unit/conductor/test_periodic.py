@@ -295,6 +295,8 @@ def test_end_at_extension_races_the_expiry(harness):
             thread.start()
         for thread in threads:
             thread.join(30)
+            assert not thread.is_alive()
+        assert 'extended' in outcome, 'the extension failed otherwise'
         harness.idle()
         _assert_consistent(harness, uuid, outcome['extended'])
         if outcome['extended']:

@@ -68,6 +68,12 @@ def test_string_forms_of_the_cli():
     ({'poll_interval': 0}, 'poll_interval'),
     ({'timeout': 'soon'}, 'timeout'),
     ({'timeout': True}, 'timeout'),
+    ({'timeout': float('inf')}, 'timeout'),
+    ({'timeout': 'inf'}, 'timeout'),
+    ({'timeout': float('nan')}, 'timeout'),
+    ({'timeout': 3601}, 'timeout'),
+    ({'address': 'http://[::1'}, 'address'),
+    ({'address': 'http://rfcs.example:99999'}, 'address'),
     ({'mode': 'composed'}, 'mode'),
     ({'passwrod': 'typo'}, 'passwrod'),
 ])
