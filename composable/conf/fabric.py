@@ -26,6 +26,16 @@ opts = [
                min=1,
                help='Seconds one fabric operation (bind or unbind of a '
                     'device) may take before it is failed.'),
+    cfg.StrOpt('switchtec_command',
+               default='switchtec',
+               help='The switchtec CLI (switchtec-user) of the switchtec '
+                    'fabric driver: a bare name, looked up on the fixed '
+                    'PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:'
+                    '/usr/bin:/sbin:/bin, or an absolute path. It is run '
+                    'with root privileges through privsep, and the '
+                    'privileged side runs no other program. It is only '
+                    'read from the service\'s own configuration: a '
+                    'fabric\'s driver_info cannot choose the program.'),
 ]
 
 

@@ -20,37 +20,62 @@ error the CLI printed.
 
 What may be run is narrow, and checked here, on the privileged side:
 
-* the program is named ``switchtec`` (a bare name looked up on PATH, or
-  an absolute path);
+* the program is ``[fabric]switchtec_command`` of the service's own
+  configuration, and nothing else (a bare name is looked up on a fixed
+  PATH, :data:`SAFE_PATH`, never on the caller's);
 * the command is one of ``fabric gfms_bind``, ``fabric gfms_unbind``,
   ``fabric gfms_dump -t PAX_ALL|HVD_DETAIL``, ``port-bind``,
   ``port-unbind`` and ``port-bind-info`` (``-`` or ``_`` in the names, as
   the CLI accepts), followed by the device;
+* the device is ``/dev/switchtec<N>`` or one of the remote forms of the
+  CLI (:data:`DEVICE_PATTERN`);
 * only the options those commands take, each once, with numbers for
   values. Nothing that writes a file or flashes firmware can be asked
   for.
+
+Every pattern must match its whole argument (``re.fullmatch``): a
+trailing newline or anything after the value is refused.
 """
 
+import math
 import os
 import re
+import shutil
 import subprocess
 
 from oslo_log import log as logging
 
+from composable import conf
 from composable import privsep
 
 LOG = logging.getLogger(__name__)
 
+CONF = conf.CONF
+
 SWITCHTEC = 'switchtec'
 DEFAULT_TIMEOUT = 30
+# The longest a command may run: a switch that does not answer within
+# ten minutes will not answer.
+MAX_TIMEOUT = 600
+# Where a bare [fabric]switchtec_command is looked up; the PATH of the
+# process asking is never used.
+SAFE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
 _NUMBER = r'(?:0[xX][0-9a-fA-F]+|[0-9]+)'
-_INT = re.compile(_NUMBER + '$')
-_INT_LIST = re.compile(_NUMBER + '(?:,' + _NUMBER + ')*$')
-_DUMP_TYPES = re.compile('(?:PAX_ALL|HVD_DETAIL)$')
-# A character device path, or a remote device as the CLI spells it
-# ("host:port" style, "id@device").
-_DEVICE = re.compile(r'[A-Za-z0-9_./:@\[\]][A-Za-z0-9_./:@\[\]-]*$')
+_INT = re.compile(_NUMBER)
+_INT_LIST = re.compile(_NUMBER + '(?:,' + _NUMBER + ')*')
+_DUMP_TYPES = re.compile('PAX_ALL|HVD_DETAIL')
+# The switch as the CLI opens it: the character device
+# (/dev/switchtec<N>), with the PAX ID in front on a PAX fabric
+# (<pax id>@/dev/switchtec<N>), or a remote management interface: an
+# I2C adapter and slave address (/dev/i2c-<N>@<addr>, /dev/i2c-<N>:<addr>,
+# <adapter>@<addr>) or an Ethernet endpoint (<host>:<instance>). Used
+# with fullmatch, here and by the driver's driver_info check.
+DEVICE_PATTERN = re.compile(
+    r'(?:[0-9]+@)?/dev/switchtec[0-9]+'
+    r'|/dev/i2c-[0-9]+[@:]' + _NUMBER +
+    r'|[0-9]+@' + _NUMBER +
+    r'|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]+')
 
 # (words of the command, with "_") -> {option: pattern of its value}
 COMMANDS = {
@@ -64,6 +89,25 @@ COMMANDS = {
 }
 
 
+def configured_command():
+    """``[fabric]switchtec_command`` as configured; ValueError unless it
+    is a bare name or an absolute path."""
+    command = CONF.fabric.switchtec_command
+    if not command or not (os.path.isabs(command) or
+                           os.sep not in command):
+        raise ValueError('[fabric]switchtec_command must be a bare '
+                         'program name or an absolute path')
+    return command
+
+
+def resolve_command(command):
+    """The absolute path ``command`` runs, a bare name looked up on
+    :data:`SAFE_PATH`; None when there is no such program."""
+    if os.path.isabs(command):
+        return command
+    return shutil.which(command, path=SAFE_PATH)
+
+
 def check_argv(argv):
     """Raise ValueError unless ``argv`` is a switchtec command this
     module runs."""
@@ -73,11 +117,9 @@ def check_argv(argv):
     argv = list(argv)
     if not argv:
         raise ValueError('an empty command')
-    program = argv[0]
-    if os.path.basename(program) != SWITCHTEC or (
-            program != SWITCHTEC and not os.path.isabs(program)):
-        raise ValueError('only the switchtec CLI is run, by its name or '
-                         'an absolute path')
+    if argv[0] != configured_command():
+        raise ValueError('only the switchtec CLI of [fabric]'
+                         'switchtec_command is run')
     rest = argv[1:]
     options = None
     for words, allowed in COMMANDS.items():
@@ -89,7 +131,7 @@ def check_argv(argv):
     if options is None:
         raise ValueError('switchtec %s is not a command that is run' %
                          ' '.join(rest[:2]))
-    if not rest or not _DEVICE.match(rest[0]):
+    if not rest or not DEVICE_PATTERN.fullmatch(rest[0]):
         raise ValueError('the command does not name a switchtec device')
     rest = rest[1:]
     if len(rest) % 2:
@@ -102,14 +144,17 @@ def check_argv(argv):
         if option in seen:
             raise ValueError('option %s is given twice' % option)
         seen.add(option)
-        if not pattern.match(value):
+        if not pattern.fullmatch(value):
             raise ValueError('%r is not a valid value of %s' %
                              (value, option))
     return argv
 
 
 def _timeout(timeout):
-    return privsep.timeout_seconds(timeout, DEFAULT_TIMEOUT)
+    timeout = privsep.timeout_seconds(timeout, DEFAULT_TIMEOUT)
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError('a timeout must be a finite number of seconds')
+    return min(timeout, MAX_TIMEOUT)
 
 
 def run_switchtec(argv, timeout=None):
@@ -117,8 +162,12 @@ def run_switchtec(argv, timeout=None):
     argv = check_argv(argv)
     timeout = _timeout(timeout)
     shown = ' '.join(argv)
+    program = resolve_command(argv[0])
+    if program is None:
+        return 127, '', '%s: command not found' % argv[0]
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL,
+        proc = subprocess.run([program] + argv[1:],
+                              stdin=subprocess.DEVNULL,
                               capture_output=True, text=True,
                               errors='replace', timeout=timeout,
                               shell=False, check=False)

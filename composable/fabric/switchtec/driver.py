@@ -36,7 +36,7 @@ the fabric's ``device`` for its whole read-decide-write sequence.
 """
 
 import contextlib
-import os
+import math
 import threading
 
 from oslo_log import log as logging
@@ -54,10 +54,10 @@ LOG = logging.getLogger(__name__)
 MODE_GFMS = 'gfms'
 MODE_PARTITION = 'partition'
 MODES = (MODE_GFMS, MODE_PARTITION)
-DEFAULT_CLI = 'switchtec'
 DEFAULT_TIMEOUT = 30
+MAX_TIMEOUT = priv_fabric.MAX_TIMEOUT
 
-_KEYS = ('mode', 'device', 'cli', 'timeout', 'hosts')
+_KEYS = ('mode', 'device', 'timeout', 'hosts')
 _HOST_KEYS = {
     MODE_GFMS: ('switch_index', 'phys_port', 'logical_ports'),
     MODE_PARTITION: ('partition', 'logical_ports'),
@@ -80,6 +80,15 @@ _HOST_KEYS = {
 _LOCKS = {}
 _LOCKS_GUARD = threading.Lock()
 
+# port-bind-info's bind state of a physical port -> its health: a failed
+# bind needs an operator, one in progress is not usable yet.
+_PORT_HEALTH = {
+    'bound': base.HEALTH_OK,
+    'unbound': base.HEALTH_OK,
+    'fail': base.HEALTH_CRITICAL,
+    'in_progress': base.HEALTH_WARNING,
+}
+
 
 def _switch_lock(device):
     with _LOCKS_GUARD:
@@ -89,6 +98,11 @@ def _switch_lock(device):
 @contextlib.contextmanager
 def one_operation(device, wait):
     """Hold the lock of switch ``device``; fail after ``wait`` seconds."""
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or \
+            not math.isfinite(wait) or wait <= 0:
+        raise exception.DriverError(
+            reason='switch %s: %r is not a time to wait for it' %
+            (device, wait))
     lock = _switch_lock(device)
     if not lock.acquire(timeout=wait):
         raise exception.DriverError(
@@ -123,6 +137,11 @@ class SwitchtecFabricDriver(base.FabricDriver):
         if not isinstance(info, dict):
             raise exception.Invalid(reason='driver_info must be an object')
         for key in info:
+            if key == 'cli':
+                raise _invalid(key, 'is not a setting of the switchtec '
+                                    'driver: the switchtec command is set '
+                                    'in the conductor\'s configuration '
+                                    '([fabric]switchtec_command)')
             if key not in _KEYS:
                 raise _invalid(key, 'is not a setting of the switchtec '
                                     'driver (known: %s)' % ', '.join(_KEYS))
@@ -134,19 +153,23 @@ class SwitchtecFabricDriver(base.FabricDriver):
             raise _invalid('device', 'is required: the switch as the '
                                      'switchtec CLI names it '
                                      '("/dev/switchtec0")')
-        if not priv_fabric._DEVICE.match(device):
-            raise _invalid('device', 'is not a switchtec device name')
-        program = info.get('cli', DEFAULT_CLI)
-        if not isinstance(program, str) or \
-                os.path.basename(program) != priv_fabric.SWITCHTEC or (
-                    program != priv_fabric.SWITCHTEC and
-                    not os.path.isabs(program)):
-            raise _invalid('cli', 'must be "switchtec" or the absolute '
-                                  'path of an executable named switchtec')
+        if not priv_fabric.DEVICE_PATTERN.fullmatch(device):
+            raise _invalid('device', 'is not a switchtec device name '
+                                     '(/dev/switchtec<N>, '
+                                     '<pax id>@/dev/switchtec<N>, '
+                                     '/dev/i2c-<N>@<address>, '
+                                     '<adapter>@<address> or '
+                                     '<host>:<instance>)')
         timeout = info.get('timeout', DEFAULT_TIMEOUT)
         if isinstance(timeout, bool) or \
-                not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise _invalid('timeout', 'must be a number of seconds > 0')
+                not isinstance(timeout, (int, float)) or \
+                not math.isfinite(timeout) or timeout <= 0:
+            raise _invalid('timeout', 'must be a finite number of seconds '
+                                      '> 0')
+        if timeout > MAX_TIMEOUT:
+            raise _invalid('timeout', 'must be at most %d seconds: a '
+                                      'switch command that runs longer is '
+                                      'stuck' % MAX_TIMEOUT)
         hosts = info.get('hosts')
         if not isinstance(hosts, dict) or not hosts:
             raise _invalid('hosts', 'is required: an object mapping each '
@@ -206,12 +229,14 @@ class SwitchtecFabricDriver(base.FabricDriver):
 
     def _cli(self, info):
         return switchtec_cli.SwitchtecCli(
-            info['device'], program=info.get('cli', DEFAULT_CLI),
+            info['device'], program=CONF.fabric.switchtec_command,
             timeout=info.get('timeout', DEFAULT_TIMEOUT),
             runner=self._runner)
 
     @staticmethod
     def _lock_wait(info):
+        # driver_info was validated: its timeout is finite and at most
+        # MAX_TIMEOUT.
         return max(float(info.get('timeout', DEFAULT_TIMEOUT)),
                    float(CONF.fabric.operation_timeout))
 
@@ -418,18 +443,27 @@ class SwitchtecFabricDriver(base.FabricDriver):
                 'vendor_id': func['vendor_id'],
                 'product_id': func['product_id'],
                 'serial': None,
-                'health': 'ok',
+                'health': base.HEALTH_OK,
                 # Every host virtual domain of a PAX fabric reaches every
                 # endpoint function.
                 'hosts': list(names),
-                'bound_to': (self._host_at(info, *holder[:2])
-                             if holder else None),
+                'bound_to': self._gfms_bound_to(info, holder),
                 'fabric_binding': (
                     dict(zip(('switch_index', 'phys_port',
                               'logical_port'), holder))
                     if holder else None),
             })
         return found
+
+    @classmethod
+    def _gfms_bound_to(cls, info, holder):
+        """Who holds a function, as discovery reports it: the host's
+        name, a description of the port when no host of driver_info maps
+        to it (bound outside composable: not free), or None."""
+        if holder is None:
+            return None
+        return cls._host_at(info, *holder[:2]) or (
+            'PAX %d HVD port %d' % (holder[0], holder[1]))
 
     # ---------------------------------------------------------- partition
 
@@ -532,11 +566,14 @@ class SwitchtecFabricDriver(base.FabricDriver):
             found.append({
                 'address': str(phys), 'kind': 'pci', 'model': None,
                 'vendor_id': None, 'product_id': None, 'serial': None,
-                'health': 'ok' if current['state'] in ('bound', 'unbound')
-                else current['state'],
+                'health': _PORT_HEALTH.get(current['state'],
+                                           base.HEALTH_WARNING),
                 'hosts': list(names),
                 'bound_to': (self._partition_host(info,
-                                                  current['partition'])
+                                                  current['partition']) or
+                             'partition %d logical port %d' % (
+                                 current['partition'],
+                                 current['logical_port'])
                              if bound else None),
                 'fabric_binding': (
                     {'partition': current['partition'],

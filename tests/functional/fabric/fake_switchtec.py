@@ -37,7 +37,8 @@ State keys (all optional but the ones a command needs)::
     hvds         [{"hvd_id", "phys_port", "hfid", "usp_bdf",
                   "logical_ports": {"<log port>": pdfid or null}}]
     remote       {"<pdfid>": [sw, phys, log]}: bound on another switch
-    part_ports   {"<phys port>": null or [partition, logical port]}
+    part_ports   {"<phys port>": null, [partition, logical port], "fail"
+                  or "in_progress"}
     hang         {"<command>": seconds}: sleep before answering
     garbage      {"<command>": text}: print it and exit 0
     fail         {"<command>": [message, mrpc, code]}: fail like that
@@ -56,6 +57,9 @@ STATE_VAR = 'FAKE_SWITCHTEC_STATE'
 
 MRPC_GFMS = 0x84
 MRPC_PORT_BIND = 0xc
+
+# part_ports states port-bind-info prints as "bind_info: ..."
+BIND_INFO = {'fail': 'Fail', 'in_progress': 'In Progress'}
 
 # command -> {long name: short letter}
 OPTIONS = {
@@ -308,6 +312,9 @@ def bind_info(state, values):
         bound = ports[phys]
         if bound is None:
             out += ['bind state: Unbound', 'physical port %s' % phys]
+        elif isinstance(bound, str):
+            out += ['bind_info: %s' % BIND_INFO[bound],
+                    'physical port %s' % phys]
         else:
             out += ['bind state: Bound',
                     'physical port %s bound to %d, partition %d' % (

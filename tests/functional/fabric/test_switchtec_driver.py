@@ -15,7 +15,8 @@
 tests/functional/fabric/fake_switchtec.py plays the switch: it keeps the
 fabric's state in a JSON file and logs every argv it is run with. It is
 started by a two-line ``switchtec`` wrapper written into the test's
-temporary directory, through the real privileged function
+temporary directory (``[fabric]switchtec_command`` points at it), through
+the real privileged function
 (composable.privsep.fabric.switchtec) run in this process, as the test
 user: every command goes through the same checks and subprocess call as
 in production, only no privsep daemon is started.
@@ -32,9 +33,14 @@ import time
 import pytest
 
 from composable.common import exception
+from composable import conf
+from composable.fabric import base
 from composable.fabric import switchtec
 from composable.fabric.switchtec import driver as switchtec_driver
 from composable import privsep
+from composable.privsep import fabric as privsep_fabric
+
+CONF = conf.CONF
 
 FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                     'fake_switchtec.py')
@@ -74,9 +80,9 @@ PARTITION_STATE = {
 
 
 def gfms_info(switch, timeout=5):
+    # switch: the fake's wrapper, [fabric]switchtec_command of the test.
     return {
-        'mode': 'gfms', 'device': DEVICE, 'cli': switch,
-        'timeout': timeout,
+        'mode': 'gfms', 'device': DEVICE, 'timeout': timeout,
         'hosts': {
             'compute-1': {'switch_index': 0, 'phys_port': 0,
                           'logical_ports': [1, 2]},
@@ -88,8 +94,7 @@ def gfms_info(switch, timeout=5):
 
 def partition_info(switch, timeout=5):
     return {
-        'mode': 'partition', 'device': DEVICE, 'cli': switch,
-        'timeout': timeout,
+        'mode': 'partition', 'device': DEVICE, 'timeout': timeout,
         'hosts': {
             'compute-1': {'partition': 0, 'logical_ports': [1, 2]},
             'compute-2': {'partition': 1, 'logical_ports': [1]},
@@ -140,17 +145,30 @@ def privsep_in_process():
     privsep.sys_admin_pctxt.set_client_mode(True)
 
 
+def use_command(program):
+    CONF.set_override('switchtec_command', program, 'fabric')
+
+
 @pytest.fixture
-def pax(tmp_path, monkeypatch, privsep_in_process):
+def switchtec_command():
+    """Sets [fabric]switchtec_command (use_command) for one test."""
+    yield use_command
+    CONF.clear_override('switchtec_command', 'fabric')
+
+
+@pytest.fixture
+def pax(tmp_path, monkeypatch, privsep_in_process, switchtec_command):
     switch = Switch(str(tmp_path), PAX_STATE)
     monkeypatch.setenv('FAKE_SWITCHTEC_STATE', switch.state_path)
+    switchtec_command(switch.program)
     return switch
 
 
 @pytest.fixture
-def psx(tmp_path, monkeypatch, privsep_in_process):
+def psx(tmp_path, monkeypatch, privsep_in_process, switchtec_command):
     switch = Switch(str(tmp_path), PARTITION_STATE)
     monkeypatch.setenv('FAKE_SWITCHTEC_STATE', switch.state_path)
+    switchtec_command(switch.program)
     return switch
 
 
@@ -377,14 +395,51 @@ def test_garbage_output_is_refused(pax, driver, garbage):
     assert all(call[1] == 'gfms_dump' for call in pax.calls)
 
 
-def test_missing_cli(pax, driver, tmp_path):
-    info = gfms_info(os.path.join(str(tmp_path), 'bin', 'switchtec'))
+def test_missing_cli(pax, driver, tmp_path, switchtec_command):
+    switchtec_command(os.path.join(str(tmp_path), 'bin', 'switchtec'))
+    info = gfms_info(pax.program)
     with pytest.raises(exception.DriverError) as raised:
         driver.bind_device(fabric(info), device(GPU), HOST1)
     assert raised.value.message == (
         'switchtec fabric gfms_dump on /dev/switchtec0 failed: command not '
         'found')
     assert raised.value.kwargs['exit_code'] == 127
+
+
+def test_driver_info_cannot_choose_the_program(pax, driver, tmp_path):
+    """A cli in driver_info is refused before anything runs: the program
+    run as root is the conductor's [fabric]switchtec_command only."""
+    info = gfms_info(pax.program)
+    info['cli'] = pax.program
+    with pytest.raises(exception.DriverError) as raised:
+        driver.bind_device(fabric(info), device(GPU), HOST1)
+    assert 'driver_info cli is not a setting' in raised.value.message
+    assert '[fabric]switchtec_command' in raised.value.message
+    assert pax.calls == []
+
+
+def test_privileged_side_runs_only_the_configured_command(pax, tmp_path):
+    """A caller naming another switchtec executable is refused by the
+    privileged function itself."""
+    other = os.path.join(str(tmp_path), 'other')
+    os.mkdir(other)
+    impostor = Switch(other, PAX_STATE)
+    argv = ['fabric', 'gfms_dump', DEVICE, '-t', 'PAX_ALL']
+    for program in (impostor.program, 'switchtec', '/bin/sh'):
+        with pytest.raises(ValueError):
+            privsep_fabric.switchtec([program] + argv, 5)
+    assert pax.calls == [] and impostor.calls == []
+    rc, out, err = privsep_fabric.switchtec([pax.program] + argv, 5)
+    assert rc == 0 and out.startswith('PAX ID: 0')
+
+
+@pytest.mark.parametrize('timeout', [float('inf'), float('nan'), 601])
+def test_timeout_without_end_is_refused(pax, driver, timeout):
+    with pytest.raises(exception.DriverError) as raised:
+        driver.bind_device(fabric(gfms_info(pax.program, timeout)),
+                           device(GPU), HOST1)
+    assert 'driver_info timeout must be' in raised.value.message
+    assert pax.calls == []
 
 
 def test_wrong_device(pax, driver):
@@ -414,6 +469,24 @@ def test_discover(pax, driver):
         'switch_index': 0, 'phys_port': 4, 'logical_port': 1}
     # No class code printed: a plain PCI function.
     assert by_address[NIC]['kind'] == 'pci'
+    assert {d['health'] for d in found} == {base.HEALTH_OK}
+
+
+def test_discover_function_bound_where_no_host_is_mapped(pax, driver):
+    """A function bound outside composable (to a domain no host of
+    driver_info maps to) is not reported free."""
+    pax.update(remote={str(0x100): [3, 16, 5]})
+    state = pax.read()
+    state['hvds'][1]['logical_ports'] = {'1': 0x101}
+    pax.write(state)
+    fab = fabric(gfms_info(pax.program))
+    fab['driver_info']['hosts'].pop('compute-2')
+    by_address = {d['address']: d for d in driver.discover(fab)}
+    assert by_address[GPU]['bound_to'] == 'PAX 3 HVD port 16'
+    assert by_address[GPU]['fabric_binding'] == {
+        'switch_index': 3, 'phys_port': 16, 'logical_port': 5}
+    assert by_address[NVME]['bound_to'] == 'PAX 0 HVD port 4'
+    assert by_address[NIC]['bound_to'] is None
 
 
 def test_one_operation_per_switch(pax, driver):
@@ -512,3 +585,25 @@ def test_partition_discover(psx, driver):
     found = driver.discover(fabric(partition_info(psx.program)))
     assert [(d['address'], d['bound_to']) for d in found] == [
         ('12', None), ('13', None), ('14', 'compute-2')]
+    assert [d['kind'] for d in found] == ['pci'] * 3
+    assert [d['health'] for d in found] == [base.HEALTH_OK] * 3
+
+
+def test_partition_discover_bound_outside_composable(psx, driver):
+    psx.update(part_ports={'12': None, '13': [5, 2], '14': [1, 1]})
+    found = driver.discover(fabric(partition_info(psx.program)))
+    assert [(d['address'], d['bound_to']) for d in found] == [
+        ('12', None), ('13', 'partition 5 logical port 2'),
+        ('14', 'compute-2')]
+
+
+def test_partition_discover_health(psx, driver):
+    """A failed bind takes the port out of service (critical); one in
+    progress is only a warning."""
+    psx.update(part_ports={'12': 'fail', '13': 'in_progress',
+                           '14': None})
+    found = driver.discover(fabric(partition_info(psx.program)))
+    assert [(d['address'], d['health'], d['bound_to']) for d in found] == [
+        ('12', base.HEALTH_CRITICAL, None),
+        ('13', base.HEALTH_WARNING, None),
+        ('14', base.HEALTH_OK, None)]

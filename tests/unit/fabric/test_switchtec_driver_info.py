@@ -14,12 +14,20 @@
 privileged function agrees to run."""
 
 import copy
+import json
+import os
+import stat
 
 import pytest
 
 from composable.common import exception
+from composable import conf
+from composable.fabric import base
 from composable.fabric import switchtec
+from composable.fabric.switchtec import driver as switchtec_driver
 from composable.privsep import fabric as priv_fabric
+
+CONF = conf.CONF
 
 GFMS = {
     'device': '/dev/switchtec0',
@@ -29,8 +37,7 @@ GFMS = {
                             'logical_ports': [0]}},
 }
 PARTITION = {
-    'mode': 'partition', 'device': '10.0.0.5:5000',
-    'cli': '/usr/local/bin/switchtec', 'timeout': 12.5,
+    'mode': 'partition', 'device': '10.0.0.5:5000', 'timeout': 12.5,
     'hosts': {'compute-1': {'partition': 0, 'logical_ports': [1]}},
 }
 
@@ -62,10 +69,17 @@ def test_valid(info):
     (GFMS, ['mode'], 'redfish', 'mode'),
     (GFMS, ['device'], KeyError, 'device'),
     (GFMS, ['device'], '-o /etc/passwd', 'device'),
+    (GFMS, ['device'], '/dev/switchtec0\n', 'device'),
+    (GFMS, ['device'], '/dev/sda', 'device'),
+    (GFMS, ['device'], '/tmp/switchtec0', 'device'),
+    (GFMS, ['cli'], 'switchtec', 'cli'),
     (GFMS, ['cli'], '/bin/sh', 'cli'),
-    (GFMS, ['cli'], 'bin/switchtec', 'cli'),
     (GFMS, ['timeout'], 0, 'timeout'),
     (GFMS, ['timeout'], True, 'timeout'),
+    (GFMS, ['timeout'], float('inf'), 'timeout'),
+    (GFMS, ['timeout'], float('nan'), 'timeout'),
+    (GFMS, ['timeout'], 601, 'timeout'),
+    (GFMS, ['timeout'], 1e300, 'timeout'),
     (GFMS, ['hosts'], {}, 'hosts'),
     (GFMS, ['hosts'], KeyError, 'hosts'),
     (GFMS, ['password'], 'x', 'password'),
@@ -100,10 +114,56 @@ def test_not_an_object():
     assert 'must be an object' in invalid(['device'])
 
 
+def test_cli_is_set_in_the_configuration_only():
+    message = invalid(dict(GFMS, cli='/tmp/switchtec'))
+    assert 'driver_info cli is not a setting' in message
+    assert "conductor's configuration ([fabric]switchtec_command)" in \
+        message
+
+
+def test_timeout_is_capped():
+    switchtec.SwitchtecFabricDriver().validate_driver_info(
+        dict(GFMS, timeout=priv_fabric.MAX_TIMEOUT))
+    assert 'at most 600 seconds' in invalid(dict(GFMS, timeout=600.5))
+
+
+@pytest.mark.parametrize('device', [
+    '/dev/switchtec0', '/dev/switchtec12', '0@/dev/switchtec0',
+    '/dev/i2c-1@0x20', '/dev/i2c-1:0x20', '0@0x20', '10.0.0.5:5000',
+    'pax-mgmt.example.com:0',
+])
+def test_devices_the_driver_and_privsep_agree_on(device):
+    switchtec.SwitchtecFabricDriver().validate_driver_info(
+        dict(GFMS, device=device))
+    assert priv_fabric.check_argv(['switchtec', 'port-bind-info', device])
+
+
+@pytest.mark.parametrize('wait', [float('inf'), float('nan'), 0, -1, None])
+def test_the_switch_lock_never_waits_forever(wait):
+    with pytest.raises(exception.DriverError):
+        with switchtec_driver.one_operation('/dev/switchtec9', wait):
+            pass
+
+
+def test_lock_wait_is_finite():
+    info = dict(GFMS, timeout=priv_fabric.MAX_TIMEOUT)
+    assert switchtec_driver.SwitchtecFabricDriver._lock_wait(info) == max(
+        priv_fabric.MAX_TIMEOUT, CONF.fabric.operation_timeout)
+
+
+@pytest.fixture
+def command():
+    """[fabric]switchtec_command, set for one test."""
+    def set_command(value):
+        CONF.set_override('switchtec_command', value, 'fabric')
+    yield set_command
+    CONF.clear_override('switchtec_command', 'fabric')
+
+
 @pytest.mark.parametrize('argv', [
     ['switchtec', 'fabric', 'gfms_dump', '/dev/switchtec0', '-t',
      'PAX_ALL'],
-    ['/opt/bin/switchtec', 'fabric', 'gfms-dump', '/dev/switchtec0', '-t',
+    ['switchtec', 'fabric', 'gfms-dump', '/dev/switchtec0', '-t',
      'HVD_DETAIL', '-d', '3'],
     ['switchtec', 'fabric', 'gfms_bind', '0@/dev/switchtec0', '-s', '0',
      '-p', '0', '-l', '1', '-f', '0x0100,0x0101'],
@@ -116,6 +176,51 @@ def test_not_an_object():
 ])
 def test_privsep_runs(argv):
     assert priv_fabric.check_argv(argv) == argv
+
+
+def test_privsep_runs_the_configured_command(command):
+    command('/opt/bin/switchtec')
+    argv = ['/opt/bin/switchtec', 'port-bind-info', '/dev/switchtec0']
+    assert priv_fabric.check_argv(argv) == argv
+
+
+@pytest.mark.parametrize('configured,program', [
+    ('switchtec', '/tmp/switchtec'),
+    ('switchtec', '/usr/bin/switchtec'),
+    ('switchtec', './switchtec'),
+    ('switchtec', 'switchtec\n'),
+    ('/opt/bin/switchtec', 'switchtec'),
+    ('/opt/bin/switchtec', '/tmp/switchtec'),
+    ('/opt/bin/switchtec', '/opt/bin/../bin/switchtec'),
+    ('/opt/bin/switchtec', 'sh'),
+])
+def test_privsep_refuses_another_program(command, configured, program):
+    command(configured)
+    with pytest.raises(ValueError) as raised:
+        priv_fabric.check_argv([program, 'port-bind-info',
+                                '/dev/switchtec0'])
+    assert 'switchtec_command' in str(raised.value)
+
+
+def test_privsep_refuses_a_relative_configured_command(command):
+    command('bin/switchtec')
+    with pytest.raises(ValueError):
+        priv_fabric.check_argv(['bin/switchtec', 'port-bind-info',
+                                '/dev/switchtec0'])
+
+
+def test_a_bare_command_is_found_on_the_fixed_path_only(
+        command, tmp_path, monkeypatch):
+    program = tmp_path / 'switchtec'
+    program.write_text('#!/bin/sh\necho ran\n')
+    program.chmod(stat.S_IRWXU)
+    monkeypatch.setenv('PATH', os.pathsep.join(
+        [str(tmp_path), os.environ.get('PATH', '')]))
+    assert priv_fabric.resolve_command('switchtec') != str(program)
+    command('switchtec')
+    rc, out, err = priv_fabric.run_switchtec(
+        ['switchtec', 'port-bind-info', '/dev/switchtec0'], 5)
+    assert out != 'ran\n'
 
 
 @pytest.mark.parametrize('argv', [
@@ -134,6 +239,16 @@ def test_privsep_runs(argv):
     ['switchtec', 'fabric', 'gfms_bind', '/dev/switchtec0', '-s', '$(id)'],
     ['switchtec', 'port-bind', '/dev/switchtec0', '-p'],
     ['switchtec', 'port-bind', '/dev/switchtec0', '--partition', '0'],
+    ['switchtec', 'fabric', 'gfms_dump', '/dev/switchtec0', '-t',
+     'PAX_ALL\n'],
+    ['switchtec', 'port-bind-info', '/dev/switchtec0\n'],
+    ['switchtec', 'port-bind-info', '/dev/switchtec0\n-f'],
+    ['switchtec', 'port-bind-info', '/dev/sda'],
+    ['switchtec', 'port-bind-info', '/tmp/x'],
+    ['switchtec', 'port-bind-info', '-f'],
+    ['switchtec', 'port-bind-info', '/dev/switchtec0', '-f', '1\n'],
+    ['switchtec', 'port-bind', '/dev/switchtec0', '-p', '0', '-l', '1',
+     '-f', '0x1,2'],
 ])
 def test_privsep_refuses(argv):
     with pytest.raises(ValueError):
@@ -145,3 +260,32 @@ def test_privsep_refuses_what_is_not_a_list_of_strings():
         priv_fabric.check_argv('switchtec port-bind-info /dev/switchtec0')
     with pytest.raises(TypeError):
         priv_fabric.check_argv(['switchtec', 'port-bind-info', 0])
+
+
+@pytest.mark.parametrize('timeout', [float('inf'), float('nan'), 0, -5])
+def test_privsep_refuses_a_timeout_that_is_not_finite(timeout):
+    with pytest.raises(ValueError):
+        priv_fabric.run_switchtec(
+            ['switchtec', 'port-bind-info', '/dev/switchtec0'], timeout)
+
+
+def test_privsep_caps_the_timeout():
+    assert priv_fabric._timeout(10 ** 9) == priv_fabric.MAX_TIMEOUT
+
+
+def test_partition_health_of_the_bind_states():
+    health = switchtec_driver._PORT_HEALTH
+    assert health['fail'] == base.HEALTH_CRITICAL
+    assert health['in_progress'] == base.HEALTH_WARNING
+    assert health['bound'] == health['unbound'] == base.HEALTH_OK
+
+
+def test_the_sample_is_valid():
+    path = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'etc',
+                        'composable', 'fabric-switchtec.json.sample')
+    with open(path) as f:
+        body = json.load(f)
+    assert body['driver'] == 'switchtec'
+    assert 'cli' not in body['driver_info']
+    switchtec.SwitchtecFabricDriver().validate_driver_info(
+        body['driver_info'])
