@@ -270,7 +270,10 @@ def test_privsep_refuses_a_timeout_that_is_not_finite(timeout):
 
 
 def test_privsep_caps_the_timeout():
-    assert priv_fabric._timeout(10 ** 9) == priv_fabric.MAX_TIMEOUT
+    assert priv_fabric._timeout(1000) == priv_fabric.MAX_TIMEOUT
+    for bad in (10 ** 9, float('inf'), float('nan'), 0, -1):
+        with pytest.raises(ValueError):
+            priv_fabric._timeout(bad)
 
 
 def test_partition_health_of_the_bind_states():
