@@ -65,8 +65,8 @@ from composable.fabric import base as fabric_base
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
-_CLEAR_EXPORT = {'export_state': states.EXTENT_UNEXPORTED, 'target_iqn': None,
-                 'lun': None, 'chap_username': None, 'chap_secret': None}
+CLEAR_EXPORT = {'export_state': states.EXTENT_UNEXPORTED, 'target_iqn': None,
+                'lun': None, 'chap_username': None, 'chap_secret': None}
 
 
 class StepFailed(Exception):
@@ -544,7 +544,7 @@ class LeaseFlows(object):
                        'unexporting extent %d of the lease on memory node '
                        '%s' % (extent.index, node),
                        'unexport_extent', extent_view(lease, extent)):
-                db_api.extent_update(context, extent.id, _CLEAR_EXPORT)
+                db_api.extent_update(context, extent.id, CLEAR_EXPORT)
             else:
                 unexported = False
 
@@ -674,5 +674,5 @@ class LeaseFlows(object):
                 (extent.index, node),
                 'scrub_extent', extent_view(lease, extent))
             db_api.extent_update(context, extent.id,
-                                 dict(_CLEAR_EXPORT,
+                                 dict(CLEAR_EXPORT,
                                       export_state=states.EXTENT_SCRUBBED))

@@ -54,6 +54,10 @@ from composable.db import models
 
 LOG = logging.getLogger(__name__)
 
+# The lease action of the repairs made here: the reconciler's
+# (reconciler.RECONCILE), which runs this check too.
+RECONCILE = 'reconcile'
+
 
 def _extents(context, uuids):
     """{uuid: (export_state, memory_node_id, lease_id)} of the extents
@@ -118,9 +122,17 @@ def _unexport_unmarked(context, node, agents, lease_id, uuid, host,
                      'state': extent.export_state})
         if _unexport(context, node, agents,
                      flows.extent_view(lease, extent), result):
+            # Said in the lease's log, as the reconciler's own repairs
+            # are, before the marks go: whoever sees the lease clean sees
+            # why too.
+            db_api.action_start(
+                context, lease.id, RECONCILE, result=db_api.ACTION_SUCCESS,
+                message='Memory node %s still served a target for extent '
+                        '%d, which a failed bind left; it was removed.' %
+                        (node.name, extent.index))
             # The backing file may hold what the lease wrote: the extent
             # stays to be scrubbed (unexported), with no credentials.
-            db_api.extent_update(context, extent.id, flows._CLEAR_EXPORT)
+            db_api.extent_update(context, extent.id, flows.CLEAR_EXPORT)
 
 
 def _check_targets(context, node, agents, exported, known, skip, host,

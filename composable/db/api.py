@@ -936,6 +936,8 @@ _ACTIONS = models.LeaseAction.__table__
 _INSERT_ACTION = _ACTIONS.insert()
 
 ACTION_RUNNING = 'running'
+ACTION_SUCCESS = 'success'
+ACTION_ERROR = 'error'
 
 
 def _action_values(context, lease_id, action, result, message, now):

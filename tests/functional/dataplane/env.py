@@ -344,9 +344,34 @@ class DataPlaneStack(object):
 
     # ------------------------------------------------------------ checks
 
-    def extent_files(self):
+    def extent_files(self, extent_uuids=None):
+        """The extent files in the memory node's tmpfs; those of
+        ``extent_uuids`` only when given."""
         return sorted(f for f in os.listdir(self.tmpfs)
-                      if f.startswith('extent-'))
+                      if f.startswith('extent-') and (
+                          extent_uuids is None or
+                          f[len('extent-'):] in extent_uuids))
+
+    def release_all(self, timeout=300):
+        """Delete every lease that is not released and wait until they
+        are: what a test that failed halfway left does not spill into the
+        next one."""
+        # A test that failed with a process killed left it dead.
+        for name in (MEMORY, COMPUTE):
+            if name not in self.stack.procs:
+                self.start_agent(name, wait=True)
+        if 'conductor-0' not in self.stack.procs:
+            self.stack.start_conductor('conductor-0')
+        if self.tgt.daemon is not None and \
+                self.tgt.daemon.proc.poll() is not None:
+            self.tgt.restart()
+        leases = self.user.get('/leases?limit=1000').json()['leases']
+        left = [lease['uuid'] for lease in leases
+                if lease['status'] != 'released']
+        for lease_uuid in left:
+            self.user.delete('/leases/%s' % lease_uuid, expect=None)
+        for lease_uuid in left:
+            self.user.wait_lease(lease_uuid, ('released',), timeout=timeout)
 
     def actions(self, lease_uuid):
         """(action, result) of the lease, oldest first."""
@@ -371,9 +396,14 @@ class DataPlaneStack(object):
         uuids = list(extent_uuids)
         while True:
             lease = self.admin.get('/leases/%s' % lease_uuid).json()
+            # A repair is over once its action has ended too: the marks
+            # are cleared before the action is, so they alone would let
+            # the test read the log in between.
             if lease['status'] in statuses and \
                     not self.marked_exports(lease_uuid) and \
-                    not self.tgt.targets_of(uuids):
+                    not self.tgt.targets_of(uuids) and \
+                    not [a for a in self.actions(lease_uuid)
+                         if a[1] == 'running']:
                 return lease
             if time.monotonic() > deadline:
                 raise AssertionError(

@@ -73,7 +73,7 @@ def _secret_defined(conn, extent_uuid):
 
 def assert_nothing_left(dp, guest, extent_uuids, swaps_before):
     assert dp.tgt.targets_of(extent_uuids) == []
-    assert dp.extent_files() == []
+    assert dp.extent_files(extent_uuids) == []
     assert dataplane.domblklist(guest.uuid) == []
     for extent_uuid in extent_uuids:
         assert not _secret_defined(guest.conn, extent_uuid)
