@@ -34,6 +34,48 @@ function install_composable {
     if is_service_enabled composable-api; then
         pip_install uwsgi
     fi
+    if is_composable_memory_node; then
+        install_composable_memory_data_plane
+    fi
+    if is_composable_compute && is_ubuntu; then
+        # QEMU's iSCSI block driver: guest-mode memory is a disk QEMU
+        # opens on the memory node's target itself.
+        install_package qemu-block-extra
+    fi
+}
+
+# The memory data plane of a memory node: tgtd serves the tmpfs extents.
+function is_composable_memory_node {
+    is_service_enabled composable-agent && \
+        [[ ",$COMPOSABLE_AGENT_ROLES," == *",memory_node,"* ]] && \
+        [[ "$COMPOSABLE_MEMORY_EXPORTER" == "tgt" ]]
+}
+
+function install_composable_memory_data_plane {
+    if is_fedora; then
+        install_package scsi-target-utils
+    else
+        install_package tgt
+    fi
+}
+
+function start_composable_memory_data_plane {
+    local unit=tgt
+    if is_fedora; then
+        unit=tgtd
+    fi
+    sudo systemctl enable --now $unit
+}
+
+# The Nova compute host name of this host, as DevStack's wait_for_compute
+# finds it: composable's host, memory node and agent use the same name.
+function composable_compute_host {
+    local host
+    host=$(iniget $NOVA_CONF DEFAULT host)
+    if [[ -z "$host" ]]; then
+        host=$(hostname)
+    fi
+    echo $host
 }
 
 # configure_composable - write /etc/composable/composable.conf
@@ -42,12 +84,12 @@ function configure_composable {
     rm -f $COMPOSABLE_CONF_FILE
 
     iniset $COMPOSABLE_CONF_FILE DEFAULT debug $ENABLE_DEBUG_LOG_LEVEL
-    iniset $COMPOSABLE_CONF_FILE DEFAULT host $LOCAL_HOSTNAME
+    iniset $COMPOSABLE_CONF_FILE DEFAULT host "$(composable_compute_host)"
     iniset $COMPOSABLE_CONF_FILE DEFAULT auth_strategy keystone
     iniset $COMPOSABLE_CONF_FILE DEFAULT use_syslog $SYSLOG
 
     iniset $COMPOSABLE_CONF_FILE database connection \
-        $(database_connection_url composable)
+        "$(database_connection_url composable)"
 
     iniset_rpc_backend composable $COMPOSABLE_CONF_FILE
 
@@ -65,12 +107,53 @@ function configure_composable {
     iniset $COMPOSABLE_CONF_FILE allocator memory_extent_mb \
         $COMPOSABLE_MEMORY_EXTENT_MB
 
+    # The agent's privileged helper runs from the same Python as the
+    # agent (DevStack may install into a virtualenv sudo does not see).
+    iniset $COMPOSABLE_CONF_FILE composable_sys_admin helper_command \
+        "sudo $COMPOSABLE_BIN_DIR/privsep-helper --config-file $COMPOSABLE_CONF_FILE"
+
+    # The memory this host lends, mounted by the agent when it starts.
+    iniset $COMPOSABLE_CONF_FILE memory tmpfs_path $COMPOSABLE_TMPFS_PATH
+    iniset $COMPOSABLE_CONF_FILE memory tmpfs_size_mb \
+        $COMPOSABLE_TMPFS_SIZE_MB
+    iniset $COMPOSABLE_CONF_FILE memory manage_mount True
+    iniset $COMPOSABLE_CONF_FILE memory portal $COMPOSABLE_ISCSI_PORTAL
+    iniset $COMPOSABLE_CONF_FILE compute_node initiator_iqn \
+        "$(composable_initiator_iqn)"
+
+    if is_service_enabled nova; then
+        # composable's account in Nova and Placement, and Nova's
+        # versioned notifications on the bus DevStack gives them.
+        configure_keystoneauth $COMPOSABLE_CONF_FILE composable nova
+        iniset $COMPOSABLE_CONF_FILE nova notifications_enabled True
+        iniset $COMPOSABLE_CONF_FILE nova notifications_transport_url \
+            "$(get_notification_url)"
+        configure_keystoneauth $COMPOSABLE_CONF_FILE composable placement
+    fi
+
     if is_service_enabled composable-api; then
         # The API under uWSGI, answering HTTP itself on its own port.
         write_uwsgi_config "$COMPOSABLE_UWSGI_CONF" "$COMPOSABLE_UWSGI" \
             "/" "$COMPOSABLE_SERVICE_HOST:$COMPOSABLE_SERVICE_PORT" \
             "composable-api"
     fi
+}
+
+# The initiator name composable's exports of this host are restricted to.
+function composable_initiator_iqn {
+    echo "iqn.2010-10.org.openstack.composable:$(composable_compute_host)"
+}
+
+# configure_nova_for_composable - what Nova needs to work with composable
+# (doc/source/admin/nova.rst): the scheduler filter, and the [composable]
+# account it and the extra spec validators reach the API with. The
+# filter's name is in enabled_filters through NOVA_FILTERS (settings), and
+# versioned notifications through NOVA_NOTIFICATION_FORMAT.
+function configure_nova_for_composable {
+    iniset_multiline $NOVA_CONF filter_scheduler available_filters \
+        nova.scheduler.filters.all_filters \
+        composable.nova.scheduler.ComposableFilter
+    configure_keystoneauth $NOVA_CONF nova composable
 }
 
 # The libvirt hook binds an instance's leases when its domain starts: on
@@ -85,7 +168,7 @@ function is_composable_compute {
 function install_composable_libvirt_hook {
     local socket=${COMPOSABLE_HOOK_SOCKET:-/run/composable/libvirt-hook.sock}
     # The agent runs as $STACK_USER; libvirtd runs the hook as root.
-    sudo install -d -o $STACK_USER -m 755 $(dirname $socket)
+    sudo install -d -o $STACK_USER -m 755 "$(dirname $socket)"
     iniset $COMPOSABLE_CONF_FILE compute_node hook_socket $socket
     sudo $COMPOSABLE_BIN_DIR/composable-libvirt-hook --install \
         --config-file $COMPOSABLE_CONF_FILE
@@ -101,8 +184,10 @@ function install_composable_libvirt_hook {
 # create_composable_accounts - the service user and the keystone catalog
 function create_composable_accounts {
     # The "composable" user, with the service role in the service project:
-    # the "service" persona of the policy defaults.
-    create_service_user "composable"
+    # the "service" persona of composable's policy defaults.
+    # The admin role too: composable reads the host of any server in Nova
+    # and writes its pools as resource providers in Placement.
+    create_service_user "composable" "admin"
 
     get_or_create_service "composable" "composable" \
         "Composable rack resources: pooled memory, GPUs and PCIe devices"
@@ -125,6 +210,9 @@ function start_composable {
         if ! wait_for_service $SERVICE_TIMEOUT "$COMPOSABLE_ENDPOINT/"; then
             die $LINENO "composable-api did not start"
         fi
+    fi
+    if is_composable_memory_node; then
+        start_composable_memory_data_plane
     fi
     run_process composable-conductor \
         "$COMPOSABLE_BIN_DIR/composable-conductor --config-file $COMPOSABLE_CONF_FILE"
@@ -185,6 +273,177 @@ function register_composable_redfish_fabric {
     $xtrace
 }
 
+# register_composable_inventory - what a first lease needs: a fabric
+# whose Nova host aggregate holds this compute node (the pools' sharing
+# providers in Placement join that aggregate), this host as a compute host
+# and as the memory node of a memory pool, and a GPU pool of simulated
+# GPUs. Only what is missing is made, so a second stack.sh keeps leases.
+function register_composable_inventory {
+    local compute_host aggregate_uuid i
+    compute_host=$(composable_compute_host)
+    if ! wait_for_compute $SERVICE_TIMEOUT; then
+        die $LINENO "nova-compute of $compute_host did not register"
+    fi
+
+    if ! openstack aggregate show $COMPOSABLE_AGGREGATE >/dev/null 2>&1; then
+        openstack aggregate create $COMPOSABLE_AGGREGATE
+    fi
+    if ! openstack aggregate show $COMPOSABLE_AGGREGATE -f value -c hosts \
+            | grep -qw "$compute_host"; then
+        openstack aggregate add host $COMPOSABLE_AGGREGATE $compute_host
+    fi
+    aggregate_uuid=$(openstack aggregate show $COMPOSABLE_AGGREGATE \
+        -f value -c uuid)
+
+    if ! openstack composable fabric show $COMPOSABLE_FABRIC_NAME \
+            >/dev/null 2>&1; then
+        openstack composable fabric create $COMPOSABLE_FABRIC_NAME \
+            --driver fake --aggregate-uuid $aggregate_uuid \
+            --description "DevStack: simulated GPUs, memory of $compute_host"
+    fi
+    if ! openstack composable host show $compute_host >/dev/null 2>&1; then
+        openstack composable host create $compute_host \
+            --fabric $COMPOSABLE_FABRIC_NAME \
+            --initiator-iqn "$(composable_initiator_iqn)"
+    fi
+    if ! openstack composable pool show $COMPOSABLE_MEMORY_POOL \
+            >/dev/null 2>&1; then
+        openstack composable pool create $COMPOSABLE_MEMORY_POOL \
+            --kind memory --fabric $COMPOSABLE_FABRIC_NAME
+    fi
+    if ! openstack composable memory node show $compute_host \
+            >/dev/null 2>&1; then
+        openstack composable memory node create $compute_host \
+            --pool $COMPOSABLE_MEMORY_POOL \
+            --capacity ${COMPOSABLE_TMPFS_SIZE_MB}M \
+            --exporter $COMPOSABLE_MEMORY_EXPORTER \
+            --portal $COMPOSABLE_ISCSI_PORTAL --transport tcp
+    fi
+    if ! openstack composable pool show $COMPOSABLE_GPU_POOL \
+            >/dev/null 2>&1; then
+        openstack composable pool create $COMPOSABLE_GPU_POOL \
+            --kind gpu --fabric $COMPOSABLE_FABRIC_NAME
+    fi
+    for ((i = 0; i < COMPOSABLE_FAKE_GPUS; i++)); do
+        if ! openstack composable device show devstack-gpu-$i \
+                >/dev/null 2>&1; then
+            openstack composable device create --pool $COMPOSABLE_GPU_POOL \
+                --address devstack-gpu-$i --name devstack-gpu-$i \
+                --model FakeGPU --vendor-id 10de --product-id 0001
+        fi
+    done
+}
+
+# create_composable_flavors - sample flavors asking Placement for pooled
+# capacity (the pools' sharing providers answer those resource classes)
+function create_composable_flavors {
+    if ! openstack flavor show $COMPOSABLE_MEMORY_FLAVOR >/dev/null 2>&1; then
+        openstack flavor create $COMPOSABLE_MEMORY_FLAVOR \
+            --ram 256 --disk 1 --vcpus 1 \
+            --property resources:CUSTOM_COMPOSABLE_MEMORY_MB=2048 \
+            --property composable:attach_mode=guest
+    fi
+    if ! openstack flavor show $COMPOSABLE_GPU_FLAVOR >/dev/null 2>&1; then
+        openstack flavor create $COMPOSABLE_GPU_FLAVOR \
+            --ram 256 --disk 1 --vcpus 1 \
+            --property resources:CUSTOM_COMPOSABLE_GPU=1 \
+            --property composable:gpu_model=FakeGPU
+    fi
+}
+
+function delete_composable_flavors {
+    local flavor
+    for flavor in $COMPOSABLE_MEMORY_FLAVOR $COMPOSABLE_GPU_FLAVOR; do
+        openstack flavor delete $flavor 2>/dev/null || true
+    done
+}
+
+# The lease of a server, "<uuid> <status> <fault>", or nothing.
+function composable_lease_of_server {
+    local server=$1
+    openstack composable lease list --all-projects --long -f json | \
+        python3 -c '
+import json, sys
+for lease in json.load(sys.stdin):
+    if lease.get("Instance UUID", lease.get("instance_uuid")) == sys.argv[1]:
+        print(lease.get("UUID", lease.get("uuid")),
+              lease.get("Status", lease.get("status")))
+        break' $server
+}
+
+# verify_composable - boot a server with the memory flavor, wait until
+# its lease is bound and the guest has the disk, then remove it all. A
+# failure stops stack.sh with what went wrong.
+function verify_composable {
+    local server lease status instance deadline
+    echo "Verifying composable: booting a server with $COMPOSABLE_MEMORY_FLAVOR"
+    openstack server delete --wait composable-verify 2>/dev/null || true
+    server=$(openstack server create --flavor $COMPOSABLE_MEMORY_FLAVOR \
+        --image $DEFAULT_IMAGE_NAME --network $PRIVATE_NETWORK_NAME \
+        --wait -f value -c id composable-verify) || \
+        die $LINENO "composable check: the server with $COMPOSABLE_MEMORY_FLAVOR did not boot (openstack server show composable-verify)"
+    deadline=$((SECONDS + COMPOSABLE_VERIFY_TIMEOUT))
+    status=""
+    while [[ $SECONDS -lt $deadline ]]; do
+        read -r lease status <<< "$(composable_lease_of_server $server)"
+        case "$status" in
+            bound) break ;;
+            error|released)
+                openstack composable lease show $lease
+                die $LINENO "composable check: lease $lease of server $server is $status" ;;
+        esac
+        sleep 2
+    done
+    if [[ "$status" != "bound" ]]; then
+        die $LINENO "composable check: the lease of server $server is '${status:-missing}', not bound, after $COMPOSABLE_VERIFY_TIMEOUT s"
+    fi
+    instance=$(openstack server show $server -f value \
+        -c OS-EXT-SRV-ATTR:instance_name)
+    # The agent hot-plugs the disk after the domain started: wait for it.
+    while ! sudo virsh -c qemu:///system dumpxml $instance | \
+            grep -q "protocol='iscsi'"; do
+        if [[ $SECONDS -ge $deadline ]]; then
+            die $LINENO "composable check: lease $lease is bound but domain $instance has no iSCSI disk"
+        fi
+        sleep 2
+    done
+    openstack server delete --wait $server
+    while [[ -n "$(composable_lease_of_server $server)" ]]; do
+        if [[ $SECONDS -ge $deadline ]]; then
+            die $LINENO "composable check: lease $lease outlived server $server"
+        fi
+        sleep 2
+    done
+    echo "composable check passed: lease $lease was bound to $server and released"
+}
+
+# Remove the inventory and the Nova objects the plugin made.
+function cleanup_composable_inventory {
+    local compute_host
+    compute_host=$(composable_compute_host)
+    delete_composable_flavors
+    if openstack aggregate show $COMPOSABLE_AGGREGATE >/dev/null 2>&1; then
+        openstack aggregate remove host $COMPOSABLE_AGGREGATE \
+            $compute_host 2>/dev/null || true
+        openstack aggregate delete $COMPOSABLE_AGGREGATE || true
+    fi
+}
+
+# Targets of composable's IQN prefix left in tgtd, and the tmpfs.
+function cleanup_composable_memory_data_plane {
+    local tid
+    if command -v tgtadm >/dev/null; then
+        for tid in $(sudo tgtadm --lld iscsi --mode target --op show | \
+                awk '/^Target [0-9]+: iqn.2010-10.org.openstack.composable/ {sub(":", "", $2); print $2}'); do
+            sudo tgtadm --lld iscsi --mode target --op delete --force \
+                --tid $tid || true
+        done
+    fi
+    if mountpoint -q $COMPOSABLE_TMPFS_PATH; then
+        sudo umount $COMPOSABLE_TMPFS_PATH
+    fi
+}
+
 # stop_composable - stop the services
 function stop_composable {
     local serv
@@ -200,6 +459,12 @@ function cleanup_composable {
         remove_uwsgi_config "$COMPOSABLE_UWSGI_CONF" "composable-api"
     fi
     sudo rm -f $COMPOSABLE_REDFISH_EMULATOR_CONF
+    if is_composable_memory_node; then
+        cleanup_composable_memory_data_plane
+    fi
+    if is_service_enabled nova && [[ -r $TOP_DIR/openrc ]]; then
+        cleanup_composable_inventory
+    fi
     if [[ -x $COMPOSABLE_BIN_DIR/composable-libvirt-hook ]]; then
         sudo $COMPOSABLE_BIN_DIR/composable-libvirt-hook --uninstall
     fi
@@ -215,6 +480,9 @@ if is_composable_enabled; then
         if is_composable_compute; then
             install_composable_libvirt_hook
         fi
+        if is_service_enabled nova; then
+            configure_nova_for_composable
+        fi
         if is_service_enabled keystone; then
             create_composable_accounts
         fi
@@ -228,6 +496,20 @@ if is_composable_enabled; then
         start_composable
         if [[ "$COMPOSABLE_REDFISH_EMULATOR" == "True" ]]; then
             register_composable_redfish_fabric
+        fi
+        if is_service_enabled nova && \
+                [[ "$COMPOSABLE_REGISTER_INVENTORY" == "True" ]]; then
+            register_composable_inventory
+            create_composable_flavors
+            echo "composable: boot a server with pooled memory with"
+            echo "  openstack server create --flavor $COMPOSABLE_MEMORY_FLAVOR --image $DEFAULT_IMAGE_NAME --network $PRIVATE_NETWORK_NAME my-server"
+            echo "  openstack composable lease list"
+        fi
+    elif [[ "$1" == "stack" && "$2" == "test-config" ]]; then
+        if is_service_enabled nova && \
+                [[ "$COMPOSABLE_REGISTER_INVENTORY" == "True" && \
+                   "$COMPOSABLE_VERIFY" == "True" ]]; then
+            verify_composable
         fi
     fi
 

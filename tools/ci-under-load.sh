@@ -18,7 +18,7 @@
 # Usage: tools/ci-under-load.sh [ARGS FOR .ci/run]
 set -u
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 burners=()
 stop_burners() {
     if [ "${#burners[@]}" -gt 0 ]; then

@@ -1,0 +1,265 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The DevStack plugin, phase by phase, against stand-ins of DevStack's
+functions and of the ``openstack`` client (stand_ins.sh, cloud.py): a
+whole DevStack cannot run on a test machine. What is checked is the
+plugin's own logic: the options it writes into nova.conf and
+composable.conf, the inventory and flavors it registers (once), its
+check at test-config and what clean removes."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, '..', '..', '..'))
+
+
+class DevStack(object):
+
+    def __init__(self, tmp_path):
+        self.tmp = tmp_path
+        self.cloud = tmp_path / 'cloud'
+        self.cloud.mkdir()
+        self.calls = tmp_path / 'calls'
+        self.nova_conf = tmp_path / 'nova.conf'
+        self.composable_conf = tmp_path / 'composable.conf'
+        self.env = {
+            'PATH': os.environ['PATH'],
+            'CALLS': str(self.calls),
+            'CLOUD': str(self.cloud),
+            'STAND_INS_DIR': HERE,
+            'STAND_IN_DISTRO': 'ubuntu',
+            'ENABLED_SERVICES': ('key,n-api,n-sch,n-cpu,rabbit,mysql,'
+                                 'composable-api,composable-conductor,'
+                                 'composable-agent'),
+            'DEST': str(tmp_path),
+            'TOP_DIR': str(tmp_path),
+            'NOVA_CONF': str(self.nova_conf),
+            'COMPOSABLE_CONF_DIR': str(tmp_path),
+            'SERVICE_HOST': '10.0.0.5',
+            'HOST_IP': '10.0.0.5',
+            'SERVICE_PROTOCOL': 'http',
+            'SERVICE_TIMEOUT': '60',
+            'STACK_USER': 'stack',
+            'REGION_NAME': 'RegionOne',
+            'DEFAULT_IMAGE_NAME': 'cirros-0.6.3-x86_64-disk',
+            'PRIVATE_NETWORK_NAME': 'private',
+            'NOVA_FILTERS': 'ComputeFilter,ImagePropertiesFilter',
+            'NOVA_NOTIFICATION_FORMAT': 'unversioned',
+        }
+
+    def run(self, *phase, check=True, **env):
+        script = ('source "$STAND_INS_DIR/stand_ins.sh"; '
+                  'source %s/devstack/settings; '
+                  'source %s/devstack/plugin.sh "$@"; '
+                  'echo "NOVA_FILTERS=$NOVA_FILTERS"; '
+                  'echo "NOVA_NOTIFICATION_FORMAT=$NOVA_NOTIFICATION_FORMAT"'
+                  % (ROOT, ROOT))
+        full_env = dict(self.env, **env)
+        proc = subprocess.run(['bash', '-c', script, 'plugin'] + list(phase),
+                              env=full_env, capture_output=True, text=True,
+                              timeout=120)
+        if check:
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc
+
+    def calls_list(self):
+        if not self.calls.exists():
+            return []
+        return self.calls.read_text().splitlines()
+
+    def ini(self, path):
+        """{section: {option: [values]}} of what the plugin wrote."""
+        data = {}
+        with open(path) as f:
+            for line in f:
+                section, option, value = line.rstrip('\n').split('\t', 2)
+                data.setdefault(section, {}).setdefault(option, []).append(
+                    value)
+        return data
+
+    def objects(self, kind):
+        where = self.cloud / 'objects' / kind
+        return sorted(os.listdir(where)) if where.exists() else []
+
+
+@pytest.fixture
+def devstack(tmp_path):
+    return DevStack(tmp_path)
+
+
+def test_settings_add_the_filter_once_and_ask_versioned_notifications(
+        devstack):
+    out = devstack.run('source').stdout
+    assert 'NOVA_FILTERS=ComputeFilter,ImagePropertiesFilter,' \
+        'ComposableFilter\n' in out
+    assert 'NOVA_NOTIFICATION_FORMAT=both\n' in out
+
+    again = devstack.run(
+        'source', NOVA_FILTERS='ComputeFilter,ComposableFilter',
+        NOVA_NOTIFICATION_FORMAT='versioned').stdout
+    assert 'NOVA_FILTERS=ComputeFilter,ComposableFilter\n' in again
+    assert 'NOVA_NOTIFICATION_FORMAT=versioned\n' in again
+
+
+def test_post_config_configures_nova_and_composable(devstack):
+    devstack.run('stack', 'post-config')
+    nova = devstack.ini(devstack.nova_conf)
+    assert nova['filter_scheduler']['available_filters'] == [
+        'nova.scheduler.filters.all_filters',
+        'composable.nova.scheduler.ComposableFilter']
+    assert nova['composable']['auth_type'] == ['password']
+    assert nova['composable']['username'] == ['nova']
+
+    conf = devstack.ini(devstack.composable_conf)
+    assert conf['DEFAULT']['host'] == ['compute-a']
+    assert conf['nova']['notifications_enabled'] == ['True']
+    assert conf['nova']['notifications_transport_url'] == [
+        'rabbit://stackrabbit:secret@10.0.0.5:5672/']
+    assert conf['nova']['username'] == ['composable']
+    assert conf['placement']['username'] == ['composable']
+    assert conf['agent']['memory_exporter'] == ['tgt']
+    assert conf['memory']['manage_mount'] == ['True']
+    assert conf['memory']['tmpfs_size_mb'] == ['4096']
+    assert conf['memory']['portal'] == ['10.0.0.5:3260']
+    assert conf['compute_node']['initiator_iqn'] == [
+        'iqn.2010-10.org.openstack.composable:compute-a']
+    helper = conf['composable_sys_admin']['helper_command'][0]
+    assert helper.startswith('sudo /usr/local/bin/privsep-helper ')
+    # The libvirt hook is installed on a compute node.
+    assert any('composable-libvirt-hook --install' in call
+               for call in devstack.calls_list())
+    # The service user gets the admin role Nova and Placement ask for.
+    assert 'create_service_user composable admin' in devstack.calls_list()
+
+
+def test_post_config_without_nova_leaves_nova_alone(devstack):
+    devstack.run('stack', 'post-config',
+                 ENABLED_SERVICES='key,mysql,composable-api,composable-agent')
+    assert not devstack.nova_conf.exists()
+    conf = devstack.ini(devstack.composable_conf)
+    assert 'nova' not in conf
+
+
+def test_install_puts_the_data_plane_on_the_host(devstack):
+    devstack.run('stack', 'install')
+    calls = devstack.calls_list()
+    assert 'install_package tgt' in calls
+    assert 'install_package qemu-block-extra' in calls
+
+    devstack.calls.unlink()
+    devstack.run('stack', 'install', STAND_IN_DISTRO='fedora')
+    assert 'install_package scsi-target-utils' in devstack.calls_list()
+
+    devstack.calls.unlink()
+    devstack.run('stack', 'install', COMPOSABLE_MEMORY_EXPORTER='noop')
+    assert not [c for c in devstack.calls_list()
+                if c.startswith('install_package tgt')]
+
+
+def test_extra_registers_the_inventory_and_flavors_once(devstack):
+    devstack.run('stack', 'extra')
+    calls = devstack.calls_list()
+    assert 'sudo systemctl enable --now tgt' in calls
+    assert devstack.objects('aggregate') == ['composable']
+    aggregate = json.loads(
+        (devstack.cloud / 'objects' / 'aggregate' / 'composable')
+        .read_text())
+    assert aggregate['hosts'] == ['compute-a']
+    assert devstack.objects('fabric') == ['devstack-fabric']
+    fabric = json.loads((devstack.cloud / 'objects' / 'fabric' /
+                         'devstack-fabric').read_text())
+    assert '--aggregate-uuid' in fabric['args']
+    assert 'aggregate-uuid-1' in fabric['args']
+    assert devstack.objects('host') == ['compute-a']
+    assert devstack.objects('pool') == ['gpu-pool', 'memory-pool']
+    assert devstack.objects('memory-node') == ['compute-a']
+    node = json.loads((devstack.cloud / 'objects' / 'memory-node' /
+                       'compute-a').read_text())['args']
+    assert node[node.index('--capacity') + 1] == '4096M'
+    assert node[node.index('--exporter') + 1] == 'tgt'
+    assert devstack.objects('device') == ['devstack-gpu-0', 'devstack-gpu-1']
+    assert devstack.objects('flavor') == ['composable.gpu1',
+                                          'composable.mem2g']
+    mem = json.loads((devstack.cloud / 'objects' / 'flavor' /
+                      'composable.mem2g').read_text())['args']
+    assert 'resources:CUSTOM_COMPOSABLE_MEMORY_MB=2048' in mem
+    proc_calls = len(calls)
+
+    # A second stack.sh makes nothing twice.
+    devstack.run('stack', 'extra')
+    creates = [c for c in devstack.calls_list()[proc_calls:]
+               if ' create ' in c and not c.startswith('sudo')]
+    assert creates == []
+
+
+def test_check_at_test_config_passes_and_cleans_up(devstack):
+    devstack.run('stack', 'extra')
+    (devstack.cloud / 'domain.xml').write_text(
+        "<domain><devices><disk type='network'>"
+        "<source protocol='iscsi' name='iqn.x/0'/></disk></devices>"
+        "</domain>")
+    proc = devstack.run('stack', 'test-config')
+    assert 'composable check passed' in proc.stdout
+    assert devstack.objects('server') == []
+    calls = devstack.calls_list()
+    assert any(c.startswith('openstack server create --flavor '
+                            'composable.mem2g') for c in calls)
+
+
+@pytest.mark.parametrize('status', ['error', 'released'])
+def test_check_stops_stack_when_the_lease_fails(devstack, status):
+    devstack.run('stack', 'extra')
+    (devstack.cloud / 'lease-status').write_text(status)
+    proc = devstack.run('stack', 'test-config', check=False)
+    assert proc.returncode == 3
+    assert 'DIE: composable check: lease lease-1 of server server-1 is ' \
+        '%s' % status in proc.stderr
+
+
+def test_check_stops_stack_when_the_guest_never_gets_the_disk(devstack):
+    devstack.run('stack', 'extra')
+    (devstack.cloud / 'domain.xml').write_text('<domain/>')
+    proc = devstack.run('stack', 'test-config', check=False,
+                        COMPOSABLE_VERIFY_TIMEOUT='1')
+    assert proc.returncode == 3
+    assert 'is bound but domain instance-00000001 has no iSCSI disk' in \
+        proc.stderr
+
+
+def test_check_can_be_turned_off(devstack):
+    devstack.run('stack', 'extra')
+    devstack.run('stack', 'test-config', COMPOSABLE_VERIFY='False')
+    assert not [c for c in devstack.calls_list()
+                if c.startswith('openstack server create')]
+
+
+def test_clean_removes_flavors_aggregate_targets_and_tmpfs(devstack):
+    devstack.run('stack', 'extra')
+    (devstack.tmp / 'openrc').write_text('')
+    (devstack.cloud / 'mounted').write_text('')
+    (devstack.cloud / 'tgt-show').write_text(
+        'Target 1: iqn.2010-10.org.openstack.composable:extent-1\n'
+        '    System information:\n'
+        'Target 2: iqn.2003-01.org.example:not-ours\n')
+    devstack.run('clean')
+    assert devstack.objects('flavor') == []
+    assert devstack.objects('aggregate') == []
+    calls = devstack.calls_list()
+    assert ('sudo tgtadm --lld iscsi --mode target --op delete --force '
+            '--tid 1') in calls
+    assert not [c for c in calls if c.endswith('--tid 2')]
+    assert 'sudo umount %s' % '/var/lib/composable/memory' in calls
