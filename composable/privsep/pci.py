@@ -40,15 +40,15 @@ MAX_VFS = 65535
 MAX_INTERCHANGEABLE = 256
 MAX_KNOWN = 65536
 
-_BDF = re.compile(r'^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
-_ID = re.compile(r'^(0x)?[0-9a-fA-F]{1,4}$')
-_SERIAL = re.compile(r'^[\x21-\x7e][\x20-\x7e]{0,127}$')
+_BDF = re.compile(r'[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
+_ID = re.compile(r'(0x)?[0-9a-fA-F]{1,4}')
+_SERIAL = re.compile(r'[\x21-\x7e][\x20-\x7e]{0,127}')
 
 
 def check_address(address):
     """``address`` when it is a full PCI address as sysfs names it;
     ValueError otherwise."""
-    if not isinstance(address, str) or not _BDF.match(address):
+    if not isinstance(address, str) or not _BDF.fullmatch(address):
         raise ValueError('%r is not a PCI address of the form '
                          '0000:41:00.0' % (address,))
     return address
@@ -71,12 +71,12 @@ def check_locator(locator):
     for key in ('vendor_id', 'product_id'):
         value = locator.get(key)
         if value is not None and (not isinstance(value, str) or
-                                  not _ID.match(value)):
+                                  not _ID.fullmatch(value)):
             raise ValueError('locator %s %r is not a PCI id' % (key, value))
         checked[key] = value
     serial = locator.get('serial')
     if serial is not None and (not isinstance(serial, str) or
-                               not _SERIAL.match(serial)):
+                               not _SERIAL.fullmatch(serial)):
         raise ValueError('locator serial %r is not printable text of at '
                          'most 128 characters' % (serial,))
     checked['serial'] = serial
