@@ -274,18 +274,19 @@ class HostPciDevices(object):
         if self.refusal:
             raise exception.DriverError(reason=self.refusal)
         result = {}
+        # Devices of one model still to be found for this lease: any new
+        # function of that model up to their number is one of them.
         pending = collections.Counter(
             _model(_locator(d)) for d in devices
-            if not _locator(d).get('pci_address'))
+            if not _locator(d).get('pci_address') and
+            self._known_address(d, _locator(d)) is None)
         for device in devices:
             locator = _locator(device)
             model = _model(locator)
             with self._device_lock(device['uuid']):
-                result[device['uuid']] = self._attach_one(
-                    lease, device, locator,
-                    max(1, pending[model]) if not locator['pci_address']
-                    else 1)
-            if not locator['pci_address']:
+                result[device['uuid']], found = self._attach_one(
+                    lease, device, locator, max(1, pending[model]))
+            if found and not locator['pci_address']:
                 pending[model] -= 1
         return result
 
@@ -349,9 +350,11 @@ class HostPciDevices(object):
                        (self.records.path, exc.strerror))
 
     def _attach_one(self, lease, device, locator, interchangeable):
+        """The device's address, and whether it was searched for now."""
         device = dict(device, lease_uuid=lease['uuid'])
         address = self._known_address(device, locator)
-        if address is None:
+        found = address is None
+        if found:
             address = self._find(device, locator, interchangeable)
         self._check_nova_spec(device, locator, address)
         try:
@@ -374,7 +377,7 @@ class HostPciDevices(object):
         except (pci.PciError, ValueError, OSError) as exc:
             raise _fail('binding device %s at %s to vfio-pci'
                         % (device['uuid'], address), exc)
-        return address
+        return address, found
 
     # ------------------------------------------------------------ detach
 
@@ -390,6 +393,7 @@ class HostPciDevices(object):
             record = self.records.devices.get(device['uuid'])
             baseline = set(self.baseline or ())
         address = record['address'] if record else device.get('pci_address')
+        locator = (record or {}).get('locator') or _locator(device)
         if not address:
             LOG.info('Device %(dev)s of lease %(lease)s was never found on '
                      'this host; nothing to remove',
@@ -398,15 +402,13 @@ class HostPciDevices(object):
         try:
             address = pci.normalize_address(address)
             present = pci.exists(address, self.root)
-            if present and not record:
-                # Known only from the conductor: make sure it is the
-                # device and not a function of the host's own.
+            if present:
+                # Make sure it is still the device, and, when known only
+                # from the conductor, no function of the host's own.
                 ids = pci.device_ids(address, self.root)
-                want = (pci.normalize_id(device.get('vendor_id')),
-                        pci.normalize_id(device.get('product_id')))
                 other = any(w is not None and w != i
-                            for w, i in zip(want, ids))
-                if address in baseline or other:
+                            for w, i in zip(_model(locator)[:2], ids))
+                if other or (address in baseline and not record):
                     LOG.warning('Not removing %(addr)s for device %(dev)s '
                                 'of lease %(lease)s: the function there '
                                 'is not that device', {

@@ -240,6 +240,34 @@ def test_two_devices_of_one_model_in_one_lease(fs, host):
     assert not pci.exists('0000:42:00.0', fs.root)
 
 
+def test_a_device_already_held_does_not_widen_the_search(fs, host):
+    fs.add('0000:41:00.0', group=12, hidden=True)
+    assert host.attach(LEASE, [_device('dev-2')]) == {
+        'dev-2': '0000:41:00.0'}
+    # dev-1 of the same lease and a device of another lease, both of
+    # the model, appear: only dev-1 is awaited, so there is no guess.
+    fs.add('0000:42:00.0', group=13, hidden=True)
+    fs.add('0000:43:00.0', group=14, hidden=True)
+    with pytest.raises(exception.DriverError) as e:
+        host.attach(LEASE, [_device('dev-1'), _device('dev-2')])
+    assert '0000:42:00.0, 0000:43:00.0' in e.value.message
+    assert fs.driver_of('0000:42:00.0') is None
+    assert fs.driver_of('0000:43:00.0') is None
+
+
+def test_detach_spares_a_function_that_is_no_longer_the_device(
+        fs, host, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+    # The fabric took the GPU away and another function took its address.
+    fs._destroy(GPU)
+    fs.add(GPU, vendor='0x8086', device='0x0b60', group=12)
+    writes = list(fs.writes)
+    host.detach(LEASE, [_device()])
+    assert fs.writes == writes and pci.exists(GPU, fs.root)
+    assert _state(tmp_path) == {}
+
+
 def test_another_lease_device_of_the_model_is_not_guessed(fs, host):
     fs.add('0000:41:00.0', group=12, hidden=True)
     fs.add('0000:42:00.0', group=13, hidden=True)
