@@ -603,3 +603,19 @@ def test_simulated_devices_only_log(caplog):
     result = agent.set_sriov_vfs(None, '0000:41:00.0', 4)
     assert result['simulated'] and result['vfs'] == []
     assert 'would give 0000:41:00.0 4 virtual function(s)' in caplog.text
+
+
+def test_agent_start_creates_the_configured_vfs(fs, host, pf, sysfs_conf):
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 host_pci=host)
+    conf.CONF.set_override('sriov_numvfs', [pf + ':3'], 'compute_node')
+    conf.CONF.set_override('hook_socket', '', 'compute_node')
+    try:
+        agent.start()
+    finally:
+        conf.CONF.clear_override('sriov_numvfs', 'compute_node')
+        conf.CONF.clear_override('hook_socket', 'compute_node')
+        agent.stop()
+    assert host.refusal is None
+    assert pci.virtual_functions(pf, fs.root) == [
+        '0000:41:10.0', '0000:41:10.1', '0000:41:10.2']
