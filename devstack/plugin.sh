@@ -106,6 +106,14 @@ function configure_composable {
         $COMPOSABLE_MEMORY_EXPORTER
     iniset $COMPOSABLE_CONF_FILE allocator memory_extent_mb \
         $COMPOSABLE_MEMORY_EXTENT_MB
+    if [[ -n "$COMPOSABLE_PCI_BACKEND" ]]; then
+        iniset $COMPOSABLE_CONF_FILE compute_node pci_backend \
+            $COMPOSABLE_PCI_BACKEND
+    fi
+    # The agent runs as the DevStack user, who may write here.
+    mkdir -p $COMPOSABLE_STATE_DIR
+    iniset $COMPOSABLE_CONF_FILE compute_node pci_state_file \
+        $COMPOSABLE_STATE_DIR/pci-devices.json
 
     # The agent's privileged helper runs from the same Python as the
     # agent (DevStack may install into a virtualenv sudo does not see).

@@ -34,10 +34,18 @@ compute_node role
     (``host``: iSCSI login and swap on this host). One of each per
     process, made when first needed.
 
+    attach_devices/detach_devices go to HostPciDevices
+    (composable.agent.compute_node.host_pci): the function the fabric
+    composed is found on the PCI bus, checked and bound to vfio-pci, and
+    taken off the bus again before the fabric unbinds it.
+    set_sriov_vfs gives a physical function its virtual functions;
+    ``[compute_node]sriov_numvfs`` creates them when the agent starts.
+
 With ``[agent]memory_exporter = noop`` the whole memory data plane is
 simulated, on both roles: nothing is exported or attached, and the log
-says so. Devices are attached by the fabric driver; this agent only
-records them (PCI rescan and vfio binding come with the PCI work).
+says so. Devices are simulated the same way by ``[compute_node]
+pci_backend = noop``, which is what an unset pci_backend means when the
+memory exporter is noop.
 
 CHAP credentials arrive in ``extent`` dicts and in export_extent's
 arguments; they are never logged.
@@ -48,6 +56,7 @@ import threading
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
+from composable.agent.compute_node import host_pci as host_pci_mod
 from composable.agent.compute_node import host_swap as host_swap_mod
 from composable.agent import hook_server as hook_server_mod
 from composable.agent.compute_node import libvirt_guest
@@ -55,6 +64,7 @@ from composable.agent.compute_node import memory_tuning
 from composable.common import exception
 from composable.common import states
 from composable import conf
+from composable.conf import compute_pci as pci_conf
 from composable.memory import exporters
 
 CONF = conf.CONF
@@ -73,6 +83,16 @@ NOOP_ATTACH = 'noop attach: nothing is attached on this host'
 SWAP_PRIORITY = 10
 
 
+def pci_backend():
+    """The PCI backend in effect: [compute_node]pci_backend, or when it is
+    unset, noop with the noop memory exporter and sysfs otherwise."""
+    backend = CONF.compute_node.pci_backend
+    if backend:
+        return backend
+    return (pci_conf.NOOP if CONF.agent.memory_exporter == NOOP
+            else pci_conf.SYSFS)
+
+
 def _public(extent):
     """An extent dict without its CHAP credentials, for logs."""
     return {k: v for k, v in extent.items()
@@ -81,10 +101,12 @@ def _public(extent):
 
 class AgentManager(object):
 
-    target = messaging.Target(version='1.0')
+    # 1.1: set_sriov_vfs
+    target = messaging.Target(version='1.1')
 
     def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
-                 host_swap=None, simulate=None, memory_tuner=None):
+                 host_swap=None, simulate=None, memory_tuner=None,
+                 host_pci=None):
         self.host = host
         self.roles = tuple(roles if roles is not None else CONF.agent.roles)
         unknown = set(self.roles) - set(ROLES)
@@ -100,6 +122,10 @@ class AgentManager(object):
                         guest_attacher is None and host_swap is None)
         # Simulated compute side: attach_memory/detach_memory only log.
         self.simulate = simulate
+        self._host_pci = host_pci
+        # Simulated devices: attach_devices/detach_devices only log.
+        self.simulate_devices = (host_pci is None and
+                                 pci_backend() == pci_conf.NOOP)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._reporter = None
@@ -151,6 +177,14 @@ class AgentManager(object):
                     self._host_swap = host_swap_mod.HostSwap()
         return self._host_swap
 
+    @property
+    def host_pci(self):
+        if self._host_pci is None:
+            with self._lock:
+                if self._host_pci is None:
+                    self._host_pci = host_pci_mod.HostPciDevices()
+        return self._host_pci
+
     # ------------------------------------------------------------ life
 
     def start(self):
@@ -175,12 +209,33 @@ class AgentManager(object):
                          'initiator %(iqn)s',
                          {'host': self.host,
                           'iqn': CONF.compute_node.initiator_iqn})
+            self._start_devices()
             if CONF.compute_node.hook_socket:
                 self._start_hook_server()
             else:
                 LOG.warning('[compute_node]hook_socket is empty: the libvirt '
                             'hook gets no answer, and domains start without '
                             'their leases')
+
+    def _start_devices(self):
+        """Check the host for device passthrough, and create the SR-IOV
+        virtual functions the configuration asks for. A host that fails
+        the checks keeps doing memory work; its device attaches fail with
+        the reason."""
+        if self.simulate_devices:
+            LOG.warning('%s: [compute_node]pci_backend is noop, so leased '
+                        'PCI devices are simulated on %s', NOOP_ATTACH,
+                        self.host)
+            return
+        try:
+            self.host_pci.start()
+        except exception.ComposableException as exc:
+            self.host_pci.refusal = exc.message
+            LOG.error('Leased PCI devices cannot be used on %(host)s: '
+                      '%(reason)s', {'host': self.host,
+                                     'reason': exc.message})
+            return
+        self.host_pci.create_configured_vfs()
 
     def _start_hook_server(self):
         server = hook_server_mod.HookServer(self)
@@ -424,6 +479,12 @@ class AgentManager(object):
 
     def attach_devices(self, context, lease, devices):
         self._require(COMPUTE_NODE, 'attach devices')
+        if not self.simulate_devices:
+            result = self.host_pci.attach(lease, devices)
+            with self._lock:
+                self.device_attachments.setdefault(lease['uuid'], {}).update(
+                    result)
+            return result
         result = {}
         for device in devices:
             # What the fabric told about where the device will appear: a
@@ -444,16 +505,32 @@ class AgentManager(object):
 
     def detach_devices(self, context, lease, devices):
         self._require(COMPUTE_NODE, 'detach devices')
+        if not self.simulate_devices:
+            self.host_pci.detach(lease, devices)
         with self._lock:
             held = self.device_attachments.get(lease['uuid'], {})
             for device in devices:
-                LOG.warning('%(noop)s: would remove device %(dev)s from PCI '
-                            '(lease %(lease)s)',
-                            {'noop': NOOP_ATTACH, 'dev': device['uuid'],
-                             'lease': lease['uuid']})
+                if self.simulate_devices:
+                    LOG.warning('%(noop)s: would remove device %(dev)s from '
+                                'PCI (lease %(lease)s)',
+                                {'noop': NOOP_ATTACH, 'dev': device['uuid'],
+                                 'lease': lease['uuid']})
                 held.pop(device['uuid'], None)
             if not held:
                 self.device_attachments.pop(lease['uuid'], None)
+
+    def set_sriov_vfs(self, context, pf_address, count):
+        """Give the physical function ``pf_address`` ``count`` virtual
+        functions (through 0 when changing); returns ``{'pf_address',
+        'vfs': [{'address', 'vendor_id', 'product_id', 'iommu_group'}]}``.
+        Refused while one of its VFs that would go is leased."""
+        self._require(COMPUTE_NODE, 'set up SR-IOV virtual functions')
+        if self.simulate_devices:
+            LOG.warning('%(noop)s: would give %(pf)s %(n)s virtual '
+                        'function(s)', {'noop': NOOP_ATTACH,
+                                        'pf': pf_address, 'n': count})
+            return {'pf_address': pf_address, 'vfs': [], 'simulated': True}
+        return self.host_pci.set_virtual_functions(pf_address, count)
 
     # ------------------------------------------------------ libvirt hook
 

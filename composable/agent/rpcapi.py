@@ -19,6 +19,7 @@ repeat any call after a timeout.
 
 Version history:
     1.0 - Initial version.
+    1.1 - set_sriov_vfs
 """
 
 from composable.common import rpc
@@ -28,6 +29,8 @@ CONF = conf.CONF
 
 
 class AgentAPI(object):
+    # Calls go out as 1.0 unless they need more, so agents not yet
+    # upgraded keep answering them.
     RPC_API_VERSION = '1.0'
 
     def __init__(self):
@@ -78,6 +81,15 @@ class AgentAPI(object):
     def detach_devices(self, context, node, lease, devices):
         return self._call(context, node, 'detach_devices', lease=lease,
                           devices=devices)
+
+    def set_sriov_vfs(self, context, node, pf_address, count):
+        """Give a physical function of the host ``count`` SR-IOV virtual
+        functions; their addresses and ids."""
+        cctxt = self.client.prepare(
+            server=node, version='1.1',
+            timeout=CONF.rpc_response_timeout_bind)
+        return cctxt.call(context, 'set_sriov_vfs', pf_address=pf_address,
+                          count=count)
 
     def instance_leases_changed(self, context, instance_uuid, lease_uuids):
         """Tell every agent (fanout cast) the leases of an instance, so

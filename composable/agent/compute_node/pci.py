@@ -265,7 +265,7 @@ def _ids_match(locator, address, root):
             and want_product in (None, product))
 
 
-def _match(locator, root, known):
+def _match(locator, root, known, interchangeable=1):
     """The function matching ``locator`` now, or None."""
     address = locator.get('pci_address')
     if address:
@@ -298,17 +298,20 @@ def _match(locator, root, known):
     if not candidates:
         return None
     slots = {a.rsplit('.', 1)[0] for a in candidates}
-    if len(slots) > 1:
+    if len(slots) > interchangeable:
         # Two devices of the same model composed at once: guessing would
         # give a guest the wrong one.
         raise AmbiguousDevice('%s matches the new functions %s'
                               % (_describe(locator), ', '.join(candidates)))
     # Functions of one multi-function device: the first one is the device.
+    # Up to ``interchangeable`` devices are the caller's own, any of which
+    # will do: the first one is taken.
     return candidates[0]
 
 
 def find_function(locator, root='/', timeout=60, known=(), writer=write,
-                  interval=1.0, clock=time.monotonic, sleep=time.sleep):
+                  interval=1.0, clock=time.monotonic, sleep=time.sleep,
+                  interchangeable=1):
     """Address of the function the fabric composed, as ``locator`` says.
 
     Rescans and looks until it appears or ``timeout`` seconds pass (the
@@ -316,13 +319,18 @@ def find_function(locator, root='/', timeout=60, known=(), writer=write,
     ``pci_address`` the function is one matching the ids that is not in
     ``known`` -- the addresses present before the bind -- and, when both
     the locator's serial and the function's are readable, the serial.
+
+    ``interchangeable`` is how many devices of this very locator the
+    caller is waiting for (several GPUs of one model for one lease): as
+    long as no more new devices than that match, any of them is the
+    caller's and the first is returned; more is AmbiguousDevice.
     """
     deadline = clock() + timeout
     tries = 0
     while True:
         rescan(root, writer)
         tries += 1
-        found = _match(locator, root, known)
+        found = _match(locator, root, known, interchangeable)
         if found:
             return found
         if clock() >= deadline:

@@ -205,7 +205,10 @@ class DataPlaneStack(object):
             'compute_node': {'initiator_iqn': INITIATOR,
                              'libvirt_uri': dataplane.LIBVIRT_URI,
                              'attach_timeout': 30,
-                             'detach_timeout': 30},
+                             'detach_timeout': 30,
+                             # Real memory, simulated devices: the fake
+                             # fabric composes nothing into this machine.
+                             'pci_backend': 'noop'},
             'composable_sys_admin': {
                 'helper_command': self._helper_command()},
         }

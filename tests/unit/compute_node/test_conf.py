@@ -32,3 +32,20 @@ def test_options_are_registered_and_listed():
     assert set(listed['compute_node']) >= {
         'libvirt_uri', 'initiator_iqn', 'swap_priority', 'attach_timeout',
         'detach_timeout', 'iscsi_replacement_timeout'}
+
+
+def test_pci_options_are_registered_and_listed():
+    from composable.conf import CONF
+    assert CONF.compute_node.pci_backend is None
+    assert CONF.compute_node.pci_find_timeout == 60
+    assert CONF.compute_node.nova_config_files == ['/etc/nova/nova.conf']
+    assert CONF.compute_node.sriov_numvfs == []
+    listed = [(group.name if hasattr(group, 'name') else group,
+               [o.name for o in group_opts])
+              for group, group_opts in opts.list_opts()]
+    # One [compute_node] section in the sample, holding both lists.
+    names = [n for g, o in listed if g == 'compute_node' for n in o]
+    assert [g for g, _o in listed].count('compute_node') == 1
+    assert set(names) >= {'pci_backend', 'pci_find_timeout',
+                          'nova_config_files', 'pci_state_file',
+                          'sriov_numvfs', 'initiator_iqn'}

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -60,6 +61,7 @@ class FakeSysfs(object):
     def __init__(self, root):
         self.root = str(root)
         self.writes = []
+        self.kernel_lock = threading.RLock()
         self.hidden = {}
         self.native = {}
         for path in ('sys/bus/pci/devices', 'sys/bus/pci/drivers',
@@ -172,6 +174,12 @@ class FakeSysfs(object):
             return f.read().strip()
 
     def write(self, path, value):
+        # The kernel serializes rescan, remove and binding of PCI
+        # functions (pci_lock_rescan_remove, the device lock).
+        with self.kernel_lock:
+            self._write(path, value)
+
+    def _write(self, path, value):
         rel = os.path.relpath(path, self.root)
         self.writes.append((rel, value))
         parts = rel.split(os.sep)
@@ -383,6 +391,19 @@ def test_find_refuses_two_new_devices_of_the_same_model(fs, clock):
     with pytest.raises(pci.AmbiguousDevice) as e:
         _find(fs, clock, _locator(), known=known)
     assert '0000:41:00.0, 0000:42:00.0' in str(e.value)
+
+
+def test_find_takes_any_of_the_devices_the_caller_waits_for(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add('0000:41:00.0', group=12, hidden=True)
+    fs.add('0000:42:00.0', group=13, hidden=True)
+    # Two GPUs of one model for one lease: either is the caller's.
+    assert _find(fs, clock, _locator(), known=known,
+                 interchangeable=2) == '0000:41:00.0'
+    fs.add('0000:43:00.0', group=14, hidden=True)
+    # A third one is somebody else's: no guess.
+    with pytest.raises(pci.AmbiguousDevice):
+        _find(fs, clock, _locator(), known=known, interchangeable=2)
 
 
 def test_find_takes_the_first_function_of_a_multifunction_device(

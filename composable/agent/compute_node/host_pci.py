@@ -1,0 +1,501 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Leased PCI devices on a compute node: from a fabric locator to a
+function on vfio-pci, and back off the bus before the fabric unbinds it.
+
+Attach, per device: rescan and find the function (by the fabric's
+address, else by its ids among the functions that are not the host's own
+and not another lease's, confirmed by serial when readable), within
+``[compute_node]pci_find_timeout``; check that no ``[pci] device_spec``
+of Nova on this host matches it; check that its IOMMU group holds nothing
+the host still drives; bind it to vfio-pci and check ``/dev/vfio/<group>``.
+The address is recorded (``[compute_node]pci_state_file``) as soon as
+the function is found, so a detach after a refused or interrupted attach
+still takes it off the bus. Detach, per device: release from vfio-pci,
+then remove the function from the bus. Both are idempotent: the conductor
+repeats calls after timeouts.
+
+The host's own functions are those on the bus when the agent starts,
+less those its records say are leased devices; a function that appears
+later and matches a locator's ids is a composed one.
+
+Nova's device_spec: Nova re-reads the host's PCI devices about every
+minute and would hand a composed device matched by its device_spec to an
+instance of its own. The agent cannot know every device the fabric may
+compose into this host, so it checks in two places:
+
+* at start, a spec entry that matches any device (no vendor, product or
+  address restriction, or no readable JSON), or the locator of a device
+  it holds, makes it refuse all device work until the spec is changed
+  and the agent restarted;
+* at each attach, the device's locator and found address are checked
+  against every entry; a match refuses that attach, naming the entry.
+
+A nova.conf that exists but cannot be read counts as a conflict: nothing
+says what it would match.
+
+Writes to sysfs (and the serial-confirmed search) run as root through
+composable.privsep.pci; reads of sysfs run in the agent.
+"""
+
+import collections
+import errno
+import json
+import os
+import threading
+
+from oslo_log import log as logging
+
+from composable.agent.compute_node import pci
+from composable.common import exception
+from composable import conf
+from composable.privsep import pci as priv_pci
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+_WILDCARD_CHARS = set('*:. ')
+
+
+def _fail(what, exc):
+    """The agent's error for a failed step, with the kernel's or the
+    module's message; what an operator can do about it where known."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES,
+                                                  errno.EPERM):
+        return exception.DriverError(
+            reason='%s: %s (this needs root: check the agent\'s '
+                   '[composable_sys_admin] helper_command)' % (what, exc))
+    return exception.DriverError(reason='%s: %s' % (what, exc))
+
+
+def _locator(device):
+    """The device's locator as the fabric gave it, else one made of the
+    device's own record (a teardown or an older conductor)."""
+    locator = dict(device.get('locator') or {})
+    for key in ('vendor_id', 'product_id', 'pci_address'):
+        if locator.get(key) is None and device.get(key) is not None:
+            locator[key] = device[key]
+    locator.setdefault('serial', None)
+    locator.setdefault('pci_address', None)
+    return locator
+
+
+def _model(locator):
+    return (pci.normalize_id(locator.get('vendor_id')),
+            pci.normalize_id(locator.get('product_id')),
+            pci.normalize_serial(locator.get('serial')))
+
+
+def _wildcard(value):
+    return value is None or str(value).strip() in ('', '*', '.*')
+
+
+def matches_any_device(entry):
+    """Whether a device_spec entry (parsed JSON) matches devices whatever
+    their ids and address: it would take every composed device."""
+    if not isinstance(entry, dict):
+        return True
+    if 'devname' in entry:
+        return False
+    if not (_wildcard(entry.get('vendor_id')) and
+            _wildcard(entry.get('product_id'))):
+        return False
+    address = entry.get('address')
+    if address is None:
+        return True
+    if isinstance(address, dict):
+        return all(_wildcard(address.get(k))
+                   for k in ('domain', 'bus', 'slot', 'function'))
+    return set(str(address)) <= _WILDCARD_CHARS
+
+
+class DeviceRecords(object):
+    """Which function each leased device became, kept in a JSON file so
+    that a restarted agent knows them. Not thread-safe: the caller
+    locks."""
+
+    def __init__(self, path):
+        self.path = path
+        self.devices = {}
+
+    def load(self):
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            data = {}
+        except (OSError, ValueError) as exc:
+            raise exception.DriverError(
+                reason='cannot read the PCI device records %s: %s; fix or '
+                       'remove the file' % (self.path, exc))
+        self.devices = dict(data.get('devices') or {})
+        return self
+
+    def save(self):
+        directory = os.path.dirname(self.path) or '.'
+        os.makedirs(directory, exist_ok=True)
+        tmp = self.path + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump({'devices': self.devices}, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def addresses(self, but=None):
+        return {r['address'] for u, r in self.devices.items() if u != but}
+
+
+class HostPciDevices(object):
+    """The PCI side of the compute_node role (see the module's doc)."""
+
+    def __init__(self, ops=None, root='/', find_timeout=None,
+                 nova_config_files=None, state_file=None,
+                 kernel_release=None):
+        # ops: the privileged functions (composable.privsep.pci); root:
+        # where sysfs is read. Tests give a fake tree for both.
+        self.ops = ops if ops is not None else priv_pci
+        self.root = root
+        self.find_timeout = (find_timeout if find_timeout is not None
+                             else CONF.compute_node.pci_find_timeout)
+        self.nova_config_files = list(
+            nova_config_files if nova_config_files is not None
+            else CONF.compute_node.nova_config_files)
+        self.records = DeviceRecords(
+            state_file or CONF.compute_node.pci_state_file)
+        self.kernel_release = kernel_release
+        self._lock = threading.Lock()
+        self._device_locks = collections.defaultdict(threading.Lock)
+        self.baseline = None
+        # Why device work is refused on this host, or None.
+        self.refusal = None
+
+    # ------------------------------------------------------------ start
+
+    def start(self):
+        """Load the records, note the host's own functions, and check the
+        host; returns the problems that make it refuse device work."""
+        with self._lock:
+            self.records.load()
+            held = self.records.addresses()
+            self.baseline = sorted(set(pci.functions(self.root)) - held)
+        problems = pci.host_checks(self.root, self.kernel_release)
+        problems += self._start_spec_problems()
+        if problems:
+            self.refusal = ('device work is refused on this host: %s'
+                            % '; '.join(problems))
+            LOG.error('Leased PCI devices cannot be used on this host: '
+                      '%s', '; '.join(problems))
+        else:
+            self.refusal = None
+            LOG.info('Leased PCI devices are bound to vfio-pci on this '
+                     'host (%(n)d held, %(own)d functions of its own)',
+                     {'n': len(held), 'own': len(self.baseline)})
+        return problems
+
+    def _nova_conf_text(self):
+        """The text of Nova's configuration files on this host; an
+        unreadable one raises DriverError."""
+        texts = []
+        for path in self.nova_config_files:
+            try:
+                with open(path) as f:
+                    texts.append(f.read())
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise exception.DriverError(
+                    reason='cannot read Nova\'s configuration %s (%s), so '
+                           'cannot tell whether its [pci] device_spec '
+                           'claims fabric devices: let the agent\'s user '
+                           'read it, or take it off [compute_node]'
+                           'nova_config_files' % (path, exc.strerror))
+        return '\n'.join(texts)
+
+    def _start_spec_problems(self):
+        try:
+            text = self._nova_conf_text()
+        except exception.DriverError as exc:
+            return [exc.message]
+        problems = []
+        for option, value in pci.nova_pci_specs(text):
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                problems.append('%s = %s is not JSON, so nothing says which '
+                                'devices Nova takes; fix it' % (option,
+                                                                value))
+                continue
+            for entry in parsed if isinstance(parsed, list) else [parsed]:
+                if matches_any_device(entry):
+                    problems.append(
+                        '%s entry %s matches every PCI device, so Nova would '
+                        'hand composed devices to its own instances; '
+                        'restrict it with vendor_id/product_id or address '
+                        'to the host\'s own devices' % (
+                            option, json.dumps(entry, sort_keys=True)))
+        with self._lock:
+            locators = [r.get('locator') or {}
+                        for r in self.records.devices.values()]
+        for conflict in pci.nova_device_spec_conflicts(text, locators):
+            if conflict['locator'] is not None:
+                problems.append(conflict['message'])
+        return problems
+
+    def _check_nova_spec(self, device, locator, address):
+        text = self._nova_conf_text()
+        located = dict(locator, pci_address=address)
+        conflicts = pci.nova_device_spec_conflicts(text, [located])
+        if conflicts:
+            raise exception.DriverError(
+                reason='device %s at %s is claimed by Nova: %s. Change '
+                       'that entry of the nova-compute configuration so '
+                       'that it matches only the host\'s own devices (by '
+                       'address), restart nova-compute and bind again'
+                       % (device['uuid'], address,
+                          conflicts[0]['message']))
+
+    # ------------------------------------------------------------ attach
+
+    def attach(self, lease, devices):
+        """``{device uuid: host PCI address}``, each function on
+        vfio-pci; DriverError for the first device that cannot be."""
+        if self.baseline is None:
+            self.start()
+        if self.refusal:
+            raise exception.DriverError(reason=self.refusal)
+        result = {}
+        # Devices of one model still to be found for this lease: any new
+        # function of that model up to their number is one of them.
+        pending = collections.Counter(
+            _model(_locator(d)) for d in devices
+            if not _locator(d).get('pci_address') and
+            self._known_address(d, _locator(d)) is None)
+        for device in devices:
+            locator = _locator(device)
+            model = _model(locator)
+            with self._device_lock(device['uuid']):
+                result[device['uuid']], found = self._attach_one(
+                    lease, device, locator, max(1, pending[model]))
+            if found and not locator['pci_address']:
+                pending[model] -= 1
+        return result
+
+    def _device_lock(self, uuid):
+        with self._lock:
+            return self._device_locks[uuid]
+
+    def _known_address(self, device, locator):
+        """The address recorded for the device, while its function is
+        still there and still has the device's ids."""
+        with self._lock:
+            record = self.records.devices.get(device['uuid'])
+        if not record:
+            return None
+        address = record['address']
+        try:
+            if not pci.exists(address, self.root):
+                return None
+            vendor, product = pci.device_ids(address, self.root)
+        except OSError:
+            return None
+        want_vendor, want_product, _serial = _model(locator)
+        if want_vendor in (None, vendor) and want_product in (None, product):
+            return address
+        return None
+
+    def _find(self, device, locator, interchangeable):
+        what = 'finding device %s on this host' % device['uuid']
+        while True:
+            with self._lock:
+                known = sorted(set(self.baseline) |
+                               self.records.addresses(but=device['uuid']))
+            try:
+                address = self.ops.find_function(
+                    locator, known, timeout=self.find_timeout,
+                    interchangeable=interchangeable)
+            except pci.DeviceNotFound as exc:
+                raise exception.DriverError(
+                    reason='%s. The fabric bound it, but it did not show up '
+                           'on the PCI bus: check the fabric link to this '
+                           'host and the kernel log (dmesg)' % exc)
+            except (pci.PciError, ValueError, OSError) as exc:
+                raise _fail(what, exc)
+            with self._lock:
+                if address in self.records.addresses(but=device['uuid']):
+                    # Another device's attach took it in the meantime.
+                    continue
+                self.records.devices[device['uuid']] = {
+                    'address': address, 'lease': lease_uuid(device),
+                    'locator': locator}
+                self._save()
+            return address
+
+    def _save(self):
+        try:
+            self.records.save()
+        except OSError as exc:
+            raise exception.DriverError(
+                reason='cannot write the PCI device records %s: %s; make '
+                       'its directory writable by the agent' %
+                       (self.records.path, exc.strerror))
+
+    def _attach_one(self, lease, device, locator, interchangeable):
+        """The device's address, and whether it was searched for now."""
+        device = dict(device, lease_uuid=lease['uuid'])
+        address = self._known_address(device, locator)
+        found = address is None
+        if found:
+            address = self._find(device, locator, interchangeable)
+        self._check_nova_spec(device, locator, address)
+        try:
+            pci.check_group_isolated(address, self.root)
+        except pci.GroupNotIsolated as exc:
+            raise exception.DriverError(
+                reason='device %s cannot be passed through: %s. Put that '
+                       'device on vfio-pci or move the fabric device to '
+                       'another slot' % (device['uuid'], exc))
+        except (pci.PciError, ValueError, OSError) as exc:
+            raise _fail('checking the IOMMU group of device %s at %s'
+                        % (device['uuid'], address), exc)
+        try:
+            if self.ops.bind_vfio(address):
+                LOG.info('Device %(dev)s of lease %(lease)s at %(addr)s is '
+                         'on vfio-pci', {'dev': device['uuid'],
+                                         'lease': lease['uuid'],
+                                         'addr': address})
+            pci.vfio_device_node(address, self.root)
+        except (pci.PciError, ValueError, OSError) as exc:
+            raise _fail('binding device %s at %s to vfio-pci'
+                        % (device['uuid'], address), exc)
+        return address, found
+
+    # ------------------------------------------------------------ detach
+
+    def detach(self, lease, devices):
+        """Release every device's function from vfio-pci and remove it
+        from the bus; a function already gone is fine."""
+        for device in devices:
+            with self._device_lock(device['uuid']):
+                self._detach_one(lease, device)
+
+    def _detach_one(self, lease, device):
+        with self._lock:
+            record = self.records.devices.get(device['uuid'])
+            baseline = set(self.baseline or ())
+        address = record['address'] if record else device.get('pci_address')
+        locator = (record or {}).get('locator') or _locator(device)
+        if not address:
+            LOG.info('Device %(dev)s of lease %(lease)s was never found on '
+                     'this host; nothing to remove',
+                     {'dev': device['uuid'], 'lease': lease['uuid']})
+            return
+        try:
+            address = pci.normalize_address(address)
+            present = pci.exists(address, self.root)
+            if present:
+                # Make sure it is still the device, and, when known only
+                # from the conductor, no function of the host's own.
+                ids = pci.device_ids(address, self.root)
+                other = any(w is not None and w != i
+                            for w, i in zip(_model(locator)[:2], ids))
+                if other or (address in baseline and not record):
+                    LOG.warning('Not removing %(addr)s for device %(dev)s '
+                                'of lease %(lease)s: the function there '
+                                'is not that device', {
+                                    'addr': address, 'dev': device['uuid'],
+                                    'lease': lease['uuid']})
+                    present = False
+            if present:
+                self.ops.release(address)
+                self.ops.remove(address)
+                LOG.info('Device %(dev)s of lease %(lease)s: %(addr)s is '
+                         'off the host\'s bus', {'dev': device['uuid'],
+                                                 'lease': lease['uuid'],
+                                                 'addr': address})
+        except (pci.PciError, ValueError, OSError) as exc:
+            raise _fail('removing device %s at %s from this host'
+                        % (device['uuid'], address), exc)
+        with self._lock:
+            if self.records.devices.pop(device['uuid'], None) is not None:
+                self._save()
+
+    # ------------------------------------------------------------ SR-IOV
+
+    def set_virtual_functions(self, pf_address, count):
+        """Give the physical function ``count`` virtual functions; returns
+        ``{'pf_address', 'vfs': [{'address', 'vendor_id', 'product_id',
+        'iommu_group'}]}``. Refused while a VF that would go is leased."""
+        try:
+            address = pci.normalize_address(pf_address)
+        except ValueError as exc:
+            raise exception.DriverError(reason=str(exc))
+        if isinstance(count, bool) or not isinstance(count, int) or \
+                count < 0:
+            raise exception.DriverError(
+                reason='the number of virtual functions must be an '
+                       'integer of at least 0, not %r' % (count,))
+        with self._lock:
+            try:
+                current = pci.virtual_functions(address, self.root)
+            except (pci.PciError, OSError) as exc:
+                raise _fail('reading the virtual functions of %s' % address,
+                            exc)
+            leased = sorted(set(current) & self.records.addresses())
+            if leased and count != len(current):
+                raise exception.DriverError(
+                    reason='%s cannot change from %d to %d virtual '
+                           'functions: %s %s leased; unbind those leases '
+                           'first' % (address, len(current), count,
+                                      ', '.join(leased),
+                                      'is' if len(leased) == 1 else 'are'))
+            try:
+                vfs = self.ops.set_num_vfs(address, count)
+            except (pci.PciError, ValueError, OSError) as exc:
+                raise _fail('setting %d virtual functions on %s'
+                            % (count, address), exc)
+        described = []
+        for vf in vfs:
+            vendor, product = pci.device_ids(vf, self.root)
+            try:
+                group = pci.iommu_group(vf, self.root)
+            except pci.PciError:
+                group = None
+            described.append({'address': vf, 'vendor_id': vendor,
+                              'product_id': product, 'iommu_group': group})
+        LOG.info('%(pf)s has %(n)d virtual function(s)',
+                 {'pf': address, 'n': len(described)})
+        return {'pf_address': address, 'vfs': described}
+
+    def create_configured_vfs(self, items=None):
+        """Apply ``[compute_node]sriov_numvfs``; the problems, logged."""
+        problems = []
+        for item in (CONF.compute_node.sriov_numvfs if items is None
+                     else items):
+            address, sep, count = str(item).strip().rpartition(':')
+            try:
+                if not sep:
+                    raise ValueError('no count')
+                count = int(count)
+                self.set_virtual_functions(address, count)
+            except ValueError:
+                problems.append('[compute_node]sriov_numvfs item %r is not '
+                                '<PF PCI address>:<count>' % (item,))
+            except exception.DriverError as exc:
+                problems.append(exc.message)
+        for problem in problems:
+            LOG.error('SR-IOV: %s', problem)
+        return problems
+
+
+def lease_uuid(device):
+    return device.get('lease_uuid')

@@ -1,0 +1,141 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Privileged PCI work of a compute node: the sysfs writes of
+composable.agent.compute_node.pci, and the search for a composed function
+(which reads the Device Serial Number from config space, readable by
+root only).
+
+Every argument is checked before anything is written: a PCI address must
+be a full, lower-case bus address (``0000:41:00.0``), because it becomes
+part of a path under /sys written to as root; counts and limits must be
+integers in range. Reading sysfs needs no privilege, so the agent does
+that itself.
+"""
+
+import re
+
+from composable.agent.compute_node import pci
+from composable import privsep
+
+# The host's root directory, and the writer of sysfs files. Fixed here;
+# tests run these functions in-process against a fake sysfs tree.
+ROOT = '/'
+WRITER = pci.write
+
+FIND_DEFAULT_TIMEOUT = 60
+# More virtual functions than any PCIe device offers (the field is 16 bits,
+# devices stop far below).
+MAX_VFS = 65535
+# A lease never asks for more devices of one model on one host.
+MAX_INTERCHANGEABLE = 256
+MAX_KNOWN = 65536
+
+_BDF = re.compile(r'[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
+_ID = re.compile(r'(0x)?[0-9a-fA-F]{1,4}')
+_SERIAL = re.compile(r'[\x21-\x7e][\x20-\x7e]{0,127}')
+
+
+def check_address(address):
+    """``address`` when it is a full PCI address as sysfs names it;
+    ValueError otherwise."""
+    if not isinstance(address, str) or not _BDF.fullmatch(address):
+        raise ValueError('%r is not a PCI address of the form '
+                         '0000:41:00.0' % (address,))
+    return address
+
+
+def check_count(value, what, low, high):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError('%s must be an integer, not %r' % (what, value))
+    if not low <= value <= high:
+        raise ValueError('%s must be from %d to %d, not %d'
+                         % (what, low, high, value))
+    return value
+
+
+def check_locator(locator):
+    """A copy of the locator fields the search uses, each checked."""
+    if not isinstance(locator, dict):
+        raise TypeError('a locator must be a dict')
+    checked = {}
+    for key in ('vendor_id', 'product_id'):
+        value = locator.get(key)
+        if value is not None and (not isinstance(value, str) or
+                                  not _ID.fullmatch(value)):
+            raise ValueError('locator %s %r is not a PCI id' % (key, value))
+        checked[key] = value
+    serial = locator.get('serial')
+    if serial is not None and (not isinstance(serial, str) or
+                               not _SERIAL.fullmatch(serial)):
+        raise ValueError('locator serial %r is not printable text of at '
+                         'most 128 characters' % (serial,))
+    checked['serial'] = serial
+    address = locator.get('pci_address')
+    checked['pci_address'] = (check_address(address)
+                              if address is not None else None)
+    ref = locator.get('fabric_ref')
+    # Only shown in messages.
+    checked['fabric_ref'] = str(ref)[:200] if ref is not None else None
+    return checked
+
+
+def _known(known):
+    if not isinstance(known, (list, tuple)) or len(known) > MAX_KNOWN:
+        raise TypeError('known must be a list of PCI addresses')
+    return [check_address(a) for a in known]
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def rescan():
+    """``echo 1 > /sys/bus/pci/rescan``."""
+    pci.rescan(ROOT, writer=WRITER)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def find_function(locator, known, timeout=None, interchangeable=1):
+    """The address of the function ``locator`` describes, found as
+    pci.find_function does (rescanning) within ``timeout`` seconds."""
+    locator = check_locator(locator)
+    known = _known(known)
+    timeout = privsep.timeout_seconds(timeout, FIND_DEFAULT_TIMEOUT)
+    check_count(interchangeable, 'interchangeable', 1, MAX_INTERCHANGEABLE)
+    return pci.find_function(locator, root=ROOT, timeout=timeout,
+                             known=known, writer=WRITER,
+                             interchangeable=interchangeable)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def bind_vfio(address):
+    """Hand the function to vfio-pci; False when it already was."""
+    return pci.bind_vfio(check_address(address), root=ROOT, writer=WRITER)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def release(address):
+    """Take the function off vfio-pci; False when there was nothing to
+    do."""
+    return pci.release(check_address(address), root=ROOT, writer=WRITER)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def remove(address):
+    """Remove the function from the bus; False when it is not there."""
+    return pci.remove(check_address(address), root=ROOT, writer=WRITER)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def set_num_vfs(pf_address, count):
+    """Give the PF ``count`` virtual functions; their addresses."""
+    check_count(count, 'the number of virtual functions', 0, MAX_VFS)
+    return pci.set_num_vfs(check_address(pf_address), count, root=ROOT,
+                           writer=WRITER)

@@ -1,0 +1,621 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Leased PCI devices on the compute agent, end to end in this process:
+AgentManager -> HostPciDevices -> the privileged functions of
+composable.privsep.pci (run in-process, privsep's client mode off) ->
+the PCI module, on the fake sysfs of test_pci, whose fake kernel reacts
+to rescan, driver_override, unbind, drivers_probe, remove and
+sriov_numvfs as Linux does. Nothing here touches the machine's PCI bus.
+"""
+
+import json
+import os
+import threading
+
+import pytest
+
+from composable.agent.compute_node import host_pci
+from composable.agent.compute_node import pci
+from composable.agent import manager
+from composable.common import exception
+from composable import conf
+from composable import privsep
+from composable.privsep import pci as priv_pci
+from tests.unit.compute_node import test_pci
+
+GPU = test_pci.GPU
+LOCAL = test_pci.LOCAL
+LEASE = {'uuid': 'lease-1'}
+
+
+@pytest.fixture
+def fs(tmp_path):
+    fs = test_pci.FakeSysfs(tmp_path / 'host')
+    fs.add_driver(pci.VFIO_DRIVER)
+    fs.add(test_pci.BRIDGE, vendor='0x8086', device='0x2030',
+           cls='0x060400', driver='pcieport', group=7)
+    fs.add(LOCAL, vendor='0x8086', device='0x1572', cls='0x020000',
+           driver='i40e', group=3)
+    return fs
+
+
+@pytest.fixture
+def privileged(fs, monkeypatch):
+    """The privileged functions, in this process, on the fake tree."""
+    privsep.sys_admin_pctxt.set_client_mode(False)
+    monkeypatch.setattr(priv_pci, 'ROOT', fs.root)
+    monkeypatch.setattr(priv_pci, 'WRITER', fs.write)
+    yield priv_pci
+    privsep.sys_admin_pctxt.set_client_mode(True)
+
+
+@pytest.fixture
+def nova_conf(tmp_path):
+    return tmp_path / 'nova.conf'
+
+
+def _devices(fs, privileged, nova_conf, tmp_path, timeout=5):
+    devices = host_pci.HostPciDevices(
+        ops=privileged, root=fs.root, find_timeout=timeout,
+        nova_config_files=[str(nova_conf)],
+        state_file=str(tmp_path / 'state' / 'pci-devices.json'),
+        kernel_release='6.1.0-test')
+    return devices
+
+
+@pytest.fixture
+def host(fs, privileged, nova_conf, tmp_path):
+    devices = _devices(fs, privileged, nova_conf, tmp_path)
+    assert devices.start() == []
+    return devices
+
+
+def _device(uuid='dev-1', **locator):
+    found = {'vendor_id': '10de', 'product_id': '2330', 'serial': None,
+             'pci_address': None, 'fabric_ref': 'blk-%s' % uuid}
+    found.update(locator)
+    return {'uuid': uuid, 'vendor_id': '10de', 'product_id': '2330',
+            'pci_address': found['pci_address'], 'locator': found}
+
+
+def _state(tmp_path):
+    with open(tmp_path / 'state' / 'pci-devices.json') as f:
+        return json.load(f)['devices']
+
+
+def _writes_but_rescans(fs):
+    return [w for w in fs.writes if w[0] != 'sys/bus/pci/rescan']
+
+
+# Attach.
+
+def test_attach_finds_a_late_function_and_binds_it_to_vfio(
+        fs, host, tmp_path, monkeypatch):
+    fs.add(GPU, group=12, driver='nouveau')
+    fs._destroy(GPU)  # the fabric's bind has not reached the host yet
+    rescans = []
+
+    def late_kernel(path, value):
+        if path.endswith('rescan'):
+            rescans.append(value)
+            if len(rescans) == 2:
+                fs.add(GPU, group=12, driver='nouveau', hidden=True)
+        fs.write(path, value)
+
+    monkeypatch.setattr(priv_pci, 'WRITER', late_kernel)
+    assert host.attach(LEASE, [_device()]) == {'dev-1': GPU}
+    assert len(rescans) == 2
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    assert os.path.exists(fs.path('dev/vfio/12'))
+    assert fs.read(GPU, 'driver_override') == pci.VFIO_DRIVER
+    # The host's own NIC of group 3 was not touched.
+    assert fs.driver_of(LOCAL) == 'i40e'
+    assert _state(tmp_path)['dev-1']['address'] == GPU
+    assert _state(tmp_path)['dev-1']['lease'] == 'lease-1'
+
+
+def test_attach_times_out_with_what_it_looked_for(fs, privileged,
+                                                  nova_conf, tmp_path):
+    devices = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    devices.start()
+    with pytest.raises(exception.DriverError) as e:
+        devices.attach(LEASE, [_device(serial='GPU-SN-7')])
+    message = e.value.message
+    assert 'ids 10de:2330' in message and 'serial GPU-SN-7' in message
+    assert 'within 1' in message and 'did not show up' in message
+    assert _writes_but_rescans(fs) == []
+    assert not os.path.exists(tmp_path / 'state' / 'pci-devices.json')
+
+
+def test_attach_by_the_fabric_address(fs, host):
+    fs.add(GPU, group=12, hidden=True)
+    assert host.attach(LEASE, [_device(pci_address=GPU)]) == {'dev-1': GPU}
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+
+
+def test_a_function_of_the_host_is_never_taken(fs, privileged, nova_conf,
+                                               tmp_path):
+    # A local GPU of the same model, on the bus before the agent starts.
+    fs.add('0000:05:00.0', group=5, driver='nouveau')
+    devices = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    devices.start()
+    with pytest.raises(exception.DriverError):
+        devices.attach(LEASE, [_device()])
+    assert fs.driver_of('0000:05:00.0') == 'nouveau'
+    fs.add(GPU, group=12, hidden=True)
+    assert devices.attach(LEASE, [_device()]) == {'dev-1': GPU}
+
+
+def test_a_shared_iommu_group_is_refused_and_nothing_changes(
+        fs, host, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    fs.add(test_pci.NIC, vendor='0x15b3', device='0x1017', cls='0x020000',
+           driver='mlx5_core', group=12)
+    with pytest.raises(exception.DriverError) as e:
+        host.attach(LEASE, [_device()])
+    message = e.value.message
+    assert test_pci.NIC in message and 'mlx5_core' in message
+    assert 'dev-1' in message and 'IOMMU group 12' in message
+    # Found, but left as it was: no driver, no override, no vfio node.
+    assert fs.driver_of(GPU) is None
+    assert fs.read(GPU, 'driver_override') == '(null)'
+    assert not os.path.exists(fs.path('dev/vfio/12'))
+    assert fs.driver_of(test_pci.NIC) == 'mlx5_core'
+    assert _writes_but_rescans(fs) == []
+    # The conductor's teardown still takes it off the bus.
+    host.detach(LEASE, [_device()])
+    assert not pci.exists(GPU, fs.root)
+    assert pci.exists(test_pci.NIC, fs.root)
+    assert _state(tmp_path) == {}
+
+
+def test_attach_and_detach_are_idempotent(fs, host, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    assert host.attach(LEASE, [_device()]) == {'dev-1': GPU}
+    writes = list(fs.writes)
+    # The conductor repeats the call after a timeout.
+    assert host.attach(LEASE, [_device()]) == {'dev-1': GPU}
+    assert fs.writes == writes
+    host.detach(LEASE, [_device()])
+    assert not pci.exists(GPU, fs.root)
+    assert fs.writes[len(writes):] == [
+        ('sys/bus/pci/devices/%s/driver/unbind' % GPU, GPU),
+        ('sys/bus/pci/devices/%s/driver_override' % GPU, '\n'),
+        ('sys/bus/pci/devices/%s/remove' % GPU, '1')]
+    writes = list(fs.writes)
+    host.detach(LEASE, [_device()])
+    assert fs.writes == writes
+    assert _state(tmp_path) == {}
+
+
+def test_attach_rebinds_a_function_that_left_vfio(fs, host):
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+    fs.write(fs.path('sys/bus/pci/devices', GPU, 'driver', 'unbind'), GPU)
+    assert host.attach(LEASE, [_device()]) == {'dev-1': GPU}
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+
+
+def test_detach_of_a_function_already_gone(fs, host, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+    fs._destroy(GPU)  # surprise removal: the fabric pulled it
+    writes = list(fs.writes)
+    host.detach(LEASE, [_device()])
+    assert fs.writes == writes
+    assert _state(tmp_path) == {}
+
+
+def test_detach_of_a_device_never_found_changes_nothing(fs, host):
+    host.detach(LEASE, [_device()])
+    assert fs.writes == []
+
+
+def test_detach_by_the_conductor_address_spares_other_functions(fs, host):
+    # The conductor's record names the host's own NIC: not the device.
+    device = dict(_device(), pci_address=LOCAL, locator=None)
+    host.detach(LEASE, [device])
+    assert fs.writes == [] and pci.exists(LOCAL, fs.root)
+
+
+def test_two_devices_of_one_model_in_one_lease(fs, host):
+    fs.add('0000:41:00.0', group=12, hidden=True)
+    fs.add('0000:42:00.0', group=13, hidden=True)
+    result = host.attach(LEASE, [_device('dev-1'), _device('dev-2')])
+    assert sorted(result.values()) == ['0000:41:00.0', '0000:42:00.0']
+    assert fs.driver_of('0000:41:00.0') == pci.VFIO_DRIVER
+    assert fs.driver_of('0000:42:00.0') == pci.VFIO_DRIVER
+    host.detach(LEASE, [_device('dev-1'), _device('dev-2')])
+    assert not pci.exists('0000:41:00.0', fs.root)
+    assert not pci.exists('0000:42:00.0', fs.root)
+
+
+def test_a_device_already_held_does_not_widen_the_search(fs, host):
+    fs.add('0000:41:00.0', group=12, hidden=True)
+    assert host.attach(LEASE, [_device('dev-2')]) == {
+        'dev-2': '0000:41:00.0'}
+    # dev-1 of the same lease and a device of another lease, both of
+    # the model, appear: only dev-1 is awaited, so there is no guess.
+    fs.add('0000:42:00.0', group=13, hidden=True)
+    fs.add('0000:43:00.0', group=14, hidden=True)
+    with pytest.raises(exception.DriverError) as e:
+        host.attach(LEASE, [_device('dev-1'), _device('dev-2')])
+    assert '0000:42:00.0, 0000:43:00.0' in e.value.message
+    assert fs.driver_of('0000:42:00.0') is None
+    assert fs.driver_of('0000:43:00.0') is None
+
+
+def test_detach_spares_a_function_that_is_no_longer_the_device(
+        fs, host, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+    # The fabric took the GPU away and another function took its address.
+    fs._destroy(GPU)
+    fs.add(GPU, vendor='0x8086', device='0x0b60', group=12)
+    writes = list(fs.writes)
+    host.detach(LEASE, [_device()])
+    assert fs.writes == writes and pci.exists(GPU, fs.root)
+    assert _state(tmp_path) == {}
+
+
+def test_another_lease_device_of_the_model_is_not_guessed(fs, host):
+    fs.add('0000:41:00.0', group=12, hidden=True)
+    fs.add('0000:42:00.0', group=13, hidden=True)
+    with pytest.raises(exception.DriverError) as e:
+        host.attach(LEASE, [_device('dev-1')])
+    assert '0000:41:00.0, 0000:42:00.0' in e.value.message
+    assert fs.driver_of('0000:41:00.0') is None
+    assert fs.driver_of('0000:42:00.0') is None
+
+
+def test_concurrent_attaches_get_distinct_functions(fs, host):
+    fs.add('0000:41:00.0', group=12, hidden=True)
+    fs.add('0000:42:00.0', device='0x20b5', group=13, hidden=True)
+    results, errors = {}, []
+    start = threading.Barrier(2)
+
+    def attach(lease, device):
+        start.wait(30)
+        try:
+            results.update(host.attach(lease, [device]))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=attach, args=({'uuid': 'l1'},
+                                              _device('dev-1'))),
+        threading.Thread(target=attach, args=(
+            {'uuid': 'l2'}, dict(_device('dev-2', product_id='20b5'),
+                                 product_id='20b5')))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert results == {'dev-1': '0000:41:00.0', 'dev-2': '0000:42:00.0'}
+    assert fs.driver_of('0000:41:00.0') == pci.VFIO_DRIVER
+    assert fs.driver_of('0000:42:00.0') == pci.VFIO_DRIVER
+
+
+def test_a_restarted_agent_knows_its_devices(fs, host, privileged,
+                                             nova_conf, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    assert GPU not in again.baseline
+    writes = list(fs.writes)
+    assert again.attach(LEASE, [_device()]) == {'dev-1': GPU}
+    assert fs.writes == writes
+    again.detach(LEASE, [_device()])
+    assert not pci.exists(GPU, fs.root)
+
+
+# Nova's device_spec.
+
+def _nova(nova_conf, *specs):
+    nova_conf.write_text('[DEFAULT]\ndebug = true\n[pci]\n' + ''.join(
+        'device_spec = %s\n' % s for s in specs))
+
+
+def test_a_device_spec_matching_the_device_refuses_the_attach(
+        fs, host, nova_conf):
+    _nova(nova_conf, '{"address": "0000:03:00.0"}',
+          '{"vendor_id": "10de", "product_id": "2330"}')
+    fs.add(GPU, group=12, hidden=True)
+    with pytest.raises(exception.DriverError) as e:
+        host.attach(LEASE, [_device()])
+    message = e.value.message
+    assert '[pci] device_spec entry' in message
+    assert '"product_id": "2330"' in message
+    assert 'Change that entry' in message and 'restart nova-compute' in (
+        message)
+    assert fs.driver_of(GPU) is None
+    assert _writes_but_rescans(fs) == []
+    # A spec naming only the host's own function lets it through.
+    _nova(nova_conf, '{"address": "0000:03:00.0"}')
+    assert host.attach(LEASE, [_device()]) == {'dev-1': GPU}
+
+
+def test_no_nova_conf_holds_no_specs(fs, host, nova_conf):
+    assert not nova_conf.exists()
+    fs.add(GPU, group=12, hidden=True)
+    assert host.attach(LEASE, [_device()]) == {'dev-1': GPU}
+
+
+@pytest.mark.parametrize('spec', ['{}', '{"address": "*:*:*.*"}',
+                                  '[{"vendor_id": "*"}]', 'not json'])
+def test_a_device_spec_matching_everything_refuses_device_work(
+        fs, privileged, nova_conf, tmp_path, spec):
+    _nova(nova_conf, spec)
+    devices = _devices(fs, privileged, nova_conf, tmp_path)
+    problems = devices.start()
+    assert len(problems) == 1 and '[pci] device_spec' in problems[0]
+    fs.add(GPU, group=12, hidden=True)
+    with pytest.raises(exception.DriverError) as e:
+        devices.attach(LEASE, [_device()])
+    assert 'device work is refused on this host' in e.value.message
+    assert fs.writes == []
+
+
+def test_a_device_spec_matching_a_held_device_refuses_at_start(
+        fs, host, privileged, nova_conf, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+    _nova(nova_conf, '{"vendor_id": "10de"}')
+    problems = _devices(fs, privileged, nova_conf, tmp_path).start()
+    assert len(problems) == 1
+    assert 'matches the fabric device' in problems[0]
+
+
+def test_an_unreadable_nova_conf_refuses_device_work(
+        fs, privileged, tmp_path):
+    devices = _devices(fs, privileged, tmp_path, tmp_path)  # a directory
+    problems = devices.start()
+    assert len(problems) == 1 and 'cannot read Nova' in problems[0]
+    assert 'nova_config_files' in problems[0]
+
+
+def test_a_host_without_iommu_refuses_device_work(fs, privileged,
+                                                  nova_conf, tmp_path):
+    for group in ('3', '7'):
+        for name in os.listdir(fs.path('sys/kernel/iommu_groups', group,
+                                       'devices')):
+            os.unlink(fs.path('sys/kernel/iommu_groups', group, 'devices',
+                              name))
+        os.rmdir(fs.path('sys/kernel/iommu_groups', group, 'devices'))
+        os.rmdir(fs.path('sys/kernel/iommu_groups', group))
+    devices = _devices(fs, privileged, nova_conf, tmp_path)
+    problems = devices.start()
+    assert len(problems) == 1 and 'intel_iommu=on' in problems[0]
+    with pytest.raises(exception.DriverError) as e:
+        devices.attach(LEASE, [_device()])
+    assert 'intel_iommu=on' in e.value.message
+
+
+# SR-IOV.
+
+@pytest.fixture
+def pf(fs):
+    fs.add('0000:41:00.0', vendor='0x15b3', device='0x1017',
+           cls='0x020000', driver='mlx5_core', group=20, totalvfs=8)
+    return '0000:41:00.0'
+
+
+def test_set_virtual_functions_through_zero(fs, host, pf):
+    result = host.set_virtual_functions(pf, 2)
+    assert result['pf_address'] == pf
+    assert [v['address'] for v in result['vfs']] == ['0000:41:10.0',
+                                                     '0000:41:10.1']
+    assert result['vfs'][0] == {'address': '0000:41:10.0',
+                                'vendor_id': '15b3', 'product_id': '101e',
+                                'iommu_group': '100'}
+    fs.writes.clear()
+    assert len(host.set_virtual_functions(pf, 3)['vfs']) == 3
+    assert fs.writes == [
+        ('sys/bus/pci/devices/%s/sriov_numvfs' % pf, '0'),
+        ('sys/bus/pci/devices/%s/sriov_numvfs' % pf, '3')]
+    # The PF stays with the host.
+    assert fs.driver_of(pf) == 'mlx5_core'
+
+
+def test_a_leased_vf_keeps_its_pf_from_changing(fs, host, pf):
+    host.set_virtual_functions(pf, 2)
+    vf = '0000:41:10.1'
+    assert host.attach(LEASE, [_device(
+        'vf-1', vendor_id='15b3', product_id='101e', pci_address=vf)]) == {
+            'vf-1': vf}
+    fs.writes.clear()
+    with pytest.raises(exception.DriverError) as e:
+        host.set_virtual_functions(pf, 4)
+    assert vf in e.value.message and 'unbind' in e.value.message
+    assert fs.writes == [] and fs.driver_of(vf) == pci.VFIO_DRIVER
+    # Asking for what there is changes nothing and is fine.
+    assert len(host.set_virtual_functions(pf, 2)['vfs']) == 2
+    assert fs.writes == []
+
+
+def test_set_virtual_functions_refuses_bad_input(fs, host, pf):
+    for address, count, words in ((pf, 9, '0 to 8'), (pf, -1, 'at least'),
+                                  (pf, '2', 'integer'),
+                                  ('41:00.0/..', 2, 'not a PCI address'),
+                                  (test_pci.LOCAL, 1, 'no SR-IOV')):
+        with pytest.raises(exception.DriverError) as e:
+            host.set_virtual_functions(address, count)
+        assert words in e.value.message
+    assert fs.writes == []
+
+
+def test_configured_vfs_are_created(fs, host, pf):
+    problems = host.create_configured_vfs([pf + ':4', 'nonsense',
+                                           '0000:99:00.0:2'])
+    assert len(pci.virtual_functions(pf, fs.root)) == 4
+    assert len(problems) == 2
+    assert "'nonsense'" in problems[0]
+    assert '0000:99:00.0' in problems[1]
+
+
+# The privileged functions check what they are given.
+
+@pytest.mark.parametrize('address', [
+    '../../../etc', '41:00.0', '0000:41:00.0/remove', '0000:41:00.8',
+    '0000:41:00.0\n', '0000:4G:00.0', '0000:41:00.0 ', 41, None,
+    b'0000:41:00.0'])
+def test_privileged_functions_refuse_a_bad_address(fs, privileged,
+                                                   address):
+    for fn in (privileged.bind_vfio, privileged.release, privileged.remove):
+        with pytest.raises(ValueError) as e:
+            fn(address)
+        assert 'not a PCI address' in str(e.value)
+    with pytest.raises(ValueError):
+        privileged.set_num_vfs(address, 1)
+    if address is not None:
+        with pytest.raises(ValueError):
+            privileged.find_function(
+                _device(pci_address=address)['locator'], [], timeout=1)
+    with pytest.raises(ValueError):
+        privileged.find_function(_device()['locator'], [address], timeout=1)
+    assert fs.writes == []
+
+
+@pytest.mark.parametrize('count,error', [
+    (True, TypeError), ('4', TypeError), (4.0, TypeError),
+    (-1, ValueError), (65536, ValueError)])
+def test_privileged_sriov_refuses_a_bad_count(fs, privileged, count,
+                                              error):
+    with pytest.raises(error):
+        privileged.set_num_vfs(GPU, count)
+    assert fs.writes == []
+
+
+@pytest.mark.parametrize('change,error', [
+    ({'vendor_id': '10de/..'}, ValueError),
+    ({'product_id': 0x2330}, ValueError),
+    ({'serial': 'x' * 200}, ValueError),
+    ({'serial': 'bad\nserial'}, ValueError),
+    ('timeout', ValueError), ('interchangeable', ValueError),
+    ('known', TypeError), ('locator', TypeError)])
+def test_privileged_find_refuses_bad_arguments(fs, privileged, change,
+                                               error):
+    locator, known = _device()['locator'], []
+    kwargs = {'timeout': 1}
+    if change == 'timeout':
+        kwargs['timeout'] = privsep.MAX_TIMEOUT + 1
+    elif change == 'interchangeable':
+        kwargs['interchangeable'] = 0
+    elif change == 'known':
+        known = '0000:41:00.0'
+    elif change == 'locator':
+        locator = [locator]
+    else:
+        locator.update(change)
+    with pytest.raises(error):
+        privileged.find_function(locator, known, **kwargs)
+    assert fs.writes == []
+
+
+def test_privileged_functions_run_on_good_arguments(fs, privileged):
+    fs.add(GPU, group=12, hidden=True)
+    privileged.rescan()
+    assert privileged.bind_vfio(GPU) is True
+    assert privileged.release(GPU) is True
+    assert privileged.remove(GPU) is True
+    assert privileged.remove(GPU) is False
+
+
+def test_the_agent_runs_pci_work_through_privsep_by_default():
+    assert host_pci.HostPciDevices().ops is priv_pci
+    assert priv_pci.ROOT == '/'
+    assert priv_pci.WRITER is pci.write
+
+
+# The agent's RPC methods.
+
+@pytest.fixture
+def sysfs_conf():
+    conf.CONF.set_override('pci_backend', 'sysfs', 'compute_node')
+    yield conf.CONF
+    conf.CONF.clear_override('pci_backend', 'compute_node')
+
+
+def test_the_agent_delegates_devices_to_the_host(fs, host, pf, sysfs_conf):
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 host_pci=host)
+    assert not agent.simulate_devices
+    fs.add(GPU.replace('41', '42'), group=12, hidden=True)
+    assert agent.attach_devices(None, LEASE, [_device()]) == {
+        'dev-1': '0000:42:00.0'}
+    assert agent.device_attachments == {'lease-1': {'dev-1': '0000:42:00.0'}}
+    assert fs.driver_of('0000:42:00.0') == pci.VFIO_DRIVER
+    agent.detach_devices(None, LEASE, [_device()])
+    assert agent.device_attachments == {}
+    assert not pci.exists('0000:42:00.0', fs.root)
+    vfs = agent.set_sriov_vfs(None, pf, 1)['vfs']
+    assert [v['address'] for v in vfs] == ['0000:41:10.0']
+
+
+def test_the_agent_refuses_when_start_checks_failed(fs, privileged,
+                                                    nova_conf, tmp_path,
+                                                    sysfs_conf):
+    _nova(nova_conf, '{}')
+    devices = _devices(fs, privileged, nova_conf, tmp_path)
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 host_pci=devices)
+    conf.CONF.set_override('hook_socket', '', 'compute_node')
+    try:
+        agent.start()
+    finally:
+        conf.CONF.clear_override('hook_socket', 'compute_node')
+        agent.stop()
+    fs.add(GPU, group=12, hidden=True)
+    with pytest.raises(exception.DriverError) as e:
+        agent.attach_devices(None, LEASE, [_device()])
+    assert 'matches every PCI device' in e.value.message
+    assert fs.driver_of(GPU) is None
+
+
+def test_pci_backend_follows_the_memory_exporter():
+    assert manager.pci_backend() == 'noop'
+    assert manager.AgentManager('compute-0',
+                                ['compute_node']).simulate_devices
+    conf.CONF.set_override('memory_exporter', 'tgt', 'agent')
+    try:
+        assert manager.pci_backend() == 'sysfs'
+        conf.CONF.set_override('pci_backend', 'noop', 'compute_node')
+        assert manager.pci_backend() == 'noop'
+    finally:
+        conf.CONF.clear_override('memory_exporter', 'agent')
+        conf.CONF.clear_override('pci_backend', 'compute_node')
+
+
+def test_simulated_devices_only_log(caplog):
+    agent = manager.AgentManager('compute-0', ['compute_node'])
+    result = agent.set_sriov_vfs(None, '0000:41:00.0', 4)
+    assert result['simulated'] and result['vfs'] == []
+    assert 'would give 0000:41:00.0 4 virtual function(s)' in caplog.text
+
+
+def test_agent_start_creates_the_configured_vfs(fs, host, pf, sysfs_conf):
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 host_pci=host)
+    conf.CONF.set_override('sriov_numvfs', [pf + ':3'], 'compute_node')
+    conf.CONF.set_override('hook_socket', '', 'compute_node')
+    try:
+        agent.start()
+    finally:
+        conf.CONF.clear_override('sriov_numvfs', 'compute_node')
+        conf.CONF.clear_override('hook_socket', 'compute_node')
+        agent.stop()
+    assert host.refusal is None
+    assert pci.virtual_functions(pf, fs.root) == [
+        '0000:41:10.0', '0000:41:10.1', '0000:41:10.2']
