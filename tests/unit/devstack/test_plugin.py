@@ -46,6 +46,7 @@ class DevStack(object):
                                  'composable-api,composable-conductor,'
                                  'composable-agent'),
             'DEST': str(tmp_path),
+            'DATA_DIR': str(tmp_path / 'data'),
             'TOP_DIR': str(tmp_path),
             'NOVA_CONF': str(self.nova_conf),
             'COMPOSABLE_CONF_DIR': str(tmp_path),
@@ -135,6 +136,10 @@ def test_post_config_configures_nova_and_composable(devstack):
     assert conf['memory']['manage_mount'] == ['True']
     assert conf['memory']['tmpfs_size_mb'] == ['4096']
     assert conf['memory']['portal'] == ['10.0.0.5:3260']
+    # The fake fabric's GPUs never reach the host: no sysfs work.
+    assert conf['compute_node']['pci_backend'] == ['noop']
+    assert conf['compute_node']['pci_state_file'] == [
+        str(devstack.tmp / 'data' / 'composable' / 'pci-devices.json')]
     assert conf['compute_node']['initiator_iqn'] == [
         'iqn.2010-10.org.openstack.composable:compute-a']
     helper = conf['composable_sys_admin']['helper_command'][0]
