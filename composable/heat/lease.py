@@ -166,8 +166,8 @@ class Lease(resource.Resource):
         ),
         SERVER: properties.Schema(
             properties.Schema.STRING,
-            _('Nova server (name or ID) to bind the lease to.'),
-            constraints=[constraints.CustomConstraint('nova.server')],
+            _('ID of the Nova server to bind the lease to (composable '
+              'asks Nova where it runs).'),
             update_allowed=True,
         ),
         HOST: properties.Schema(
@@ -235,17 +235,16 @@ class Lease(resource.Resource):
             raise exception.StackValidationFailed(
                 message=_('device_kind and gpu_model filter the devices '
                           'leased: give gpu_count or device_count too.'))
-        if props[self.SERVER] is not None and props[self.HOST] is not None:
+        if props[self.SERVER] and props[self.HOST]:
             raise exception.ResourcePropertyConflict(self.SERVER, self.HOST)
-        if (props[self.ATTACH_MODE] == 'guest' and
-                props[self.SERVER] is None):
+        if props[self.ATTACH_MODE] == 'guest' and not props[self.SERVER]:
             raise exception.StackValidationFailed(
                 message=_('attach_mode guest attaches to a server: give '
                           'the server property.'))
         start = end = None
-        if props[self.START] is not None:
+        if props[self.START]:
             start = _parse_time(self.START, props[self.START])
-        if props[self.END] is not None:
+        if props[self.END]:
             end = _parse_time(self.END, props[self.END])
         if start is not None and end is not None and end <= start:
             raise exception.StackValidationFailed(
@@ -265,9 +264,11 @@ class Lease(resource.Resource):
     def _target(self, props):
         """What the lease is to be bound to: {'server': ...} or
         {'host': ...}, or None."""
-        if props[self.SERVER] is not None:
+        # Heat gives an unset string property as None, or '' when a
+        # template function resolved to null.
+        if props[self.SERVER]:
             return {'server': props[self.SERVER]}
-        if props[self.HOST] is not None:
+        if props[self.HOST]:
             return {'host': props[self.HOST]}
         return None
 
@@ -284,7 +285,7 @@ class Lease(resource.Resource):
                             (self.ATTACH_MODE, 'attach_mode'),
                             (self.START, 'start_at'),
                             (self.END, 'end_at')):
-            if props[prop] is not None:
+            if props[prop] is not None and props[prop] != '':
                 fields[field] = props[prop]
         if not fields.get('name'):
             fields['name'] = self.physical_resource_name()
@@ -349,8 +350,11 @@ class Lease(resource.Resource):
                             (self.END, 'end_at')):
             if prop in prop_diff:
                 changes[field] = prop_diff[prop]
-        if self.END in prop_diff and prop_diff[self.END] is not None:
-            _parse_time(self.END, prop_diff[self.END])
+        if self.END in changes:
+            # Unset (or null) is no end.
+            changes['end_at'] = changes['end_at'] or None
+            if changes['end_at']:
+                _parse_time(self.END, changes['end_at'])
         if self.NAME in changes and not changes['name']:
             changes['name'] = self.physical_resource_name()
         if changes:

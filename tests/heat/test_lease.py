@@ -24,7 +24,9 @@ import sys
 import uuid
 
 from heat.common import exception
+from heat.common import template_format
 from heat.engine import clients
+from heat.engine import environment
 from heat.engine import plugin_manager
 from heat.engine import resource
 from heat.engine import resources
@@ -46,6 +48,11 @@ COMPOSABLE = None
 
 DEADLINE_MINUTES = 10
 
+SAMPLE_TEMPLATE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))),
+    'etc', 'heat', 'composable-leases.yaml')
+
 
 def setUpModule():
     global COMPOSABLE
@@ -61,6 +68,11 @@ def tearDownModule():
 def _in(days):
     return (datetime.datetime.utcnow() +
             datetime.timedelta(days=days)).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def _sample():
+    with open(SAMPLE_TEMPLATE) as f:
+        return template_format.parse(f.read())
 
 
 def _template(**leases):
@@ -91,12 +103,12 @@ class LeaseTestCase(common.HeatTestCase):
         self._authenticate(stack, endpoint)
         return stack
 
-    def _updated(self, template):
+    def _updated(self, template, params=None):
         """The new definition of a stack for Stack.update() (not stored,
         as heat-engine does it)."""
         ctx = utils.dummy_context()
-        new = heat_stack.Stack(ctx, 'updated_stack',
-                               heat_template.Template(template))
+        new = heat_stack.Stack(ctx, 'updated_stack', heat_template.Template(
+            template, env=environment.Environment(params or {})))
         self._authenticate(new)
         return new
 
@@ -173,9 +185,6 @@ class TestLeaseSchema(LeaseTestCase):
         self.assertIn(message, str(error))
 
     def test_validation_refuses_bad_leases(self):
-        # Nova is not in this harness: whether a server exists is not
-        # asked.
-        self.stub_ServerConstraint_validate()
         self._invalid({'name': 'nothing'}, 'At least one of the following '
                       'properties must be specified: memory, gpu_count, '
                       'device_count')
@@ -431,9 +440,7 @@ class TestLeaseAgainstComposable(LeaseTestCase):
 
     def test_server_binding_needs_nova_and_says_so(self):
         # The standalone service has no [nova]: it cannot find where a
-        # server runs, and Heat reports its answer. Nova itself is not in
-        # this harness: the check that the server exists is stubbed.
-        self.stub_ServerConstraint_validate()
+        # server runs, and Heat reports its answer.
         cfg.CONF.set_override('action_retry_limit', 0)
         stack = self._create(_template(mem={'memory': 1024,
                                             'server': str(uuid.uuid4())}))
@@ -450,6 +457,49 @@ class TestLeaseAgainstComposable(LeaseTestCase):
         lease_id = stack['mem'].resource_id
         stack['mem'].client().leases.delete(lease_id)
         self._assert_gone(stack, [lease_id])
+
+    def test_sample_template_creates_updates_and_deletes(self):
+        end = _in(1)
+        stack = utils.parse_stack(_sample(), params={'end': end})
+        self._authenticate(stack)
+        stack.timeout_mins = DEADLINE_MINUTES
+        self.addCleanup(self._delete_quietly, stack)
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state,
+                         stack.status_reason)
+        memory_id = stack['memory_lease'].resource_id
+        gpu_id = stack['gpu_lease'].resource_id
+        memory = self._lease(memory_id)
+        gpu = self._lease(gpu_id)
+        self.assertEqual(('reserved', 2048),
+                         (memory['status'], memory['memory_mb']))
+        self.assertEqual(('bound', 'compute-0', 1),
+                         (gpu['status'], gpu['host'], len(gpu['devices'])))
+        # As heat-engine does before showing outputs (and Heat's tests).
+        stack._update_all_resource_data(False, True)
+        gpu_output = stack.outputs['gpu_lease'].get_value()
+        self.assertEqual((gpu_id, 'bound', 'compute-0'),
+                         (gpu_output['id'], gpu_output['status'],
+                          gpu_output['host']))
+        self.assertEqual(['FakeGPU-16G'],
+                         [d['model'] for d in gpu_output['devices']])
+        memory_output = stack.outputs['memory_lease'].get_value()
+        self.assertEqual(2048, sum(e['size_mb']
+                                   for e in memory_output['extents']))
+
+        later = _in(2)
+        stack.update(self._updated(_sample(), params={'end': later}))
+        self.assertEqual((stack.UPDATE, stack.COMPLETE), stack.state,
+                         stack.status_reason)
+        self.assertEqual((memory_id, gpu_id),
+                         (stack['memory_lease'].resource_id,
+                          stack['gpu_lease'].resource_id))
+        for lease_id in (memory_id, gpu_id):
+            self.assertEqual(later.replace('Z', ''),
+                             self._lease(lease_id)['end_at'][:19])
+        self.assertEqual('bound', self._lease(gpu_id)['status'])
+        self._assert_gone(stack, [memory_id, gpu_id])
+        self.assertEqual([], self._leases())
 
     def test_unreachable_service_fails_create_clearly(self):
         stack = self._stack(_template(mem={'memory': 1024}),
