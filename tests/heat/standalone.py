@@ -59,7 +59,7 @@ class Composable(object):
                     '[database]\nconnection = sqlite:///%s\n'
                     '[api]\nhost_ip = 127.0.0.1\nport = %d\n'
                     % (os.path.join(self.workdir, 'all.sqlite'), self.port))
-        out = open(self.log_path, 'wb')
+        out = open(self.log_path, 'ab')
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, '-c',
@@ -90,6 +90,13 @@ class Composable(object):
                 return f.read()
         except OSError:
             return ''
+
+    def kill(self):
+        """SIGKILL the child, as a crash would; its database stays, and
+        start() runs the service again on it, on the same port."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
     def stop(self):
         """Stop the child (SIGTERM, then SIGKILL) and remove its files."""

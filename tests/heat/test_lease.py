@@ -501,6 +501,45 @@ class TestLeaseAgainstComposable(LeaseTestCase):
         self._assert_gone(stack, [memory_id, gpu_id])
         self.assertEqual([], self._leases())
 
+    def test_service_killed_mid_create_then_restarted(self):
+        # A composable of this test's own, killed between the lease's
+        # creation and its bind: the resource fails with a clear reason
+        # instead of waiting, and once composable is back the stack's
+        # delete releases the lease it left.
+        own = standalone.Composable()
+        self.addCleanup(own.stop)
+        own.start()
+        cfg.CONF.set_override('action_retry_limit', 0)
+        bind = lease.Lease._bind
+
+        def crash_then_bind(rsrc, lease_id, target):
+            own.kill()
+            return bind(rsrc, lease_id, target)
+
+        self.patchobject(lease.Lease, '_bind', new=crash_then_bind)
+        stack = self._stack(_template(gpu={'gpu_count': 1,
+                                           'host': 'compute-0'}),
+                            endpoint=own.endpoint)
+        stack.timeout_mins = DEADLINE_MINUTES
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.FAILED), stack.state)
+        self.assertIn('Unable to reach the composable API at %s'
+                      % own.endpoint, stack.status_reason)
+        lease_id = stack['gpu'].resource_id
+        self.assertIsNotNone(lease_id)
+
+        own.start()
+        found = own.get('leases/%s' % lease_id, self.project_id).json()
+        self.assertEqual('reserved', found['status'])
+        stack.delete()
+        self.assertEqual((stack.DELETE, stack.COMPLETE), stack.state,
+                         stack.status_reason)
+        found = own.get('leases/%s' % lease_id, self.project_id)
+        if found.status_code != 404:
+            self.assertEqual('released', found.json()['status'])
+        self.assertEqual(4, own.get('pools/gpu-pool',
+                                    self.project_id).json()['free'])
+
     def test_unreachable_service_fails_create_clearly(self):
         stack = self._stack(_template(mem={'memory': 1024}),
                             endpoint='http://127.0.0.1:%d'
