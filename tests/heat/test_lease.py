@@ -450,6 +450,18 @@ class TestLeaseAgainstComposable(LeaseTestCase):
         self.assertEqual('reserved', self._lease(lease_id)['status'])
         self._assert_gone(stack, [lease_id])
 
+    def test_lease_starting_later_completes_as_requested(self):
+        start, end = _in(1), _in(2)
+        stack = self._create(_template(mem={'memory': 1024, 'start': start,
+                                            'end': end}))
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state,
+                         stack.status_reason)
+        found = self._lease(stack['mem'].resource_id)
+        self.assertEqual('requested', found['status'])
+        self.assertEqual([], found['extents'])
+        self.assertEqual(start.replace('Z', ''), found['start_at'][:19])
+        self._assert_gone(stack, [found['uuid']])
+
     def test_delete_of_a_lease_deleted_outside_heat_completes(self):
         stack = self._create(_template(mem={'memory': 1024}))
         self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state,
