@@ -217,7 +217,7 @@ class Lease(resource.Resource):
         super(Lease, self).validate()
         props = self.properties
         gpus = props[self.GPU_COUNT]
-        kind = props[self.DEVICE_KIND]
+        kind = props[self.DEVICE_KIND] or None
         if gpus is not None:
             if props[self.DEVICE_COUNT] is not None:
                 raise exception.ResourcePropertyConflict(self.GPU_COUNT,
@@ -231,7 +231,7 @@ class Lease(resource.Resource):
             raise exception.PropertyUnspecifiedError(
                 self.MEMORY, self.GPU_COUNT, self.DEVICE_COUNT)
         if (gpus is None and props[self.DEVICE_COUNT] is None and
-                (kind is not None or props[self.GPU_MODEL] is not None)):
+                (kind is not None or props[self.GPU_MODEL])):
             raise exception.StackValidationFailed(
                 message=_('device_kind and gpu_model filter the devices '
                           'leased: give gpu_count or device_count too.'))
@@ -285,7 +285,8 @@ class Lease(resource.Resource):
                             (self.ATTACH_MODE, 'attach_mode'),
                             (self.START, 'start_at'),
                             (self.END, 'end_at')):
-            if props[prop] is not None and props[prop] != '':
+            # Unset, null and empty are all "not given".
+            if props[prop] not in (None, '', []):
                 fields[field] = props[prop]
         if not fields.get('name'):
             fields['name'] = self.physical_resource_name()

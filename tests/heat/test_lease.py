@@ -216,6 +216,17 @@ class TestLeaseSchema(LeaseTestCase):
             'host': 'compute-0', 'end': _in(1)}))
         self.assertIsNone(stack['lease'].validate())
 
+    def test_null_and_empty_values_are_not_sent(self):
+        stack = self._stack(_template(lease={
+            'memory': 1024, 'pools': [], 'device_kind': '', 'gpu_model': None,
+            'end': None, 'server': None, 'host': ''}))
+        rsrc = stack['lease']
+        self.assertIsNone(rsrc.validate())
+        self.assertEqual({'memory_mb': 1024,
+                          'name': rsrc.physical_resource_name()},
+                         rsrc._lease_fields())
+        self.assertIsNone(rsrc._target(rsrc.properties))
+
     def test_server_in_the_template_is_a_dependency(self):
         template = _template(lease={'memory': 1024,
                                     'server': {'get_resource': 'server'}})
