@@ -15,7 +15,7 @@
 ::
 
     composable-plan TRACE.csv [--local-share 25%] [--chunk-mb 1024]
-        [--observation 600] [--prediction 60] [--order 4] [--headroom 5%]
+        [--observation 600] [--prediction 30] [--order 4] [--headroom 5%]
         [--attach-delay 30] [--shrink-after S] [--max-refused 1%]
         [--pool-cost-factor 1] [--step S] [--format table|json]
         [--plot FILE.png] [--progress]

@@ -56,7 +56,7 @@ class Parameters:
     chunk_mb: int = 1024
     order: int = 4
     observation_s: float = 600.0
-    prediction_s: float = 60.0
+    prediction_s: float = 30.0
     headroom: float = 0.05
     attach_delay_s: float = 30.0
     #: Defaults to the prediction window.

@@ -106,7 +106,7 @@ def plot(plan, path):
     axes.set_title('pool %.0f GiB, pooled/static %.2f, refused %.2f %%'
                    % (plan.pool_mb / gib, plan.ratio or 0.0,
                       100 * plan.pooled.refused_fraction))
-    axes.legend(loc='upper left', fontsize='small', ncol=2)
+    axes.legend(loc='lower center', fontsize='small', ncol=3)
     axes.set_ylim(bottom=0)
     figure.tight_layout()
     figure.savefig(path, format='png')
