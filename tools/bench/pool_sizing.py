@@ -23,7 +23,10 @@ time on the first generated trace and prints an RST table.
 The last line sums the generated traces:
 
   pool_sizing: static_mb=... pooled_mb=... ratio=... refused_pct=...
-  mape_pct=... shortfall_pct=...
+  mape_pct=... shortfall_pct=... oracle_ratio=...
+
+oracle_ratio is what a predictor that knew the future, with an instant
+attach, would need: the floor the trace itself sets.
 
 Usage: tools/bench/pool_sizing.py [--seeds 1,2,3] [--nodes 16] [--hours 4]
        [--sweep] [planner options: --observation S --prediction S ...]
@@ -62,10 +65,11 @@ def run(name, trace, params):
     plan = replay.plan(trace, params)
     data = plan.as_dict()
     print('%-22s static_mb=%d pooled_mb=%d pool_mb=%d ratio=%.3f '
-          'refused=%d/%d (%.2f %%) shortfall_pct=%.2f mape_pct=%.1f '
-          'cost_per_used_mb=%.2f/%.2f (%.0f s)'
+          'oracle_ratio=%.3f refused=%d/%d (%.2f %%) shortfall_pct=%.2f '
+          'mape_pct=%.1f cost_per_used_mb=%.2f/%.2f (%.0f s)'
           % (name, data['static_mb'], data['pooled_mb'], data['pool_mb'],
-             data['ratio'], data['refused'], data['growth_requests'],
+             data['ratio'], data['oracle_ratio'], data['refused'],
+             data['growth_requests'],
              data['refused_pct'], data['shortfall_pct'], data['mape_pct'],
              data['cost_per_used_mb_static'],
              data['cost_per_used_mb_pooled'],
@@ -141,11 +145,13 @@ def main():
     mape = sum(p.forecasts.mape_pct for p in plans) / len(plans)
     short = sum(p.pooled.shortfall_samples for p in plans) / sum(
         p.trace.demand.size for p in plans)
+    oracle = sum(p.local_mb + p.oracle_pool_mb for p in plans)
     print('pool_sizing: static_mb=%d pooled_mb=%d ratio=%.3f '
-          'refused_pct=%.2f mape_pct=%.1f shortfall_pct=%.2f'
+          'refused_pct=%.2f mape_pct=%.1f shortfall_pct=%.2f '
+          'oracle_ratio=%.3f'
           % (static, pooled, pooled / static,
              100.0 * refused / requests if requests else 0.0, mape,
-             100.0 * short))
+             100.0 * short, oracle / static))
     return 0
 
 

@@ -12,12 +12,14 @@
 
 import importlib.util
 import json
+import os
 
 import pytest
 
 from composable.cmd import plan
 
-SAMPLE = 'etc/composable/plan-sample-trace.csv'
+SAMPLE = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'etc',
+                      'composable', 'plan-sample-trace.csv')
 
 
 def test_json_output_parses_and_holds_the_plan(capsys):

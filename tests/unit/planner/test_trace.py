@@ -10,6 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import os
+
 import numpy as np
 import pytest
 
@@ -95,7 +97,9 @@ def test_unreadable_files_are_errors(tmp_path):
 
 
 def test_the_sample_trace_is_valid():
-    loaded = trace.load('etc/composable/plan-sample-trace.csv')
+    loaded = trace.load(os.path.join(os.path.dirname(__file__), '..', '..',
+                                     '..', 'etc', 'composable',
+                                     'plan-sample-trace.csv'))
     assert len(loaded.nodes) == 6
     assert loaded.step == 30.0
     assert np.all(loaded.demand > 0)
