@@ -84,7 +84,7 @@ def sweep(trace, params):
             varied = replay.Parameters(**dict(vars(params), **{field: value}))
             plan = replay.plan(trace, varied)
             data = plan.as_dict()
-            rows.append((field.replace('_s', ' (s)').replace('_', ' '),
+            rows.append((field[:-2].replace('_', ' ') + ' (s)',
                          '%g' % value, '%.3f' % data['ratio'],
                          '%.2f' % data['refused_pct'],
                          '%.2f' % data['shortfall_pct'],
@@ -114,7 +114,8 @@ def main():
     defaults = replay.Parameters()
     for field in ('observation_s', 'prediction_s', 'attach_delay_s',
                   'headroom', 'local_share', 'max_refused'):
-        parser.add_argument('--' + field.replace('_s', '').replace('_', '-'),
+        option = field[:-2] if field.endswith('_s') else field
+        parser.add_argument('--' + option.replace('_', '-'),
                             dest=field, type=float,
                             default=getattr(defaults, field))
     parser.add_argument('--order', type=int, default=defaults.order)
