@@ -21,12 +21,14 @@
         [--plot FILE.png] [--progress]
 
 Works offline: no configuration file, database or service. Exit status 0
-with the plan, 2 for a malformed trace (naming the line) or a bad option.
+with the plan, 2 for a malformed trace (naming the line), a bad option or a
+plot that cannot be written, 130 when interrupted.
 See doc/source/admin/pool-sizing.rst.
 """
 
 import argparse
 import importlib.util
+import os
 import sys
 
 from composable.planner import replay
@@ -34,6 +36,7 @@ from composable.planner import report
 from composable.planner import trace as trace_mod
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 def share(text):
@@ -142,8 +145,12 @@ def _progress_bar(total, wanted):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    if args.plot and importlib.util.find_spec('matplotlib') is None:
-        return _fail('--plot needs matplotlib: ' + report.EXTRA_HINT)
+    if args.plot:
+        if importlib.util.find_spec('matplotlib') is None:
+            return _fail('--plot needs matplotlib: ' + report.EXTRA_HINT)
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            return _fail('cannot write the plot: no folder %s' % folder)
     try:
         trace = trace_mod.load(args.trace, step=args.step)
     except trace_mod.TraceError as exc:
@@ -163,11 +170,16 @@ def main(argv=None):
     try:
         plan = replay.plan(trace, params,
                            progress=bar.update if bar else None)
+        if args.plot:
+            report.plot(plan, args.plot)
+    except KeyboardInterrupt:
+        print('composable-plan: interrupted', file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as exc:
+        return _fail('cannot write the plot: %s' % exc)
     finally:
         if bar is not None:
             bar.close()
-    if args.plot:
-        report.plot(plan, args.plot)
     if args.format == 'json':
         print(report.to_json(plan))
     else:

@@ -120,9 +120,10 @@ def check(params, trace):
                              % (name, 'at least 0' if allow_zero
                                 else 'more than 0', seconds))
         if seconds > duration:
-            raise ValueError('%s of %g s is longer than the trace (%g s): '
-                             'a window as long as the workload is static '
-                             'provisioning' % (name, seconds, duration))
+            why = (': a window as long as the workload is static '
+                   'provisioning' if 'window' in name else '')
+            raise ValueError('%s of %g s is longer than the trace (%g s)%s'
+                             % (name, seconds, duration, why))
         samples = int(math.ceil(seconds / step - 1e-9))
         if samples < minimum:
             raise ValueError('%s of %g s is shorter than %d samples of this '

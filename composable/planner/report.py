@@ -13,6 +13,7 @@
 """Render a plan: a table, JSON, or a plot (matplotlib, optional)."""
 
 import json
+import os
 
 import numpy
 
@@ -109,5 +110,13 @@ def plot(plan, path):
     axes.legend(loc='lower center', fontsize='small', ncol=3)
     axes.set_ylim(bottom=0)
     figure.tight_layout()
-    figure.savefig(path, format='png')
-    pyplot.close(figure)
+    # Written aside and renamed, so an interrupted run leaves no
+    # truncated picture under the name asked for.
+    partial = '%s.partial' % path
+    try:
+        figure.savefig(partial, format='png')
+        os.replace(partial, path)
+    finally:
+        pyplot.close(figure)
+        if os.path.exists(partial):
+            os.unlink(partial)

@@ -91,6 +91,7 @@ def test_plot_writes_a_png(tmp_path, capsys):
     data = out.read_bytes()
     assert data.startswith(b'\x89PNG\r\n\x1a\n')
     assert 5000 < len(data) < 200000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['plan.png']
 
 
 def test_plot_without_matplotlib_says_what_to_install(tmp_path, capsys,
@@ -112,3 +113,28 @@ def test_progress_bar_when_asked(capsys):
     assert 'predicting' in captured.err
     assert '726/726' in captured.err
     json.loads(captured.out)
+
+
+def test_a_trace_of_idle_nodes_needs_no_pool(tmp_path, capsys):
+    idle = tmp_path / 'idle.csv'
+    idle.write_text('timestamp_s,node,used_mb\n'
+                    + ''.join('%d,%s,0\n' % (t, n)
+                              for t in range(0, 100, 10) for n in 'ab'))
+    assert plan.main([str(idle), '--format', 'json', '--observation', '30',
+                      '--prediction', '10', '--attach-delay', '10']) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data['pool_mb'] == 0
+    assert data['static_mb'] == 0
+    assert data['ratio'] is None
+    assert data['cost_per_used_mb_pooled'] is None
+    assert plan.main([str(idle), '--observation', '30', '--prediction',
+                      '10', '--attach-delay', '10']) == 0
+    assert 'n/a' in capsys.readouterr().out
+
+
+def test_plot_into_a_missing_folder_fails_before_the_replay(tmp_path,
+                                                            capsys):
+    target = tmp_path / 'no' / 'such' / 'plan.png'
+    assert plan.main([SAMPLE, '--plot', str(target)]) == 2
+    assert 'no folder' in capsys.readouterr().err
+    assert not target.parent.exists()
