@@ -283,3 +283,18 @@ def test_reconnects_and_registers_again(conn, domain):
     assert fresh.opened == 1
     assert libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED in fresh.callbacks
     assert domain.aliases() == []
+
+
+def test_device_options_are_listed_once_in_compute_node():
+    from composable.conf import CONF
+    from composable.conf import opts
+    listed = [(getattr(group, 'name', group), [o.name for o in group_opts])
+              for group, group_opts in opts.list_opts()]
+    assert [name for name, _ in listed].count('compute_node') == 1
+    names = dict(listed)['compute_node']
+    assert {'device_detach_timeout', 'device_detach_attempts',
+            'detach_timeout'} <= set(names)
+    # The agent gives up before the conductor stops waiting for it.
+    assert (CONF.compute_node.device_detach_timeout *
+            CONF.compute_node.device_detach_attempts <
+            CONF.rpc_response_timeout_bind)
