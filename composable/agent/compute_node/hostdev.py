@@ -273,6 +273,9 @@ def start_libvirt_event_loop():
         if _event_loop_started:
             return
         libvirt.virEventRegisterDefaultImpl()
+        # libvirt prints every error to stderr by default, the expected
+        # ones too (no such domain...); they are raised and handled here.
+        libvirt.registerErrorHandler(lambda ctx, err: None, None)
 
         def run():
             while True:

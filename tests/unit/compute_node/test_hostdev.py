@@ -298,3 +298,21 @@ def test_device_options_are_listed_once_in_compute_node():
     assert (CONF.compute_node.device_detach_timeout *
             CONF.compute_node.device_detach_attempts <
             CONF.rpc_response_timeout_bind)
+
+
+def test_real_libvirt_connection_takes_the_event_callbacks():
+    """libvirt's own test driver (no hot-plug there, so only the
+    connection, the event loop and the callback registration are real)."""
+    attacher = hostdev.GuestDeviceAttacher(uri='test:///default')
+    conn = attacher._connection()
+    assert attacher.events.registered_on is conn
+    domain = conn.lookupByName('test')
+    assert attacher.present(domain.UUIDString(), [GPU_A]) == set()
+    with pytest.raises(exception.DriverError) as info:
+        attacher.attach(domain.UUIDString(), LEASE,
+                        {GPU_A: '0000:41:00.0'})
+    assert 'could not hot-plug' in info.value.message
+    # Nothing to detach: the device is not in the domain.
+    attacher.detach(domain.UUIDString(), LEASE, [GPU_A])
+    assert attacher.present('00000000-0000-0000-0000-000000000000',
+                            [GPU_A]) == {GPU_A}

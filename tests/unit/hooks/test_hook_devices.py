@@ -283,3 +283,20 @@ def test_live_migration_refused_for_a_lease_this_host_does_not_reach(
     reply = server.handle(base._request('migrate'))
     assert reply['abort'] is True
     assert conductor.names() == ['instance_status']
+
+
+class _NoGuest(object):
+    def __getattr__(self, name):
+        raise AssertionError('a simulated compute side touched a guest')
+
+
+def test_simulated_compute_side_touches_no_guest(caplog):
+    agent = agent_manager.AgentManager(HOST, ['compute_node'],
+                                       device_attacher=_NoGuest())
+    assert agent.simulate
+    devices = [{'uuid': GPU_A, 'pci_address': ADDRESSES[GPU_A]}]
+    assert agent.attach_devices(None, _lease(), devices) == {
+        GPU_A: ADDRESSES[GPU_A]}
+    assert 'would hot-plug device(s) %s' % GPU_A in caplog.text
+    agent.detach_devices(None, _lease(), devices)
+    assert agent.device_attachments == {}
