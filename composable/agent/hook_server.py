@@ -251,6 +251,9 @@ class HookServer(object):
         self._busy = {}
         self._pending = {}
         self._pending_devices = {}
+        # (instance, lease) -> True once an unbind cancelled the hot-plug
+        # a started thread is about to make.
+        self._plugging = {}
         self._incoming = {}
         self._released = {}
         self._server = None
@@ -472,6 +475,8 @@ class HookServer(object):
                 pending.pop(lease_uuid, None)
                 if not pending:
                     del self._pending_devices[instance_uuid]
+            if (instance_uuid, lease_uuid) in self._plugging:
+                self._plugging[(instance_uuid, lease_uuid)] = True
             return instance_uuid in self._busy
 
     def forget_guest(self, instance_uuid, lease_uuid, extents):
@@ -629,6 +634,8 @@ class HookServer(object):
         with self._lock:
             pending = self._pending.pop(instance, None)
             devices = self._pending_devices.pop(instance, None)
+            for lease_uuid in devices or ():
+                self._plugging[(instance, lease_uuid)] = False
             incoming = self._incoming.pop(instance, None) is not None
         if pending or devices:
             self._spawn('hook-attach-%s' % instance[:8],
@@ -744,36 +751,57 @@ class HookServer(object):
             self._attach_pending_devices(instance, devices, since)
 
     def _attach_pending_devices(self, instance, devices, since):
-        attacher = self.agent.device_attacher
-        for lease_uuid, (lease, addresses) in devices.items():
-            reason = None
-            for attempt in range(ATTACH_ATTEMPTS):
-                if self._stopped_since(instance, since):
+        try:
+            for lease_uuid, (lease, addresses) in devices.items():
+                if not self._attach_lease_devices(instance, lease_uuid,
+                                                  addresses, since):
                     return
-                try:
-                    attacher.attach(instance, lease_uuid, addresses)
-                except Exception as exc:
-                    reason = getattr(exc, 'message', None) or \
-                        type(exc).__name__
-                    LOG.warning('Hot-plug of the devices of lease %(lease)s '
-                                'into instance %(instance)s failed (attempt '
-                                '%(n)d): %(reason)s',
-                                {'lease': lease_uuid, 'instance': instance,
-                                 'n': attempt + 1, 'reason': reason})
-                    # No slot stays no slot: no point in asking again.
-                    if isinstance(exc, hostdev.NoHotplugSlot) or \
-                            self._stopping.wait(ATTACH_RETRY_DELAY):
-                        break
-                    continue
-                reason = None
-                break
-            if reason is None or self._stopped_since(instance, since):
+        finally:
+            with self._lock:
+                for lease_uuid in devices:
+                    self._plugging.pop((instance, lease_uuid), None)
+
+    def _cancelled(self, instance, lease_uuid):
+        with self._lock:
+            return self._plugging.get((instance, lease_uuid), False)
+
+    def _attach_lease_devices(self, instance, lease_uuid, addresses, since):
+        """One lease's devices; False when the domain stopped."""
+        attacher = self.agent.device_attacher
+
+        def still_wanted():
+            return not self._cancelled(instance, lease_uuid)
+
+        reason = None
+        for attempt in range(ATTACH_ATTEMPTS):
+            if self._stopped_since(instance, since):
+                return False
+            try:
+                attacher.attach(instance, lease_uuid, addresses,
+                                still_wanted=still_wanted)
+            except Exception as exc:
+                reason = getattr(exc, 'message', None) or \
+                    type(exc).__name__
+                LOG.warning('Hot-plug of the devices of lease %(lease)s '
+                            'into instance %(instance)s failed (attempt '
+                            '%(n)d): %(reason)s',
+                            {'lease': lease_uuid, 'instance': instance,
+                             'n': attempt + 1, 'reason': reason})
+                # No slot stays no slot: no point in asking again.
+                if isinstance(exc, hostdev.NoHotplugSlot) or \
+                        self._stopping.wait(ATTACH_RETRY_DELAY):
+                    break
                 continue
-            self._unbind_after_failed_plug(
-                instance, lease_uuid,
-                'The guest did not get the devices of this lease when '
-                'instance %s started on %s: %s' % (instance, self.host,
-                                                   reason))
+            reason = None
+            break
+        if reason is None or self._stopped_since(instance, since) or \
+                self._cancelled(instance, lease_uuid):
+            return True
+        self._unbind_after_failed_plug(
+            instance, lease_uuid,
+            'The guest did not get the devices of this lease when '
+            'instance %s started on %s: %s' % (instance, self.host, reason))
+        return True
 
     def _unbind_after_failed_plug(self, instance, lease_uuid, fault):
         try:

@@ -374,9 +374,15 @@ class GuestDeviceAttacher(object):
 
     # ----------------------------------------------------------- attach
 
-    def attach(self, instance_uuid, lease_uuid, addresses):
+    def attach(self, instance_uuid, lease_uuid, addresses,
+               still_wanted=None):
         """Hot-plug the lease's functions ({device uuid: host PCI
         address}) into the running domain of the instance.
+
+        ``still_wanted`` (a callable) is asked under the domain's lock,
+        before anything is plugged: an unbind that came meanwhile makes
+        it answer False, and nothing is plugged (the unbind's detach
+        takes the same lock, so it never misses a device plugged here).
 
         A device whose alias is already in the live domain is left as it
         is (the hook re-applies devices at every start). If one device
@@ -385,6 +391,11 @@ class GuestDeviceAttacher(object):
         raised. Returns {device uuid: alias}.
         """
         with lockutils.lock('composable-guest-%s' % instance_uuid):
+            if still_wanted is not None and not still_wanted():
+                LOG.info('Lease %(lease)s is being unbound: its devices '
+                         'do not go into instance %(instance)s',
+                         {'lease': lease_uuid, 'instance': instance_uuid})
+                return {}
             return self._attach(instance_uuid, lease_uuid, addresses)
 
     def _attach(self, instance_uuid, lease_uuid, addresses):

@@ -300,3 +300,25 @@ def test_simulated_compute_side_touches_no_guest(caplog):
     assert 'would hot-plug device(s) %s' % GPU_A in caplog.text
     agent.detach_devices(None, _lease(), devices)
     assert agent.device_attachments == {}
+
+
+def test_an_unbind_during_the_started_plug_wins(server, conductor, agent,
+                                                vfio, monkeypatch):
+    """The unbind's detach and the started thread's plug race: the plug
+    is asked under the domain's lock whether it is still wanted."""
+    conductor.on_prepare = _bind_flow(agent)
+    server.handle(base._request('prepare'))
+    domain = vfio.add(fake_vfio.VfioStandInDomain(INSTANCE))
+    held = []
+    monkeypatch.setattr(server, '_spawn',
+                        lambda name, target, *args: held.append(
+                            (target, args)))
+    assert server.handle(base._request('started'))['ok']
+    [(plug, args)] = held
+    # The unbind arrives before the thread plugs anything.
+    agent.devices_out_of_guest(_lease(), [{'uuid': GPU_A},
+                                          {'uuid': GPU_B}])
+    plug(*args)
+    assert domain.attach_calls == []
+    assert 'release_instance' not in conductor.names()
+    assert server._plugging == {}
