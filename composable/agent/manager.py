@@ -32,7 +32,10 @@ compute_node role
     GuestMemoryAttacher (``guest``: the extents are hot-plugged into the
     libvirt domain whose UUID is ``instance_uuid``) or to HostSwap
     (``host``: iSCSI login and swap on this host). One of each per
-    process, made when first needed.
+    process, made when first needed. Devices bound to an instance go
+    into its guest as PCI hostdevs (GuestDeviceAttacher,
+    composable.agent.compute_node.hostdev) once the host bound them, and
+    leave it before the host releases them.
 
     attach_devices/detach_devices go to HostPciDevices
     (composable.agent.compute_node.host_pci): the function the fabric
