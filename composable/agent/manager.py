@@ -32,15 +32,15 @@ compute_node role
     GuestMemoryAttacher (``guest``: the extents are hot-plugged into the
     libvirt domain whose UUID is ``instance_uuid``) or to HostSwap
     (``host``: iSCSI login and swap on this host). One of each per
-    process, made when first needed. Devices bound to an instance go
-    into its guest as PCI hostdevs (GuestDeviceAttacher,
-    composable.agent.compute_node.hostdev) once the host bound them, and
-    leave it before the host releases them.
+    process, made when first needed.
 
     attach_devices/detach_devices go to HostPciDevices
     (composable.agent.compute_node.host_pci): the function the fabric
     composed is found on the PCI bus, checked and bound to vfio-pci, and
-    taken off the bus again before the fabric unbinds it.
+    taken off the bus again before the fabric unbinds it. A device of a
+    lease bound to an instance goes into its guest as a PCI hostdev
+    (GuestDeviceAttacher, composable.agent.compute_node.hostdev) once the
+    host bound it, and leaves the guest before the host releases it.
     set_sriov_vfs gives a physical function its virtual functions;
     ``[compute_node]sriov_numvfs`` creates them when the agent starts.
 
