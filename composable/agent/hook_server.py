@@ -648,7 +648,7 @@ class HookServer(object):
                             'leases are bound to this host at its next '
                             'start', instance)
             return _ok()
-        if self.cache.leases_of(instance) and not self.agent.simulate:
+        if self.cache.leases_of(instance) and self._guests_real():
             self._spawn('hook-check-%s' % instance[:8], self._ensure,
                         instance, 'started')
         return _ok()
@@ -703,7 +703,7 @@ class HookServer(object):
 
     def _reconnect(self, request):
         instance = request['instance']
-        if self.cache.leases_of(instance) and not self.agent.simulate:
+        if self.cache.leases_of(instance) and self._guests_real():
             self._spawn('hook-check-%s' % instance[:8], self._ensure,
                         instance, 'reconnect')
         return _ok()
@@ -866,13 +866,17 @@ class HookServer(object):
             here = [lease for lease in leases
                     if lease['status'] == states.BOUND and
                     lease.get('host') == self.host]
+            # Simulated memory or devices are in no guest: nothing to
+            # look for.
             missing = [lease['uuid'] for lease in here
-                       if lease.get('attach_mode') == states.ATTACH_GUEST and
+                       if not self.agent.simulate and
+                       lease.get('attach_mode') == states.ATTACH_GUEST and
                        lease.get('extents') and
                        not self._disks_present(instance,
                                                lease.get('extents') or [])]
             missing += [lease['uuid'] for lease in here
-                        if lease.get('devices') and
+                        if not self.agent.simulate_devices and
+                        lease.get('devices') and
                         lease['uuid'] not in missing and
                         not self._devices_present(instance,
                                                   lease['devices'])]
@@ -899,6 +903,11 @@ class HookServer(object):
         except Exception:
             LOG.exception('Could not bind the leases of instance %s again',
                           instance)
+
+    def _guests_real(self):
+        """Whether guest-mode memory or devices really go into guests
+        on this host (else there is nothing to check in a domain)."""
+        return not (self.agent.simulate and self.agent.simulate_devices)
 
     def _devices_present(self, instance, device_uuids):
         present = self.agent.device_attacher.present(instance, device_uuids)

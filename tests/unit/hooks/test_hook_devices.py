@@ -322,3 +322,16 @@ def test_an_unbind_during_the_started_plug_wins(server, conductor, agent,
     assert domain.attach_calls == []
     assert 'release_instance' not in conductor.names()
     assert server._plugging == {}
+
+
+def test_simulated_devices_are_not_looked_for_in_the_guest(server,
+                                                           conductor, agent,
+                                                           vfio):
+    """Real guest-mode memory, simulated devices: a device lease is not
+    bound again for lacking a hostdev it never had."""
+    agent.simulate_devices = True
+    vfio.add(fake_vfio.VfioStandInDomain(INSTANCE))
+    conductor.status = [_summary()]
+    server.handle(base._request('reconnect'))
+    base._join(server)
+    assert conductor.names() == ['instance_status']
