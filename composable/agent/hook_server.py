@@ -24,25 +24,30 @@ for one JSON line back, ``{"ok": true|false, "abort": bool, "message":
     the others the conductor binds the instance's leases to this host
     (``prepare_instance``, the ordinary bind flow) and answers once they
     are bound or after ``[compute_node]hook_prepare_timeout`` seconds.
-    Guest-mode memory cannot be hot-plugged yet (QEMU does not run): the
-    bind flow's attach_memory call is answered "deferred" and the extents
-    are kept here until ``started``.
+    Guest-mode memory and passed-through devices cannot be hot-plugged yet
+    (QEMU does not run): the bind flow's attach_memory call is answered
+    "deferred", attach_devices binds the functions on the host only, and
+    what goes into the guest is kept here until ``started``.
 ``started``
-    The deferred extents are hot-plugged into the guest, in a thread,
-    after the hook has returned.
+    The deferred extents and devices are hot-plugged into the guest, in a
+    thread, after the hook has returned. A lease whose hot-plug fails is
+    unbound (it stays the instance's) with the reason as its fault: a
+    guest without a free PCIe hot-plug slot says so.
 ``stopped`` / ``release``
     The conductor unbinds the instance's leases from this host
     (``release_instance``); they stay the instance's for its next start.
 ``reconnect``
     After the hook has returned, a thread checks that the guest-mode
-    disks of the instance's bound leases are still in the domain, and
-    binds them again if not.
+    disks and the passed-through devices of the instance's bound leases
+    are still in the domain, and binds them again if not.
 ``migrate``
     The instance is marked as arriving by live migration: its next
     prepare does not take its leases from the host it comes from. An
     instance holding passed-through devices or guest-mode memory cannot
     be live migrated: the hook refuses (the migration fails, the guest
-    goes on running where it is).
+    goes on running where it is). The conductor is asked about every
+    incoming instance, not only those this host knows leases of: a lease
+    on another fabric is not in this host's cache.
 
 While libvirtd runs a hook it holds the domain: a libvirt call on that
 domain made by this agent before the hook returns would wait for the hook
@@ -66,6 +71,7 @@ import time
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
+from composable.agent.compute_node import hostdev
 from composable.agent.compute_node import libvirt_guest
 from composable.common import context as composable_context
 from composable.common import exception
@@ -244,6 +250,10 @@ class HookServer(object):
         self._preparing = {}
         self._busy = {}
         self._pending = {}
+        self._pending_devices = {}
+        # (instance, lease) -> True once an unbind cancelled the hot-plug
+        # a started thread is about to make.
+        self._plugging = {}
         self._incoming = {}
         self._released = {}
         self._server = None
@@ -439,6 +449,36 @@ class HookServer(object):
                             'lun': e.get('lun'), 'deferred': 'started'}
                 for e in extents}
 
+    def defer_guest_devices(self, lease, addresses, instance_uuid):
+        """Keep the lease's functions ({device uuid: host PCI address})
+        for the ``started`` hook when the domain is being prepared.
+        Returns True when deferred."""
+        with self._lock:
+            if instance_uuid not in self._preparing:
+                return False
+            self._pending_devices.setdefault(instance_uuid, {})[
+                lease['uuid']] = (lease, dict(addresses))
+        LOG.info('Instance %(instance)s is starting: %(n)d device(s) of '
+                 'lease %(lease)s are bound on this host and go into the '
+                 'guest once it runs',
+                 {'instance': instance_uuid, 'n': len(addresses),
+                  'lease': lease['uuid']})
+        return True
+
+    def forget_guest_devices(self, instance_uuid, lease_uuid):
+        """A device detach: drop what waits for ``started``. Returns
+        True when the domain is held by its hook, so there is no running
+        guest to unplug from."""
+        with self._lock:
+            pending = self._pending_devices.get(instance_uuid)
+            if pending is not None:
+                pending.pop(lease_uuid, None)
+                if not pending:
+                    del self._pending_devices[instance_uuid]
+            if (instance_uuid, lease_uuid) in self._plugging:
+                self._plugging[(instance_uuid, lease_uuid)] = True
+            return instance_uuid in self._busy
+
     def forget_guest(self, instance_uuid, lease_uuid, extents):
         """A guest-mode detach: drop what waits for ``started``. Returns
         True when the detach is done (the domain is held by its hook, so
@@ -537,6 +577,7 @@ class HookServer(object):
         with self._lock:
             self._released.pop(instance, None)
             self._pending.pop(instance, None)
+            self._pending_devices.pop(instance, None)
         known = self._known(instance)
         if not wants and not known:
             if known is None:
@@ -592,11 +633,14 @@ class HookServer(object):
         instance = request['instance']
         with self._lock:
             pending = self._pending.pop(instance, None)
+            devices = self._pending_devices.pop(instance, None)
+            for lease_uuid in devices or ():
+                self._plugging[(instance, lease_uuid)] = False
             incoming = self._incoming.pop(instance, None) is not None
-        if pending:
+        if pending or devices:
             self._spawn('hook-attach-%s' % instance[:8],
-                        self._attach_pending, instance, pending,
-                        time.monotonic())
+                        self._attach_pending, instance, pending or {},
+                        time.monotonic(), devices or {})
             return _ok(message='attaching in the background')
         if incoming:
             if self.cache.leases_of(instance):
@@ -604,7 +648,7 @@ class HookServer(object):
                             'leases are bound to this host at its next '
                             'start', instance)
             return _ok()
-        if self.cache.leases_of(instance) and not self.agent.simulate:
+        if self.cache.leases_of(instance) and self._guests_real():
             self._spawn('hook-check-%s' % instance[:8], self._ensure,
                         instance, 'started')
         return _ok()
@@ -614,6 +658,7 @@ class HookServer(object):
         op = request['op']
         with self._lock:
             self._pending.pop(instance, None)
+            self._pending_devices.pop(instance, None)
             self._incoming.pop(instance, None)
             done = self._released.get(instance)
             if op == 'release' and done is not None:
@@ -658,7 +703,7 @@ class HookServer(object):
 
     def _reconnect(self, request):
         instance = request['instance']
-        if self.cache.leases_of(instance) and not self.agent.simulate:
+        if self.cache.leases_of(instance) and self._guests_real():
             self._spawn('hook-check-%s' % instance[:8], self._ensure,
                         instance, 'reconnect')
         return _ok()
@@ -671,8 +716,6 @@ class HookServer(object):
         instance = request['instance']
         with self._lock:
             self._incoming[instance] = time.monotonic()
-        if not self.cache.leases_of(instance):
-            return _ok()
         try:
             leases = self.conductor.instance_status(
                 composable_context.get_admin_context(), instance, self.host)
@@ -699,10 +742,80 @@ class HookServer(object):
 
     # ------------------------------------------------------------ threads
 
-    def _attach_pending(self, instance, pending, since):
-        """started: hot-plug what prepare exported. On failure the lease
-        is unbound (it stays the instance's) with the reason as its
-        fault."""
+    def _attach_pending(self, instance, pending, since, devices=None):
+        """started: hot-plug what prepare exported or bound. On failure
+        the lease is unbound (it stays the instance's) with the reason as
+        its fault."""
+        self._attach_pending_memory(instance, pending, since)
+        if devices:
+            self._attach_pending_devices(instance, devices, since)
+
+    def _attach_pending_devices(self, instance, devices, since):
+        try:
+            for lease_uuid, (lease, addresses) in devices.items():
+                if not self._attach_lease_devices(instance, lease_uuid,
+                                                  addresses, since):
+                    return
+        finally:
+            with self._lock:
+                for lease_uuid in devices:
+                    self._plugging.pop((instance, lease_uuid), None)
+
+    def _cancelled(self, instance, lease_uuid):
+        with self._lock:
+            return self._plugging.get((instance, lease_uuid), False)
+
+    def _attach_lease_devices(self, instance, lease_uuid, addresses, since):
+        """One lease's devices; False when the domain stopped."""
+        attacher = self.agent.device_attacher
+
+        def still_wanted():
+            return not self._cancelled(instance, lease_uuid)
+
+        reason = None
+        for attempt in range(ATTACH_ATTEMPTS):
+            if self._stopped_since(instance, since):
+                return False
+            try:
+                attacher.attach(instance, lease_uuid, addresses,
+                                still_wanted=still_wanted)
+            except Exception as exc:
+                reason = getattr(exc, 'message', None) or \
+                    type(exc).__name__
+                LOG.warning('Hot-plug of the devices of lease %(lease)s '
+                            'into instance %(instance)s failed (attempt '
+                            '%(n)d): %(reason)s',
+                            {'lease': lease_uuid, 'instance': instance,
+                             'n': attempt + 1, 'reason': reason})
+                # No slot stays no slot: no point in asking again.
+                if isinstance(exc, hostdev.NoHotplugSlot) or \
+                        self._stopping.wait(ATTACH_RETRY_DELAY):
+                    break
+                continue
+            reason = None
+            break
+        if reason is None or self._stopped_since(instance, since) or \
+                self._cancelled(instance, lease_uuid):
+            return True
+        self._unbind_after_failed_plug(
+            instance, lease_uuid,
+            'The guest did not get the devices of this lease when '
+            'instance %s started on %s: %s' % (instance, self.host, reason))
+        return True
+
+    def _unbind_after_failed_plug(self, instance, lease_uuid, fault):
+        try:
+            self.conductor.release_instance(
+                composable_context.get_admin_context(), instance,
+                self.host, wait=CONF.compute_node.hook_release_timeout,
+                leases=[lease_uuid], fault=fault,
+                rpc_timeout=(CONF.compute_node.hook_release_timeout +
+                             RPC_MARGIN))
+        except Exception:
+            LOG.exception('Could not unbind lease %s after its failed '
+                          'hot-plug', lease_uuid)
+
+    def _attach_pending_memory(self, instance, pending, since):
         attacher = self.agent.guest_attacher
         for lease_uuid, (lease, extents, initiator) in pending.items():
             reason = None
@@ -728,19 +841,11 @@ class HookServer(object):
                 break
             if reason is None or self._stopped_since(instance, since):
                 continue
-            fault = ('The guest did not get the memory of this lease when '
-                     'instance %s started on %s: %s' % (instance, self.host,
-                                                        reason))
-            try:
-                self.conductor.release_instance(
-                    composable_context.get_admin_context(), instance,
-                    self.host, wait=CONF.compute_node.hook_release_timeout,
-                    leases=[lease_uuid], fault=fault,
-                    rpc_timeout=(CONF.compute_node.hook_release_timeout +
-                                 RPC_MARGIN))
-            except Exception:
-                LOG.exception('Could not unbind lease %s after its failed '
-                              'hot-plug', lease_uuid)
+            self._unbind_after_failed_plug(
+                instance, lease_uuid,
+                'The guest did not get the memory of this lease when '
+                'instance %s started on %s: %s' % (instance, self.host,
+                                                   reason))
 
     def _stopped_since(self, instance, since):
         """True when the domain stopped (its stop hook runs, or ran)
@@ -753,16 +858,28 @@ class HookServer(object):
 
     def _ensure(self, instance, why):
         """The guest-mode leases of the instance bound here have their
-        disks in the domain; those that do not are bound again."""
+        disks in the domain, and its device leases their devices; those
+        that do not are bound again."""
         ctx = composable_context.get_admin_context()
         try:
             leases = self.conductor.instance_status(ctx, instance, self.host)
-            missing = [lease['uuid'] for lease in leases
-                       if lease['status'] == states.BOUND and
-                       lease.get('host') == self.host and
+            here = [lease for lease in leases
+                    if lease['status'] == states.BOUND and
+                    lease.get('host') == self.host]
+            # Simulated memory or devices are in no guest: nothing to
+            # look for.
+            missing = [lease['uuid'] for lease in here
+                       if not self.agent.simulate and
                        lease.get('attach_mode') == states.ATTACH_GUEST and
+                       lease.get('extents') and
                        not self._disks_present(instance,
                                                lease.get('extents') or [])]
+            missing += [lease['uuid'] for lease in here
+                        if not self.agent.simulate_devices and
+                        lease.get('devices') and
+                        lease['uuid'] not in missing and
+                        not self._devices_present(instance,
+                                                  lease['devices'])]
         except Exception as exc:
             LOG.warning('Could not check the leases of instance '
                         '%(instance)s after %(why)s: %(exc)s',
@@ -770,8 +887,8 @@ class HookServer(object):
             return
         if not missing:
             return
-        LOG.warning('Instance %(instance)s (%(why)s) lacks the disks of '
-                    'its guest-mode lease(s) %(leases)s; binding them again',
+        LOG.warning('Instance %(instance)s (%(why)s) lacks the disks or '
+                    'devices of its lease(s) %(leases)s; binding them again',
                     {'instance': instance, 'why': why,
                      'leases': ', '.join(missing)})
         wait = CONF.compute_node.hook_prepare_timeout
@@ -786,6 +903,15 @@ class HookServer(object):
         except Exception:
             LOG.exception('Could not bind the leases of instance %s again',
                           instance)
+
+    def _guests_real(self):
+        """Whether guest-mode memory or devices really go into guests
+        on this host (else there is nothing to check in a domain)."""
+        return not (self.agent.simulate and self.agent.simulate_devices)
+
+    def _devices_present(self, instance, device_uuids):
+        present = self.agent.device_attacher.present(instance, device_uuids)
+        return set(device_uuids) <= present
 
     def _disks_present(self, instance, extent_uuids):
         attacher = self.agent.guest_attacher

@@ -37,7 +37,10 @@ compute_node role
     attach_devices/detach_devices go to HostPciDevices
     (composable.agent.compute_node.host_pci): the function the fabric
     composed is found on the PCI bus, checked and bound to vfio-pci, and
-    taken off the bus again before the fabric unbinds it.
+    taken off the bus again before the fabric unbinds it. A device of a
+    lease bound to an instance goes into its guest as a PCI hostdev
+    (GuestDeviceAttacher, composable.agent.compute_node.hostdev) once the
+    host bound it, and leaves the guest before the host releases it.
     set_sriov_vfs gives a physical function its virtual functions;
     ``[compute_node]sriov_numvfs`` creates them when the agent starts.
 
@@ -59,6 +62,7 @@ import oslo_messaging as messaging
 from composable.agent.compute_node import host_pci as host_pci_mod
 from composable.agent.compute_node import host_swap as host_swap_mod
 from composable.agent import hook_server as hook_server_mod
+from composable.agent.compute_node import hostdev
 from composable.agent.compute_node import libvirt_guest
 from composable.agent.compute_node import memory_tuning
 from composable.common import exception
@@ -106,7 +110,7 @@ class AgentManager(object):
 
     def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
                  host_swap=None, simulate=None, memory_tuner=None,
-                 host_pci=None):
+                 host_pci=None, device_attacher=None):
         self.host = host
         self.roles = tuple(roles if roles is not None else CONF.agent.roles)
         unknown = set(self.roles) - set(ROLES)
@@ -117,6 +121,7 @@ class AgentManager(object):
         self._guest = guest_attacher
         self._host_swap = host_swap
         self._tuner = memory_tuner
+        self._devices = device_attacher
         if simulate is None:
             simulate = (CONF.agent.memory_exporter == NOOP and
                         guest_attacher is None and host_swap is None)
@@ -168,6 +173,15 @@ class AgentManager(object):
                     self._tuner = memory_tuning.GuestMemoryTuner(
                         self.guest_attacher)
         return self._tuner
+
+    @property
+    def device_attacher(self):
+        """Passes leased PCI functions through into guests."""
+        if self._devices is None:
+            with self._lock:
+                if self._devices is None:
+                    self._devices = hostdev.GuestDeviceAttacher()
+        return self._devices
 
     @property
     def host_swap(self):
@@ -484,6 +498,7 @@ class AgentManager(object):
             with self._lock:
                 self.device_attachments.setdefault(lease['uuid'], {}).update(
                     result)
+            self.devices_into_guest(lease, result)
             return result
         result = {}
         for device in devices:
@@ -501,10 +516,14 @@ class AgentManager(object):
         with self._lock:
             self.device_attachments.setdefault(lease['uuid'], {}).update(
                 result)
+        self.devices_into_guest(lease, result)
         return result
 
     def detach_devices(self, context, lease, devices):
         self._require(COMPUTE_NODE, 'detach devices')
+        # The guest lets go first: the host side then releases functions
+        # no guest drives any more, and the fabric unbinds them last.
+        self.devices_out_of_guest(lease, devices)
         if not self.simulate_devices:
             self.host_pci.detach(lease, devices)
         with self._lock:
@@ -531,6 +550,46 @@ class AgentManager(object):
                                         'pf': pf_address, 'n': count})
             return {'pf_address': pf_address, 'vfs': [], 'simulated': True}
         return self.host_pci.set_virtual_functions(pf_address, count)
+
+    # ----------------------------------------------------- guest devices
+
+    def devices_into_guest(self, lease, addresses):
+        """Pass the lease's functions ({device uuid: host PCI address},
+        bound to vfio-pci on this host) through to its instance, if it
+        has one. While the instance's domain is being prepared (libvirt
+        hook) QEMU does not run yet: the hook's started step plugs
+        them."""
+        instance = lease.get('instance_uuid')
+        if not instance or not addresses:
+            return
+        if self.simulate_devices:
+            LOG.warning('%(noop)s: would hot-plug device(s) %(devices)s of '
+                        'lease %(lease)s into instance %(instance)s',
+                        {'noop': NOOP_ATTACH,
+                         'devices': ', '.join(sorted(addresses)),
+                         'lease': lease['uuid'], 'instance': instance})
+            return
+        if self.hook_server is not None and \
+                self.hook_server.defer_guest_devices(lease, addresses,
+                                                     instance):
+            return
+        self.device_attacher.attach(instance, lease['uuid'], addresses)
+
+    def devices_out_of_guest(self, lease, devices):
+        """Unplug the lease's devices from its instance and wait until
+        the guest let go of them; raises DriverError (the lease's fault)
+        when it does not."""
+        instance = lease.get('instance_uuid')
+        if not instance or not devices or self.simulate_devices:
+            return
+        if self.hook_server is not None and \
+                self.hook_server.forget_guest_devices(instance,
+                                                      lease['uuid']):
+            # The domain is held by its libvirt hook: QEMU has not started
+            # yet or has exited, and no libvirt call may touch it now.
+            return
+        self.device_attacher.detach(instance, lease['uuid'],
+                                    [d['uuid'] for d in devices])
 
     # ------------------------------------------------------ libvirt hook
 

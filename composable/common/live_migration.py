@@ -11,7 +11,8 @@
 # under the License.
 
 
-"""What cannot follow a live migration of an instance: the one rule.
+"""What cannot follow a live migration of an instance, and what keeps it
+from being suspended: the one rule.
 
 Asked by the conductor (composable.conductor.nova.events: the answer to
 Nova's live migration notification, live_migration_allowed) and by the
@@ -51,3 +52,32 @@ def refusal(instance_uuid, reasons):
             'Cold migrate the server (migrate or resize) instead, or '
             'unbind the lease first.' % (instance_uuid,
                                          '; and '.join(reasons)))
+
+
+def cannot_suspend(status, device_count):
+    """Why a lease keeps its instance from being suspended, or None.
+
+    Nova suspends a libvirt guest by saving its memory to a file
+    (virDomainManagedSave); libvirt refuses to save a guest that holds a
+    PCI host device (it asks QEMU for migration blockers, and a VFIO
+    function without migration support is one), before pausing it. The
+    devices of a lease are in the guest from the bind to the end of the
+    unbind. A lease whose devices are not in the guest (reserved) does
+    not stop a suspend: the hook plugs them again at the resume.
+    """
+    if status in (states.BINDING, states.BOUND, states.UNBINDING) and \
+            device_count:
+        return 'pooled PCIe device(s) passed through from the fabric'
+    return None
+
+
+def suspend_refusal(instance_uuid, reasons):
+    """What the owner of a lease reads when Nova was asked to suspend its
+    server; ``reasons`` as for refusal()."""
+    return ('Server %s holds %s, which cannot be suspended: libvirt refuses '
+            'to save the memory of a guest with a PCI host device, so the '
+            'suspend fails and the guest keeps running, but Nova sets the '
+            'server to ERROR (an administrator sets it back with '
+            '"openstack server set --state active"). Stop or shelve the '
+            'server instead, or unbind the lease first.' % (
+                instance_uuid, '; and '.join(reasons)))

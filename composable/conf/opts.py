@@ -21,6 +21,7 @@ from composable.conf import agent
 from composable.conf import allocator
 from composable.conf import api
 from composable.conf import compute
+from composable.conf import compute_devices
 from composable.conf import compute_pci
 from composable.conf import conductor
 from composable.conf import database
@@ -31,7 +32,8 @@ from composable.conf import nova
 from composable.conf import placement
 
 _MODULES = (default, api, conductor, allocator, agent, compute,
-            compute_pci, fabric, memory, database, placement, nova)
+            compute_pci, compute_devices, fabric, memory, database,
+            placement, nova)
 
 
 def list_opts():

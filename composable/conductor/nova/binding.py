@@ -73,6 +73,7 @@ def lease_summary(lease):
             'instance_uuid': lease.instance_uuid,
             'memory_mb': lease.memory_mb,
             'device_count': len(lease.devices or []),
+            'devices': [d.uuid for d in lease.devices or []],
             'extents': [e.uuid for e in lease.extents or []],
             'fault': lease.fault}
 

@@ -55,6 +55,8 @@ instance.delete.end             flavor-driven leases released (their
 instance.live_migration_pre.    leases that cannot follow a live
 start                           migration (passed-through devices,
                                 guest-mode memory) get a fault saying why
+instance.suspend.start          leases with devices in the guest get a
+                                fault saying why the suspend fails
 instance.evacuate               logged; the rebuild on the destination
                                 moves the leases
 anything else                   ignored
@@ -95,6 +97,13 @@ where Nova can still be stopped: the libvirt hook's ``migrate`` operation
 :func:`live_migration_allowed` gives the same answer to any other caller.
 Here the lease only gets a fault and the conductor log an error, so the
 owner and the operator see why.
+
+Suspend of an instance whose leased devices are in its guest cannot work
+either, and no hook can refuse it: libvirt runs no hook before it saves a
+domain. libvirt itself refuses to save a guest holding a PCI host device
+(the guest goes on running; Nova sets the server to ERROR). The lease gets
+a fault that says so and what to do instead
+(composable.common.live_migration.cannot_suspend).
 """
 
 import threading
@@ -129,6 +138,7 @@ UNSHELVE_END = 'instance.unshelve.end'
 EVACUATE = 'instance.evacuate'
 REBUILD_END = 'instance.rebuild.end'
 LIVE_MIGRATION_PRE_START = 'instance.live_migration_pre.start'
+SUSPEND_START = 'instance.suspend.start'
 RESIZE_FINISH_END = 'instance.resize_finish.end'
 RESIZE_CONFIRM_END = 'instance.resize_confirm.end'
 RESIZE_REVERT_END = 'instance.resize_revert.end'
@@ -241,6 +251,8 @@ class NovaEventHandler(object):
             handler = self._on_shelve_offload
         elif event_type == LIVE_MIGRATION_PRE_START:
             handler = self._on_live_migration
+        elif event_type == SUSPEND_START:
+            handler = self._on_suspend
         elif event_type == EVACUATE:
             LOG.info('Server %s is being evacuated; its leases move when '
                      'it is rebuilt on its new host.', instance)
@@ -485,6 +497,29 @@ class NovaEventHandler(object):
                                     message=reason)
                 db_api.action_finish(context, lease.id, 'live_migration',
                                      'error', message=reason)
+
+    def _on_suspend(self, context, event, instance, data):
+        leases = [lease for lease in self._leases(context, instance,
+                                                  data.get('tenant_id'))
+                  if live_migration.cannot_suspend(
+                      lease.status, len(lease.devices or []))]
+        if not leases:
+            return
+        reason = live_migration.suspend_refusal(
+            instance, ['%s (lease %s)' % (
+                live_migration.cannot_suspend(lease.status,
+                                              len(lease.devices or [])),
+                lease.uuid) for lease in leases])
+        LOG.error('Nova is suspending server %(inst)s: %(reason)s',
+                  {'inst': instance, 'reason': reason})
+        for lease in leases:
+            if lease.fault == reason:
+                continue
+            db_api.lease_update(context, lease.id, {'fault': reason})
+            db_api.action_start(context, lease.id, 'suspend',
+                                message=reason)
+            db_api.action_finish(context, lease.id, 'suspend', 'error',
+                                 message=reason)
 
     # ------------------------------------------------------------ moving
 

@@ -29,6 +29,7 @@ import oslo_messaging as messaging
 from oslo_utils import uuidutils
 import pytest
 
+from composable.common import live_migration
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.nova import events as nova_events
@@ -430,6 +431,40 @@ def test_live_migration_with_a_device_is_refused_with_a_fault(events):
     assert lease.status == states.BOUND
     assert events.h.actions(lease.uuid).count(
         ('live_migration', 'error')) == 1
+
+
+def test_suspend_with_a_device_in_the_guest_gets_a_fault(events):
+    instance = events.boot(gpus=1)
+    lease = events.only(instance)
+    assert lease.status == states.BOUND and len(lease.devices) == 1
+    assert events.send(nova_events.SUSPEND_START, instance, 'compute-0')
+    events.send(nova_events.SUSPEND_START, instance, 'compute-0')
+    lease = events.h.lease(lease.uuid)
+    assert lease.status == states.BOUND
+    assert lease.uuid in lease.fault and instance in lease.fault
+    assert 'cannot be suspended' in lease.fault
+    assert 'server set --state active' in lease.fault
+    assert events.h.actions(lease.uuid).count(('suspend', 'error')) == 1
+
+
+def test_suspend_without_devices_in_the_guest_is_left_alone(events):
+    memory = events.boot(memory_mb=1024)
+    events.send(nova_events.SUSPEND_START, memory, 'compute-0')
+    assert events.only(memory).fault is None
+    # A device lease that is only reserved (not in the guest) is plugged
+    # again by the hook at the resume: no fault either.
+    for status in sorted(states.ALL_STATES):
+        why = live_migration.cannot_suspend(status, 1)
+        assert (why is not None) == (status in (
+            states.BINDING, states.BOUND, states.UNBINDING)), status
+        assert live_migration.cannot_suspend(status, 0) is None
+
+
+@pytest.mark.parametrize('status', sorted(states.HOLDS_CAPACITY))
+def test_live_migration_rule_covers_devices_in_every_holding_state(status):
+    assert live_migration.cannot_follow(status, states.ATTACH_HOST, 0, 1)
+    assert live_migration.cannot_follow(status, states.ATTACH_HOST, 0,
+                                        0) is None
 
 
 def test_live_migration_with_guest_memory_is_refused(events):

@@ -432,7 +432,8 @@ def test_live_migration_in(server, conductor, lease, refused):
 def test_live_migration_of_an_instance_without_lease(server, conductor):
     server.refresh()
     assert server.handle(_request('migrate'))['ok']
-    assert conductor.names() == []
+    # Asked anyway: a lease on another fabric is not in this host's cache.
+    assert conductor.names() == ['instance_status']
 
 
 def test_reconnect_binds_again_what_the_guest_lost(server, conductor, conn):
