@@ -36,6 +36,7 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from composable.common import context as composable_context
+from composable.common import states
 from composable import conf
 from composable.db import api as db_api
 from composable.notifications.objects import base
@@ -87,11 +88,14 @@ def init(source=None, conf_=None):
         _SOURCE = source or os.path.basename(sys.argv[0]) or 'composable'
         if _NOTIFIER is not None:
             return _NOTIFIER
+        # Registers [oslo_messaging_notifications] too; connects to
+        # nothing yet.
+        transport = messaging.get_notification_transport(conf_)
         # oslo.messaging's own is_enabled() is true for an empty driver
         # list, which sends nothing: off means no driver but noop.
         if not set(conf_.oslo_messaging_notifications.driver) - {'noop'}:
+            transport.cleanup()
             return None
-        transport = messaging.get_notification_transport(conf_)
         notifier = messaging.Notifier(transport,
                                       serializer=_ContextSerializer())
         _TRANSPORT, _NOTIFIER = transport, notifier
@@ -147,17 +151,29 @@ def lease_event(context, lease, action, phase=None, fault=None):
 
 def device_health(context, device, previous_state=None, health=None,
                   reason=None, lease_uuid=None):
-    """Send device.health about ``device`` (a device row)."""
+    """Send device.health about ``device`` (a device row, read again
+    here with its pool and fabric)."""
     if _NOTIFIER is None:
         return
-    bad = device.state == 'faulty' or health in ('critical', 'absent')
-    _send(device_objects.DeviceHealthNotification(
-        priority=base.PRIORITY_ERROR if bad else base.PRIORITY_INFO,
-        publisher=_publisher(),
-        event_type=base.EventType(base.OBJECT_DEVICE, base.ACTION_HEALTH),
-        payload=device_objects.DeviceHealthPayload(
-            device, previous_state=previous_state, health=health,
-            reason=reason, lease_uuid=lease_uuid)), context)
+    try:
+        device = db_api.device_get(composable_context.get_admin_context(),
+                                   device.uuid)
+        bad = (device.state == states.DEVICE_FAULTY or
+               health in ('critical', 'absent'))
+        notification = device_objects.DeviceHealthNotification(
+            priority=base.PRIORITY_ERROR if bad else base.PRIORITY_INFO,
+            publisher=_publisher(),
+            event_type=base.EventType(base.OBJECT_DEVICE,
+                                      base.ACTION_HEALTH),
+            payload=device_objects.DeviceHealthPayload(
+                device, previous_state=previous_state, health=health,
+                reason=reason, lease_uuid=lease_uuid))
+    except Exception:
+        # Whatever the notification needs, the sync goes on without it.
+        LOG.exception('Could not build the device.health notification of '
+                      'device %s', getattr(device, 'uuid', device))
+        return
+    _send(notification, context)
 
 
 def pool_update(context, pool):

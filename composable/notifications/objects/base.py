@@ -149,10 +149,16 @@ class NotificationBase(NotificationObject):
         'publisher': fields.ObjectField('NotificationPublisher'),
     }
 
+    def payload_primitive(self):
+        """The payload as sent: a payload is whole, so no list of changed
+        fields."""
+        self.payload.obj_reset_changes(recursive=True)
+        return self.payload.obj_to_primitive()
+
     def emit(self, notifier, context):
         """Send it with ``notifier`` (an oslo.messaging Notifier)."""
         prepared = notifier.prepare(
             publisher_id=self.publisher.publisher_id())
         send = getattr(prepared, self.priority)
         send(context, self.event_type.to_event_type(),
-             self.payload.obj_to_primitive())
+             self.payload_primitive())

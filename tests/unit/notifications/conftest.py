@@ -13,6 +13,7 @@
 import json
 import time
 
+import oslo_messaging as messaging
 from oslo_messaging.notify import _impl_test
 import pytest
 
@@ -60,6 +61,8 @@ class Sent(object):
 @pytest.fixture
 def sent():
     """Notifications on, to the in-memory driver."""
+    # Registers [oslo_messaging_notifications] in CONF.
+    messaging.get_notification_transport(CONF, url='fake://').cleanup()
     CONF.set_override('driver', ['test'],
                       'oslo_messaging_notifications')
     CONF.set_override('transport_url', 'fake://',

@@ -23,6 +23,7 @@ from composable.common import states
 from composable.conductor import periodic
 from composable.db import api as db_api
 from composable import notifications
+from composable.notifications import samples
 from tests.unit.conductor import harness as h_mod
 from tests.unit.notifications import conftest
 
@@ -50,6 +51,13 @@ def test_life_cycle_sequence_and_payloads(harness, sent):
         lambda: len(sent.about(uuid)) >= len(expected) and sent.about(uuid))
     assert _types(messages) == expected
     by_type = {m['event_type']: m for m in messages}
+    documented = samples.build()
+    for message in messages:
+        # The documented samples have the very fields sent.
+        sample = documented[message['event_type']]
+        assert set(data(message)) == set(
+            sample['payload']['composable_object.data'])
+        assert message['priority'] == sample['priority']
     for message in messages:
         assert message['priority'] == 'INFO'
         assert message['publisher_id'].startswith('composable-conductor:')
