@@ -226,14 +226,28 @@ def remove_commit_listener(listener):
 
 def record_event(session, *event):
     if _COMMIT_LISTENERS:
-        session.info.setdefault(_EVENTS_KEY, []).append(event)
+        # With the (sub)transaction it belongs to: rolling back to a
+        # savepoint (the claim batches) drops what was recorded since.
+        transaction = (session.get_nested_transaction() or
+                       session.get_transaction())
+        session.info.setdefault(_EVENTS_KEY, []).append((transaction,
+                                                         event))
+
+
+def _within(transaction, ended):
+    while transaction is not None:
+        if transaction is ended:
+            return True
+        transaction = transaction.parent
+    return False
 
 
 @event.listens_for(orm.Session, 'after_commit')
 def _after_commit(session):
-    events = session.info.pop(_EVENTS_KEY, None)
-    if not events:
+    recorded = session.info.pop(_EVENTS_KEY, None)
+    if not recorded:
         return
+    events = [e for _, e in recorded]
     for listener in list(_COMMIT_LISTENERS):
         try:
             listener(events)
@@ -241,9 +255,16 @@ def _after_commit(session):
             LOG.exception('Commit listener %r failed', listener)
 
 
-@event.listens_for(orm.Session, 'after_rollback')
-def _after_rollback(session):
-    session.info.pop(_EVENTS_KEY, None)
+@event.listens_for(orm.Session, 'after_soft_rollback')
+def _after_soft_rollback(session, previous_transaction):
+    recorded = session.info.get(_EVENTS_KEY)
+    if not recorded:
+        return
+    if not previous_transaction.nested:
+        session.info.pop(_EVENTS_KEY, None)
+        return
+    session.info[_EVENTS_KEY] = [
+        (t, e) for t, e in recorded if not _within(t, previous_transaction)]
 
 
 # ---------------------------------------------------------------- helpers

@@ -189,3 +189,26 @@ def test_off_by_default(harness):
     harness.api.delete_lease(h_mod.user_context(), uuid)
     harness.wait(uuid, states.RELEASED)
     assert _impl_test.NOTIFICATIONS == []
+
+
+def test_rolled_back_savepoint_drops_only_its_own(harness, sent):
+    kept = harness.lease(harness.create(memory_mb=1024))
+    dropped = harness.lease(harness.create(memory_mb=1024))
+    sent.wait_for(lambda: len(sent.about(dropped.uuid)) >= 2)
+    before = len(sent.all())
+    with db_api.writer(h_mod.admin()) as session:
+        db_api.action_start(h_mod.admin(), kept.id, 'bind',
+                            session=session, result='success')
+        try:
+            with session.begin_nested():
+                db_api.action_start(h_mod.admin(), dropped.id, 'bind',
+                                    session=session, result='success')
+                raise RuntimeError('roll back to the savepoint')
+        except RuntimeError:
+            pass
+    sent.wait_for(lambda: len(sent.all()) >= before + 2)
+    assert [(m['event_type'], conftest.data(m)['uuid'])
+            for m in sent.all()[before:]] == [
+        ('lease.bind.start', kept.uuid), ('lease.bind.end', kept.uuid)]
+    assert [a.action for a in db_api.action_list(
+        h_mod.admin(), dropped.id)] == ['create']
