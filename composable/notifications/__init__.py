@@ -54,11 +54,16 @@ _LOCK = threading.Lock()
 
 # Action log entries that are notified, and the action they are notified
 # as. The expiry is one event, sent when it ends (the lease released, or
-# the release failed).
+# the release failed). A lease created with a future start_at is
+# allocated by its "start" action; "stop" is the unbind that follows its
+# instance's domain stopping. Moves and evacuations (an unbind and a bind
+# in one action) and the reconciler's repairs are not notified.
 LEASE_ACTIONS = {
     'create': base.ACTION_CREATE,
+    'start': base.ACTION_ALLOCATE,
     'bind': base.ACTION_BIND,
     'unbind': base.ACTION_UNBIND,
+    'stop': base.ACTION_UNBIND,
     'delete': base.ACTION_DELETE,
     'expire': base.ACTION_EXPIRE,
 }

@@ -14,12 +14,14 @@
 exporter) and the fake fabric on SQLite, sent to oslo.messaging's
 in-memory ``test`` driver."""
 
+import datetime
 import json
 
 from oslo_messaging.notify import _impl_test
 from oslo_utils import timeutils
 
 from composable.common import states
+from composable.common import utils
 from composable.conductor import periodic
 from composable.db import api as db_api
 from composable import notifications
@@ -212,3 +214,25 @@ def test_rolled_back_savepoint_drops_only_its_own(harness, sent):
         ('lease.bind.start', kept.uuid), ('lease.bind.end', kept.uuid)]
     assert [a.action for a in db_api.action_list(
         h_mod.admin(), dropped.id)] == ['create']
+
+
+def test_a_deferred_lease_is_notified_when_it_is_allocated(harness, sent):
+    start = utils.utcnow() + datetime.timedelta(hours=1)
+    uuid = harness.create(memory_mb=1024, start_at=utils.isotime(start))
+    created = sent.wait_for(lambda: len(sent.about(uuid)) >= 2 and
+                            sent.about(uuid))
+    assert _types(created) == ['lease.create.start', 'lease.create.end']
+    assert data(created[-1])['status'] == states.REQUESTED
+    assert data(created[-1])['start_at'].startswith(start.strftime(
+        '%Y-%m-%dT%H:%M:%S'))
+    db_api.lease_update(h_mod.admin(), harness.lease(uuid).id, {
+        'start_at': utils.utcnow() - datetime.timedelta(seconds=1)})
+    harness.conductor.run_periodic_tasks()
+    harness.wait(uuid, states.RESERVED)
+    messages = sent.wait_for(lambda: len(sent.about(uuid)) >= 4 and
+                             sent.about(uuid))
+    assert _types(messages[2:]) == ['lease.allocate.start',
+                                    'lease.allocate.end']
+    assert data(messages[2])['status'] == states.ALLOCATING
+    assert data(messages[3])['status'] == states.RESERVED
+    assert data(messages[3])['memory_pool_uuid'] == harness.memory_pool.uuid

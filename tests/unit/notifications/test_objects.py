@@ -32,7 +32,7 @@ from composable.notifications import samples
 EXPECTED_FINGERPRINTS = {
     'DeviceHealthNotification': '1.0-eb32decf1297f3408ebe91cd51b6b452',
     'DeviceHealthPayload': '1.0-a6a44d5d5ab5d7f48d0817ad5025bb50',
-    'EventType': '1.0-7c242da3e1bcae430c1ad7eaf525a473',
+    'EventType': '1.0-77a3e9aabdddbed7e00d1169ebcf5b5c',
     'LeaseNotification': '1.0-eb32decf1297f3408ebe91cd51b6b452',
     'LeasePayload': '1.0-9af5ea510fda62ea9bd009f990f16540',
     'NotificationPublisher': '1.0-578ee5fea2922ff32e8917621f140857',
