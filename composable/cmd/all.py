@@ -282,6 +282,7 @@ def main(argv=None):
         LOG.exception('Messaging failed')
         return 1
     finally:
+        notifications.cleanup()
         rpc.cleanup()
     return 0
 

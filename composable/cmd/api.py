@@ -49,6 +49,7 @@ def main(argv=None):
         pass
     finally:
         server.server_close()
+        notifications.cleanup()
         rpc.cleanup()
     return 0
 

@@ -39,6 +39,7 @@ def main(argv=None):
     try:
         service.run([server])
     finally:
+        notifications.cleanup()
         rpc.cleanup()
     return 0
 

@@ -16,6 +16,7 @@ in-memory ``test`` driver."""
 
 import datetime
 import json
+import threading
 
 from oslo_messaging.notify import _impl_test
 from oslo_utils import timeutils
@@ -236,3 +237,55 @@ def test_a_deferred_lease_is_notified_when_it_is_allocated(harness, sent):
     assert data(messages[2])['status'] == states.ALLOCATING
     assert data(messages[3])['status'] == states.RESERVED
     assert data(messages[3])['memory_pool_uuid'] == harness.memory_pool.uuid
+
+
+def test_racing_deletes_send_one_delete(harness, sent):
+    uuid = harness.create(memory_mb=1024)
+    harness.api.bind_lease(h_mod.user_context(), uuid,
+                           harness.hosts['compute-0'].uuid)
+    harness.wait(uuid, states.BOUND)
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def delete():
+        barrier.wait()
+        try:
+            harness.api.delete_lease(h_mod.user_context(), uuid)
+            outcomes.append('accepted')
+        except Exception as exc:
+            outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=delete) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    harness.wait(uuid, states.RELEASED)
+    assert 'accepted' in outcomes
+    messages = sent.wait_for(
+        lambda: 'lease.delete.end' in _types(sent.about(uuid)) and
+        sent.about(uuid))
+    deletes = [t for t in _types(messages) if t.startswith('lease.delete')]
+    # A second delete accepted while the first one releases resumes it:
+    # still one start and one end.
+    assert deletes == ['lease.delete.start', 'lease.delete.end'], outcomes
+    assert [a for a in harness.actions(uuid) if a[0] == 'delete'] == [
+        ('delete', 'success')]
+
+
+def test_an_instance_stop_is_notified_as_an_unbind(harness, sent):
+    instance = '1d5e7c3b-9a2f-4b8e-8c6d-2f4a1b3c5d7e'
+    uuid = harness.create(memory_mb=1024)
+    harness.api.bind_lease(h_mod.user_context(), uuid,
+                           harness.hosts['compute-0'].uuid,
+                           instance_uuid=instance)
+    harness.wait(uuid, states.BOUND)
+    harness.api.release_instance(h_mod.admin(), instance, 'compute-0',
+                                 wait=30)
+    harness.wait(uuid, states.RESERVED)
+    messages = sent.wait_for(lambda: len(sent.about(uuid)) >= 6 and
+                             sent.about(uuid))
+    assert _types(messages)[4:] == ['lease.unbind.start',
+                                    'lease.unbind.end']
+    assert data(messages[-1])['instance_uuid'] == instance
+    assert data(messages[-1])['host'] is None
