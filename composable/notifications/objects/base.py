@@ -35,9 +35,10 @@ NAMESPACE = 'composable'
 
 
 class NotificationObjectRegistry(ovo_base.VersionedObjectRegistry):
-    """The registry of notification objects, kept apart from any other
-    registry of versioned objects in the process (Nova's, say, when both
-    are installed together)."""
+    """Registers composable's notification objects. oslo.versionedobjects
+    keeps the classes of every registry in one table per process (Nova's
+    too, when both are imported); composable's are those whose
+    OBJ_PROJECT_NAMESPACE is ``composable``."""
 
 
 class NotificationObject(ovo_base.VersionedObject,
