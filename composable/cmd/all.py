@@ -40,6 +40,7 @@ from composable import conf
 from composable.conductor import manager as conductor_manager
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
+from composable import notifications
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -257,6 +258,7 @@ def main(argv=None):
                     'database holds')
 
     rpc.init()
+    notifications.init('composable-all')
     conductor = conductor_manager.ConductorManager(CONF.host)
     services = agent_services(context)
     services.append(service.RPCService(rpc.CONDUCTOR_TOPIC, CONF.host,
@@ -280,6 +282,7 @@ def main(argv=None):
         LOG.exception('Messaging failed')
         return 1
     finally:
+        notifications.cleanup()
         rpc.cleanup()
     return 0
 

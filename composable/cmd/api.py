@@ -21,6 +21,7 @@ from composable.api import app as api_app
 from composable.common import rpc
 from composable.common import wsgi_server
 from composable import conf
+from composable import notifications
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ def main(argv=None):
     CONF(argv, project='composable')
     logging.setup(CONF, 'composable')
     rpc.init()
+    notifications.init('composable-api')
     app = api_app.setup_app()
     host, port = CONF.api.host_ip, CONF.api.port
     server = wsgi_server.make_server(app, host, port,
@@ -47,6 +49,7 @@ def main(argv=None):
         pass
     finally:
         server.server_close()
+        notifications.cleanup()
         rpc.cleanup()
     return 0
 

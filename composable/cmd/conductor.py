@@ -21,6 +21,7 @@ from composable.common import rpc
 from composable.common import service
 from composable import conf
 from composable.conductor import manager
+from composable import notifications
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     service.prepare_service(argv)
     rpc.init()
+    notifications.init('composable-conductor')
     conductor = manager.ConductorManager(CONF.host)
     server = service.RPCService(rpc.CONDUCTOR_TOPIC, CONF.host, [conductor],
                                 manager=conductor)
@@ -37,6 +39,7 @@ def main(argv=None):
     try:
         service.run([server])
     finally:
+        notifications.cleanup()
         rpc.cleanup()
     return 0
 

@@ -31,7 +31,11 @@ fabric's pools, matched by ``devices.address`` (the fabric's own id):
   vanished, failed or is bound to a host its lease is not bound to is
   logged as a warning for the operator;
 * what changed is logged per fabric, and the pools that changed are
-  pushed to Placement.
+  pushed to Placement;
+* each device whose state the sync changes, and each leased device the
+  fabric reports unhealthy or no longer reports, is notified as
+  ``device.health`` (a leased one once per health it is seen in by this
+  conductor).
 
 Each change goes through ``db_api.device_create`` / ``device_update``,
 which lock the device's pool first: a device the allocator gives to a
@@ -57,11 +61,20 @@ from composable.conductor.placement import claims as placement_claims
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
 from composable.fabric import base as fabric_base
+from composable import notifications
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 DEVICE_POOL_KINDS = ('gpu', 'pci')
+
+# What the fabric says of a device it no longer reports.
+HEALTH_ABSENT = 'absent'
+
+# The health last notified of each leased device, by device uuid: the
+# sync sees the same unhealthy leased device every interval, its users
+# need to hear once.
+_LEASED_HEALTH = {}
 
 
 def new_summary():
@@ -181,11 +194,16 @@ class FabricSync(object):
                 summary['leased_warnings'].append(
                     'device %s (%s) of a lease is no longer reported by '
                     'the fabric' % (row.uuid, address))
+                self._leased_health(context, row, HEALTH_ABSENT,
+                                    'no longer reported by the fabric')
             elif row.state != states.DEVICE_AVAILABLE:
                 # Out of service already (an operator's maintenance, or
                 # faulty): its state says more than "gone".
                 continue
-            elif self._set_state(context, row, states.DEVICE_MAINTENANCE):
+            elif self._set_state(context, row, states.DEVICE_MAINTENANCE,
+                                 health=HEALTH_ABSENT,
+                                 reason='no longer reported by the fabric; '
+                                        'taken out of service'):
                 summary['gone'].append(address)
                 changed_pools.add(pool_uuids[row.pool_id])
         text = describe(fabric.name, summary)
@@ -224,15 +242,23 @@ class FabricSync(object):
                   'model': item.get('model'),
                   'state': self._state_for(item)}
         try:
-            db_api.device_create(context, values)
+            device = db_api.device_create(context, values)
         except exception.Conflict:
             # Another conductor added it first.
             return
         summary['added'].append(item['address'])
+        reason = None
         if values['state'] == states.DEVICE_FAULTY:
             summary['faulty'].append(item['address'])
+            reason = 'found unhealthy on the fabric; added as faulty'
         elif values['state'] == states.DEVICE_MAINTENANCE:
             summary['bound_outside'].append(item['address'])
+            reason = ('found bound to host %s outside composable; added in '
+                      'maintenance' % item.get('bound_to'))
+        if reason is not None:
+            notifications.device_health(
+                context, db_api.device_get(context, device.uuid),
+                health=item.get('health'), reason=reason)
 
     def _check(self, context, row, item, summary):
         """Compare one known device; True when its row changed."""
@@ -250,6 +276,11 @@ class FabricSync(object):
                 summary['leased_warnings'].append(
                     'device %s (%s) of lease %s is unhealthy' %
                     (row.uuid, row.address, lease.uuid))
+            self._leased_health(
+                context, row, item.get('health'),
+                'reported unhealthy by the fabric while leased; its state '
+                'follows its lease' if unhealthy else None,
+                lease_uuid=lease.uuid)
             if bound_to and bound_to != host:
                 summary['leased_warnings'].append(
                     'device %s (%s) of lease %s is bound to host %s on '
@@ -259,24 +290,46 @@ class FabricSync(object):
         if row.state != states.DEVICE_AVAILABLE:
             return False
         if unhealthy:
-            if self._set_state(context, row, states.DEVICE_FAULTY):
+            if self._set_state(context, row, states.DEVICE_FAULTY,
+                               health=item.get('health'),
+                               reason='reported unhealthy by the fabric; '
+                                      'taken out of service'):
                 summary['faulty'].append(row.address)
                 return True
         elif bound_to:
-            if self._set_state(context, row, states.DEVICE_MAINTENANCE):
+            if self._set_state(context, row, states.DEVICE_MAINTENANCE,
+                               health=item.get('health'),
+                               reason='bound to host %s outside composable; '
+                                      'taken out of service' % bound_to):
                 summary['bound_outside'].append(row.address)
                 return True
         return False
 
     @staticmethod
-    def _set_state(context, row, state):
+    def _leased_health(context, row, health, reason, lease_uuid=None):
+        """Notify the health of a leased device when it is not the one
+        last notified; a healthy device never notified is not news."""
+        last = _LEASED_HEALTH.get(row.uuid, fabric_base.HEALTH_OK)
+        health = health or fabric_base.HEALTH_OK
+        if health == last:
+            return
+        _LEASED_HEALTH[row.uuid] = health
+        if health == fabric_base.HEALTH_OK:
+            _LEASED_HEALTH.pop(row.uuid, None)
+            reason = 'reported healthy by the fabric again'
+        notifications.device_health(context, row, health=health,
+                                    reason=reason, lease_uuid=lease_uuid)
+
+    @staticmethod
+    def _set_state(context, row, state, health=None, reason=None):
         """Take an unleased device out of service; False when a lease
         took it meanwhile (the allocator won: its state follows the
         lease)."""
         if row.state == state:
             return False
         try:
-            db_api.device_update(context, row.uuid, {'state': state})
+            device = db_api.device_update(context, row.uuid,
+                                          {'state': state})
         except exception.InUse as exc:
             if 'lease' not in exc.message or 'pool' in exc.message:
                 # Not a lease that won: the pool's leases need the device
@@ -285,4 +338,7 @@ class FabricSync(object):
                             {'dev': row.uuid, 'state': row.state,
                              'reason': exc.message})
             return False
+        notifications.device_health(context, device,
+                                    previous_state=row.state, health=health,
+                                    reason=reason)
         return True

@@ -198,6 +198,75 @@ def retry_on_deadlock(f):
                                      max_retry_interval=1)(f)
 
 
+# ---------------------------------------------------------------- events
+# What a transaction changed that others may want to hear about (the
+# versioned notifications, composable.notifications): recorded in the
+# session and handed to the listeners once the transaction commits, in
+# the order recorded; a rolled-back transaction hands over nothing.
+# Recorded only while someone listens.
+
+EVENT_LEASE_ACTION = 'lease_action'
+EVENT_POOL_CHANGED = 'pool_changed'
+_EVENTS_KEY = 'composable.events'
+_COMMIT_LISTENERS = []
+
+
+def add_commit_listener(listener):
+    """Call ``listener(events)`` after each commit that recorded events.
+    It runs in the committing thread, after the commit, and must not
+    raise."""
+    if listener not in _COMMIT_LISTENERS:
+        _COMMIT_LISTENERS.append(listener)
+
+
+def remove_commit_listener(listener):
+    if listener in _COMMIT_LISTENERS:
+        _COMMIT_LISTENERS.remove(listener)
+
+
+def record_event(session, *event):
+    if _COMMIT_LISTENERS:
+        # With the (sub)transaction it belongs to: rolling back to a
+        # savepoint (the claim batches) drops what was recorded since.
+        transaction = (session.get_nested_transaction() or
+                       session.get_transaction())
+        session.info.setdefault(_EVENTS_KEY, []).append((transaction,
+                                                         event))
+
+
+def _within(transaction, ended):
+    while transaction is not None:
+        if transaction is ended:
+            return True
+        transaction = transaction.parent
+    return False
+
+
+@event.listens_for(orm.Session, 'after_commit')
+def _after_commit(session):
+    recorded = session.info.pop(_EVENTS_KEY, None)
+    if not recorded:
+        return
+    events = [e for _, e in recorded]
+    for listener in list(_COMMIT_LISTENERS):
+        try:
+            listener(events)
+        except Exception:
+            LOG.exception('Commit listener %r failed', listener)
+
+
+@event.listens_for(orm.Session, 'after_soft_rollback')
+def _after_soft_rollback(session, previous_transaction):
+    recorded = session.info.get(_EVENTS_KEY)
+    if not recorded:
+        return
+    if not previous_transaction.nested:
+        session.info.pop(_EVENTS_KEY, None)
+        return
+    session.info[_EVENTS_KEY] = [
+        (t, e) for t, e in recorded if not _within(t, previous_transaction)]
+
+
 # ---------------------------------------------------------------- helpers
 
 def _by_ident(query, model, ident):
@@ -388,7 +457,10 @@ def _recompute_pool_total(session, pool):
             models.Device.pool_id == pool.id,
             models.Device.state.in_(
                 states.DEVICE_IN_SERVICE_STATES)).scalar()
-    pool.total = int(total or 0)
+    total = int(total or 0)
+    if pool.total != total:
+        record_event(session, EVENT_POOL_CHANGED, None, pool.id)
+    pool.total = total
 
 
 def locking(query):
@@ -437,7 +509,19 @@ def pool_list(context, **kwargs):
 
 
 def pool_update(context, ident, values):
-    return _update(context, models.Pool, ident, values)
+    with writer(context) as session:
+        pool = _update(context, models.Pool, ident, values)
+        record_event(session, EVENT_POOL_CHANGED, context, pool.id)
+        return pool
+
+
+def pool_get_by_id(context, pool_id):
+    with reader(context) as session:
+        pool = session.query(models.Pool).filter(
+            models.Pool.id == pool_id).first()
+        if pool is None:
+            raise exception.PoolNotFound(pool=pool_id)
+        return pool
 
 
 def pool_delete(context, ident):
@@ -938,6 +1022,8 @@ _INSERT_ACTION = _ACTIONS.insert()
 ACTION_RUNNING = 'running'
 ACTION_SUCCESS = 'success'
 ACTION_ERROR = 'error'
+# The phases of an action's notifications an entry's result ends it with.
+_ACTION_PHASES = {ACTION_SUCCESS: ('end',), ACTION_ERROR: ('error',)}
 
 
 def _action_values(context, lease_id, action, result, message, now):
@@ -963,10 +1049,15 @@ def action_start(context, lease_id, action, session=None, message=None,
     """
     values = _action_values(context, lease_id, action, result, message,
                             utils.utcnow())
+    phases = ('start',) + _ACTION_PHASES.get(result, ())
     if session is not None:
         session.execute(_INSERT_ACTION, values)
+        record_event(session, EVENT_LEASE_ACTION, context, lease_id, action,
+                     phases, message)
         return None
     with writer(context) as session:
+        record_event(session, EVENT_LEASE_ACTION, context, lease_id, action,
+                     phases, message)
         row = models.LeaseAction(**values)
         session.add(row)
         session.flush()
@@ -1003,6 +1094,8 @@ def _action_finish_in(session, context, lease_id, action, result, message,
             return None
         return action_start(context, lease_id, action, message=message,
                             result=result)
+    record_event(session, EVENT_LEASE_ACTION, context, lease_id, action,
+                 _ACTION_PHASES.get(result, ()), message)
     row.result = result
     row.finish_time = utils.utcnow()
     if message is not None:

@@ -33,6 +33,7 @@ from oslo_log import log as logging
 from composable.api import app as api_app
 from composable.common import rpc
 from composable import conf
+from composable import notifications
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ def init_application(argv=None):
     CONF(config_args() if argv is None else argv, project='composable')
     logging.setup(CONF, 'composable')
     rpc.init()
+    notifications.init('composable-api')
     app = api_app.setup_app()
     LOG.info('composable-api WSGI application ready')
     return app
