@@ -10,10 +10,13 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
+import sys
+
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 from horizon import exceptions
+from horizon import messages
 from horizon import tables
 from horizon.templatetags import sizeformat
 
@@ -52,6 +55,23 @@ def allows(lease, event):
     """Whether the lease state machine takes ``event`` in this status."""
     return any(source == lease.status and name == event
                for source, name, _target in states.TRANSITIONS)
+
+
+def call_reporting_failure(table, request, lease_id, call, message):
+    """Call the API for a table action; on failure tell the user why.
+
+    Horizon's own failure message names the lease only: this one gives
+    the API's reason, and replaces Horizon's (the error is raised as
+    already handled).
+    """
+    try:
+        call(request, lease_id)
+    except api.ComposableAPIError as exc:
+        lease = table.get_object_by_id(lease_id)
+        messages.error(request, message % {
+            'lease': table.get_object_display(lease) if lease else lease_id,
+            'reason': exc.message})
+        raise exceptions.HandledException(sys.exc_info())
 
 
 class CreateLease(tables.LinkAction):
@@ -103,7 +123,9 @@ class UnbindLease(tables.BatchAction):
         return lease is None or allows(lease, states.UNBIND)
 
     def action(self, request, obj_id):
-        api.lease_unbind(request, obj_id)
+        call_reporting_failure(
+            self.table, request, obj_id, api.lease_unbind,
+            _('Unable to unbind lease %(lease)s: %(reason)s'))
 
 
 class DeleteLease(tables.DeleteAction):
@@ -121,7 +143,9 @@ class DeleteLease(tables.DeleteAction):
         return lease is None or allows(lease, states.DELETE)
 
     def delete(self, request, obj_id):
-        api.lease_delete(request, obj_id)
+        call_reporting_failure(
+            self.table, request, obj_id, api.lease_delete,
+            _('Unable to delete lease %(lease)s: %(reason)s'))
 
 
 class LeaseFilterAction(tables.FilterAction):
