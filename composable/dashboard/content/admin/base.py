@@ -31,6 +31,7 @@ from horizon import messages
 from horizon import tables
 
 from composable.dashboard.api import composable as api
+from composable.dashboard import utils
 
 
 def call(name, verb):
@@ -42,8 +43,8 @@ def url_name(slug, view):
 
 
 class InventoryPanel(horizon.Panel):
-    # The admin dashboard asks for the admin role already; the API's
-    # policy keeps inventory changes admin-only too.
+    # The Admin dashboard is for admins already (a project member gets
+    # 403, tested); the API's policy keeps the inventory admin-only too.
     permissions = ('openstack.services.composable',)
 
 
@@ -83,7 +84,9 @@ class DeleteAction(tables.DeleteAction):
         return ngettext_lazy('Deleted', 'Deleted', count)
 
     def delete(self, request, obj_id):
-        call(self.table.api_name, 'delete')(request, obj_id)
+        utils.call_reporting_failure(
+            self.table, request, obj_id, call(self.table.api_name, 'delete'),
+            _('Unable to delete %(name)s: %(reason)s'))
 
 
 class InventoryTable(tables.DataTable):

@@ -10,18 +10,16 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-import sys
-
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 from horizon import exceptions
-from horizon import messages
 from horizon import tables
 from horizon.templatetags import sizeformat
 
 from composable.common import states
 from composable.dashboard.api import composable as api
+from composable.dashboard import utils
 
 # Statuses a lease rests in: True for the good ones, False for failures.
 # A lease in any other status (allocating, binding, unbinding, releasing)
@@ -55,23 +53,6 @@ def allows(lease, event):
     """Whether the lease state machine takes ``event`` in this status."""
     return any(source == lease.status and name == event
                for source, name, _target in states.TRANSITIONS)
-
-
-def call_reporting_failure(table, request, lease_id, call, message):
-    """Call the API for a table action; on failure tell the user why.
-
-    Horizon's own failure message names the lease only: this one gives
-    the API's reason, and replaces Horizon's (the error is raised as
-    already handled).
-    """
-    try:
-        call(request, lease_id)
-    except api.ComposableAPIError as exc:
-        lease = table.get_object_by_id(lease_id)
-        messages.error(request, message % {
-            'lease': table.get_object_display(lease) if lease else lease_id,
-            'reason': exc.message})
-        raise exceptions.HandledException(sys.exc_info())
 
 
 class CreateLease(tables.LinkAction):
@@ -123,9 +104,9 @@ class UnbindLease(tables.BatchAction):
         return lease is None or allows(lease, states.UNBIND)
 
     def action(self, request, obj_id):
-        call_reporting_failure(
+        utils.call_reporting_failure(
             self.table, request, obj_id, api.lease_unbind,
-            _('Unable to unbind lease %(lease)s: %(reason)s'))
+            _('Unable to unbind lease %(name)s: %(reason)s'))
 
 
 class DeleteLease(tables.DeleteAction):
@@ -143,9 +124,9 @@ class DeleteLease(tables.DeleteAction):
         return lease is None or allows(lease, states.DELETE)
 
     def delete(self, request, obj_id):
-        call_reporting_failure(
+        utils.call_reporting_failure(
             self.table, request, obj_id, api.lease_delete,
-            _('Unable to delete lease %(lease)s: %(reason)s'))
+            _('Unable to delete lease %(name)s: %(reason)s'))
 
 
 class LeaseFilterAction(tables.FilterAction):
