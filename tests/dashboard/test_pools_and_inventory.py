@@ -110,7 +110,6 @@ class ProjectPoolsTests(helpers.TestCase):
 
         self.assertNotEqual(200, res.status_code)
 
-
     def test_admin_panels_are_not_for_project_members(self):
         # The test user is a member and a reader of its project.
         for panel in ('fabrics', 'hosts', 'memory_nodes', 'pools',
