@@ -10,7 +10,7 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Admin -> Composable -> MemoryNodes."""
+"""Admin -> Composable -> Memory nodes."""
 
 PANEL = 'composable_admin_memory_nodes'
 PANEL_GROUP = 'composable'
