@@ -24,6 +24,7 @@ import threading
 import types
 import unittest
 
+from django.test import utils as test_utils
 from horizon import exceptions as horizon_exceptions
 
 from composable.dashboard.api import composable as api
@@ -38,6 +39,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _answer(self):
+        if self.path.startswith('/v1/devices'):
+            # A hung API: answer only once the test is over.
+            self.server.release.wait(60)
         self.server.seen.append({'method': self.command, 'path': self.path,
                                  'headers': dict(self.headers)})
         length = int(self.headers.get('Content-Length') or 0)
@@ -74,12 +78,14 @@ class ApiModuleTests(unittest.TestCase):
         self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
                                                       _Handler)
         self.server.seen, self.server.bodies, self.server.answers = [], [], {}
+        self.server.release = threading.Event()
         thread = threading.Thread(target=self.server.serve_forever,
                                   daemon=True)
         thread.start()
         self.addCleanup(thread.join, 10)
         self.addCleanup(self.server.server_close)
         self.addCleanup(self.server.shutdown)
+        self.addCleanup(self.server.release.set)
         self.request = _request('http://127.0.0.1:%d'
                                 % self.server.server_address[1])
 
@@ -146,6 +152,14 @@ class ApiModuleTests(unittest.TestCase):
 
         with self.assertRaises(api.ComposableAPIError) as caught:
             api.fabric_list(self.request)
+
+        self.assertIn('Unable to reach the composable API',
+                      caught.exception.message)
+
+    def test_hung_api_times_out_with_an_error(self):
+        with test_utils.override_settings(COMPOSABLE_API_TIMEOUT=1):
+            with self.assertRaises(api.ComposableAPIError) as caught:
+                api.device_list(self.request)
 
         self.assertIn('Unable to reach the composable API',
                       caught.exception.message)
