@@ -108,7 +108,7 @@ class ProjectPoolsTests(helpers.TestCase):
         res = self.client.get(reverse('horizon:project:composable_pools:'
                                       'index'))
 
-        self.assertNotEqual(200, res.status_code)
+        self.assertEqual(403, res.status_code)
 
     def test_admin_panels_are_not_for_project_members(self):
         # The test user is a member and a reader of its project.
