@@ -28,4 +28,7 @@ dashboard_settings.update_dashboards(
     HORIZON_CONFIG,  # noqa: F405
     INSTALLED_APPS,  # noqa: F405
 )
+# Horizon's test settings enabled its own dashboards already; they are
+# listed twice now. (The plugin's files add its application once: see
+# test_enabled.py.)
 INSTALLED_APPS = list(dict.fromkeys(INSTALLED_APPS))  # noqa: F405

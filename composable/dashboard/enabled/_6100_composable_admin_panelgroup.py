@@ -18,4 +18,5 @@ PANEL_GROUP = 'composable'
 PANEL_GROUP_NAME = _('Composable')
 PANEL_GROUP_DASHBOARD = 'admin'
 
-ADD_INSTALLED_APPS = ['composable.dashboard']
+# The plugin's Django application is added by _6000 (Horizon would add it
+# twice if two files named it, which Django refuses).
