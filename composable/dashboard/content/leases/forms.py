@@ -1,0 +1,190 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+import datetime
+
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from horizon import exceptions
+from horizon import forms
+from horizon import messages
+from openstack_dashboard.api import nova
+from osc_lib import exceptions as osc_exceptions
+
+from composable.cli import utils as cli_utils
+from composable.common import states
+from composable.dashboard.api import composable as api
+
+ATTACH_MODE_CHOICES = (
+    (states.ATTACH_HOST, _('Host: the compute node uses it (swap, PCI)')),
+    (states.ATTACH_GUEST, _('Guest: the server bound to the lease gets it')),
+)
+
+
+def parse_memory(value):
+    """MiB from a size with units (512MiB, 4GiB, 1.5TiB; bare = MiB)."""
+    try:
+        return cli_utils.parse_size(value)
+    except osc_exceptions.CommandError:
+        raise forms.ValidationError(
+            _('Enter a size such as 512MiB, 4GiB or 1.5TiB (a number '
+              'alone is MiB), a whole number of MiB above zero.'))
+
+
+def iso_utc(value):
+    """An aware datetime as the ISO 8601 UTC string the API takes."""
+    return value.astimezone(datetime.timezone.utc).strftime(
+        '%Y-%m-%dT%H:%M:%SZ')
+
+
+class CreateLeaseForm(forms.SelfHandlingForm):
+    name = forms.CharField(label=_('Name'), max_length=255)
+    description = forms.CharField(label=_('Description'), max_length=255,
+                                  required=False)
+    memory = forms.CharField(
+        label=_('Memory'), required=False, max_length=32,
+        help_text=_('Memory to lease, e.g. 512MiB, 4GiB or 1.5TiB '
+                    '(binary units; a number alone is MiB).'))
+    device_count = forms.IntegerField(
+        label=_('Number of devices'), required=False, min_value=1,
+        max_value=4096)
+    device_kind = forms.CharField(
+        label=_('Device kind'), required=False, max_length=16,
+        initial='gpu',
+        help_text=_('gpu, or a PCI device class in lower case, e.g. nvme.'))
+    device_model = forms.CharField(
+        label=_('GPU or device model'), required=False, max_length=255,
+        help_text=_('e.g. A100; empty: any model.'))
+    pool = forms.ThemableChoiceField(
+        label=_('Pool'), required=False,
+        help_text=_('Pool to take from; any pool of the right kind '
+                    'if none is chosen.'))
+    attach_mode = forms.ThemableChoiceField(
+        label=_('Attach mode'), choices=ATTACH_MODE_CHOICES,
+        initial=states.ATTACH_HOST)
+    start_at = forms.DateTimeField(
+        label=_('Start'), required=False,
+        widget=forms.DateTimeInput(attrs={'type': 'datetime-local'}),
+        help_text=_('Empty: now. Times are in your time zone.'))
+    end_at = forms.DateTimeField(
+        label=_('End'), required=False,
+        widget=forms.DateTimeInput(attrs={'type': 'datetime-local'}))
+
+    def __init__(self, request, *args, **kwargs):
+        super().__init__(request, *args, **kwargs)
+        choices = [('', _('Any pool'))]
+        try:
+            choices += [(pool.name, '%s (%s)' % (pool.name, pool.kind))
+                        for pool in api.pool_list(request)]
+        except api.ComposableAPIError:
+            exceptions.handle(request, _('Unable to retrieve the pools.'))
+        self.fields['pool'].choices = choices
+
+    def clean_memory(self):
+        value = (self.cleaned_data.get('memory') or '').strip()
+        return parse_memory(value) if value else None
+
+    def clean(self):
+        data = super().clean()
+        if not (data.get('memory') or data.get('device_count')):
+            raise forms.ValidationError(
+                _('Nothing to lease: give a memory size, a number of '
+                  'devices, or both.'))
+        start, end = data.get('start_at'), data.get('end_at')
+        if end and end <= (start or timezone.now()):
+            raise forms.ValidationError(
+                _('The end must be after the start (and in the future).'))
+        return data
+
+    def handle(self, request, data):
+        fields = {'name': data['name'],
+                  'attach_mode': data['attach_mode']}
+        if data.get('description'):
+            fields['description'] = data['description']
+        if data.get('memory'):
+            fields['memory_mb'] = data['memory']
+        if data.get('device_count'):
+            fields['device_count'] = data['device_count']
+            fields['device_kind'] = data.get('device_kind') or 'gpu'
+            if data.get('device_model'):
+                fields['device_model'] = data['device_model']
+        if data.get('pool'):
+            fields['pools'] = [data['pool']]
+        if data.get('start_at'):
+            fields['start_at'] = iso_utc(data['start_at'])
+        if data.get('end_at'):
+            fields['end_at'] = iso_utc(data['end_at'])
+        try:
+            lease = api.lease_create(request, **fields)
+        except api.ComposableAPIError:
+            exceptions.handle(request, _('Unable to create lease "%s".')
+                              % data['name'])
+            return False
+        messages.success(request, _('Lease "%s" was created.')
+                         % data['name'])
+        return lease
+
+
+class BindLeaseForm(forms.SelfHandlingForm):
+    lease_id = forms.CharField(widget=forms.HiddenInput())
+    server = forms.ThemableChoiceField(label=_('Server'))
+    attach_mode = forms.ThemableChoiceField(
+        label=_('Attach mode'), required=False,
+        choices=(('', _("The lease's attach mode")),) + ATTACH_MODE_CHOICES)
+
+    def __init__(self, request, *args, **kwargs):
+        super().__init__(request, *args, **kwargs)
+        choices = [('', _('Select a server'))]
+        try:
+            # The project's own servers: Nova lists no other project's.
+            servers, _more = nova.server_list(request)
+            choices += [(s.id, '%s (%s)' % (s.name, s.id))
+                        for s in sorted(servers, key=lambda s: s.name)]
+        except Exception:
+            exceptions.handle(request, _('Unable to retrieve the servers.'))
+        self.fields['server'].choices = choices
+
+    def handle(self, request, data):
+        try:
+            api.lease_bind(request, data['lease_id'], server=data['server'],
+                           attach_mode=data.get('attach_mode') or None)
+        except api.ComposableAPIError:
+            exceptions.handle(request, _('Unable to bind the lease.'))
+            return False
+        messages.success(request, _('Binding of the lease requested.'))
+        return True
+
+
+class ExtendLeaseForm(forms.SelfHandlingForm):
+    lease_id = forms.CharField(widget=forms.HiddenInput())
+    end_at = forms.DateTimeField(
+        label=_('New end'),
+        widget=forms.DateTimeInput(attrs={'type': 'datetime-local'}),
+        help_text=_('In your time zone.'))
+
+    def clean_end_at(self):
+        end = self.cleaned_data['end_at']
+        if end <= timezone.now():
+            raise forms.ValidationError(_('The new end must be in the '
+                                          'future.'))
+        return end
+
+    def handle(self, request, data):
+        try:
+            api.lease_update(request, data['lease_id'],
+                             end_at=iso_utc(data['end_at']))
+        except api.ComposableAPIError:
+            exceptions.handle(request, _('Unable to extend the lease.'))
+            return False
+        messages.success(request, _('The lease now ends at %s.')
+                         % iso_utc(data['end_at']))
+        return True

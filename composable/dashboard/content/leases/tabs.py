@@ -1,0 +1,129 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+from django.utils.translation import gettext_lazy as _
+from horizon import exceptions
+from horizon import tables
+from horizon import tabs
+
+from composable.dashboard.api import composable as api
+
+
+class ExtentsTable(tables.DataTable):
+    index = tables.Column('index', verbose_name=_('#'))
+    memory_node = tables.Column('memory_node',
+                                verbose_name=_('Memory node'))
+    size_mb = tables.Column('size_mb', verbose_name=_('Size (MiB)'))
+    export_state = tables.Column('export_state',
+                                 verbose_name=_('Export state'))
+
+    def get_object_id(self, extent):
+        return extent['uuid']
+
+    class Meta(object):
+        name = 'extents'
+        verbose_name = _('Memory extents')
+
+
+class LeaseDevicesTable(tables.DataTable):
+    uuid = tables.Column('uuid', verbose_name=_('ID'))
+    kind = tables.Column('kind', verbose_name=_('Kind'))
+    model = tables.Column('model', verbose_name=_('Model'))
+    state = tables.Column('state', verbose_name=_('State'))
+    pci_address = tables.Column('pci_address',
+                                verbose_name=_('PCI address'),
+                                empty_value='-')
+
+    def get_object_id(self, device):
+        return device['uuid']
+
+    class Meta(object):
+        name = 'devices'
+        verbose_name = _('Devices')
+
+
+class ActionsTable(tables.DataTable):
+    action = tables.Column('action', verbose_name=_('Action'))
+    start_time = tables.Column('start_time', verbose_name=_('Start'))
+    finish_time = tables.Column('finish_time', verbose_name=_('Finish'),
+                                empty_value='-')
+    result = tables.Column('result', verbose_name=_('Result'))
+    message = tables.WrappingColumn('message', verbose_name=_('Message'),
+                                    empty_value='')
+    user_id = tables.Column('user_id', verbose_name=_('User'))
+    request_id = tables.Column('request_id', verbose_name=_('Request ID'))
+
+    def get_object_id(self, action):
+        return '%s-%s' % (action.action, action.start_time)
+
+    class Meta(object):
+        name = 'actions'
+        verbose_name = _('Action log')
+
+
+class OverviewTab(tabs.Tab):
+    name = _('Overview')
+    slug = 'overview'
+    template_name = 'project/composable_leases/_detail_overview.html'
+
+    def get_context_data(self, request):
+        return {'lease': self.tab_group.kwargs['lease']}
+
+
+class _ListTab(tabs.TableTab):
+    template_name = 'horizon/common/_detail_table.html'
+
+
+class ExtentsTab(_ListTab):
+    name = _('Memory extents')
+    slug = 'extents'
+    table_classes = (ExtentsTable,)
+
+    def get_extents_data(self):
+        # CHAP secrets are never part of what a project user sees; only
+        # the fields the table shows are kept.
+        return [dict(uuid=e['uuid'], index=e['index'],
+                     memory_node=e['memory_node'], size_mb=e['size_mb'],
+                     export_state=e['export_state'])
+                for e in self.tab_group.kwargs['lease'].extents or []]
+
+
+class DevicesTab(_ListTab):
+    name = _('Devices')
+    slug = 'devices'
+    table_classes = (LeaseDevicesTable,)
+
+    def get_devices_data(self):
+        return list(self.tab_group.kwargs['lease'].devices or [])
+
+
+class ActionLogTab(_ListTab):
+    name = _('Action log')
+    slug = 'actions'
+    table_classes = (ActionsTable,)
+    # One more API call: made when the tab is opened.
+    preload = False
+
+    def get_actions_data(self):
+        lease = self.tab_group.kwargs['lease']
+        try:
+            return api.lease_action_list(self.request, lease.uuid)
+        except api.ComposableAPIError:
+            exceptions.handle(self.request,
+                              _('Unable to retrieve the action log.'))
+            return []
+
+
+class LeaseDetailTabs(tabs.DetailTabsGroup):
+    slug = 'lease_details'
+    tabs = (OverviewTab, ExtentsTab, DevicesTab, ActionLogTab)
+    sticky = True

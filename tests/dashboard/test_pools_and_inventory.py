@@ -1,0 +1,271 @@
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Project -> Composable -> Pools and the Admin -> Composable panels.
+
+Horizon's unit-test helpers render the real views; the composable API
+module is stubbed with mocks.
+"""
+
+from unittest import mock
+
+from django.urls import reverse
+
+from composable.dashboard.api import composable as api
+from tests.dashboard import helpers
+
+FABRIC = {'uuid': 'f0000000-0000-4000-8000-000000000001',
+          'name': 'rack-1-pcie', 'driver': 'switchtec',
+          'driver_info': {'device': '/dev/switchtec0'},
+          'aggregate_uuid': None, 'description': 'rack 1',
+          'created_at': '2026-11-01T10:00:00+00:00', 'updated_at': None}
+HOST = {'uuid': 'f0000000-0000-4000-8000-000000000002', 'name': 'compute-1',
+        'fabric_uuid': FABRIC['uuid'],
+        'initiator_iqn': 'iqn.2026-11.org.example:compute-1',
+        'partition_id': '3', 'properties': {},
+        'created_at': '2026-11-01T10:00:00+00:00', 'updated_at': None}
+MEMORY_NODE = {'uuid': 'f0000000-0000-4000-8000-000000000003',
+               'name': 'memory-node-7', 'pool_uuid': helpers.POOL_MEMORY[
+                   'uuid'], 'fabric_uuid': FABRIC['uuid'],
+               'capacity_mb': 65536, 'reserved_mb': 1024,
+               'allocated_mb': 2048, 'exporter': 'tgt',
+               'portal': '192.0.2.7:3260', 'transport': 'iser',
+               'enabled': True,
+               'created_at': '2026-11-01T10:00:00+00:00', 'updated_at': None}
+DEVICE_HELD = {'uuid': 'f0000000-0000-4000-8000-000000000004',
+               'name': 'gpu-0', 'pool_uuid': helpers.POOL_GPU['uuid'],
+               'fabric_uuid': FABRIC['uuid'], 'address': 'pdfid-0x0100',
+               'kind': 'gpu', 'vendor_id': '10de', 'product_id': '20b0',
+               'model': 'A100', 'traits': [], 'state': 'attached',
+               'lease_uuid': helpers.LEASE_BINDING['uuid'],
+               'pci_address': '0000:41:00.0',
+               'created_at': '2026-11-01T10:00:00+00:00', 'updated_at': None}
+DEVICE_FAULTY = dict(DEVICE_HELD, uuid='f0000000-0000-4000-8000-000000000005',
+                     name='gpu-1', state='faulty', lease_uuid=None,
+                     pci_address=None)
+
+
+def wrap(*dicts):
+    return [api.Resource(dict(d)) for d in dicts]
+
+
+def admin_url(panel, view='index', *args):
+    return reverse('horizon:admin:composable_admin_%s:%s' % (panel, view),
+                   args=args)
+
+
+class ProjectPoolsTests(helpers.TestCase):
+
+    @mock.patch.object(api, 'pool_list')
+    def test_capacity_used_free_and_usage_bar(self, pool_list):
+        pool_list.return_value = helpers.pools()
+
+        res = self.client.get(reverse('horizon:project:composable_pools:'
+                                      'index'))
+
+        self.assertTemplateUsed(res, 'project/composable_pools/index.html')
+        rows = {r.datum.name: r for r in res.context['table'].get_rows()}
+        memory = rows['memory-pool'].render()
+        # 8192 MiB less 1024 reserved can be lent; 3584 of it is used.
+        self.assertIn('7168 MiB', memory)
+        self.assertIn('3584 MiB', memory)
+        self.assertIn('style="width: 50%;"', memory)
+        gpu = rows['gpu-pool'].render()
+        self.assertIn('4 devices', gpu)
+        self.assertIn('style="width: 25%;"', gpu)
+
+    @mock.patch.object(api, 'pool_list')
+    def test_api_failure_is_shown(self, pool_list):
+        pool_list.side_effect = helpers.api_error('Service Unavailable',
+                                                  status=503)
+
+        res = self.client.get(reverse('horizon:project:composable_pools:'
+                                      'index'))
+
+        errors = self.messages_of('error', res)
+        self.assertEqual(1, len(errors), errors)
+        self.assertIn('Service Unavailable', errors[0])
+
+    def test_panels_need_the_service_in_the_catalog(self):
+        self.service_catalog[:] = [s for s in self.service_catalog
+                                   if s['type'] != 'composable']
+        self.setActiveUser(id=self.user.id, token=self.token,
+                           username=self.user.name,
+                           tenant_id=self.tenant.id,
+                           service_catalog=self.service_catalog,
+                           authorized_tenants=self.tenants.list(),
+                           roles=[{'id': '2', 'name': 'member'}])
+
+        res = self.client.get(reverse('horizon:project:composable_pools:'
+                                      'index'))
+
+        self.assertEqual(403, res.status_code)
+
+    def test_admin_panels_are_not_for_project_members(self):
+        # The test user is a member and a reader of its project.
+        for panel in ('fabrics', 'hosts', 'memory_nodes', 'pools',
+                      'devices'):
+            res = self.client.get(admin_url(panel))
+            self.assertEqual(403, res.status_code, panel)
+
+
+class AdminInventoryTests(helpers.BaseAdminViewTests):
+
+    @mock.patch.object(api, 'fabric_list')
+    def test_fabrics(self, fabric_list):
+        fabric_list.return_value = wrap(FABRIC)
+
+        res = self.client.get(admin_url('fabrics'))
+
+        self.assertTemplateUsed(res, 'composable_dashboard/index.html')
+        self.assertContains(res, 'rack-1-pcie')
+        self.assertContains(res, 'switchtec')
+        # Driver settings (which may hold credentials) are not shown.
+        self.assertNotContains(res, '/dev/switchtec0')
+
+    @mock.patch.object(api, 'host_list')
+    def test_hosts(self, host_list):
+        host_list.return_value = wrap(HOST)
+
+        res = self.client.get(admin_url('hosts'))
+
+        self.assertContains(res, 'iqn.2026-11.org.example:compute-1')
+
+    @mock.patch.object(api, 'memory_node_list')
+    def test_memory_nodes(self, memory_node_list):
+        memory_node_list.return_value = wrap(MEMORY_NODE)
+
+        res = self.client.get(admin_url('memory_nodes'))
+
+        self.assertContains(res, 'memory-node-7')
+        self.assertContains(res, '192.0.2.7:3260')
+        self.assertContains(res, '65536')
+
+    @mock.patch.object(api, 'pool_list')
+    def test_pools(self, pool_list):
+        pool_list.return_value = helpers.pools()
+
+        res = self.client.get(admin_url('pools'))
+
+        self.assertContains(res, 'CUSTOM_COMPOSABLE_MEMORY_MB')
+        self.assertContains(res, 'style="width: 50%;"')
+
+    @mock.patch.object(api, 'device_list')
+    def test_devices_health_and_holding_lease(self, device_list):
+        device_list.return_value = wrap(DEVICE_HELD, DEVICE_FAULTY)
+
+        res = self.client.get(admin_url('devices'))
+
+        rows = {r.datum.name: r for r in res.context['table'].get_rows()}
+        held = rows['gpu-0'].render()
+        self.assertIn(helpers.LEASE_BINDING['uuid'], held)
+        self.assertIn('Attached', held)
+        self.assertIn('status_up', held)
+        faulty = rows['gpu-1'].render()
+        self.assertIn('Faulty', faulty)
+        self.assertIn('status_down', faulty)
+
+    @mock.patch.object(api, 'pool_create')
+    def test_create_pool(self, pool_create):
+        pool_create.return_value = api.Pool(dict(helpers.POOL_GPU))
+
+        res = self.client.post(admin_url('pools', 'create'), {
+            'name': 'gpu-pool', 'kind': 'gpu', 'fabric': 'rack-1-pcie',
+            'traits': 'custom_gpu_a100, CUSTOM_NVLINK', 'reserved': 0})
+
+        self.assertNoFormErrors(res)
+        self.assertRedirectsNoFollow(res, admin_url('pools'))
+        pool_create.assert_called_once_with(
+            helpers.IsHttpRequest(), name='gpu-pool', kind='gpu',
+            fabric='rack-1-pcie', traits=['CUSTOM_GPU_A100', 'CUSTOM_NVLINK'],
+            reserved=0)
+
+    @mock.patch.object(api, 'pool_create')
+    def test_create_refused_by_the_api(self, pool_create):
+        pool_create.side_effect = helpers.api_error(
+            'A pool named gpu-pool exists already', status=409,
+            cls=api.ComposableConflict)
+
+        res = self.client.post(admin_url('pools', 'create'), {
+            'name': 'gpu-pool', 'kind': 'gpu', 'fabric': 'rack-1-pcie'})
+
+        errors = self.messages_of('error', res)
+        self.assertEqual(1, len(errors), errors)
+        self.assertIn('Unable to create the pool.', errors[0])
+        self.assertIn('exists already', errors[0])
+
+    @mock.patch.object(api, 'device_update')
+    @mock.patch.object(api, 'device_get')
+    def test_put_a_device_in_maintenance(self, device_get, device_update):
+        device_get.return_value = api.Resource(dict(DEVICE_FAULTY))
+        device_update.return_value = api.Resource(
+            dict(DEVICE_FAULTY, state='maintenance'))
+        url = admin_url('devices', 'update', DEVICE_FAULTY['uuid'])
+
+        res = self.client.get(url)
+        self.assertContains(res, 'value="faulty" selected')
+
+        res = self.client.post(url, {'uuid': DEVICE_FAULTY['uuid'],
+                                     'name': 'gpu-1', 'model': 'A100',
+                                     'state': 'maintenance'})
+
+        self.assertNoFormErrors(res)
+        device_update.assert_called_once_with(
+            helpers.IsHttpRequest(), DEVICE_FAULTY['uuid'], name='gpu-1',
+            model='A100', state='maintenance')
+
+    @mock.patch.object(api, 'device_update')
+    @mock.patch.object(api, 'device_get')
+    def test_a_device_cannot_be_set_attached_by_hand(self, device_get,
+                                                     device_update):
+        device_get.return_value = api.Resource(dict(DEVICE_FAULTY))
+
+        res = self.client.post(
+            admin_url('devices', 'update', DEVICE_FAULTY['uuid']),
+            {'uuid': DEVICE_FAULTY['uuid'], 'state': 'attached'})
+
+        self.assertFormErrors(res, 1)
+        device_update.assert_not_called()
+
+    @mock.patch.object(api, 'memory_node_update')
+    @mock.patch.object(api, 'memory_node_get')
+    def test_disable_a_memory_node(self, memory_node_get,
+                                   memory_node_update):
+        memory_node_get.return_value = api.Resource(dict(MEMORY_NODE))
+        memory_node_update.return_value = api.Resource(
+            dict(MEMORY_NODE, enabled=False))
+
+        res = self.client.post(
+            admin_url('memory_nodes', 'update', MEMORY_NODE['uuid']),
+            {'uuid': MEMORY_NODE['uuid'], 'capacity_mb': 65536,
+             'reserved_mb': 1024, 'transport': 'iser'})
+
+        self.assertNoFormErrors(res)
+        memory_node_update.assert_called_once_with(
+            helpers.IsHttpRequest(), MEMORY_NODE['uuid'], capacity_mb=65536,
+            reserved_mb=1024, transport='iser', enabled=False)
+
+    @mock.patch.object(api, 'host_delete')
+    @mock.patch.object(api, 'host_list')
+    def test_delete_host_refused_shows_why(self, host_list, host_delete):
+        host_list.return_value = wrap(HOST)
+        host_delete.side_effect = helpers.api_error(
+            'Host compute-1 has bound leases', status=409,
+            cls=api.ComposableConflict)
+
+        res = self.client.post(admin_url('hosts'), {
+            'action': 'hosts__delete__%s' % HOST['uuid']})
+
+        self.assertRedirectsNoFollow(res, admin_url('hosts'))
+        errors = self.messages_of('error')
+        self.assertEqual(1, len(errors), errors)
+        self.assertIn('Host compute-1 has bound leases', errors[0])
