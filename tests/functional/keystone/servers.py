@@ -32,7 +32,6 @@ process that outlives the run is found and removed; each is stopped by its
 fixture, on failure too.
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -314,10 +313,3 @@ class ComposableAll(object):
 
     def stop(self):
         stop_process(self.proc)
-
-
-def describe(token_body):
-    """A short text of a Keystone token document, for assertion
-    messages."""
-    return json.dumps({'user': token_body['user']['name'],
-                       'roles': [r['name'] for r in token_body['roles']]})
