@@ -234,17 +234,18 @@ def _simulated_fabrics(context):
     return names
 
 
-def standalone_auth_strategy():
+def standalone_auth_strategy(conf_=None):
     """``noauth`` unless a configuration file asks for ``keystone``.
 
     The option's default (keystone) is meant for a deployed API; a first
     run of composable-all has no Keystone to ask, so only a value an
     operator wrote turns token validation on.
     """
-    location = CONF.get_location('auth_strategy')
+    conf_ = conf_ or CONF
+    location = conf_.get_location('auth_strategy')
     if location is not None and \
             location.location != cfg.Locations.opt_default:
-        return CONF.auth_strategy
+        return conf_.auth_strategy
     return 'noauth'
 
 

@@ -111,22 +111,25 @@ def test_composable_all_serves_and_stops(tmp_path):
 
 
 def test_standalone_auth_strategy_is_noauth_unless_configured(tmp_path):
-    from composable import conf
-    conf.CONF([], project='composable', default_config_files=[],
-              default_config_dirs=[])
-    try:
-        # The option's default (keystone) is for a deployed API.
-        assert conf.CONF.auth_strategy == 'keystone'
-        assert cmd_all.standalone_auth_strategy() == 'noauth'
-        config = tmp_path / 'keystone.conf'
-        config.write_text('[DEFAULT]\nauth_strategy = keystone\n')
-        conf.CONF(['--config-file', str(config)], project='composable',
-                  default_config_files=[], default_config_dirs=[])
-        assert cmd_all.standalone_auth_strategy() == 'keystone'
-        config.write_text('[DEFAULT]\nauth_strategy = noauth\n')
-        conf.CONF(['--config-file', str(config)], project='composable',
-                  default_config_files=[], default_config_dirs=[])
-        assert cmd_all.standalone_auth_strategy() == 'noauth'
-    finally:
-        conf.CONF.reset()
-        conf.CONF.clear()
+    from oslo_config import cfg
+
+    from composable.conf import default
+
+    def parsed(*args):
+        conf = cfg.ConfigOpts()
+        default.register_opts(conf)
+        conf(list(args), project='composable', default_config_files=[],
+             default_config_dirs=[])
+        return conf
+
+    # The option's default (keystone) is for a deployed API.
+    conf = parsed()
+    assert conf.auth_strategy == 'keystone'
+    assert cmd_all.standalone_auth_strategy(conf) == 'noauth'
+    config = tmp_path / 'keystone.conf'
+    config.write_text('[DEFAULT]\nauth_strategy = keystone\n')
+    assert cmd_all.standalone_auth_strategy(
+        parsed('--config-file', str(config))) == 'keystone'
+    config.write_text('[DEFAULT]\nauth_strategy = noauth\n')
+    assert cmd_all.standalone_auth_strategy(
+        parsed('--config-file', str(config))) == 'noauth'
