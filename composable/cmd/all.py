@@ -12,7 +12,8 @@
 
 """composable-all: the API, a conductor and the agents of every registered
 node in one process, on SQLite and the in-process ``fake://`` message
-transport, with no authentication (``noauth``) and a demo inventory.
+transport, with no authentication (``noauth``) unless a configuration file
+sets ``[DEFAULT]auth_strategy = keystone``, and a demo inventory.
 
 For a first look and for demos: nothing in it touches hardware (the demo
 fabric uses the "fake" driver and memory nodes the "noop" exporter, and both
@@ -186,7 +187,7 @@ class APIService(object):
         # Imported here: the API package is only needed when serving it.
         from composable.api import app as api_app
         from composable.common import wsgi_server
-        application = api_app.setup_app(auth_strategy='noauth')
+        application = api_app.setup_app(auth_strategy=CONF.auth_strategy)
         self._server = wsgi_server.make_server(application, self.host,
                                                self.port, self.threads)
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -234,6 +235,21 @@ def _simulated_fabrics(context):
     return names
 
 
+def standalone_auth_strategy(conf_=None):
+    """``noauth`` unless a configuration file asks for ``keystone``.
+
+    The option's default (keystone) is meant for a deployed API; a first
+    run of composable-all has no Keystone to ask, so only a value an
+    operator wrote turns token validation on.
+    """
+    conf_ = conf_ or CONF
+    location = conf_.get_location('auth_strategy')
+    if location is not None and \
+            location.location != cfg.Locations.opt_default:
+        return conf_.auth_strategy
+    return 'noauth'
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     CONF.register_cli_opts(_cli_opts)
@@ -244,7 +260,7 @@ def main(argv=None):
             CONF.register_opts(opts)
     service.prepare_service(argv)
     CONF.set_override('transport_url', 'fake://')
-    CONF.set_override('auth_strategy', 'noauth')
+    CONF.set_override('auth_strategy', standalone_auth_strategy())
 
     prepare_database()
     context = composable_context.get_admin_context()

@@ -54,10 +54,7 @@ nova.conf
 
     [composable]
     # keystoneauth: credentials of the Nova service user; they need the
-    # "service" role (reads any project's lease and pools) and, unless
-    # the composable API carries the aggregate in the lease, the right to
-    # read fabrics (admin, or composable's policy
-    # "composable:fabric:get" extended to "rule:service").
+    # "service" role (reads any project's lease, pools and fabrics).
     auth_type = password
     auth_url = http://controller/identity
     username = nova

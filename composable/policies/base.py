@@ -30,7 +30,10 @@ ADMIN_OR_SERVICE = 'rule:admin or rule:service'
 # Anyone with a role on a project: pools are shared inventory that every
 # project may look at before it leases from them.
 ANY_READER = ('rule:admin or rule:service or role:member or role:reader')
-LEASE_MEMBER = 'rule:admin or rule:service or rule:project_member'
+# Writes are the project's own (and the administrator's): Nova's side
+# only reads leases; the conductor binds and releases them for Nova's
+# instances itself, from Nova's notifications.
+LEASE_MEMBER = 'rule:admin or rule:project_member'
 LEASE_READER = ('rule:admin or rule:service or rule:project_member or '
                 'rule:project_reader')
 

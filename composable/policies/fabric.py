@@ -12,8 +12,10 @@
 
 from composable.policies import base
 
+# Nova's scheduler filter reads the fabric of a lease's pool to learn the
+# host aggregate that reaches it.
 rules = base.crud_rules('fabric', 'fabrics', 'fabrics', base.RULE_ADMIN,
-                        'fabric')
+                        'fabric', overrides={'get': base.ADMIN_OR_SERVICE})
 
 
 def list_rules():

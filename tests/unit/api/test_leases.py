@@ -325,21 +325,24 @@ def test_concurrent_binds(client, inventory, conductor, member):
     _wait(member, lease['uuid'], ['bound', 'bind_failed'])
 
 
-def test_service_acts_on_any_project(client, inventory, conductor):
-    lease = client.as_('member').post('/v1/leases', {'device_count': 1}).json
+def test_service_reads_any_project_and_writes_none(client, inventory,
+                                                   conductor):
+    member = client.as_('member')
+    lease = member.post('/v1/leases', {'device_count': 1}).json
+    _wait(member, lease['uuid'], ['reserved'])
     service = client.as_('service')
     url = '/v1/leases/%s' % lease['uuid']
-    resp = service.post(url + '/bind', {'host': 'compute-1'})
-    assert resp.status == 202, resp
-    _wait(service, lease['uuid'], ['bound'])
-    resp = service.post(url + '/unbind')
-    assert resp.status == 202, resp
-    _wait(service, lease['uuid'], ['reserved'])
-    resp = service.delete(url)
-    assert resp.status == 204, resp
-    _wait(service, lease['uuid'], ['released'])
-    actions = client.as_('member').get(url + '/actions').json['actions']
-    assert [a['project_id'] for a in actions][1:] == ['service'] * 3
+    assert service.get(url).status == 200
+    assert service.get(url + '/actions').status == 200
+    for resp in (service.post(url + '/bind', {'host': 'compute-1'}),
+                 service.post(url + '/unbind'),
+                 service.patch(url, {'name': 'taken'}),
+                 service.delete(url)):
+        assert resp.status == 403, resp
+    after = member.get(url).json
+    assert (after['status'], after['name']) == ('reserved', lease['name'])
+    actions = member.get(url + '/actions').json['actions']
+    assert [a['project_id'] for a in actions] == [lease['project_id']]
 
 
 def test_create_from_named_pools(client, inventory, conductor, member):

@@ -108,3 +108,28 @@ def test_composable_all_serves_and_stops(tmp_path):
             'demo-fabric is SIMULATED)' % port) in log
     assert code == 0, log
     assert os.path.exists(tmp_path / 'all.sqlite')
+
+
+def test_standalone_auth_strategy_is_noauth_unless_configured(tmp_path):
+    from oslo_config import cfg
+
+    from composable.conf import default
+
+    def parsed(*args):
+        conf = cfg.ConfigOpts()
+        default.register_opts(conf)
+        conf(list(args), project='composable', default_config_files=[],
+             default_config_dirs=[])
+        return conf
+
+    # The option's default (keystone) is for a deployed API.
+    conf = parsed()
+    assert conf.auth_strategy == 'keystone'
+    assert cmd_all.standalone_auth_strategy(conf) == 'noauth'
+    config = tmp_path / 'keystone.conf'
+    config.write_text('[DEFAULT]\nauth_strategy = keystone\n')
+    assert cmd_all.standalone_auth_strategy(
+        parsed('--config-file', str(config))) == 'keystone'
+    config.write_text('[DEFAULT]\nauth_strategy = noauth\n')
+    assert cmd_all.standalone_auth_strategy(
+        parsed('--config-file', str(config))) == 'noauth'

@@ -25,12 +25,15 @@ ADMIN = frozenset(['admin'])
 ADMIN_SERVICE = frozenset(['admin', 'service'])
 # Project A's own personas plus the cross-project ones.
 LEASE_READERS = frozenset(['admin', 'service', 'member', 'reader'])
-LEASE_MEMBERS = frozenset(['admin', 'service', 'member'])
+# The service persona (Nova's side) reads leases and never writes them.
+LEASE_MEMBERS = frozenset(['admin', 'member'])
 
 EXPECTED = {}
 for _resource in ('fabric', 'memory_node', 'device'):
     for _action in ('create', 'get', 'list', 'update', 'delete'):
         EXPECTED['composable:%s:%s' % (_resource, _action)] = ADMIN
+# Nova's scheduler filter reads a pool's fabric for its aggregate.
+EXPECTED['composable:fabric:get'] = ADMIN_SERVICE
 for _action in ('create', 'update', 'delete'):
     EXPECTED['composable:host:%s' % _action] = ADMIN
     EXPECTED['composable:pool:%s' % _action] = ADMIN
@@ -264,6 +267,12 @@ def test_admin_and_service_reach_any_lease(client, inventory):
     for persona in ('admin', 'service'):
         resp = client.as_(persona).get('/v1/leases/%s' % lease.uuid)
         assert resp.status == 200, (persona, resp)
-        resp = client.as_(persona).patch('/v1/leases/%s' % lease.uuid,
-                                         {'description': persona})
-        assert resp.status == 200, (persona, resp)
+    resp = client.as_('admin').patch('/v1/leases/%s' % lease.uuid,
+                                     {'description': 'admin'})
+    assert resp.status == 200, resp
+    # The service persona reads; changing a project's lease is not Nova's.
+    resp = client.as_('service').patch('/v1/leases/%s' % lease.uuid,
+                                       {'description': 'service'})
+    assert resp.status == 403, resp
+    assert client.as_('admin').get('/v1/leases/%s' % lease.uuid).json[
+        'description'] == 'admin'
