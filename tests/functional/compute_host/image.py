@@ -70,6 +70,11 @@ KERNEL_CMDLINE = build.KERNEL_CMDLINE + ' intel_iommu=on'
 SPARE_ROOT_PORTS = 6
 NVME_SUBSYSTEMS = 3
 NVME_SUBSYSTEM_ID = 'composable-nvme-subsys%d'
+# Behind a conventional PCI bridge, functions share one IOMMU group: the
+# host keeps an NVMe controller there (on the nvme driver) beside an
+# ``edu`` function that passthrough must refuse.
+HOST_NVME_SERIAL = 'COMPOSABLE-HOST-NVME'
+SHARED_GROUP_SLOTS = {'nvme': 1, 'edu': 2}
 MEMORY_MIB = 384
 
 INIT_SCRIPT = r'''#!/bin/sh
@@ -293,17 +298,28 @@ def build_image(cache=None):
 
 def domain_xml(name, image, serial_log, memory_mib=MEMORY_MIB,
                root_ports=SPARE_ROOT_PORTS, nvme_subsystems=NVME_SUBSYSTEMS,
-               domain_uuid=None):
+               shared_group=True, domain_uuid=None):
     """The compute host's domain: q35 + ACPI + Intel IOMMU under TCG,
     ``root_ports`` spare pcie-root-ports (index 1...), NVMe subsystems
-    ``composable-nvme-subsys0...`` and a guest agent channel."""
-    ports = '\n'.join(
-        "    <controller type='pci' index='%d' model='pcie-root-port'/>"
-        % (i + 1) for i in range(root_ports))
-    subsystems = '\n'.join(
-        "    <qemu:arg value='-device'/>\n"
-        "    <qemu:arg value='nvme-subsys,id=%s,nqn=%s-%d'/>"
-        % (NVME_SUBSYSTEM_ID % i, name, i) for i in range(nvme_subsystems))
+    ``composable-nvme-subsys0...``, a guest agent channel and, with
+    ``shared_group``, a pcie-to-pci-bridge holding the host's NVMe
+    controller and an ``edu`` function (SHARED_GROUP_SLOTS)."""
+    ports = ["    <controller type='pci' index='%d' model='pcie-root-port'/>"
+             % (i + 1) for i in range(root_ports)]
+    args = []
+    for i in range(nvme_subsystems):
+        args += ['-device', 'nvme-subsys,id=%s,nqn=%s-%d'
+                 % (NVME_SUBSYSTEM_ID % i, name, i)]
+    if shared_group:
+        bridge = root_ports + 1
+        ports.append("    <controller type='pci' index='%d' "
+                     "model='pcie-to-pci-bridge'/>" % bridge)
+        args += ['-device', 'nvme,serial=%s,bus=pci.%d,addr=0x%x' % (
+            HOST_NVME_SERIAL, bridge, SHARED_GROUP_SLOTS['nvme']),
+            '-device', 'edu,bus=pci.%d,addr=0x%x' % (
+                bridge, SHARED_GROUP_SLOTS['edu'])]
+    ports = '\n'.join(ports)
+    qemu_args = '\n'.join("    <qemu:arg value='%s'/>" % a for a in args)
     return '''<domain type='qemu'
         xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
   <name>%(name)s</name>
@@ -340,13 +356,13 @@ def domain_xml(name, image, serial_log, memory_mib=MEMORY_MIB,
     <iommu model='intel'/>
   </devices>
   <qemu:commandline>
-%(subsystems)s
+%(qemu_args)s
   </qemu:commandline>
 </domain>
 ''' % {'name': name, 'uuid': domain_uuid or str(uuid.uuid4()),
        'memory': memory_mib, 'kernel': image.kernel, 'initrd': image.initrd,
        'cmdline': image.cmdline, 'ports': ports, 'log': serial_log,
-       'agent_port': build.AGENT_PORT, 'subsystems': subsystems}
+       'agent_port': build.AGENT_PORT, 'qemu_args': qemu_args}
 
 
 class RunningHost(build.RunningGuest):
