@@ -306,20 +306,24 @@ def domain_xml(name, image, serial_log, memory_mib=MEMORY_MIB,
     controller and an ``edu`` function (SHARED_GROUP_SLOTS)."""
     ports = ["    <controller type='pci' index='%d' model='pcie-root-port'/>"
              % (i + 1) for i in range(root_ports)]
-    args = []
-    for i in range(nvme_subsystems):
-        args += ['-device', 'nvme-subsys,id=%s,nqn=%s-%d'
-                 % (NVME_SUBSYSTEM_ID % i, name, i)]
+    # In JSON, as libvirt gives its own devices: QEMU creates the devices
+    # given in its older syntax before all JSON ones, before the bridge.
+    devices = [{'driver': 'nvme-subsys', 'id': NVME_SUBSYSTEM_ID % i,
+                'nqn': '%s-%d' % (name, i)} for i in range(nvme_subsystems)]
     if shared_group:
         bridge = root_ports + 1
         ports.append("    <controller type='pci' index='%d' "
                      "model='pcie-to-pci-bridge'/>" % bridge)
-        args += ['-device', 'nvme,serial=%s,bus=pci.%d,addr=0x%x' % (
-            HOST_NVME_SERIAL, bridge, SHARED_GROUP_SLOTS['nvme']),
-            '-device', 'edu,bus=pci.%d,addr=0x%x' % (
-                bridge, SHARED_GROUP_SLOTS['edu'])]
+        devices += [
+            {'driver': 'nvme', 'serial': HOST_NVME_SERIAL,
+             'bus': 'pci.%d' % bridge,
+             'addr': '0x%x' % SHARED_GROUP_SLOTS['nvme']},
+            {'driver': 'edu', 'bus': 'pci.%d' % bridge,
+             'addr': '0x%x' % SHARED_GROUP_SLOTS['edu']}]
     ports = '\n'.join(ports)
-    qemu_args = '\n'.join("    <qemu:arg value='%s'/>" % a for a in args)
+    qemu_args = '\n'.join(
+        "    <qemu:arg value='-device'/>\n    <qemu:arg value='%s'/>"
+        % json.dumps(d, sort_keys=True) for d in devices)
     return '''<domain type='qemu'
         xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
   <name>%(name)s</name>
