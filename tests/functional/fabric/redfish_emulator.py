@@ -25,6 +25,14 @@ is answered 412. Everything but the service root, ``$metadata``, the
 OData service document and the login needs an ``X-Auth-Token`` from
 ``POST /redfish/v1/SessionService/Sessions``.
 
+A system may have a backend (:meth:`Emulator.set_backend`) that makes a
+composition real: its ``compose(block_id, block)`` is called when a block
+is added to the system and its ``decompose(block_id, block)`` when it is
+removed (tests/functional/compute_host/hotplug.py hot-plugs emulated PCIe
+functions into a libvirt domain). A block the backend could not compose
+ends ``Failed``, with the backend's reason as its message; a removal the
+backend could not do is answered 500 and changes nothing.
+
 Faults are injected with :meth:`Emulator.inject` (``delay``, ``status``,
 ``drop``, ``412``) and :meth:`Emulator.set_block_fault` (``stuck``,
 ``fail``); :meth:`Emulator.expire_sessions` logs every client out.
@@ -161,6 +169,7 @@ class Emulator(object):
         self.faults = []
         self.monitors = {}
         self._observers = []
+        self.backends = {}
         self._revisions = {}
         self._ids = itertools.count(1)
         self.zones = {}
@@ -238,6 +247,15 @@ class Emulator(object):
             self.blocks[block_id]['fault'] = fault
             self.blocks[block_id]['fault_message'] = (
                 message or 'PCIe link training failed on the fabric port')
+
+    def set_backend(self, system_id, backend):
+        """Compose the system's blocks through ``backend`` (None: only in
+        the emulator's state)."""
+        with self.lock:
+            if backend is None:
+                self.backends.pop(system_id, None)
+            else:
+                self.backends[system_id] = backend
 
     def expire_sessions(self):
         with self.lock:
@@ -620,8 +638,19 @@ class Emulator(object):
             self._attach(bid, sid)
             block['state'] = 'Composing'
             block['message'] = None
+            refused = None
+            backend = self.backends.get(sid)
+            if backend is not None and block['fault'] is None:
+                try:
+                    backend.compose(bid, dict(block))
+                except Exception as exc:
+                    refused = 'The system did not take the device: %s' % exc
             if block['fault'] == 'stuck':
                 block['pending'] = None
+            elif refused is not None:
+                block['fault_message'] = refused
+                block['pending'] = (time.monotonic() + self.compose_delay,
+                                    'Failed')
             elif block['fault'] == 'fail':
                 block['pending'] = (time.monotonic() + self.compose_delay,
                                     'Failed')
@@ -633,6 +662,15 @@ class Emulator(object):
                 return self._error(400, 'ResourceNotFound',
                                    'The resource block %s is not part of '
                                    'the system %s.' % (target, system_uri))
+            backend = self.backends.get(sid)
+            if backend is not None:
+                try:
+                    backend.decompose(bid, dict(block))
+                except Exception as exc:
+                    return self._error(
+                        500, 'InternalError',
+                        'The system %s did not release the resource block '
+                        '%s: %s' % (system_uri, target, exc))
             self._detach(bid)
             block['pending'] = (time.monotonic() + self.compose_delay,
                                 'Unused')

@@ -1,0 +1,193 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Programs run inside a guest through its QEMU guest agent.
+
+``GuestAgent`` copies files in (``guest-file-open``/``-write``/
+``-close``) and runs commands (``guest-exec``, then ``guest-exec-status``
+polled until the command exits or a deadline passes). ``PciRunner``
+copies the compute agent's stdlib-only PCI module into the guest and runs
+its JSON command line there, as the agent's privileged code would on a
+real host.
+"""
+
+import base64
+import hashlib
+import json
+import time
+
+from tests.functional.compute_host import image as image_mod
+
+GUEST_MODULE_DIR = '/tmp/composable'
+GUEST_PCI_MODULE = GUEST_MODULE_DIR + '/pci.py'
+# Imported rather than run as a script, so that the guest compiles it
+# once and keeps the bytecode (TCG makes every compilation count).
+_RUN_PCI = ('import sys; sys.path.insert(0, %r); import pci; '
+            'sys.exit(pci.main())' % GUEST_MODULE_DIR)
+# What a command may add to the timeout it was given: the interpreter's
+# start under TCG on a busy machine.
+START_MARGIN = 60
+CHUNK = 48 * 1024
+
+
+class AgentError(Exception):
+    """The guest agent did not do what it was asked."""
+
+
+class CommandTimeout(AgentError):
+    """A command in the guest did not exit before its deadline."""
+
+
+class PciCommandError(Exception):
+    """pci.py in the guest answered an error: ``error`` is the exception's
+    class name, ``message`` its text."""
+
+    def __init__(self, command, error, message):
+        super().__init__('pci.py %s: %s: %s' % (command, error, message))
+        self.command = command
+        self.error = error
+        self.message = message
+
+
+class GuestAgent(object):
+
+    def __init__(self, domain, timeout=30):
+        self.domain = domain
+        self.timeout = timeout
+
+    def command(self, execute, timeout=None, **arguments):
+        """One agent command; its ``return`` value."""
+        import libvirt
+        import libvirt_qemu
+        request = {'execute': execute}
+        if arguments:
+            request['arguments'] = arguments
+        try:
+            answer = libvirt_qemu.qemuAgentCommand(
+                self.domain, json.dumps(request),
+                int(timeout or self.timeout), 0)
+        except libvirt.libvirtError as exc:
+            raise AgentError('guest agent of %s: %s failed: %s'
+                             % (self.domain.name(), execute, exc))
+        return json.loads(answer).get('return')
+
+    def write_file(self, path, data, mode='w'):
+        handle = self.command('guest-file-open', path=path, mode=mode)
+        try:
+            for start in range(0, len(data), CHUNK):
+                chunk = data[start:start + CHUNK]
+                self.command('guest-file-write', handle=handle,
+                             **{'buf-b64': base64.b64encode(chunk)
+                                .decode()})
+        finally:
+            self.command('guest-file-close', handle=handle)
+
+    def read_file(self, path):
+        handle = self.command('guest-file-open', path=path, mode='r')
+        data = b''
+        try:
+            while True:
+                got = self.command('guest-file-read', handle=handle,
+                                   count=CHUNK)
+                data += base64.b64decode(got.get('buf-b64', ''))
+                if got.get('eof') or not got.get('count'):
+                    return data
+        finally:
+            self.command('guest-file-close', handle=handle)
+
+    def run(self, argv, timeout, interval=0.02):
+        """Run ``argv`` in the guest and wait for it: (exit status, stdout
+        bytes, stderr bytes). CommandTimeout when it is still running at
+        the deadline (the guest then kills it)."""
+        started = self.command('guest-exec', path=argv[0], arg=argv[1:],
+                               **{'capture-output': True})
+        pid = started['pid']
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.command('guest-exec-status', pid=pid)
+            if status.get('exited'):
+                return (status.get('exitcode', status.get('signal', -1)),
+                        base64.b64decode(status.get('out-data', '')),
+                        base64.b64decode(status.get('err-data', '')))
+            if time.monotonic() > deadline:
+                try:
+                    self.command('guest-exec', path='/bin/kill',
+                                 arg=['-9', str(pid)])
+                except AgentError:
+                    pass
+                raise CommandTimeout('%s did not exit within %s s in %s'
+                                     % (' '.join(argv), timeout,
+                                        self.domain.name()))
+            time.sleep(interval)
+
+    def shell(self, script, timeout=60):
+        """``sh -c script``; its stdout as text, AgentError when it
+        fails."""
+        code, out, err = self.run(['/bin/sh', '-c', script], timeout)
+        if code != 0:
+            raise AgentError('%r exited %s in %s: %s' % (
+                script, code, self.domain.name(),
+                err.decode(errors='replace').strip()))
+        return out.decode(errors='replace')
+
+
+class PciRunner(object):
+    """The agent's PCI module inside the guest: ``call(command, **kwargs)``
+    runs its command line (``pci.py command '<json kwargs>'``) there and
+    returns its result, or raises PciCommandError with the error it
+    printed."""
+
+    def __init__(self, agent, module=image_mod.PCI_MODULE,
+                 python=image_mod.PYTHON):
+        self.agent = agent
+        self.python = python
+        with open(module, 'rb') as f:
+            self.source = f.read()
+        self._installed = None
+
+    def install(self):
+        """Copy the module in, unless the guest has this version."""
+        digest = hashlib.sha256(self.source).hexdigest()
+        if self._installed == digest:
+            return
+        self.agent.shell('mkdir -p %s && rm -rf %s/__pycache__'
+                         % (GUEST_MODULE_DIR, GUEST_MODULE_DIR))
+        self.agent.write_file(GUEST_PCI_MODULE, self.source)
+        self._installed = digest
+
+    def call(self, command, **kwargs):
+        """``kwargs`` go to the command; the guest is given its
+        ``timeout`` (if any) and START_MARGIN to answer."""
+        self.install()
+        argv = [self.python, '-I', '-S', '-c', _RUN_PCI, command,
+                json.dumps(kwargs)]
+        limit = START_MARGIN + kwargs.get('timeout', 0)
+        code, out, err = self.agent.run(argv, limit)
+        text = out.decode(errors='replace').strip()
+        try:
+            answer = json.loads(text.splitlines()[-1])
+        except (ValueError, IndexError):
+            raise AgentError('pci.py %s exited %s without a JSON answer: '
+                             'stdout %r, stderr %r'
+                             % (command, code, text,
+                                err.decode(errors='replace')))
+        if 'error' in answer:
+            raise PciCommandError(command, answer['error'],
+                                  answer.get('message'))
+        if code != 0:
+            raise AgentError('pci.py %s exited %s: %r'
+                             % (command, code, answer))
+        return answer['result']
+
+    def forget(self):
+        """The guest restarted: copy the module again next time."""
+        self._installed = None
