@@ -246,15 +246,6 @@ def _cache_key(vmlinuz, python_files):
     return 'host-' + digest.hexdigest()[:16]
 
 
-def _prune(cache, keep):
-    """Drop compute host images built from other inputs."""
-    for name in os.listdir(cache):
-        path = os.path.join(cache, name)
-        if (name != keep and name.startswith('host-')
-                and os.path.isdir(path)):
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def build_image(cache=None):
     """Build the compute host guest's image, or return the cached one."""
     for binary, package in ((build.BUSYBOX, 'busybox-static'),
@@ -265,31 +256,10 @@ def build_image(cache=None):
                                          % (binary, package))
     vmlinuz, moddir = build.find_kernel()
     python_files = stdlib_files()
-    cache = cache or build.cache_dir()
-    target = os.path.join(cache, _cache_key(vmlinuz, python_files))
-    kernel = os.path.join(target, 'vmlinuz')
-    initrd = os.path.join(target, 'initramfs.gz')
-    if os.path.exists(kernel) and os.path.exists(initrd):
-        return HostImage(kernel, initrd, KERNEL_CMDLINE)
-    build._world_readable_dir(cache)
-    _prune(cache, keep=os.path.basename(target))
-    # Built aside and renamed, so a concurrent builder never sees half
-    # an image.
-    work = tempfile.mkdtemp(prefix='build-host-', dir=cache)
-    try:
-        shutil.copyfile(vmlinuz, os.path.join(work, 'vmlinuz'))
-        with open(os.path.join(work, 'initramfs.gz'), 'wb') as f:
-            f.write(_initramfs(moddir, python_files))
-        for name in ('vmlinuz', 'initramfs.gz'):
-            os.chmod(os.path.join(work, name), 0o644)
-        os.chmod(work, 0o755)
-        try:
-            os.rename(work, target)
-        except OSError:
-            if not os.path.exists(initrd):
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    kernel, initrd = build.cached_image(
+        cache or build.cache_dir(), _cache_key(vmlinuz, python_files),
+        vmlinuz, lambda: _initramfs(moddir, python_files),
+        stale='host-[0-9a-f]{16}')
     return HostImage(kernel, initrd, KERNEL_CMDLINE)
 
 

@@ -320,13 +320,49 @@ def _world_readable_dir(path):
     os.chmod(path, 0o755)
 
 
-def _prune(cache, keep):
-    """Drop images built from another kernel, busybox or init script."""
+def _prune(cache, keep, pattern='[0-9a-f]{16}'):
+    """Drop images built from other inputs (another kernel, busybox or
+    init script): the directories whose name matches ``pattern``, but
+    ``keep``."""
     for name in os.listdir(cache):
         path = os.path.join(cache, name)
-        if (name != keep and re.fullmatch('[0-9a-f]{16}', name)
+        if (name != keep and re.fullmatch(pattern, name)
                 and os.path.isdir(path)):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def cached_image(cache, key, vmlinuz, make_initramfs,
+                 stale='[0-9a-f]{16}'):
+    """(kernel, initrd) paths of the image ``key`` in ``cache``; when it
+    is not there, it is built from ``vmlinuz`` and ``make_initramfs()``
+    (its bytes), and older images whose names match ``stale`` go."""
+    target = os.path.join(cache, key)
+    kernel = os.path.join(target, 'vmlinuz')
+    initrd = os.path.join(target, 'initramfs.gz')
+    if os.path.exists(kernel) and os.path.exists(initrd):
+        return kernel, initrd
+    _world_readable_dir(cache)
+    _prune(cache, keep=key, pattern=stale)
+    # Build aside and rename, so that concurrent builders never see half
+    # an image.
+    work = tempfile.mkdtemp(prefix='build-', dir=cache)
+    try:
+        # A copy, so the kernel under /boot is never relabelled by
+        # libvirt's DAC driver.
+        shutil.copyfile(vmlinuz, os.path.join(work, 'vmlinuz'))
+        with open(os.path.join(work, 'initramfs.gz'), 'wb') as f:
+            f.write(make_initramfs())
+        for name in ('vmlinuz', 'initramfs.gz'):
+            os.chmod(os.path.join(work, name), 0o644)
+        os.chmod(work, 0o755)
+        try:
+            os.rename(work, target)
+        except OSError:
+            if not os.path.exists(initrd):
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return kernel, initrd
 
 
 def cache_dir():
@@ -342,33 +378,8 @@ def build(cache=None):
         raise GuestUnavailable('%s not found: install qemu-guest-agent'
                                % QEMU_GA)
     vmlinuz, moddir = find_kernel()
-    cache = cache or cache_dir()
-    target = os.path.join(cache, _cache_key(vmlinuz))
-    kernel = os.path.join(target, 'vmlinuz')
-    initrd = os.path.join(target, 'initramfs.gz')
-    if os.path.exists(kernel) and os.path.exists(initrd):
-        return GuestImage(kernel, initrd)
-    _world_readable_dir(cache)
-    _prune(cache, keep=os.path.basename(target))
-    # Build aside and rename, so that concurrent builders never see half
-    # an image.
-    work = tempfile.mkdtemp(prefix='build-', dir=cache)
-    try:
-        # A copy, so the kernel under /boot is never relabelled by
-        # libvirt's DAC driver.
-        shutil.copyfile(vmlinuz, os.path.join(work, 'vmlinuz'))
-        with open(os.path.join(work, 'initramfs.gz'), 'wb') as f:
-            f.write(_initramfs(moddir))
-        for name in ('vmlinuz', 'initramfs.gz'):
-            os.chmod(os.path.join(work, name), 0o644)
-        os.chmod(work, 0o755)
-        try:
-            os.rename(work, target)
-        except OSError:
-            if not os.path.exists(initrd):
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    kernel, initrd = cached_image(cache or cache_dir(), _cache_key(vmlinuz),
+                                  vmlinuz, lambda: _initramfs(moddir))
     return GuestImage(kernel, initrd)
 
 
