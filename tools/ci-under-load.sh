@@ -20,14 +20,23 @@ set -u
 
 cd "$(dirname "$0")/.." || exit 1
 burners=()
-stop_burners() {
+ci_pid=
+stop_all() {
+    # .ci/run runs in a session of its own so that its whole tree (tox,
+    # pytest, the services the tests started) goes with it when this
+    # script is interrupted.
+    if [ -n "$ci_pid" ] && kill -0 "$ci_pid" 2>/dev/null; then
+        kill -TERM -- "-$ci_pid" 2>/dev/null
+        wait "$ci_pid" 2>/dev/null
+    fi
+    ci_pid=
     if [ "${#burners[@]}" -gt 0 ]; then
         kill "${burners[@]}" 2>/dev/null
         wait "${burners[@]}" 2>/dev/null
         burners=()
     fi
 }
-trap stop_burners EXIT
+trap stop_all EXIT
 trap 'exit 130' INT TERM
 
 for _ in $(seq 1 "$(nproc)"); do
@@ -38,7 +47,10 @@ echo "ci-under-load: ${#burners[@]} CPU-bound processes running" \
     "(pids ${burners[*]})"
 
 start=$(date +%s)
-bash .ci/run "$@"
+setsid bash .ci/run "$@" &
+ci_pid=$!
+wait "$ci_pid"
 rc=$?
+ci_pid=
 echo "ci-under-load: .ci/run exited $rc after $(( $(date +%s) - start )) s"
 exit "$rc"
