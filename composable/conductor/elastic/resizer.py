@@ -95,15 +95,18 @@ class Decision:
                                     self.headroom * 100))
 
 
-def usage_grid(rows, start, interval, steps):
+def usage_grid(rows, end, interval, steps):
     """The ``used_mb`` of ``rows`` (samples, oldest first) on a grid of
-    ``steps`` steps of ``interval`` seconds from ``start``; NaN where a
-    step has no sample (the predictor fills such gaps). The newest sample
-    of a step counts."""
+    ``steps`` steps of ``interval`` seconds ending at ``end`` (the last
+    step holds the samples of the last ``interval`` seconds up to
+    ``end``); NaN where a step has no sample (the predictor fills such
+    gaps). The newest sample of a step counts."""
     grid = np.full(steps, np.nan)
     for row in rows:
-        offset = (row.taken_at - start).total_seconds()
-        step = int(offset // interval)
+        age = (end - row.taken_at).total_seconds()
+        if age < 0:
+            continue
+        step = steps - 1 - int(age // interval)
         if 0 <= step < steps:
             grid[step] = float(row.used_mb)
     return grid
@@ -169,7 +172,9 @@ class ElasticResizer(object):
         window = int(policy['observation_window'])
         steps = max(2, window // interval)
         start = now - datetime.timedelta(seconds=steps * interval)
-        rows = db_api.usage_list(context, lease.id, since=start)
+        rows = [row for row in db_api.usage_list(context, lease.id,
+                                                 since=start)
+                if row.taken_at <= now]
         if len(rows) < CONF.elastic.min_samples:
             LOG.debug('Lease %(lease)s has %(n)d usage samples in its '
                       'observation window; leaving it at its size',
@@ -183,7 +188,7 @@ class ElasticResizer(object):
             quantum=step, floor=int(policy['min_mb']),
             ceiling=int(policy['max_mb']))
         try:
-            prediction = predictor.predict(usage_grid(rows, start, interval,
+            prediction = predictor.predict(usage_grid(rows, now, interval,
                                                       steps))
         except ar.NotEnoughHistory:
             return None
