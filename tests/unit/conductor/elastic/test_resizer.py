@@ -346,3 +346,68 @@ def test_usage_grid_puts_samples_on_their_steps():
     assert grid[0] == 10 and grid[1] == 25 and grid[4] == 40
     assert grid[5] == 50
     assert all(grid[i] != grid[i] for i in (2, 3))  # NaN: no sample
+
+
+def test_a_grow_cut_short_by_a_dead_conductor_is_rolled_back(
+        harness, calls):
+    lease = _bound(harness, calls=calls)
+    before = {node: exports
+              for node, exports in harness.live_exports().items()
+              if exports}
+    # What a conductor that died mid-grow leaves: the extents claimed,
+    # marked as pending, exported to the host, never attached.
+    new = allocator.grow_memory(admin(), lease.id, 2048)
+    grown = harness.lease(lease.uuid)
+    resizer_mod._mark(admin(), grown, resizer_mod.PENDING_GROW, new)
+    for extent in grown.extents:
+        if extent.uuid in new:
+            harness.conductor.flows._export(admin(), grown, extent,
+                                            grown.host)
+    assert harness.pool(harness.memory_pool).used == 3072
+    now = utils.utcnow()
+    _samples(harness, lease, [1024] * 6, now)
+    # The next pass settles it before predicting anything.
+    assert len(_run(harness, now)) == 1
+    settled = harness.lease(lease.uuid)
+    assert settled.memory_mb == 1024 and len(settled.extents) == 1
+    assert {node: exports
+            for node, exports in harness.live_exports().items()
+            if exports} == before
+    assert calls == [('detach_memory', sorted(new))]
+    assert resizer_mod._pending(admin(), settled) == {}
+    _consistent(harness, lease.uuid)
+    [action] = _resizes(harness, lease.uuid)
+    assert action.result == 'success'
+    assert 'taking back 2 extent(s) of a grow' in action.message
+    # And the pass after that predicts again (and grows).
+    _run(harness, now)
+    assert harness.lease(lease.uuid).memory_mb > 1024
+
+
+def test_a_shrink_the_host_refuses_keeps_the_extents(harness, calls,
+                                                     monkeypatch):
+    CONF.set_override('shrink_hysteresis', 0, 'elastic')
+    try:
+        lease = _bound(harness, memory_mb=2048, calls=calls)
+        agent = harness.agents[HOST]
+
+        def refuse(context, lease, extents, mode, instance_uuid=None):
+            calls.append(('detach_memory', sorted(e['uuid']
+                                                  for e in extents)))
+            raise exception.DriverError(
+                reason='swapoff: Cannot allocate memory')
+        monkeypatch.setattr(agent, 'detach_memory', refuse)
+        t0 = utils.utcnow()
+        _samples(harness, lease, [100] * 10, t0)
+        _run(harness, t0)
+        _run(harness, t0 + datetime.timedelta(seconds=1))
+        kept = harness.lease(lease.uuid)
+        assert kept.memory_mb == 2048 and len(kept.extents) == 2
+        assert [c[0] for c in calls] == ['detach_memory']
+        [action] = _resizes(harness, lease.uuid)
+        assert action.result == 'error'
+        assert 'Cannot allocate memory' in action.message
+        assert resizer_mod._pending(admin(), kept) == {}
+        _consistent(harness, lease.uuid)
+    finally:
+        CONF.clear_override('shrink_hysteresis', 'elastic')
