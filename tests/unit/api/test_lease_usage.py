@@ -202,3 +202,53 @@ def test_create_elastic_refused(client, inventory, conductor, member, body,
     assert expected in resp.error['detail'], resp.error['detail']
     # Nothing was created.
     assert member.get('/v1/leases').json['leases'] == before
+
+
+def test_responses_match_the_openapi_document(client, inventory, conductor,
+                                              member):
+    import yaml
+
+    from tests.unit.api import test_openapi
+
+    with open(test_openapi.DOC_PATH) as f:
+        doc = yaml.safe_load(f)
+    check = test_openapi.Checker(doc)
+    usage = '/v1/leases/{lease_ident}/usage'
+    uuid = _bound_lease(member)
+    _report('compute-1', [{'lease_uuid': uuid, 'taken_at': _at(i),
+                           'used_mb': i, 'size_mb': 2048}
+                          for i in (3, 2, 1)])
+    _wait_stored(uuid, 3)
+    url = '/v1/leases/%s/usage' % uuid
+    page = check(member.get(url + '?limit=2', headers=V11), usage,
+                 'GET').json
+    assert len(page['usage']) == 2 and page['links']
+    check(member.get(url, headers=V10), usage, 'GET')
+    check(member.get(url + '?limit=0', headers=V11), usage, 'GET')
+    check(client.as_('other_member').get(url, headers=V11), usage, 'GET')
+    # Leases with and without an elastic policy, in 1.2.
+    created = check(member.post('/v1/leases', {
+        'memory_mb': 1024, 'elastic': ELASTIC}, headers=V12),
+        '/v1/leases', 'POST').json
+    check(member.get('/v1/leases/%s' % created['uuid'], headers=V12),
+          '/v1/leases/{lease_ident}', 'GET')
+    check(member.get('/v1/leases/%s' % uuid, headers=V12),
+          '/v1/leases/{lease_ident}', 'GET')
+    assert {(usage, 'GET', status) for status in ('200', '400', '404')} <= \
+        check.seen
+
+
+def test_api_reference_sample_is_valid():
+    import json
+    import os
+
+    from composable.api import microversion
+    from composable.api.schemas import lease as schema
+    from composable.api import validation
+
+    path = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                        os.pardir, 'api-ref', 'source', 'samples',
+                        'lease-create-elastic-req.json')
+    with open(path) as f:
+        validation.validate(microversion.select((1, 2), schema.CREATE),
+                            json.load(f))
