@@ -411,3 +411,39 @@ def test_a_shrink_the_host_refuses_keeps_the_extents(harness, calls,
         _consistent(harness, lease.uuid)
     finally:
         CONF.clear_override('shrink_hysteresis', 'elastic')
+
+
+def test_two_conductors_resize_a_lease_once(harness, calls):
+    from composable.conductor import manager as conductor_manager
+
+    lease = _bound(harness, calls=calls)
+    other = conductor_manager.ConductorManager('cond-1')
+    now = utils.utcnow()
+    _samples(harness, lease, [1024] * 6, now)
+    barrier = threading.Barrier(2)
+    started = {}
+
+    def run(name, manager):
+        barrier.wait()
+        started[name] = manager.resizer.run(admin(), now=now)
+
+    threads = [threading.Thread(target=run, args=(name, manager))
+               for name, manager in (('cond-0', harness.conductor),
+                                     ('cond-1', other))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(DEADLINE)
+        for futures in started.values():
+            for future in futures:
+                future.result(timeout=DEADLINE)
+        harness.idle(DEADLINE)
+        assert other.wait_for_workers(DEADLINE)
+    finally:
+        other._executor.shutdown(wait=True)
+    # However the two passes interleaved, the lease grew once.
+    assert sum(len(f) for f in started.values()) == 1
+    assert [a.result for a in _resizes(harness, lease.uuid)] == ['success']
+    assert len(calls) == 1
+    _consistent(harness, lease.uuid)
