@@ -35,13 +35,14 @@ opts = [
                     'the pruning task, so a large backlog never holds long '
                     'locks on the table the agents write to.'),
     cfg.IntOpt('sample_interval',
-               default=10,
+               default=60,
                min=1,
                help='Seconds between two usage samples the prediction '
                     'works with. Reported samples are put on a grid of this '
                     'spacing (the newest sample of each step counts; a step '
                     'without a sample is a gap the predictor fills). Set it '
-                    'to the compute agents\' reporting interval.'),
+                    'to the compute agents\' reporting interval, '
+                    '[compute_node]usage_report_interval.'),
     cfg.IntOpt('resize_interval',
                default=30,
                min=0,

@@ -79,6 +79,8 @@ def main():
             tmp, 'bench.sqlite'), 'database')
         db_api.reset_facade()
         db_api.create_schema_for_tests()
+        # Samples every 10 s over the 300 s observation window.
+        CONF.set_override('sample_interval', 10, 'elastic')
         harness = BigHarness(rpc_timeout=30, fabric_timeout=30).start()
         admin = harness_mod.admin()
         host = harness_mod.HOSTS[0]

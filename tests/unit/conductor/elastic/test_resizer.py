@@ -39,6 +39,14 @@ POLICY = {'min_mb': 1024, 'max_mb': 4096, 'observation_window': 300,
           'prediction_window': 60, 'headroom': 0.2}
 
 
+@pytest.fixture(autouse=True)
+def ten_second_samples():
+    # The samples these tests report come every 10 s.
+    CONF.set_override('sample_interval', 10, 'elastic')
+    yield
+    CONF.clear_override('sample_interval', 'elastic')
+
+
 @pytest.fixture
 def calls(harness, monkeypatch):
     """What the compute agent is asked to attach and detach: [(method,
