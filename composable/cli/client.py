@@ -300,9 +300,18 @@ class LeaseManager(Manager):
 
     def get(self, ident):
         # Newest of the configured version and 1.2, so that a lease's
-        # elastic policy is shown.
-        return self.client.get(self.path(ident), version=self.client.at_least(
-            self.ELASTIC_VERSION))
+        # elastic policy is shown; a server older than 1.2 answers 406,
+        # and is asked again in the configured version.
+        version = self.client.at_least(self.ELASTIC_VERSION)
+        if version == self.client.api_version:
+            return self.client.get(self.path(ident))
+        try:
+            return self.client.get(self.path(ident), version=version)
+        except exceptions.ClientException as exc:
+            if getattr(exc, 'http_status', getattr(exc, 'code', None)) != \
+                    406:
+                raise
+        return self.client.get(self.path(ident))
 
     def usage(self, ident, since=None, limit=None):
         """The lease's usage samples, oldest first (every page, or the
