@@ -155,7 +155,8 @@ class LeaseDetailTests(helpers.TestCase):
         lease_get.assert_called_once_with(helpers.IsHttpRequest(),
                                           lease.uuid)
         tabs = res.context['tab_group']
-        self.assertEqual(['overview', 'extents', 'devices', 'actions'],
+        self.assertEqual(['overview', 'extents', 'devices', 'actions',
+                          'usage'],
                          [tab.slug for tab in tabs.get_tabs()])
         content = res.content.decode()
         self.assertIn('big-swap', content)
@@ -200,3 +201,42 @@ class LeaseDetailTests(helpers.TestCase):
         self.assertEqual(1, len(errors), errors)
         self.assertIn('Unable to retrieve the lease.', errors[0])
         self.assertIn('Lease 0000 could not be found.', errors[0])
+
+
+class LeaseUsageTabTests(helpers.TestCase):
+
+    @mock.patch.object(api, 'lease_usage')
+    @mock.patch.object(api, 'lease_get')
+    def test_usage_tab_plots_the_samples(self, lease_get, lease_usage):
+        lease_get.return_value = helpers.leases(helpers.LEASE_BOUND)[0]
+        lease_usage.return_value = [
+            {'id': 1, 'taken_at': '2026-11-25T10:00:00Z', 'used_mb': 0,
+             'size_mb': 2048},
+            {'id': 2, 'taken_at': '2026-11-25T10:00:10Z', 'used_mb': 1024,
+             'size_mb': 2048},
+            {'id': 3, 'taken_at': '2026-11-25T10:00:20Z', 'used_mb': 2048,
+             'size_mb': 4096}]
+        uuid = helpers.LEASE_BOUND['uuid']
+
+        res = self.client.get(detail_url(uuid),
+                              {'tab': 'lease_details__usage'})
+
+        content = res.context['tab_group'].get_tab('usage').render()
+        lease_usage.assert_called_once_with(
+            helpers.IsHttpRequest(), uuid, since=mock.ANY, limit=5000)
+        self.assertIn('3 samples from 2026-11-25T10:00:00Z', content)
+        # x across the 20 s, y from the top of the plot (4096 MiB).
+        self.assertIn('points="0.0,160.0 300.0,120.0 600.0,80.0"', content)
+        self.assertIn('points="0.0,80.0 300.0,80.0 600.0,0.0"', content)
+
+    @mock.patch.object(api, 'lease_usage')
+    @mock.patch.object(api, 'lease_get')
+    def test_usage_tab_without_samples(self, lease_get, lease_usage):
+        lease_get.return_value = helpers.leases(helpers.LEASE_BOUND)[0]
+        lease_usage.return_value = []
+
+        res = self.client.get(detail_url(helpers.LEASE_BOUND['uuid']),
+                              {'tab': 'lease_details__usage'})
+
+        content = res.context['tab_group'].get_tab('usage').render()
+        self.assertIn('No usage was reported for this lease', content)

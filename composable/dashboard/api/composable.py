@@ -187,6 +187,13 @@ def lease_action_list(request, lease_id):
                  composableclient(request).leases.actions(lease_id))
 
 
+@_translated
+def lease_usage(request, lease_id, since=None, limit=None):
+    """The lease's usage samples, oldest first (API 1.1)."""
+    return composableclient(request).leases.usage(lease_id, since=since,
+                                                  limit=limit)
+
+
 # -- pools and the inventory: list, get, create, update, delete ----------
 
 def _inventory_calls(collection, cls=Resource):

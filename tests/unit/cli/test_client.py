@@ -238,3 +238,36 @@ def test_root_version_document(api):
                               'min_version': '1.0', 'max_version': '1.0'}]}
     api.add('GET', '/', (200, versions))
     assert _client(api).root() == versions
+
+
+def test_lease_show_asks_for_elastic_and_falls_back_on_old_servers(api):
+    answers = []
+
+    def show(req):
+        answers.append(req.headers['openstack-api-version'])
+        if req.headers['openstack-api-version'] == 'composable 1.2':
+            return 406, {'errors': [{'detail': 'Version 1.2 is not '
+                                               'supported by the API.'}]}
+        return 200, {'uuid': 'l1'}
+    api.add('GET', '/v1/leases/l1', show)
+    assert _client(api).leases.get('l1') == {'uuid': 'l1'}
+    assert answers == ['composable 1.2', 'composable 1.0']
+    # Asked for a newer version, the client keeps it.
+    api.add('GET', '/v1/leases/l2', (200, {'uuid': 'l2'}))
+    _client(api, version='1.7').leases.get('l2')
+    assert api.requests[-1].headers['openstack-api-version'] == (
+        'composable 1.7')
+
+
+def test_lease_usage_follows_pages_at_1_1(api):
+    pages = {None: {'usage': [{'id': 1}, {'id': 2}], 'links': [
+        {'rel': 'next', 'href': 'http://x/v1/leases/l1/usage?marker=2'}]},
+        '2': {'usage': [{'id': 3}]}}
+    api.add('GET', '/v1/leases/l1/usage',
+            lambda req: (200, pages[req.query.get('marker')]))
+    assert [s['id'] for s in _client(api).leases.usage('l1')] == [1, 2, 3]
+    assert api.requests[-1].headers['openstack-api-version'] == (
+        'composable 1.1')
+    assert api.requests[-1].query == {'marker': '2'}
+    assert _client(api).leases.usage('l1', limit=1) == [{'id': 1}]
+    assert api.requests[-1].query == {'limit': '1'}

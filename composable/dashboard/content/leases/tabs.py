@@ -10,12 +10,15 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
+import datetime
+
 from django.utils.translation import gettext_lazy as _
 from horizon import exceptions
 from horizon import tables
 from horizon import tabs
 
 from composable.dashboard.api import composable as api
+from composable.dashboard.content.leases import usage_chart
 
 
 class ExtentsTable(tables.DataTable):
@@ -123,7 +126,33 @@ class ActionLogTab(_ListTab):
             return []
 
 
+class UsageTab(tabs.Tab):
+    name = _('Usage')
+    slug = 'usage'
+    template_name = 'project/composable_leases/_detail_usage.html'
+    # One more API call: made when the tab is opened.
+    preload = False
+    #: The plot shows this much history, at most MAX_SAMPLES samples.
+    WINDOW = datetime.timedelta(hours=1)
+    MAX_SAMPLES = 5000
+
+    def allowed(self, request):
+        return bool(self.tab_group.kwargs['lease'].memory_mb)
+
+    def get_context_data(self, request):
+        lease = self.tab_group.kwargs['lease']
+        since = (datetime.datetime.utcnow() - self.WINDOW).strftime(
+            '%Y-%m-%dT%H:%M:%SZ')
+        try:
+            samples = api.lease_usage(request, lease.uuid, since=since,
+                                      limit=self.MAX_SAMPLES)
+        except api.ComposableAPIError:
+            exceptions.handle(request, _('Unable to retrieve the usage.'))
+            samples = []
+        return {'lease': lease, 'chart': usage_chart.chart(samples)}
+
+
 class LeaseDetailTabs(tabs.DetailTabsGroup):
     slug = 'lease_details'
-    tabs = (OverviewTab, ExtentsTab, DevicesTab, ActionLogTab)
+    tabs = (OverviewTab, ExtentsTab, DevicesTab, ActionLogTab, UsageTab)
     sticky = True
