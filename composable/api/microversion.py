@@ -24,6 +24,9 @@ Version  Change
 =======  ==============================================================
 1.0      Initial version: fabrics, hosts, memory nodes, pools, devices,
          leases (create, bind, unbind, delete) and lease actions.
+1.3      Pools: a pci pool may be made of the SR-IOV virtual functions
+         of one physical function of one host (``sriov`` on create,
+         shown on every pool).
 =======  ==============================================================
 """
 
@@ -36,6 +39,7 @@ ENVIRON_KEY = 'composable.microversion'
 # Every version the server accepts, oldest first.
 VERSIONS = (
     '1.0',
+    '1.3',
 )
 
 MIN_VERSION_STRING = VERSIONS[0]
