@@ -25,26 +25,62 @@ from composable.agent.compute_node import pci
 from composable.agent import manager
 from composable.common import exception
 from composable.common import sriov
-from tests.unit.compute_node.test_host_pci import _devices
-from tests.unit.compute_node.test_host_pci import fs  # noqa: F401
-from tests.unit.compute_node.test_host_pci import host  # noqa: F401
-from tests.unit.compute_node.test_host_pci import nova_conf  # noqa: F401
-from tests.unit.compute_node.test_host_pci import pf  # noqa: F401
-from tests.unit.compute_node.test_host_pci import privileged  # noqa: F401
+from composable import privsep
+from composable.privsep import pci as priv_pci
+from tests.unit.compute_node import test_host_pci
+from tests.unit.compute_node import test_pci
 
 PF = '0000:41:00.0'
 NUMVFS = 'sys/bus/pci/devices/%s/sriov_numvfs' % PF
 
+_devices = test_host_pci._devices
 
-def _vf_device(index, count=3, mode=sriov.ON_DEMAND, uuid=None, pf=PF,
+
+# The fixtures of test_host_pci: a fake sysfs with a host NIC and a PF
+# offering 8 VFs, the privileged functions on it, the agent's side.
+
+@pytest.fixture(name='fs')
+def fake_sysfs(tmp_path):
+    tree = test_pci.FakeSysfs(tmp_path / 'host')
+    tree.add_driver(pci.VFIO_DRIVER)
+    tree.add(test_pci.LOCAL, vendor='0x8086', device='0x1572',
+             cls='0x020000', driver='i40e', group=3)
+    tree.add(PF, vendor='0x15b3', device='0x1017', cls='0x020000',
+             driver='mlx5_core', group=20, totalvfs=8)
+    return tree
+
+
+@pytest.fixture(name='privileged')
+def privileged_in_process(fs, monkeypatch):
+    privsep.sys_admin_pctxt.set_client_mode(False)
+    monkeypatch.setattr(priv_pci, 'ROOT', fs.root)
+    monkeypatch.setattr(priv_pci, 'WRITER', fs.write)
+    yield priv_pci
+    privsep.sys_admin_pctxt.set_client_mode(True)
+
+
+@pytest.fixture(name='nova_conf')
+def nova_conf_path(tmp_path):
+    return tmp_path / 'nova.conf'
+
+
+@pytest.fixture(name='host')
+def host_devices(fs, privileged, nova_conf, tmp_path):
+    devices = _devices(fs, privileged, nova_conf, tmp_path)
+    assert devices.start() == []
+    return devices
+
+
+def _vf_device(index, count=3, mode=sriov.ON_DEMAND, uuid=None, pf_address=PF,
                vendor_id='15b3', product_id='101e'):
     return {'uuid': uuid or 'vf-dev-%d' % index, 'vendor_id': vendor_id,
             'product_id': product_id, 'pci_address': None,
-            'address': sriov.vf_device_address(pf, index),
+            'address': sriov.vf_device_address(pf_address, index),
             'locator': {'vendor_id': vendor_id, 'product_id': product_id,
                         'serial': None, 'pci_address': None,
-                        'fabric_ref': sriov.vf_device_address(pf, index)},
-            'sriov': {'pf_address': pf, 'vf_index': index,
+                        'fabric_ref': sriov.vf_device_address(pf_address,
+                                                              index)},
+            'sriov': {'pf_address': pf_address, 'vf_index': index,
                       'vf_count': count, 'vf_mode': mode}}
 
 
@@ -57,7 +93,7 @@ def _numvfs_writes(fs):
 
 
 def test_on_demand_vfs_come_with_the_first_lease_and_go_with_the_last(
-        fs, host, pf):
+        fs, host):
     assert host.attach(_lease(1), [_vf_device(1)]) == {
         'vf-dev-1': '0000:41:10.1'}
     # All of the pool's VFs at once: the kernel changes a count only
@@ -91,7 +127,7 @@ def test_on_demand_vfs_come_with_the_first_lease_and_go_with_the_last(
 
 
 def test_a_restarted_agent_keeps_the_vfs_of_its_leases(
-        fs, host, pf, privileged, nova_conf, tmp_path):
+        fs, host, privileged, nova_conf, tmp_path):
     host.attach(_lease(1), [_vf_device(2)])
     again = _devices(fs, privileged, nova_conf, tmp_path)
     assert again.start() == []
@@ -106,7 +142,7 @@ def test_a_restarted_agent_keeps_the_vfs_of_its_leases(
     assert pci.virtual_functions(PF, fs.root) == []
 
 
-def test_precreated_vfs_are_used_and_kept(fs, host, pf):
+def test_precreated_vfs_are_used_and_kept(fs, host):
     host.set_virtual_functions(PF, 4)
     fs.writes.clear()
     device = _vf_device(3, count=4, mode=sriov.PRECREATED)
@@ -119,7 +155,7 @@ def test_precreated_vfs_are_used_and_kept(fs, host, pf):
     assert fs.driver_of('0000:41:10.3') is None
 
 
-def test_missing_precreated_vfs_fail_saying_how_to_make_them(fs, host, pf):
+def test_missing_precreated_vfs_fail_saying_how_to_make_them(fs, host):
     device = _vf_device(1, count=2, mode=sriov.PRECREATED)
     with pytest.raises(exception.DriverError) as missing:
         host.attach(_lease(1), [device])
@@ -132,25 +168,25 @@ def test_missing_precreated_vfs_fail_saying_how_to_make_them(fs, host, pf):
 
 def test_missing_pf_fails_and_changes_nothing(fs, host):
     with pytest.raises(exception.DriverError) as missing:
-        host.attach(_lease(1), [_vf_device(0, pf='0000:42:00.0')])
+        host.attach(_lease(1), [_vf_device(0, pf_address='0000:42:00.0')])
     assert ('physical function 0000:42:00.0 of device vf-dev-0 is not on '
             'this host' in missing.value.message)
     assert 'lspci -D' in missing.value.message
     assert fs.writes == []
     # Detaching what was never attached is fine.
-    host.detach(_lease(1), [_vf_device(0, pf='0000:42:00.0')])
+    host.detach(_lease(1), [_vf_device(0, pf_address='0000:42:00.0')])
 
 
-def test_a_vf_given_as_pf_is_refused(fs, host, pf):
+def test_a_vf_given_as_pf_is_refused(fs, host):
     host.set_virtual_functions(PF, 2)
     fs.writes.clear()
     with pytest.raises(exception.DriverError) as vf:
-        host.attach(_lease(1), [_vf_device(0, pf='0000:41:10.0')])
+        host.attach(_lease(1), [_vf_device(0, pf_address='0000:41:10.0')])
     assert 'is itself a virtual function' in vf.value.message
     assert fs.writes == []
 
 
-def test_a_vf_held_by_another_device_is_refused(fs, host, pf):
+def test_a_vf_held_by_another_device_is_refused(fs, host):
     host.attach(_lease(1), [_vf_device(0, uuid='first')])
     with pytest.raises(exception.DriverError) as held:
         host.attach(_lease(2), [_vf_device(0, uuid='second')])
@@ -158,7 +194,7 @@ def test_a_vf_held_by_another_device_is_refused(fs, host, pf):
     assert fs.driver_of('0000:41:10.0') == pci.VFIO_DRIVER
 
 
-def test_wrong_vf_ids_are_refused(fs, host, pf):
+def test_wrong_vf_ids_are_refused(fs, host):
     with pytest.raises(exception.DriverError) as wrong:
         host.attach(_lease(1), [_vf_device(0, vendor_id='8086',
                                            product_id='10ed')])
@@ -166,7 +202,7 @@ def test_wrong_vf_ids_are_refused(fs, host, pf):
     assert fs.driver_of('0000:41:10.0') is None
 
 
-def test_concurrent_binds_create_the_vfs_once(fs, host, pf):
+def test_concurrent_binds_create_the_vfs_once(fs, host):
     barrier = threading.Barrier(3)
     results, errors = {}, []
 
@@ -190,7 +226,7 @@ def test_concurrent_binds_create_the_vfs_once(fs, host, pf):
     assert all(fs.driver_of(a) == pci.VFIO_DRIVER for a in results.values())
 
 
-def test_an_unbind_racing_a_bind_never_takes_the_new_vf(fs, host, pf):
+def test_an_unbind_racing_a_bind_never_takes_the_new_vf(fs, host):
     # Lease 1 holds VF 0; lease 1 lets go while lease 2 binds VF 1.
     # Whichever runs first, lease 2 ends with its VF on vfio-pci.
     for _ in range(5):
@@ -221,7 +257,7 @@ def test_an_unbind_racing_a_bind_never_takes_the_new_vf(fs, host, pf):
         assert pci.virtual_functions(PF, fs.root) == []
 
 
-def test_the_agent_attaches_and_detaches_vfs(fs, host, pf):
+def test_the_agent_attaches_and_detaches_vfs(fs, host):
     agent = manager.AgentManager('compute-0', ['compute_node'],
                                  host_pci=host)
     assert agent.attach_devices(None, _lease(1), [_vf_device(1)]) == {
@@ -240,7 +276,7 @@ def test_the_agent_attaches_and_detaches_vfs(fs, host, pf):
      'virtual function 4 of a pool of 4'),
     ({'pf_address': PF, 'vf_count': 4}, 'not a usable virtual function'),
 ])
-def test_bad_sriov_entries_are_refused(fs, host, pf, sriov_entry, words):
+def test_bad_sriov_entries_are_refused(fs, host, sriov_entry, words):
     device = dict(_vf_device(0), sriov=sriov_entry)
     with pytest.raises(exception.DriverError) as bad:
         host.attach(_lease(1), [device])
