@@ -516,9 +516,15 @@ class LeaseFlows(object):
 
         # Hosts that may hold the lease's devices or memory.
         outcome = {}
+        # SR-IOV virtual functions live on the host itself: no unexport or
+        # fabric unbind cuts them off, only the host's agent lets them go.
+        # A host that did not answer keeps its attachment of them (failed)
+        # so that unbind or delete asks it again.
+        on_host_only = any(sriov.is_sriov_pool(d.pool) for d in devices)
         for att in attachments:
             host = att.host
-            abandoned = abandon_skipped and host.name in skip
+            abandoned = (abandon_skipped and host.name in skip and
+                         not on_host_only)
             clean = True
             if att.state != states.ATT_DETACHING:
                 db_api.attachment_update(context, att.id,
