@@ -15,9 +15,14 @@ declared with the host and physical function, validated, shown; their
 devices are their VFs; their leases take one VF and bind to their host
 only."""
 
+import json
+import os
+
+import jsonschema
 import pytest
 import yaml
 
+from composable.api.schemas import pool as pool_schema
 from tests.unit.api import test_openapi
 
 V13 = {'OpenStack-API-Version': 'composable 1.3'}
@@ -200,3 +205,15 @@ def test_responses_match_the_document(client, inventory):
           '/v1/pools/{pool_ident}', 'GET')
     check(client.get('/v1/pools', headers=V13), '/v1/pools', 'GET')
     assert ('/v1/pools', 'POST', '409') in check.seen
+
+
+def test_api_ref_samples_are_valid():
+    samples = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                           os.pardir, 'api-ref', 'source', 'samples')
+    with open(os.path.join(samples, 'pool-create-sriov-req.json')) as f:
+        jsonschema.validate(json.load(f), pool_schema.CREATE['1.3'])
+    with open(test_openapi.DOC_PATH) as f:
+        doc = yaml.safe_load(f)
+    with open(os.path.join(samples, 'pool-create-sriov-resp.json')) as f:
+        jsonschema.Draft7Validator(test_openapi.to_json_schema(
+            doc, doc['components']['schemas']['Pool'])).validate(json.load(f))
