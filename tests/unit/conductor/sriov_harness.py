@@ -19,15 +19,15 @@ SQLite, the functional ones on MariaDB and PostgreSQL."""
 
 import os
 
-from composable.agent.compute_node import host_pci
+from composable.agent.compute_node import host_pci as host_pci_mod
 from composable.agent.compute_node import pci
 from composable.agent import manager as agent_manager
 from composable.common import rpc
 from composable.common import service
 from composable.common import sriov
+from composable.db import api as db_api
 from composable import privsep
 from composable.privsep import pci as priv_pci
-from composable.db import api as db_api
 from tests.unit.compute_node import test_pci
 from tests.unit.conductor import harness as h_mod
 
@@ -40,31 +40,39 @@ class SriovHarness(h_mod.Harness):
     with PF, and a pool of ``vf_count`` of its VFs on compute-0."""
 
     def start(self, tmp_path, vf_count=2, vf_mode=sriov.ON_DEMAND,
-              pf_address=PF):
+              pf_address=PF, host_pci=None, vf_kind='nic',
+              vf_values=None):
+        """``host_pci``: the compute agent's HostPciDevices, when not the
+        one on the fake sysfs made here (a real kernel's)."""
         self.tmp_path = tmp_path
-        self.fs = test_pci.FakeSysfs(tmp_path / 'host')
-        self.fs.add_driver(pci.VFIO_DRIVER)
-        self.fs.add(PF, vendor='0x15b3', device='0x1017', cls='0x020000',
-                    driver='mlx5_core', group=20, totalvfs=8)
-        privsep.sys_admin_pctxt.set_client_mode(False)
-        self._saved = (priv_pci.ROOT, priv_pci.WRITER)
-        priv_pci.ROOT, priv_pci.WRITER = self.fs.root, self.fs.write
+        self._saved = None
+        if host_pci is None:
+            self.fs = test_pci.FakeSysfs(tmp_path / 'host')
+            self.fs.add_driver(pci.VFIO_DRIVER)
+            self.fs.add(PF, vendor='0x15b3', device='0x1017',
+                        cls='0x020000', driver='mlx5_core', group=20,
+                        totalvfs=8)
+            privsep.sys_admin_pctxt.set_client_mode(False)
+            self._saved = (priv_pci.ROOT, priv_pci.WRITER)
+            priv_pci.ROOT, priv_pci.WRITER = self.fs.root, self.fs.write
+            host_pci = host_pci_mod.HostPciDevices(
+                ops=priv_pci, root=self.fs.root, find_timeout=2,
+                nova_config_files=[str(tmp_path / 'nova.conf')],
+                state_file=str(tmp_path / 'state' / 'pci-devices.json'),
+                kernel_release='6.1.0-test')
+            vf_values = {'vendor_id': '15b3', 'product_id': '101e'}
         super().start(agents=h_mod.MEMORY_NODES)
-        self.host_pci = host_pci.HostPciDevices(
-            ops=priv_pci, root=self.fs.root, find_timeout=2,
-            nova_config_files=[str(tmp_path / 'nova.conf')],
-            state_file=str(tmp_path / 'state' / 'pci-devices.json'),
-            kernel_release='6.1.0-test')
+        self.host_pci = host_pci
         assert self.host_pci.start() == []
         self.start_agent(HOST)
         ctx = h_mod.admin()
         self.sriov_pool = db_api.sriov_pool_create(ctx, {
-            'name': 'nic-vfs', 'kind': 'pci', 'fabric_id': self.fabric.id,
-            'resource_class': 'CUSTOM_COMPOSABLE_PCI_NIC',
+            'name': '%s-vfs' % vf_kind, 'kind': 'pci',
+            'fabric_id': self.fabric.id,
+            'resource_class': 'CUSTOM_COMPOSABLE_PCI_%s' % vf_kind.upper(),
             'sriov_host_id': self.hosts[HOST].id,
             'sriov_pf_address': pf_address, 'sriov_vf_count': vf_count,
-            'sriov_vf_mode': vf_mode}, 'nic',
-            vf_values={'vendor_id': '15b3', 'product_id': '101e'})
+            'sriov_vf_mode': vf_mode}, vf_kind, vf_values=vf_values)
         return self
 
     def start_agent(self, name):
@@ -82,8 +90,10 @@ class SriovHarness(h_mod.Harness):
         try:
             super().stop()
         finally:
-            priv_pci.ROOT, priv_pci.WRITER = self._saved
-            privsep.sys_admin_pctxt.set_client_mode(True)
+            if self._saved is not None:
+                priv_pci.ROOT, priv_pci.WRITER = self._saved
+                privsep.sys_admin_pctxt.set_client_mode(True)
+                self._saved = None
 
     # ------------------------------------------------------------ looks
 
