@@ -282,3 +282,23 @@ def test_bad_sriov_entries_are_refused(fs, host, sriov_entry, words):
         host.attach(_lease(1), [device])
     assert words in bad.value.message
     assert fs.writes == []
+
+
+def test_vfs_made_by_an_agent_that_died_before_binding_are_removed(
+        fs, host, privileged, nova_conf, tmp_path, monkeypatch):
+    # The agent made the VFs and died before it bound (and recorded) one.
+    def die(*args, **kwargs):
+        raise SystemExit('killed')
+
+    monkeypatch.setattr(host, '_attach_one', die)
+    with pytest.raises(SystemExit):
+        host.attach(_lease(1), [_vf_device(1)])
+    assert len(pci.virtual_functions(PF, fs.root)) == 3
+    assert host.records.devices == {}
+    # The restarted agent is asked to detach (the conductor's teardown of
+    # the failed bind): nothing of the PF's VFs is held, so they go.
+    again = _devices(fs, privileged, nova_conf, tmp_path)
+    assert again.start() == []
+    again.detach(_lease(1), [_vf_device(1)])
+    assert pci.virtual_functions(PF, fs.root) == []
+    assert fs.driver_of(PF) == 'mlx5_core'
