@@ -25,6 +25,8 @@ to a guest of the host (nested VFIO): the tests stop at
 ``/dev/vfio/<group>``.
 """
 
+import time
+
 import pytest
 
 from composable.common import sriov
@@ -97,11 +99,16 @@ def conductor(sqlite_db, pci, tmp_path, monkeypatch):
                 h.stop()
 
 
-def _bound(h, uuid):
+def _bound(h, uuid, what='bind'):
+    started = time.monotonic()
     h.api.bind_lease(h_mod.user_context(), uuid,
                      h.hosts[sriov_harness.HOST].uuid)
-    return h.wait(uuid, [states.BOUND, states.BIND_FAILED],
-                  timeout=LEASE_TIMEOUT)
+    lease = h.wait(uuid, [states.BOUND, states.BIND_FAILED],
+                   timeout=LEASE_TIMEOUT)
+    # Shown with -s / -rP: every sysfs step is a guest-exec round trip of
+    # a Python start under TCG, so these are upper bounds of a real host.
+    print('%s: %.0f ms' % (what, (time.monotonic() - started) * 1000))
+    return lease
 
 
 def test_vfs_made_bound_released_and_removed_on_the_host(
@@ -111,7 +118,7 @@ def test_vfs_made_bound_released_and_removed_on_the_host(
     first = h.create(device_count=1, device_kind='nvme')
     second = h.create(device_count=1, device_kind='nvme')
 
-    lease = _bound(h, first)
+    lease = _bound(h, first, 'bind creating the VFs')
     assert lease.status == states.BOUND, lease.fault
     vfs = pci.call('virtual_functions', pf_address=nvme_pf)
     assert len(vfs) == 2
@@ -131,7 +138,7 @@ def test_vfs_made_bound_released_and_removed_on_the_host(
     assert agent.shell('cat /sys/bus/pci/devices/%s/sriov_numvfs'
                        % nvme_pf).strip() == '2'
 
-    lease2 = _bound(h, second)
+    lease2 = _bound(h, second, 'bind of a VF already made')
     assert lease2.status == states.BOUND, lease2.fault
     vf2 = lease2.devices[0].pci_address
     assert vf2 in vfs and vf2 != vf
