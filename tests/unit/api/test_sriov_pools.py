@@ -114,6 +114,8 @@ def test_sriov_needs_microversion_1_3(client, inventory):
     assert resp.status == 400
     assert ("Invalid input for field 'sriov': unknown field"
             in resp.error['detail'])
+    assert ('need API version 1.3 or later (header OpenStack-API-Version: '
+            'composable 1.3)' in resp.error['detail'])
     assert client.get('/v1/pools/nic-vfs').status == 404
 
 

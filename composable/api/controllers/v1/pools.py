@@ -115,7 +115,16 @@ def show_pool(request, ident):
 def create_pool(request):
     ctx = utils.context(request)
     policies.authorize('composable:pool:create', ctx)
-    body = utils.read_body(request, schema.CREATE)
+    try:
+        body = utils.read_body(request, schema.CREATE)
+    except exception.Invalid as exc:
+        if (utils.version(request) < (1, 3) and
+                "field 'sriov'" in exc.message):
+            raise exception.Invalid(
+                '%s. Pools of SR-IOV virtual functions need API version '
+                '1.3 or later (header OpenStack-API-Version: composable '
+                '1.3)' % exc.message.rstrip('.'))
+        raise
     utils.check_name('pool', body['name'])
     kind = body['kind']
     device_class = body.pop('device_class', None)
