@@ -106,7 +106,8 @@ def _public(extent):
 class AgentManager(object):
 
     # 1.1: set_sriov_vfs
-    target = messaging.Target(version='1.1')
+    # 1.2: attach_devices / detach_devices take SR-IOV virtual functions
+    target = messaging.Target(version='1.2')
 
     def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
                  host_swap=None, simulate=None, memory_tuner=None,

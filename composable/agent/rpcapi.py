@@ -20,6 +20,8 @@ repeat any call after a timeout.
 Version history:
     1.0 - Initial version.
     1.1 - set_sriov_vfs
+    1.2 - attach_devices and detach_devices take SR-IOV virtual functions
+          (a device with an ``sriov`` entry)
 """
 
 from composable.common import rpc
@@ -36,9 +38,10 @@ class AgentAPI(object):
     def __init__(self):
         self.client = rpc.get_client(rpc.AGENT_TOPIC, self.RPC_API_VERSION)
 
-    def _call(self, context, node, method, **kwargs):
+    def _call(self, context, node, method, version=None, **kwargs):
         cctxt = self.client.prepare(
-            server=node, timeout=CONF.rpc_response_timeout_bind)
+            server=node, timeout=CONF.rpc_response_timeout_bind,
+            **({'version': version} if version else {}))
         return cctxt.call(context, method, **kwargs)
 
     # memory_node role
@@ -74,13 +77,22 @@ class AgentAPI(object):
                           extents=extents, mode=mode,
                           instance_uuid=instance_uuid)
 
+    @staticmethod
+    def _devices_version(devices):
+        # An older agent would take a virtual function for a composed
+        # device and remove it from the bus at detach: it must refuse
+        # the call instead.
+        return '1.2' if any(d.get('sriov') for d in devices) else None
+
     def attach_devices(self, context, node, lease, devices):
         return self._call(context, node, 'attach_devices', lease=lease,
-                          devices=devices)
+                          devices=devices,
+                          version=self._devices_version(devices))
 
     def detach_devices(self, context, node, lease, devices):
         return self._call(context, node, 'detach_devices', lease=lease,
-                          devices=devices)
+                          devices=devices,
+                          version=self._devices_version(devices))
 
     def set_sriov_vfs(self, context, node, pf_address, count):
         """Give a physical function of the host ``count`` SR-IOV virtual

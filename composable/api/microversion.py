@@ -29,6 +29,9 @@ Version  Change
 1.2      Elastic memory leases: ``elastic`` (min_mb, max_mb,
          observation_window, prediction_window, headroom) at lease
          creation, shown on leases.
+1.3      Pools: a pci pool may be made of the SR-IOV virtual functions
+         of one physical function of one host (``sriov`` on create,
+         shown on every pool).
 =======  ==============================================================
 """
 
@@ -43,6 +46,7 @@ VERSIONS = (
     '1.0',
     '1.1',
     '1.2',
+    '1.3',
 )
 
 MIN_VERSION_STRING = VERSIONS[0]

@@ -74,9 +74,21 @@ def check_device_candidates(device_count, kind, candidates):
         raise exception.Invalid(
             "Invalid input for field 'device_kind': no pool holds %s "
             "devices" % kind)
-    largest = max(candidates, key=lambda p: p.total)
-    if device_count > largest.total:
+    largest = max(candidates, key=_devices_per_lease)
+    if device_count > _devices_per_lease(largest):
+        if getattr(largest, 'sriov_host_id', None) is not None:
+            raise exception.Invalid(
+                "Invalid input for field 'device_count': the %s pools "
+                "give one SR-IOV virtual function per lease, not %d" % (
+                    kind, device_count))
         raise exception.Invalid(
             "Invalid input for field 'device_count': %d is more than the "
             "largest %s pool (%s) holds in total (%d)" % (
                 device_count, kind, largest.name, largest.total))
+
+
+def _devices_per_lease(pool):
+    # A pool of SR-IOV virtual functions gives one VF per lease.
+    if getattr(pool, 'sriov_host_id', None) is not None:
+        return min(pool.total, 1)
+    return pool.total

@@ -162,7 +162,9 @@ class FabricSync(object):
         summary = new_summary()
         pools = [p for p in db_api.pool_list(
             context, filters={'fabric_id': fabric.id})
-            if p.kind in DEVICE_POOL_KINDS]
+            # The virtual functions of an SR-IOV pool are made on its
+            # host, not composed by the fabric: nothing to discover.
+            if p.kind in DEVICE_POOL_KINDS and p.sriov_host_id is None]
         found = discover(fabric.as_dict(), CONF.fabric.operation_timeout)
         pool_uuids = {pool.id: pool.uuid for pool in pools}
         rows = {}

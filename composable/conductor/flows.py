@@ -52,6 +52,7 @@ import oslo_messaging as messaging
 
 from composable.agent import rpcapi as agent_rpcapi
 from composable.common import exception
+from composable.common import sriov
 from composable.common import states
 from composable.common import utils
 from composable.conductor.allocator import claims as allocator
@@ -123,10 +124,15 @@ def extent_view(lease, extent, portal=None, credentials=False):
 
 
 def device_view(device):
-    return {'id': device.id, 'uuid': device.uuid, 'address': device.address,
+    view = {'id': device.id, 'uuid': device.uuid, 'address': device.address,
             'kind': device.kind, 'model': device.model,
             'vendor_id': device.vendor_id, 'product_id': device.product_id,
             'pci_address': device.pci_address}
+    if sriov.is_sriov_pool(device.pool):
+        # A virtual function: made and found on its host by the agent,
+        # never bound on the fabric.
+        view['sriov'] = sriov.device_sriov(device.pool, device.address)
+    return view
 
 
 def _row(obj):
@@ -346,6 +352,9 @@ class LeaseFlows(object):
             devices = []
             locators = {}
             for device in lease.devices:
+                if sriov.is_sriov_pool(device.pool):
+                    devices.append(self._virtual_function(device, host))
+                    continue
                 fabric = device.pool.fabric
                 what = ('binding device %s to host %s on fabric %s' %
                         (device.uuid, host.name, fabric.name))
@@ -386,6 +395,25 @@ class LeaseFlows(object):
         db_api.attachment_update(context, attachment.id,
                                  {'state': states.ATT_ATTACHED,
                                   'details': details})
+
+    @staticmethod
+    def _virtual_function(device, host):
+        """The agent's view of an SR-IOV virtual function to attach: the
+        host creates it (on demand) or has it (pre-created); the agent
+        finds it under its physical function."""
+        pool = device.pool
+        if pool.sriov_host_id != host.id:
+            raise StepFailed(
+                'preparing: device %s is a virtual function of %s on host '
+                '%s (pool %s), so the lease can be bound to that host only, '
+                'not to %s' % (device.uuid, pool.sriov_pf_address,
+                               pool.sriov_host.name, pool.name, host.name))
+        view = device_view(device)
+        view['locator'] = {'vendor_id': device.vendor_id,
+                           'product_id': device.product_id,
+                           'serial': None, 'pci_address': None,
+                           'fabric_ref': device.address}
+        return view
 
     def _export(self, context, lease, extent, host):
         """Export one extent to the host's initiator; returns the portal.
@@ -488,9 +516,15 @@ class LeaseFlows(object):
 
         # Hosts that may hold the lease's devices or memory.
         outcome = {}
+        # SR-IOV virtual functions live on the host itself: no unexport or
+        # fabric unbind cuts them off, only the host's agent lets them go.
+        # A host that did not answer keeps its attachment of them (failed)
+        # so that unbind or delete asks it again.
+        on_host_only = any(sriov.is_sriov_pool(d.pool) for d in devices)
         for att in attachments:
             host = att.host
-            abandoned = abandon_skipped and host.name in skip
+            abandoned = (abandon_skipped and host.name in skip and
+                         not on_host_only)
             clean = True
             if att.state != states.ATT_DETACHING:
                 db_api.attachment_update(context, att.id,
@@ -564,6 +598,13 @@ class LeaseFlows(object):
 
     def _unbind_devices(self, context, devices, host):
         for device in devices:
+            if sriov.is_sriov_pool(device.pool):
+                # Released (and, on demand, removed) by the host's agent
+                # at detach; the fabric never had it.
+                db_api.device_set_state(context, device.id,
+                                        {'state': states.DEVICE_RESERVED,
+                                         'pci_address': None})
+                continue
             fabric = device.pool.fabric
             self._call_fabric(
                 _row(fabric),

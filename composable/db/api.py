@@ -34,6 +34,7 @@ from sqlalchemy import orm
 from sqlalchemy.pool import base as sa_pool_base
 
 from composable.common import exception
+from composable.common import sriov
 from composable.common import states
 from composable.common import utils
 from composable.db import models
@@ -421,6 +422,14 @@ def host_update(context, ident, values):
 def host_delete(context, ident):
     with writer(context) as session:
         host = _get(session, models.Host, ident)
+        pools = session.query(models.Pool.name).filter(
+            models.Pool.sriov_host_id == host.id).all()
+        if pools:
+            raise exception.InUse(
+                resource='Host', name=host.name,
+                reason='pool(s) %s are made of virtual functions of its '
+                       'physical functions; delete them first' %
+                       ', '.join(sorted(p.name for p in pools)))
         count = session.query(models.Lease).filter(
             models.Lease.host_id == host.id,
             models.Lease.status != states.RELEASED).count()
@@ -499,6 +508,24 @@ def pool_create(context, values):
     return _create(context, models.Pool, values)
 
 
+def sriov_pool_create(context, values, vf_kind, vf_values=None):
+    """A pool of SR-IOV virtual functions and one device row per VF, in
+    one transaction: the pool never exists without its VFs."""
+    with writer(context) as session:
+        pool = _create(context, models.Pool, values)
+        for index in range(pool.sriov_vf_count):
+            _create(context, models.Device, {
+                'pool_id': pool.id, 'kind': vf_kind,
+                'address': sriov.vf_device_address(pool.sriov_pf_address,
+                                                   index),
+                'name': '%s-vf%d' % (pool.name, index),
+                'traits': list(pool.traits or []),
+                'state': states.DEVICE_AVAILABLE, **(vf_values or {})})
+        session.flush()
+        _recompute_pool_total(session, lock_pool(session, pool.id))
+        return pool
+
+
 def pool_get(context, ident):
     with reader(context) as session:
         return _get(session, models.Pool, ident)
@@ -528,6 +555,18 @@ def pool_delete(context, ident):
     with writer(context) as session:
         pool = _get(session, models.Pool, ident)
         pool = lock_pool(session, pool.id)
+        if sriov.is_sriov_pool(pool):
+            # Its devices are its virtual functions: they go with it,
+            # unless a lease holds one.
+            vfs = session.query(models.Device).filter(
+                models.Device.pool_id == pool.id)
+            held = vfs.filter(models.Device.lease_id.isnot(None)).count()
+            if held:
+                raise exception.InUse(
+                    resource='Pool', name=pool.name,
+                    reason='%d of its virtual functions are leased; delete '
+                           'those leases first' % held)
+            vfs.delete(synchronize_session=False)
         for model, what in ((models.MemoryNode, 'memory nodes'),
                             (models.Device, 'devices')):
             count = session.query(model).filter(

@@ -118,6 +118,8 @@ class Pool(Base):
         sa.UniqueConstraint('name', name='uniq_pools0name'),
         sa.Index('pools_fabric_id_idx', 'fabric_id'),
         sa.Index('pools_kind_idx', 'kind'),
+        sa.UniqueConstraint('sriov_host_id', 'sriov_pf_address',
+                            name='uniq_pools0sriov_host_id0sriov_pf_address'),
         _table_args())
 
     id = sa.Column(sa.Integer, primary_key=True)
@@ -135,8 +137,19 @@ class Pool(Base):
     step_size = sa.Column(sa.Integer, nullable=False, default=1)
     provider_uuid = sa.Column(sa.String(36), nullable=True)
     description = sa.Column(sa.String(255), nullable=True)
+    # A pci pool of SR-IOV virtual functions: the host holding the
+    # physical function, its PCI address there, how many VFs it gets and
+    # who creates them (composable.common.sriov). NULL for other pools.
+    sriov_host_id = sa.Column(
+        sa.Integer, sa.ForeignKey('hosts.id',
+                                  name='pools_sriov_host_id_fkey'),
+        nullable=True)
+    sriov_pf_address = sa.Column(sa.String(32), nullable=True)
+    sriov_vf_count = sa.Column(sa.Integer, nullable=True)
+    sriov_vf_mode = sa.Column(sa.String(16), nullable=True)
 
     fabric = orm.relationship(Fabric, lazy='joined', innerjoin=True)
+    sriov_host = orm.relationship(Host, lazy='joined')
 
 
 class MemoryNode(Base):

@@ -39,6 +39,9 @@ Behaviour
   already bound to it: ``binding``/``bound``), has no pool with an
   aggregate, or the composable API cannot be reached (the user asked for
   the lease; booting without it would be wrong). The reason is logged.
+* A lease holding an SR-IOV virtual function (its device pool is made of
+  the VFs of one host's physical function, microversion 1.3) keeps only
+  that host: the VF exists nowhere else.
 * Rebuilds are not filtered (the host does not change).
 * The filter is thread-safe: nova-scheduler runs requests on native
   threads; concurrent requests for the same key wait for one API call.
@@ -91,6 +94,9 @@ GROUP = 'composable'
 HINT = 'composable_lease'
 SERVICE_TYPE = 'composable'
 API_VERSION = '1.0'
+# Pools show the host of their SR-IOV virtual functions from 1.3 on; an
+# older composable API is read at API_VERSION (it has no such pools).
+POOL_API_VERSION = '1.3'
 
 # Lease states, copies of composable.common.states (this module runs in
 # Nova's processes and imports nothing of the service).
@@ -147,9 +153,12 @@ def list_opts():
 register_opts(CONF)
 
 
+# hosts: the only hosts the lease can be bound to (empty: any host of its
+# aggregates).
 LeaseFacts = collections.namedtuple(
     'LeaseFacts', ['uuid', 'found', 'project_id', 'status', 'instance_uuid',
-                   'aggregates', 'error'])
+                   'aggregates', 'error', 'hosts'],
+    defaults=(frozenset(),))
 
 
 def _unreadable(uuid, error):
@@ -231,13 +240,17 @@ class ComposableAPI(object):
             status_code_retries=group.status_code_retries,
             status_code_retry_delay=group.status_code_retry_delay)
 
-    def get(self, path, global_request_id=None):
-        """The decoded body, or None on 404."""
-        kwargs = {'raise_exc': False, 'microversion': API_VERSION,
+    def get(self, path, global_request_id=None, microversion=API_VERSION):
+        """The decoded body, or None on 404. A composable API older than
+        ``microversion`` (406) is asked again at API_VERSION."""
+        kwargs = {'raise_exc': False, 'microversion': microversion,
                   'headers': {'Accept': 'application/json'}}
         if global_request_id:
             kwargs['global_request_id'] = global_request_id
         resp = self.adapter.get(path, **kwargs)
+        if resp.status_code == 406 and microversion != API_VERSION:
+            kwargs['microversion'] = API_VERSION
+            resp = self.adapter.get(path, **kwargs)
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
@@ -264,15 +277,22 @@ class ComposableFilter(filters.BaseHostFilter):
 
     # -------------------------------------------------------------- facts
 
-    def _pool_aggregate(self, pool_uuid, request_id):
+    def _pool_facts(self, pool_uuid, request_id):
+        """(aggregate uuid, host of its SR-IOV virtual functions) of a
+        pool; either may be None."""
         def load():
-            pool = self.api.get('/v1/pools/%s' % pool_uuid, request_id)
+            pool = self.api.get('/v1/pools/%s' % pool_uuid, request_id,
+                                microversion=POOL_API_VERSION)
             if pool is None:
-                return None, None
+                return (None, None), None
             fabric = self.api.get('/v1/fabrics/%s' % pool['fabric_uuid'],
                                   request_id)
-            return (fabric or {}).get('aggregate_uuid'), None
+            return ((fabric or {}).get('aggregate_uuid'),
+                    (pool.get('sriov') or {}).get('host')), None
         return self._pools.get(pool_uuid, load)
+
+    def _pool_aggregate(self, pool_uuid, request_id):
+        return self._pool_facts(pool_uuid, request_id)[0]
 
     def _load_facts(self, lease_uuid, request_id):
         try:
@@ -290,10 +310,16 @@ class ComposableFilter(filters.BaseHostFilter):
                                                          request_id)
                         if aggregate:
                             aggregates.add(aggregate)
+            hosts = set()
+            if lease.get('device_pool_uuid'):
+                sriov_host = self._pool_facts(lease['device_pool_uuid'],
+                                              request_id)[1]
+                if sriov_host:
+                    hosts.add(sriov_host)
             return LeaseFacts(lease_uuid, True, lease.get('project_id'),
                               lease.get('status'),
                               lease.get('instance_uuid'),
-                              frozenset(aggregates), None)
+                              frozenset(aggregates), None, frozenset(hosts))
         except Exception as err:
             LOG.warning('ComposableFilter could not read lease %s from the '
                         'composable API: %s', lease_uuid, err)
@@ -353,7 +379,9 @@ class ComposableFilter(filters.BaseHostFilter):
         return None
 
     @staticmethod
-    def _host_matches(host_state, aggregates):
+    def _host_matches(host_state, aggregates, hosts=frozenset()):
+        if hosts and host_state.host not in hosts:
+            return False
         for aggregate in host_state.aggregates or ():
             if getattr(aggregate, 'uuid', None) in aggregates:
                 return True
@@ -373,9 +401,8 @@ class ComposableFilter(filters.BaseHostFilter):
             LOG.info('ComposableFilter: no host for instance %s: %s',
                      spec_obj.instance_uuid, reason)
             return []
-        aggregates = facts.aggregates
         return [host for host in filter_obj_list
-                if self._host_matches(host, aggregates)]
+                if self._host_matches(host, facts.aggregates, facts.hosts)]
 
     def host_passes(self, host_state, spec_obj):
         lease_uuid = self._hint(spec_obj)
@@ -384,4 +411,5 @@ class ComposableFilter(filters.BaseHostFilter):
         facts = self.lease_facts(spec_obj, lease_uuid)
         if self.refusal(facts, spec_obj):
             return False
-        return self._host_matches(host_state, facts.aggregates)
+        return self._host_matches(host_state, facts.aggregates,
+                                  facts.hosts)

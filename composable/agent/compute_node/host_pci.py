@@ -44,6 +44,17 @@ compose into this host, so it checks in two places:
 A nova.conf that exists but cannot be read counts as a conflict: nothing
 says what it would match.
 
+SR-IOV virtual functions (a device with an ``sriov`` entry, see
+composable.common.sriov): the agent finds VF ``vf_index`` under the
+physical function, creating the pool's VFs first when the pool makes
+them on demand and the PF has none (or too few, none of them leased), and
+binds it to vfio-pci as any device. At detach a VF is released from
+vfio-pci but stays on the bus (it belongs to its PF); when the pool makes
+VFs on demand and no VF of the PF is held any more, the PF goes back to 0
+VFs. Every decision on one PF's VFs is taken under that PF's lock, so a
+lease being bound never loses its VF to another's unbind. The PF is never
+handed out.
+
 Writes to sysfs (and the serial-confirmed search) run as root through
 composable.privsep.pci; reads of sysfs run in the agent.
 """
@@ -58,6 +69,7 @@ from oslo_log import log as logging
 
 from composable.agent.compute_node import pci
 from composable.common import exception
+from composable.common import sriov
 from composable import conf
 from composable.privsep import pci as priv_pci
 
@@ -175,6 +187,7 @@ class HostPciDevices(object):
         self.kernel_release = kernel_release
         self._lock = threading.Lock()
         self._device_locks = collections.defaultdict(threading.Lock)
+        self._pf_locks = collections.defaultdict(threading.Lock)
         self.baseline = None
         # Why device work is refused on this host, or None.
         self.refusal = None
@@ -274,6 +287,10 @@ class HostPciDevices(object):
         if self.refusal:
             raise exception.DriverError(reason=self.refusal)
         result = {}
+        for device in devices:
+            if device.get('sriov'):
+                result[device['uuid']] = self._attach_vf(lease, device)
+        devices = [d for d in devices if not d.get('sriov')]
         # Devices of one model still to be found for this lease: any new
         # function of that model up to their number is one of them.
         pending = collections.Counter(
@@ -383,8 +400,12 @@ class HostPciDevices(object):
 
     def detach(self, lease, devices):
         """Release every device's function from vfio-pci and remove it
-        from the bus; a function already gone is fine."""
+        from the bus; a function already gone is fine. Virtual functions
+        stay on the bus (see the module's doc)."""
         for device in devices:
+            if device.get('sriov'):
+                self._detach_vf(lease, device)
+                continue
             with self._device_lock(device['uuid']):
                 self._detach_one(lease, device)
 
@@ -430,6 +451,131 @@ class HostPciDevices(object):
                 self._save()
 
     # ------------------------------------------------------------ SR-IOV
+
+    def _pf_lock(self, pf_address):
+        with self._lock:
+            return self._pf_locks[pf_address]
+
+    @staticmethod
+    def _sriov_info(device):
+        info = device['sriov']
+        try:
+            pf = pci.normalize_address(info['pf_address'])
+            index = int(info['vf_index'])
+            count = int(info['vf_count'])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise exception.DriverError(
+                reason='device %s: not a usable virtual function (%s)'
+                       % (device['uuid'], exc))
+        if not 0 <= index < count:
+            raise exception.DriverError(
+                reason='device %s is virtual function %d of a pool of %d'
+                       % (device['uuid'], index, count))
+        return pf, index, count, info.get('vf_mode') or sriov.ON_DEMAND
+
+    def _virtual_function(self, device, pf, index, count, mode):
+        """The address of VF ``index`` of ``pf``, created first when the
+        pool makes its VFs on demand. The caller holds the PF's lock."""
+        if not pci.exists(pf, self.root):
+            raise exception.DriverError(
+                reason='the physical function %s of device %s is not on '
+                       'this host: check the pool\'s pf_address against '
+                       '"lspci -D" on this host' % (pf, device['uuid']))
+        if pci.is_virtual_function(pf, self.root):
+            raise exception.DriverError(
+                reason='%s is itself a virtual function, not a physical '
+                       'function: fix the pool\'s pf_address' % pf)
+        try:
+            current = pci.virtual_functions(pf, self.root)
+        except (pci.PciError, OSError) as exc:
+            raise _fail('reading the virtual functions of %s' % pf, exc)
+        if index >= len(current):
+            if mode == sriov.PRECREATED:
+                raise exception.DriverError(
+                    reason='%s has %d virtual function(s), so device %s '
+                           '(virtual function %d) does not exist: the pool '
+                           'expects them pre-created; set [compute_node]'
+                           'sriov_numvfs = %s:%d on this host and restart '
+                           'the agent' % (pf, len(current), device['uuid'],
+                                          index, pf, count))
+            # The kernel changes the count only through 0, which would
+            # destroy held VFs: set_virtual_functions refuses that.
+            made = self.set_virtual_functions(pf, count)
+            current = [vf['address'] for vf in made['vfs']]
+            LOG.info('Created %(n)d virtual functions on %(pf)s for the '
+                     'leases of its pool', {'n': len(current), 'pf': pf})
+            if index >= len(current):
+                raise exception.DriverError(
+                    reason='%s made %d virtual functions, not %d'
+                           % (pf, len(current), count))
+        address = current[index]
+        if address == pf:
+            raise exception.DriverError(
+                reason='refusing to hand out the physical function %s'
+                       % pf)
+        with self._lock:
+            holders = [u for u, r in self.records.devices.items()
+                       if r['address'] == address and u != device['uuid']]
+        if holders:
+            raise exception.DriverError(
+                reason='virtual function %s (%s of %s) is held by device '
+                       '%s on this host; unbind that lease first' % (
+                           address, index, pf, holders[0]))
+        return address
+
+    def _attach_vf(self, lease, device):
+        pf, index, count, mode = self._sriov_info(device)
+        with self._pf_lock(pf):
+            address = self._virtual_function(device, pf, index, count,
+                                             mode)
+            locator = dict(_locator(device), pci_address=address)
+            device = dict(device, locator=locator, pci_address=address)
+            with self._device_lock(device['uuid']):
+                address, _found = self._attach_one(lease, device, locator,
+                                                   1)
+                with self._lock:
+                    record = self.records.devices.get(device['uuid'])
+                    if record is not None and record.get('pf') != pf:
+                        record['pf'] = pf
+                        self._save()
+        return address
+
+    def _detach_vf(self, lease, device):
+        """Release the VF from vfio-pci (it stays on the bus); on demand,
+        the PF's VFs go once none is held."""
+        pf, _index, _count, mode = self._sriov_info(device)
+        with self._pf_lock(pf):
+            with self._device_lock(device['uuid']):
+                with self._lock:
+                    record = self.records.devices.get(device['uuid'])
+                address = record['address'] if record else None
+                try:
+                    if address and pci.exists(address, self.root) and \
+                            self.ops.release(address):
+                        LOG.info('Device %(dev)s of lease %(lease)s: '
+                                 'virtual function %(addr)s is off '
+                                 'vfio-pci', {'dev': device['uuid'],
+                                              'lease': lease['uuid'],
+                                              'addr': address})
+                except (pci.PciError, ValueError, OSError) as exc:
+                    raise _fail('releasing virtual function %s of device '
+                                '%s' % (address, device['uuid']), exc)
+                with self._lock:
+                    if self.records.devices.pop(device['uuid'],
+                                                None) is not None:
+                        self._save()
+            if mode != sriov.ON_DEMAND or not pci.exists(pf, self.root):
+                return
+            try:
+                current = pci.virtual_functions(pf, self.root)
+            except (pci.PciError, OSError) as exc:
+                raise _fail('reading the virtual functions of %s' % pf, exc)
+            with self._lock:
+                held = set(current) & self.records.addresses()
+            if current and not held:
+                self.set_virtual_functions(pf, 0)
+                LOG.info('Removed the virtual functions of %(pf)s: no lease '
+                         'holds one any more', {'pf': pf})
 
     def set_virtual_functions(self, pf_address, count):
         """Give the physical function ``count`` virtual functions; returns

@@ -11,6 +11,7 @@
 # under the License.
 
 from composable.api import schemas
+from composable.common import sriov
 
 KINDS = ['memory', 'gpu', 'pci']
 
@@ -34,5 +35,22 @@ _UPDATE = schemas.obj({
     'description': schemas.description,
 })
 
-CREATE = {'1.0': _CREATE}
+# 1.3: a pci pool of the SR-IOV virtual functions of one physical function
+# of one host.
+SRIOV = schemas.obj({
+    'host': schemas.ident,
+    'pf_address': {'type': 'string', 'minLength': 7, 'maxLength': 16,
+                   'pattern': '^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:'
+                              '[0-9a-fA-F]{2}\\.[0-7]$'},
+    'vf_count': {'type': 'integer', 'minimum': 1,
+                 'maximum': sriov.MAX_VFS},
+    'vf_mode': {'type': 'string', 'enum': list(sriov.VF_MODES)},
+    'vendor_id': {'type': 'string', 'pattern': '^(0x)?[0-9a-fA-F]{4}$'},
+    'product_id': {'type': 'string', 'pattern': '^(0x)?[0-9a-fA-F]{4}$'},
+}, required=['host', 'pf_address', 'vf_count'])
+
+_CREATE_1_3 = dict(_CREATE, properties=dict(_CREATE['properties'],
+                                            sriov=SRIOV))
+
+CREATE = {'1.0': _CREATE, '1.3': _CREATE_1_3}
 UPDATE = {'1.0': _UPDATE}

@@ -12,11 +12,15 @@
 
 """``openstack composable pool ...``"""
 
+from osc_lib import exceptions
+
 from composable.cli import utils
 from composable.cli.v1 import base
 from composable.common import resource_classes
+from composable.common import sriov as sriov_words
 
 KINDS = ('memory', 'gpu', 'pci')
+SRIOV_VF_MODES = sriov_words.VF_MODES
 
 POOL = base.Resource('pools', 'Pool')
 
@@ -53,11 +57,66 @@ class CreatePool(base.CreateCommand):
                  'default [allocator]memory_extent_mb)' % utils.SIZE_HELP)
         parser.add_argument('--description', metavar='<description>',
                             help='Description')
+        sriov_group = parser.add_argument_group(
+            'SR-IOV virtual functions (pci pools, API 1.3 or later)')
+        sriov_group.add_argument(
+            '--sriov-host', metavar='<host>',
+            help='Make the pool of the virtual functions of a physical '
+                 'function of this host (name or UUID)')
+        sriov_group.add_argument(
+            '--sriov-pf', metavar='<pci-address>',
+            help='PCI address of the physical function on that host, '
+                 'e.g. 0000:41:00.0')
+        sriov_group.add_argument(
+            '--sriov-vfs', metavar='<count>', type=utils.non_negative_int,
+            help='How many virtual functions (one device of the pool '
+                 'each, one per lease)')
+        sriov_group.add_argument(
+            '--sriov-vf-mode', choices=SRIOV_VF_MODES,
+            help='on_demand (default): made when a lease is first bound '
+                 'and removed when none holds one; precreated: made by '
+                 'the host\'s [compute_node]sriov_numvfs')
+        sriov_group.add_argument(
+            '--sriov-vendor-id', metavar='<id>',
+            help='PCI vendor id of the virtual functions, checked on the '
+                 'host')
+        sriov_group.add_argument(
+            '--sriov-product-id', metavar='<id>',
+            help='PCI device id of the virtual functions, checked on the '
+                 'host')
         return parser
+
+    def _sriov(self, parsed_args):
+        given = {'host': parsed_args.sriov_host,
+                 'pf_address': parsed_args.sriov_pf,
+                 'vf_count': parsed_args.sriov_vfs,
+                 'vf_mode': parsed_args.sriov_vf_mode,
+                 'vendor_id': parsed_args.sriov_vendor_id,
+                 'product_id': parsed_args.sriov_product_id}
+        given = {k: v for k, v in given.items() if v is not None}
+        if not given:
+            return None
+        missing = [option for option, key in (
+            ('--sriov-host', 'host'), ('--sriov-pf', 'pf_address'),
+            ('--sriov-vfs', 'vf_count')) if key not in given]
+        if missing:
+            raise exceptions.CommandError(
+                'A pool of SR-IOV virtual functions needs %s too'
+                % ', '.join(missing))
+        version = self.manager.client.api_version
+        if tuple(int(p) for p in version.split('.')) < (1, 3):
+            raise exceptions.CommandError(
+                'Pools of SR-IOV virtual functions need API version 1.3 or '
+                'later: add --os-composable-api-version 1.3 (this client '
+                'uses %s)' % version)
+        return given
 
     def fields(self, parsed_args):
         fields = {'name': parsed_args.name, 'kind': parsed_args.kind,
                   'fabric': parsed_args.fabric}
+        sriov = self._sriov(parsed_args)
+        if sriov is not None:
+            fields['sriov'] = sriov
         if parsed_args.device_class is not None:
             fields['device_class'] = parsed_args.device_class
         if parsed_args.traits:

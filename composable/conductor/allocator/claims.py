@@ -244,6 +244,10 @@ def _claim_requested_devices(session, lease, fabric_id):
                 (device.uuid, device.state))
     pool = session.execute(sa.select(*statements.POOL_COLUMNS).where(
         _POOLS.c.id == pool_ids.pop())).one()
+    if len(devices) > 1 and pool.sriov_host_id is not None:
+        raise exception.InsufficientCapacity(
+            reason='Pool %s gives one virtual function per lease; ask for '
+                   'one device.' % pool.name)
     if fabric_id is not None and pool.fabric_id != fabric_id:
         raise exception.InsufficientCapacity(
             reason='The devices asked for are on another fabric than the '
@@ -284,6 +288,12 @@ def _claim_devices(session, lease, fabric_id, check_fit=False):
                 ' on the fabric of the lease\'s memory'
                 if fabric_id is not None else ''))
     for pool in pools:
+        if count > 1 and pool.sriov_host_id is not None:
+            # A pool of SR-IOV virtual functions shares one physical
+            # device: one VF per lease.
+            reasons.append('%s gives one virtual function per lease' %
+                           pool.name)
+            continue
         if not _claim_pool(session, pool, count):
             reasons.append('%s has %d free' % (pool.name, _free(pool)))
             continue

@@ -138,6 +138,8 @@ def test_undocumented_methods_refused(client, doc):
     ('MemoryNode', memory_node), ('Device', device), ('Lease', lease)])
 def test_request_schemas_match_code(doc, name, module):
     schemas = doc['components']['schemas']
+    # The document describes the latest microversion (fields of later
+    # versions say since when in their description).
     for suffix, attr in (('Create', 'CREATE'), ('Update', 'UPDATE')):
         documented = to_json_schema(doc, schemas[name + suffix])
         # The document describes the newest version of each body.

@@ -452,3 +452,34 @@ def test_table_output(api):
     assert code == 0, err
     code, out, err = run(api, 'lease', 'show', 'l1', '-f', 'json')
     assert json.loads(out)['extents'] == LEASE['extents']
+
+
+def test_pool_create_sriov(api):
+    api.add('POST', '/v1/pools', _echo())
+    code, out, err = fakes.run_openstack(
+        api.url, 'pool', 'create', 'vfs', '--kind', 'pci', '--fabric', 'f1',
+        '--device-class', 'NIC', '--sriov-host', 'compute-1', '--sriov-pf',
+        '0000:41:00.0', '--sriov-vfs', '4', '--sriov-vf-mode', 'precreated',
+        '--sriov-vendor-id', '15b3', '-f', 'json', api_version='1.3')
+    assert code == 0, err
+    assert api.requests[-1].body == {
+        'name': 'vfs', 'kind': 'pci', 'fabric': 'f1',
+        'device_class': 'NIC',
+        'sriov': {'host': 'compute-1', 'pf_address': '0000:41:00.0',
+                  'vf_count': 4, 'vf_mode': 'precreated',
+                  'vendor_id': '15b3'}}
+    assert api.requests[-1].headers['openstack-api-version'] == (
+        'composable 1.3')
+    sent = len(api.requests)
+    code, out, err = run(api, 'pool', 'create', 'vfs', '--kind', 'pci',
+                         '--fabric', 'f1', '--device-class', 'NIC',
+                         '--sriov-host', 'compute-1', '--sriov-vfs', '4')
+    assert code == 1
+    assert 'needs --sriov-pf too' in err
+    code, out, err = run(api, 'pool', 'create', 'vfs', '--kind', 'pci',
+                         '--fabric', 'f1', '--device-class', 'NIC',
+                         '--sriov-host', 'compute-1', '--sriov-pf',
+                         '0000:41:00.0', '--sriov-vfs', '4')
+    assert code == 1
+    assert 'add --os-composable-api-version 1.3' in err
+    assert len(api.requests) == sent

@@ -32,6 +32,8 @@ class FakeComposableAPI(object):
         self.fail = None  # an HTTP status to answer every request with
         self.lock = threading.Lock()
         self.headers = []
+        # The highest microversion it serves; above it answers 406.
+        self.max_version = (1, 3)
 
     @property
     def total(self):
@@ -44,6 +46,11 @@ class FakeComposableAPI(object):
             self.headers.append(environ.get('HTTP_OPENSTACK_API_VERSION'))
         if self.fail:
             return self._reply(start_response, self.fail, {'errors': []})
+        asked = (environ.get('HTTP_OPENSTACK_API_VERSION') or
+                 'composable 1.0').split()[-1]
+        if tuple(int(p) for p in asked.split('.')) > self.max_version:
+            return self._reply(start_response, 406, {'errors': [
+                {'status': 406, 'title': 'Not Acceptable'}]})
         parts = path.strip('/').split('/')
         table = {'leases': self.leases, 'pools': self.pools,
                  'fabrics': self.fabrics}.get(parts[1]) \

@@ -129,8 +129,9 @@ def test_one_http_call_per_request_over_100_hosts(api):
     before = api.total
     assert len(run(filter_, hosts(1000), spec())) == 400
     assert api.total - before == 1
-    # The composable API was asked at its microversion.
-    assert set(api.headers) == {'composable 1.0'}
+    # The composable API was asked at its microversions: pools at 1.3,
+    # which shows the host of a pool of SR-IOV virtual functions.
+    assert set(api.headers) == {'composable 1.0', 'composable 1.3'}
 
 
 def test_host_passes_reads_the_lease_once_per_request(api):
@@ -190,6 +191,38 @@ def test_moving_the_instance_bound_to_the_lease_is_allowed(api):
 def test_device_pool_aggregate_counts(api):
     api.leases[LEASE].update(memory_pool_uuid=None, device_pool_uuid=POOL)
     assert len(run(scheduler.ComposableFilter(), hosts(10), spec())) == 4
+
+
+def test_sriov_lease_keeps_only_the_host_of_its_vf(api):
+    api.pools[POOL]['sriov'] = {'host': 'host0006', 'vf_count': 4}
+    api.leases[LEASE].update(memory_pool_uuid=None, device_pool_uuid=POOL)
+    filter_ = scheduler.ComposableFilter()
+    states = hosts(100)
+    assert names(run(filter_, states, spec())) == ['host0006']
+    spec_obj = spec()
+    assert [s.host for s in states
+            if filter_.host_passes(s, spec_obj)] == ['host0006']
+
+
+def test_sriov_host_outside_the_aggregate_passes_no_host(api):
+    api.pools[POOL]['sriov'] = {'host': 'host0003', 'vf_count': 4}
+    api.leases[LEASE].update(device_pool_uuid=POOL)
+    assert run(scheduler.ComposableFilter(), hosts(10), spec()) == []
+
+
+def test_sriov_host_is_read_even_when_the_lease_has_its_aggregate(api):
+    api.pools[POOL]['sriov'] = {'host': 'host0001', 'vf_count': 4}
+    api.leases[LEASE].update(aggregate_uuid=AGG, memory_pool_uuid=None,
+                             device_pool_uuid=POOL)
+    assert names(run(scheduler.ComposableFilter(), hosts(10),
+                     spec())) == ['host0001']
+
+
+def test_an_older_composable_api_is_read_at_1_0(api):
+    api.max_version = (1, 0)
+    api.leases[LEASE].update(memory_pool_uuid=None, device_pool_uuid=POOL)
+    assert len(run(scheduler.ComposableFilter(), hosts(10), spec())) == 4
+    assert api.calls['/v1/pools/%s' % POOL] == 2  # 406, then 1.0
 
 
 def test_fabric_without_aggregate_passes_no_host(api):

@@ -17,6 +17,7 @@ from composable.api.schemas import device as schema
 from composable.api import utils
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import sriov
 from composable.common import states
 from composable.db import api as db_api
 from composable import policies
@@ -100,6 +101,12 @@ def create_device(request):
         raise exception.Invalid(
             "Invalid input for field 'pool': pool %s is a %s pool; devices "
             "belong to gpu or pci pools" % (pool.name, pool.kind))
+    if sriov.is_sriov_pool(pool):
+        raise exception.Invalid(
+            "Invalid input for field 'pool': the devices of pool %s are the "
+            "virtual functions of %s on host %s, made with the pool; "
+            "create another pool for other devices" % (
+                pool.name, pool.sriov_pf_address, pool.sriov_host.name))
     expected_kind = pools.device_kind(pool)
     kind = body.setdefault('kind', expected_kind)
     if kind != expected_kind:
@@ -142,6 +149,11 @@ def delete_device(request, ident):
     policies.authorize('composable:device:delete', ctx)
     utils.reject_empty_body(request)
     device = db_api.device_get(ctx, ident)
+    if sriov.is_sriov_pool(device.pool):
+        raise exception.Conflict(
+            reason='device %s is a virtual function of pool %s and goes '
+                   'with the pool; take it out of service with state '
+                   'maintenance instead' % (device.uuid, device.pool.name))
     db_api.device_delete(ctx, device.uuid)
     pools.report_to_placement(request, ctx, device.pool.uuid)
     return utils.no_content()

@@ -33,6 +33,7 @@ from composable.api import validation
 from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import pool_fit
+from composable.common import sriov
 from composable.common import states
 from composable.db import api as db_api
 from composable.db import views
@@ -432,6 +433,14 @@ def bind_lease(request, ident):
             raise exception.Conflict(
                 reason='host %s is not on the fabric of lease %s' % (
                     host.name, lease.uuid))
+        pool = lease.device_pool
+        if (pool is not None and sriov.is_sriov_pool(pool) and
+                pool.sriov_host_id != host.id):
+            raise exception.Conflict(
+                reason='lease %s holds a virtual function of %s on host %s '
+                       '(pool %s); it can be bound to that host only' % (
+                           lease.uuid, pool.sriov_pf_address,
+                           pool.sriov_host.name, pool.name))
     # With a server and no host, the conductor asks Nova where the server
     # runs (and refuses when it cannot: no [nova] configured).
     utils.conductor(request).bind_lease(_rpc_context(ctx, lease),

@@ -23,6 +23,7 @@ from composable.api import utils
 from composable.common import exception
 from composable.common import pool_fit
 from composable.common import resource_classes
+from composable.common import sriov
 from composable import conf
 from composable.conf import placement as placement_conf
 from composable.db import api as db_api
@@ -43,7 +44,7 @@ def free(pool):
 
 
 def render(request, pool):
-    return {
+    body = {
         'uuid': pool.uuid,
         'name': pool.name,
         'kind': pool.kind,
@@ -61,6 +62,9 @@ def render(request, pool):
         'updated_at': utils.isotime(pool.updated_at),
         'links': utils.self_link(request, 'pools', pool.uuid),
     }
+    if utils.version(request) >= (1, 3):
+        body['sriov'] = sriov.view(pool)
+    return body
 
 
 def report_to_placement(request, ctx, pool_uuid, provider_uuid=None):
@@ -111,7 +115,16 @@ def show_pool(request, ident):
 def create_pool(request):
     ctx = utils.context(request)
     policies.authorize('composable:pool:create', ctx)
-    body = utils.read_body(request, schema.CREATE)
+    try:
+        body = utils.read_body(request, schema.CREATE)
+    except exception.Invalid as exc:
+        if (utils.version(request) < (1, 3) and
+                "field 'sriov'" in exc.message):
+            raise exception.Invalid(
+                '%s. Pools of SR-IOV virtual functions need API version '
+                '1.3 or later (header OpenStack-API-Version: composable '
+                '1.3)' % exc.message.rstrip('.'))
+        raise
     utils.check_name('pool', body['name'])
     kind = body['kind']
     device_class = body.pop('device_class', None)
@@ -140,13 +153,64 @@ def create_pool(request):
                 total=0, used=0)
     body.setdefault('reserved', 0)
     body.setdefault('traits', [])
-    pool = db_api.pool_create(ctx, body)
+    sriov_body = body.pop('sriov', None)
+    if sriov_body is None:
+        pool = db_api.pool_create(ctx, body)
+    else:
+        pool = _create_sriov_pool(ctx, body, sriov_body, fabric,
+                                  device_class)
     pool = db_api.pool_get(ctx, pool.uuid)
     report_to_placement(request, ctx, pool.uuid)
     return utils.json_response(
         render(request, pool), status=201,
         headers={'Location': utils.self_link(
             request, 'pools', pool.uuid)[0]['href']})
+
+
+def _normalized_pf_address(value):
+    # Validated by the schema's pattern; the domain defaults to 0000, as
+    # lspci prints it.
+    value = value.lower()
+    return value if value.count(':') == 2 else '0000:' + value
+
+
+def _create_sriov_pool(ctx, body, sriov_body, fabric, device_class):
+    """A pci pool of the VFs of one PF of one host, with a device per VF
+    (composable.common.sriov)."""
+    if body['kind'] != 'pci':
+        raise exception.Invalid(
+            "Invalid input for field 'sriov': only pci pools can be made of "
+            "SR-IOV virtual functions, not %s pools" % body['kind'])
+    host = utils.referenced(db_api.host_get, ctx, sriov_body['host'],
+                            'sriov/host', 'Host')
+    if host.fabric_id != fabric.id:
+        raise exception.Invalid(
+            "Invalid input for field 'sriov/host': host %s is on fabric "
+            "%s, not on the pool's fabric %s" % (
+                host.name, host.fabric.name, fabric.name))
+    pf_address = _normalized_pf_address(sriov_body['pf_address'])
+    for other in db_api.pool_list(ctx, filters={'kind': 'pci'}):
+        if (other.sriov_host_id == host.id and
+                other.sriov_pf_address == pf_address):
+            raise exception.Conflict(
+                reason='pool %s is already made of the virtual functions '
+                       'of %s on host %s; a physical function serves one '
+                       'pool' % (other.name, pf_address, host.name))
+    body.update(sriov_host_id=host.id, sriov_pf_address=pf_address,
+                sriov_vf_count=sriov_body['vf_count'],
+                sriov_vf_mode=sriov_body.get('vf_mode', sriov.ON_DEMAND))
+    # The VFs' ids, when given, let the agent check that the function it
+    # hands out is one.
+    ids = {k: sriov_body[k].lower().replace('0x', '')
+           for k in ('vendor_id', 'product_id') if sriov_body.get(k)}
+    pool = db_api.sriov_pool_create(ctx, body, device_class.lower(),
+                                    vf_values=ids)
+    LOG.info('Pool %(pool)s: %(n)d virtual functions of %(pf)s on host '
+             '%(host)s (%(mode)s)', {'pool': pool.name,
+                                     'n': pool.sriov_vf_count,
+                                     'pf': pf_address, 'host': host.name,
+                                     'mode': pool.sriov_vf_mode})
+    return pool
 
 
 def update_pool(request, ident):
