@@ -533,6 +533,58 @@ def test_privileged_functions_run_on_good_arguments(fs, privileged):
     assert privileged.remove(GPU) is False
 
 
+@pytest.mark.parametrize('kwargs,error', [
+    ({'recorded': '../../dev/sda'}, ValueError),
+    ({'nova_conf_text': 42}, ValueError),
+    ({'nova_conf_text': 'x' * (priv_pci.MAX_NOVA_CONF + 1)}, ValueError),
+    ({'locator': {'vendor_id': '10de/..'}}, ValueError)])
+def test_privileged_attach_refuses_bad_arguments(fs, privileged, kwargs,
+                                                 error):
+    fs.add(GPU, group=12, hidden=True)
+    call = {'locator': _device()['locator'], 'known': [], 'timeout': 1}
+    call.update(kwargs)
+    with pytest.raises(error):
+        privileged.attach_function(**call)
+    assert fs.writes == []
+    with pytest.raises(ValueError):
+        privileged.detach_function(GPU, '10de/..', None)
+
+
+class _Counting(object):
+    """The privileged functions, counting the calls (each one a round
+    trip to the privsep daemon on a host)."""
+
+    def __init__(self, privileged):
+        self.privileged = privileged
+        self.calls = []
+
+    def __getattr__(self, name):
+        function = getattr(self.privileged, name)
+
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return function(*args, **kwargs)
+        return call
+
+
+def test_attach_and_detach_are_one_privileged_call_each(
+        fs, privileged, nova_conf, tmp_path):
+    counting = _Counting(privileged)
+    devices = host_pci.HostPciDevices(
+        ops=counting, root=fs.root, find_timeout=5,
+        nova_config_files=[str(nova_conf)],
+        state_file=str(tmp_path / 'state' / 'pci-devices.json'),
+        kernel_release='6.1.0-test')
+    assert devices.start() == []
+    fs.add(GPU, group=12, driver='nouveau', hidden=True)
+    assert devices.attach(LEASE, [_device()]) == {'dev-1': GPU}
+    assert counting.calls == ['attach_function']
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    devices.detach(LEASE, [_device()])
+    assert counting.calls == ['attach_function', 'detach_function']
+    assert not pci.exists(GPU, fs.root)
+
+
 def test_the_agent_runs_pci_work_through_privsep_by_default():
     assert host_pci.HostPciDevices().ops is priv_pci
     assert priv_pci.ROOT == '/'
