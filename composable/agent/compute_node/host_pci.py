@@ -69,6 +69,9 @@ CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 _WILDCARD_CHARS = set('*:. ')
+# Seconds a restore waits for a held function: it was enumerated at boot
+# or it is gone.
+RESTORE_FIND_TIMEOUT = 1
 
 
 def _fail(what, exc):
@@ -257,6 +260,51 @@ class HostPciDevices(object):
             LOG.info('Leased PCI devices are bound to vfio-pci on this '
                      'host (%(n)d held, %(own)d functions of its own)',
                      {'n': len(held), 'own': len(self.baseline)})
+        return problems
+
+    def restore(self):
+        """Bind the devices the records hold to vfio-pci again, where
+        their functions still are: after the host restarted, its kernel
+        enumerated them again with no driver override (the fabric kept
+        them composed). Returns {device uuid: problem} of those that could
+        not be; they stay recorded, so an unbind still removes them."""
+        if self.refusal:
+            return {}
+        with self._lock:
+            held = dict(self.records.devices)
+        problems = {}
+        for uuid, record in sorted(held.items()):
+            with self._device_lock(uuid):
+                with self._lock:
+                    known = sorted(set(self.baseline) |
+                                   self.records.addresses(but=uuid))
+                try:
+                    # Not waited for: a function that is not there now
+                    # went with the fabric while the agent was away.
+                    answer = self.bus.attach_function(
+                        record.get('locator') or {}, known,
+                        timeout=RESTORE_FIND_TIMEOUT, interchangeable=1,
+                        recorded=record['address'])
+                except (pci.PciError, ValueError, OSError) as exc:
+                    problems[uuid] = str(exc)
+                    continue
+                if answer.get('error'):
+                    problems[uuid] = answer['message']
+                elif answer['address'] != record['address']:
+                    with self._lock:
+                        self.records.devices[uuid] = dict(
+                            record, address=answer['address'])
+                        self._save()
+                if answer.get('bound'):
+                    LOG.info('Device %(dev)s of lease %(lease)s at '
+                             '%(addr)s is on vfio-pci again',
+                             {'dev': uuid, 'lease': record.get('lease'),
+                              'addr': answer['address']})
+        for uuid, problem in sorted(problems.items()):
+            LOG.error('Device %(dev)s of lease %(lease)s, held on this host, '
+                      'cannot be bound to vfio-pci again: %(problem)s',
+                      {'dev': uuid, 'lease': held[uuid].get('lease'),
+                       'problem': problem})
         return problems
 
     def _nova_conf_text(self):

@@ -321,6 +321,38 @@ def test_a_restarted_agent_knows_its_devices(fs, host, privileged,
     assert not pci.exists(GPU, fs.root)
 
 
+def test_a_restarted_host_gets_its_held_functions_back_on_vfio(
+        fs, host, privileged, nova_conf, tmp_path):
+    fs.add(GPU, group=12, driver='nouveau', hidden=True)
+    host.attach(LEASE, [_device()])
+    # The host rebooted: the fabric kept the device composed, the kernel
+    # enumerated it again and its own driver took it.
+    fs._destroy(GPU)
+    fs.add(GPU, group=12, driver='nouveau')
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    assert again.restore() == {}
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    assert _state(tmp_path)['dev-1']['address'] == GPU
+
+
+def test_a_held_function_gone_while_the_agent_was_away_is_reported(
+        fs, host, privileged, nova_conf, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+    fs._destroy(GPU)
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    problems = again.restore()
+    assert list(problems) == ['dev-1']
+    assert 'no PCI function with ids 10de:2330' in problems['dev-1']
+    # Still recorded: the unbind that follows has nothing to remove, and
+    # says so instead of failing.
+    assert _state(tmp_path)['dev-1']['address'] == GPU
+    again.detach(LEASE, [_device()])
+    assert _state(tmp_path) == {}
+
+
 # Nova's device_spec.
 
 def _nova(nova_conf, *specs):
