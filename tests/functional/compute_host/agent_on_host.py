@@ -42,6 +42,8 @@ LOG = logging.getLogger(__name__)
 
 GUEST_UUID_ENV = 'COMPOSABLE_HOST_GUEST_UUID'
 PAUSE_FILE_ENV = 'COMPOSABLE_HOST_GUEST_PAUSE_FILE'
+# The agent's copy of the PCI module in the guest, apart from the tests'.
+GUEST_MODULE_DIR = '/tmp/composable-agent'
 
 
 def main(argv=None):
@@ -53,7 +55,8 @@ def main(argv=None):
     conn = libvirt.open(dataplane.LIBVIRT_URI)
     domain = conn.lookupByUUIDString(os.environ[GUEST_UUID_ENV])
     bus = guest_bus.GuestPciBus(
-        guest_exec.PciRunner(guest_exec.GuestAgent(domain)),
+        guest_exec.PciRunner(guest_exec.GuestAgent(domain),
+                             directory=GUEST_MODULE_DIR),
         pause_file=os.environ.get(PAUSE_FILE_ENV))
     agent = manager.AgentManager(
         CONF.host, CONF.agent.roles,

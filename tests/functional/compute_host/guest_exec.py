@@ -32,7 +32,7 @@ GUEST_PCI_MODULE = GUEST_MODULE_DIR + '/pci.py'
 # Imported rather than run as a script, so that the guest compiles it
 # once and keeps the bytecode (TCG makes every compilation count).
 _RUN_PCI = ('import sys; sys.path.insert(0, %r); import pci; '
-            'sys.exit(pci.main())' % GUEST_MODULE_DIR)
+            'sys.exit(pci.main())')
 # What a command may add to the timeout it was given: the interpreter's
 # start under TCG on a busy machine.
 START_MARGIN = 60
@@ -147,9 +147,12 @@ class PciRunner(object):
     printed."""
 
     def __init__(self, agent, module=image_mod.PCI_MODULE,
-                 python=image_mod.PYTHON):
+                 python=image_mod.PYTHON, directory=GUEST_MODULE_DIR):
+        # directory: where the module goes in the guest; two runners
+        # working at once (a test and an agent) each have their own.
         self.agent = agent
         self.python = python
+        self.directory = directory
         with open(module, 'rb') as f:
             self.source = f.read()
         self._installed = None
@@ -160,15 +163,16 @@ class PciRunner(object):
         if self._installed == digest:
             return
         self.agent.shell('mkdir -p %s && rm -rf %s/__pycache__'
-                         % (GUEST_MODULE_DIR, GUEST_MODULE_DIR))
-        self.agent.write_file(GUEST_PCI_MODULE, self.source)
+                         % (self.directory, self.directory))
+        self.agent.write_file(self.directory + '/pci.py', self.source)
         self._installed = digest
 
     def call(self, command, **kwargs):
         """``kwargs`` go to the command; the guest is given its
         ``timeout`` (if any) and START_MARGIN to answer."""
         self.install()
-        argv = [self.python, '-I', '-S', '-c', _RUN_PCI, command,
+        argv = [self.python, '-I', '-S', '-c', _RUN_PCI % self.directory,
+                command,
                 json.dumps(kwargs)]
         limit = START_MARGIN + kwargs.get('timeout', 0)
         code, out, err = self.agent.run(argv, limit)

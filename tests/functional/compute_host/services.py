@@ -35,6 +35,8 @@ INITIATOR = 'iqn.2026-11.org.openstack:%s' % HOST
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..',
                                     '..'))
 SERVING = 'Serving RPC topic composable-agent as %s' % HOST
+GPU_BLOCKS = [b['id'] for b in host_stack.CONFIG['blocks']
+              if b['kind'] == 'gpu']
 
 
 class HostServices(object):
@@ -61,6 +63,7 @@ class HostServices(object):
                 'nova_config_files': os.path.join(self.workdir,
                                                   'nova.conf'),
                 'hook_socket': ''},
+            'fabric': {'enabled_drivers': 'fake,redfish'},
             'conductor': {'fabric_sync_interval': 2,
                           'reconcile_interval': reconcile_interval,
                           'reconcile_retry_backoff': 1,
@@ -141,7 +144,7 @@ class HostServices(object):
         while True:
             devices = self.admin.get('/devices?pool=%s' % POOL).json()[
                 'devices']
-            if len(devices) >= 2:
+            if len(devices) >= len(GPU_BLOCKS):
                 return {d['address'].rsplit('/', 1)[1]: d for d in devices}
             if time.monotonic() > deadline:
                 raise AssertionError('the fabric sync found %r' % devices)
