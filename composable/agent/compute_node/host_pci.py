@@ -134,6 +134,9 @@ class DeviceRecords(object):
     def __init__(self, path):
         self.path = path
         self.devices = {}
+        # The host's own functions and the boot they were seen in.
+        self.baseline = None
+        self.boot_id = None
 
     def load(self):
         try:
@@ -146,6 +149,8 @@ class DeviceRecords(object):
                 reason='cannot read the PCI device records %s: %s; fix or '
                        'remove the file' % (self.path, exc))
         self.devices = dict(data.get('devices') or {})
+        self.baseline = data.get('baseline')
+        self.boot_id = data.get('boot_id')
         return self
 
     def save(self):
@@ -153,7 +158,8 @@ class DeviceRecords(object):
         os.makedirs(directory, exist_ok=True)
         tmp = self.path + '.tmp'
         with open(tmp, 'w') as f:
-            json.dump({'devices': self.devices}, f, sort_keys=True)
+            json.dump({'devices': self.devices, 'baseline': self.baseline,
+                       'boot_id': self.boot_id}, f, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -178,6 +184,9 @@ class SysfsPci(object):
 
     def functions(self):
         return pci.functions(self.root)
+
+    def boot_id(self):
+        return pci.boot_id(self.root)
 
     def host_checks(self, kernel_release=None):
         return pci.host_checks(self.root, kernel_release)
@@ -242,9 +251,22 @@ class HostPciDevices(object):
             held = self.records.addresses()
             try:
                 functions = self.bus.functions()
+                boot = self.bus.boot_id()
             except (pci.PciError, OSError) as exc:
                 raise _fail('listing the PCI functions of this host', exc)
-            self.baseline = sorted(set(functions) - held)
+            if boot and boot == self.records.boot_id and \
+                    self.records.baseline is not None:
+                # Restarted within one boot of the host: a function that
+                # appeared since the first start was composed (perhaps
+                # while the agent was down), not the host's own.
+                own = set(self.records.baseline) & set(functions)
+            else:
+                own = set(functions)
+            self.baseline = sorted(own - held)
+            if boot:
+                self.records.baseline = self.baseline
+                self.records.boot_id = boot
+                self._save()
         try:
             problems = self.bus.host_checks(self.kernel_release)
         except (pci.PciError, OSError) as exc:

@@ -180,6 +180,17 @@ def functions(root='/'):
         return []
 
 
+def boot_id(root='/'):
+    """The kernel's id of this boot of the host, None when unreadable:
+    the functions present at one moment of a boot stay the host's own
+    until it boots again."""
+    try:
+        return _read(os.path.join(root, 'proc', 'sys', 'kernel', 'random',
+                                  'boot_id')) or None
+    except OSError:
+        return None
+
+
 def exists(address, root='/'):
     return os.path.exists(_device(root, normalize_address(address)))
 
@@ -807,6 +818,7 @@ COMMANDS = {
     'host_checks': host_checks,
     'nova_device_spec_conflicts': nova_device_spec_conflicts,
     'functions': functions,
+    'boot_id': boot_id,
     'device_ids': device_ids,
     'driver': driver,
     'read_serial': read_serial,

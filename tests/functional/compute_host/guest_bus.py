@@ -90,6 +90,9 @@ class GuestPciBus(object):
     def functions(self):
         return self._call('functions')
 
+    def boot_id(self):
+        return self._call('boot_id')
+
     def host_checks(self, kernel_release=None):
         if kernel_release:
             return self._call('host_checks', kernel_release=kernel_release)

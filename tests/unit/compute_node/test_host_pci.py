@@ -353,6 +353,33 @@ def test_a_held_function_gone_while_the_agent_was_away_is_reported(
     assert _state(tmp_path) == {}
 
 
+def _boot(fs, boot_id):
+    os.makedirs(fs.path('proc/sys/kernel/random'), exist_ok=True)
+    fs._put('proc/sys/kernel/random/boot_id', boot_id + '\n')
+
+
+def test_a_function_composed_while_the_agent_was_down_is_not_the_hosts(
+        fs, privileged, nova_conf, tmp_path):
+    _boot(fs, 'boot-1')
+    first = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert first.start() == []
+    # The fabric composed the GPU while no agent ran; it came up.
+    fs.add(GPU, group=12)
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    assert GPU not in again.baseline
+    assert again.attach(LEASE, [_device()]) == {'dev-1': GPU}
+    again.detach(LEASE, [_device()])
+    # Another boot: what is on the bus then is the host's own.
+    fs.add(GPU, group=12)
+    _boot(fs, 'boot-2')
+    rebooted = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert rebooted.start() == []
+    assert GPU in rebooted.baseline
+    with pytest.raises(exception.DriverError):
+        rebooted.attach(LEASE, [_device()])
+
+
 # Nova's device_spec.
 
 def _nova(nova_conf, *specs):
