@@ -30,8 +30,11 @@ import time
 
 import pytest
 
+from tests.functional.compute_host import image as image_mod
 from tests.functional.compute_host import services as services_mod
 from tests.functional.compute_host import stack as host_stack
+from tests.functional.compute_node import dataplane
+from tests.functional.guest import build
 
 BOOT_TIMEOUT = 300
 LEASE_TIMEOUT = 300
@@ -46,6 +49,28 @@ def _wait(predicate, timeout, what, interval=0.2):
         if time.monotonic() > deadline:
             raise AssertionError('%s within %s s' % (what, timeout))
         time.sleep(interval)
+
+
+@pytest.fixture(scope='module')
+def host(libvirt_conn):
+    """The compute host guest (conftest's), one that boots again after a
+    reset instead of stopping: a host rebooted under a bound lease."""
+    import libvirt
+    try:
+        image = image_mod.build_image()
+    except build.GuestUnavailable as exc:
+        dataplane.unavailable(str(exc))
+    cm = image_mod.running_host(libvirt_conn, image=image,
+                                on_reboot='restart')
+    try:
+        running = cm.__enter__()
+    except libvirt.libvirtError as exc:
+        dataplane.unavailable('QEMU (TCG) could not start the compute host '
+                              'guest: %s' % exc)
+    try:
+        yield running
+    finally:
+        cm.__exit__(None, None, None)
 
 
 @pytest.fixture(scope='module')
