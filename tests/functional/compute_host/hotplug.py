@@ -234,10 +234,13 @@ class DomainHotplug(object):
                 entry['companion'] = entry['id'] + '-companion'
                 # Functions other than 0 wait in the slot; plugging
                 # function 0 last announces the whole device.
+                # multifunction on every function: Linux groups a
+                # function with its siblings only when its own header
+                # says it is part of a multi-function device.
                 self.qmp('device_add', driver='nvme',
                          id=entry['companion'], bus=entry['port'],
-                         addr='0.1', serial=('C-' + block_id)[
-                             :NVME_SERIAL_MAX])
+                         addr='0.1', multifunction='on',
+                         serial=('C-' + block_id)[:NVME_SERIAL_MAX])
                 arguments.update(addr='0.0', multifunction='on')
             if driver == 'nvme':
                 serial = str(block.get('serial') or block_id)[
