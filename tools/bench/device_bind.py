@@ -86,12 +86,15 @@ def _wait_status(client, uuid, statuses):
         time.sleep(POLL)
 
 
-def cycle(running, pci, uuid):
+def cycle(running, pci, uuid, marks):
     """One bind -> vfio-pci -> unbind; the timed part in ms."""
+    del marks[:]
     start = time.monotonic()
     running.bind(uuid)
     lease = _wait_status(running.user, uuid, ('bound', 'bind_failed'))
     elapsed = (time.monotonic() - start) * 1000.0
+    if marks:
+        marks[:] = [(marks[0] - start) * 1000.0]
     if lease['status'] != 'bound':
         raise RuntimeError('the bind failed: %s' % lease.get('fault'))
     address = running.attachment_address(uuid)
@@ -123,12 +126,25 @@ def run(args):
                     pci = guest_exec.PciRunner(guest_exec.GuestAgent(
                         host.domain))
                     uuid = running.gpu_lease(BLOCK)
+                    marks = []
+
+                    def at_add(record):
+                        if record['method'] == 'POST' and \
+                                'AddResourceBlock' in record['path']:
+                            marks.append(time.monotonic())
+                    fabric.emulator.observe(at_add)
                     times = []
                     for i in range(args.cycles):
-                        times.append(cycle(running, pci, uuid))
+                        times.append(cycle(running, pci, uuid, marks))
                         if args.verbose:
-                            print('cycle %d: %.1f ms' % (i, times[-1]),
+                            print('cycle %d: %.1f ms (AddResourceBlock '
+                                  'at %s ms)' % (i, times[-1], ', '.join(
+                                      '%.0f' % m for m in marks)),
                                   flush=True)
+                    if args.verbose:
+                        for line in running.logs().splitlines():
+                            if 'PCI module attach_function' in line:
+                                print(line.split('guest_bus ', 1)[-1])
                     running.delete(uuid)
                     running.wait(uuid, ['released'])
                     return times

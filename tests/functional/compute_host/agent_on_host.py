@@ -55,8 +55,8 @@ def main(argv=None):
     conn = libvirt.open(dataplane.LIBVIRT_URI)
     domain = conn.lookupByUUIDString(os.environ[GUEST_UUID_ENV])
     bus = guest_bus.GuestPciBus(
-        guest_exec.PciRunner(guest_exec.GuestAgent(domain),
-                             directory=GUEST_MODULE_DIR),
+        guest_exec.PciServerRunner(guest_exec.GuestAgent(domain),
+                                   directory=GUEST_MODULE_DIR),
         pause_file=os.environ.get(PAUSE_FILE_ENV))
     agent = manager.AgentManager(
         CONF.host, CONF.agent.roles,

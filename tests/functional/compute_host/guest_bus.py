@@ -33,6 +33,8 @@ import builtins
 import os
 import time
 
+from oslo_log import log as logging
+
 from composable.agent.compute_node import pci
 from tests.functional.compute_host import guest_exec
 
@@ -40,6 +42,8 @@ from tests.functional.compute_host import guest_exec
 # function: hot-plugged functions usually show up through pciehp without
 # a rescan, within half a second.
 FIND_INTERVAL = 0.1
+
+LOG = logging.getLogger(__name__)
 
 
 def _exception(exc):
@@ -63,6 +67,16 @@ class GuestPciBus(object):
 
     def _call(self, command, **kwargs):
         self.calls.append(command)
+        started = time.monotonic()
+        try:
+            return self._run(command, **kwargs)
+        finally:
+            # What the benchmark's breakdown reads.
+            LOG.info('PCI module %(command)s in the compute host guest: '
+                     '%(ms).0f ms', {'command': command, 'ms': (
+                         time.monotonic() - started) * 1000})
+
+    def _run(self, command, **kwargs):
         try:
             try:
                 return self.runner.call(command, **kwargs)

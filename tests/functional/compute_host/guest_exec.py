@@ -23,6 +23,7 @@ real host.
 import base64
 import hashlib
 import json
+import os
 import time
 
 from tests.functional.compute_host import image as image_mod
@@ -195,3 +196,85 @@ class PciRunner(object):
     def forget(self):
         """The guest restarted: copy the module again next time."""
         self._installed = None
+
+
+# The client of pci_server: exit status NOT_SERVING when no server runs.
+NOT_SERVING = 75
+_CLIENT = r'''d=%(dir)s
+[ -p $d/requests ] && [ -f $d/server.pid ] && \
+    kill -0 "$(cat $d/server.pid)" 2>/dev/null || exit %(not_serving)d
+f=$d/answer.$$
+rm -f $f
+mkfifo $f || exit 1
+printf '%%s %%s\n' "$f" "$1" > $d/requests
+cat $f
+rm -f $f
+'''
+SERVER_MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             'pci_server.py')
+
+
+class PciServerRunner(PciRunner):
+    """PciRunner whose commands go to one Python process kept running in
+    the guest (pci_server), through a busybox shell client: one
+    ``guest-exec`` of a shell per command instead of a Python start. The
+    server is started at the first command, and again when the guest
+    restarted. Not thread-safe: the caller serialises commands."""
+
+    def __init__(self, agent, start_timeout=120, **kwargs):
+        super().__init__(agent, **kwargs)
+        with open(SERVER_MODULE, 'rb') as f:
+            self.server_source = f.read()
+        self.start_timeout = start_timeout
+
+    def install(self):
+        digest = hashlib.sha256(self.source + self.server_source).hexdigest()
+        if self._installed == digest:
+            return
+        self.agent.shell('mkdir -p %s && rm -rf %s/__pycache__'
+                         % (self.directory, self.directory))
+        self.agent.write_file(self.directory + '/pci.py', self.source)
+        self.agent.write_file(self.directory + '/pci_server.py',
+                              self.server_source)
+        self._installed = digest
+
+    def _start_server(self):
+        self.agent.command('guest-exec', path=self.python, arg=[
+            '-I', '-S', self.directory + '/pci_server.py', self.directory])
+
+    def call(self, command, **kwargs):
+        self.install()
+        line = '%s %s' % (command, json.dumps(kwargs))
+        client = _CLIENT % {'dir': self.directory,
+                            'not_serving': NOT_SERVING}
+        limit = START_MARGIN + kwargs.get('timeout', 0)
+        deadline = time.monotonic() + self.start_timeout
+        started = False
+        while True:
+            code, out, err = self.agent.run(['/bin/sh', '-c', client, 'sh',
+                                             line], limit)
+            if code != NOT_SERVING:
+                break
+            if time.monotonic() > deadline:
+                raise AgentError('the PCI module server did not start in '
+                                 '%s within %s s' % (self.agent.domain.name(),
+                                                     self.start_timeout))
+            if not started:
+                # A guest that restarted lost the module with its /tmp.
+                self.forget()
+                self.install()
+                self._start_server()
+                started = True
+            time.sleep(0.05)
+        text = out.decode(errors='replace').strip()
+        try:
+            answer = json.loads(text.splitlines()[-1])
+        except (ValueError, IndexError):
+            raise AgentError('pci.py %s exited %s without a JSON answer: '
+                             'stdout %r, stderr %r'
+                             % (command, code, text,
+                                err.decode(errors='replace')))
+        if 'error' in answer:
+            raise PciCommandError(command, answer['error'],
+                                  answer.get('message'))
+        return answer['result']
