@@ -353,6 +353,37 @@ def test_a_held_function_gone_while_the_agent_was_away_is_reported(
     assert _state(tmp_path) == {}
 
 
+def test_two_leases_racing_for_devices_of_one_model_guess_nothing(
+        fs, host):
+    """Two leases' attaches of one GPU model run at once, both functions
+    on the bus: nothing tells which is whose, so both are refused (the
+    searches take turns; neither binds a function the other may own),
+    and the faults name both functions."""
+    other = GPU.replace('41', '42')
+    fs.add(GPU, group=12, hidden=True)
+    fs.add(other, group=13, hidden=True)
+    results, errors = {}, []
+    start = threading.Barrier(2)
+
+    def attach(lease, uuid):
+        start.wait(30)
+        try:
+            results.update(host.attach({'uuid': lease}, [_device(uuid)]))
+        except exception.DriverError as exc:
+            errors.append(exc.message)
+    threads = [threading.Thread(target=attach, args=('lease-%d' % i,
+                                                     'dev-%d' % i))
+               for i in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert results == {}
+    assert len(errors) == 2
+    assert all('%s, %s' % (GPU, other) in e for e in errors)
+    assert fs.driver_of(GPU) is None and fs.driver_of(other) is None
+
+
 def _boot(fs, boot_id):
     os.makedirs(fs.path('proc/sys/kernel/random'), exist_ok=True)
     fs._put('proc/sys/kernel/random/boot_id', boot_id + '\n')
