@@ -251,6 +251,7 @@ class AgentManager(object):
                                      'reason': exc.message})
             return
         self.host_pci.create_configured_vfs()
+        self.host_pci.restore()
 
     def _start_hook_server(self):
         server = hook_server_mod.HookServer(self)

@@ -39,6 +39,8 @@ MAX_VFS = 65535
 # A lease never asks for more devices of one model on one host.
 MAX_INTERCHANGEABLE = 256
 MAX_KNOWN = 65536
+# Nova's configuration text, passed for its device_spec check.
+MAX_NOVA_CONF = 1 << 20
 
 _BDF = re.compile(r'[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 _ID = re.compile(r'(0x)?[0-9a-fA-F]{1,4}')
@@ -139,3 +141,38 @@ def set_num_vfs(pf_address, count):
     check_count(count, 'the number of virtual functions', 0, MAX_VFS)
     return pci.set_num_vfs(check_address(pf_address), count, root=ROOT,
                            writer=WRITER)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def attach_function(locator, known, timeout=None, interchangeable=1,
+                    recorded=None, nova_conf_text=None):
+    """The whole attach in one round trip, as pci.attach_function does it:
+    find, Nova's device_spec, IOMMU group, vfio-pci, /dev/vfio."""
+    locator = check_locator(locator)
+    known = _known(known)
+    timeout = privsep.timeout_seconds(timeout, FIND_DEFAULT_TIMEOUT)
+    check_count(interchangeable, 'interchangeable', 1, MAX_INTERCHANGEABLE)
+    if recorded is not None:
+        check_address(recorded)
+    if nova_conf_text is not None and (
+            not isinstance(nova_conf_text, str) or
+            len(nova_conf_text) > MAX_NOVA_CONF):
+        raise ValueError('nova_conf_text must be text of at most %d '
+                         'characters' % MAX_NOVA_CONF)
+    return pci.attach_function(locator, known=known, timeout=timeout,
+                               interchangeable=interchangeable,
+                               recorded=recorded,
+                               nova_conf_text=nova_conf_text, root=ROOT,
+                               writer=WRITER)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def detach_function(address, vendor_id=None, product_id=None):
+    """Release and remove the function, unless another device is there;
+    as pci.detach_function."""
+    for value in (vendor_id, product_id):
+        if value is not None and (not isinstance(value, str) or
+                                  not _ID.fullmatch(value)):
+            raise ValueError('%r is not a PCI id' % (value,))
+    return pci.detach_function(check_address(address), vendor_id,
+                               product_id, root=ROOT, writer=WRITER)

@@ -11,21 +11,27 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Device bind benchmark: how long a composed GPU takes to be ready for
-passthrough on its host.
+"""Device bind benchmark: how long a GPU lease takes, through the API,
+to be ready for passthrough on its host.
 
 Boots the compute host guest (q35 + Intel IOMMU under TCG, see
-tests/functional/compute_host/image.py) under libvirt and serves the
+tests/functional/compute_host/image.py) under libvirt, serves the
 project's Redfish emulator with that guest as its system
-``compute-host``. Each cycle then composes the block ``GPU0`` into the
-host through the project's Redfish driver (the emulator hot-plugs QEMU's
-``edu`` function into a free root port) and runs the agent's PCI module
-inside the guest, through the guest agent, as the compute agent does:
-``find_function`` by the driver's locator, ``check_group_isolated``,
-``bind_vfio``, ``vfio_device_node``. The time from the Redfish
-AddResourceBlock request to ``/dev/vfio/<group>`` is the cycle's. Not
-timed: ``release``, ``remove``, and RemoveResourceBlock, which unplugs
-the function and waits for QEMU's DEVICE_DELETED.
+``compute-host``, and runs composable-api, -conductor and -agent as real
+processes over RabbitMQ on MariaDB (tests/functional/compute_host/
+services.py); the agent's PCI work runs inside the guest through its
+guest agent, one run of the PCI module per attach and per detach.
+
+Each cycle binds a one-GPU lease to ``compute-host`` through the API
+(POST /v1/leases/<uuid>/bind): the conductor composes block ``GPU0``
+through the Redfish driver (the emulator hot-plugs QEMU's ``edu``
+function into a free root port of the guest), the agent finds the
+function in the guest, checks its IOMMU group and binds it to vfio-pci.
+The time from the bind request to the lease reading ``bound`` (which the
+conductor writes once the agent answered that the function is on
+vfio-pci) is the cycle's; the guest is then checked to have the function
+on vfio-pci (not timed). The unbind that follows (off the host's bus,
+then RemoveResourceBlock) is not timed.
 
 The last line is the summary:
 
@@ -40,6 +46,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__),
@@ -47,11 +54,14 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__),
 
 from tests.functional.compute_host import guest_exec  # noqa: E402
 from tests.functional.compute_host import image as image_mod  # noqa: E402
+from tests.functional.compute_host import services  # noqa: E402
 from tests.functional.compute_host import stack  # noqa: E402
 from tests.functional.compute_node import dataplane  # noqa: E402
 from tests.functional import leftovers  # noqa: E402
 
 BLOCK = 'GPU0'
+POLL = 0.01
+TIMEOUT = 300
 
 
 def percentile(values, pct):
@@ -64,48 +74,86 @@ def percentile(values, pct):
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def cycle(fabric, pci, known):
-    """One compose -> vfio-pci -> release -> decompose; the timed part in
-    ms."""
+def _wait_status(client, uuid, statuses):
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        lease = client.get('/leases/%s' % uuid).json()
+        if lease['status'] in statuses:
+            return lease
+        if time.monotonic() > deadline:
+            raise RuntimeError('lease %s stayed %s' % (uuid,
+                                                       lease['status']))
+        time.sleep(POLL)
+
+
+def cycle(running, pci, uuid, marks):
+    """One bind -> vfio-pci -> unbind; the timed part in ms."""
+    del marks[:]
     start = time.monotonic()
-    locator = fabric.bind(BLOCK)
-    address = pci.call('find_function', locator=locator, known=known,
-                       timeout=60, interval=0.05)
-    pci.call('check_group_isolated', address=address)
-    pci.call('bind_vfio', address=address)
-    pci.call('vfio_device_node', address=address)
+    running.bind(uuid)
+    lease = _wait_status(running.user, uuid, ('bound', 'bind_failed'))
     elapsed = (time.monotonic() - start) * 1000.0
-    plugged = fabric.backend.plugged[BLOCK]['id']
-    seen = len(fabric.backend.deleted)
-    pci.call('release', address=address)
-    pci.call('remove', address=address)
-    fabric.unbind(BLOCK)
-    deleted = [d for d, _ in fabric.backend.deleted[seen:]]
-    if deleted != [plugged]:
-        raise RuntimeError('expected DEVICE_DELETED of %s, saw %s'
-                           % (plugged, deleted))
+    if marks:
+        marks[:] = [(marks[0] - start) * 1000.0]
+    if lease['status'] != 'bound':
+        raise RuntimeError('the bind failed: %s' % lease.get('fault'))
+    address = running.attachment_address(uuid)
+    driver = pci.call('driver', address=address)
+    if driver != 'vfio-pci':
+        raise RuntimeError('%s is on %s in the host, not vfio-pci'
+                           % (address, driver))
+    running.unbind(uuid)
+    lease = _wait_status(running.user, uuid, ('reserved', 'error'))
+    if lease['status'] != 'reserved':
+        raise RuntimeError('the unbind failed: %s' % lease.get('fault'))
+    if address in pci.call('functions'):
+        raise RuntimeError('%s is still on the host after the unbind'
+                           % address)
     return elapsed
 
 
 def run(args):
     conn = dataplane.libvirt_connection()
+    workdir = tempfile.mkdtemp(prefix='composable-device-bind-')
     try:
         with image_mod.running_host(conn) as host:
             print('host guest booted in %.1f s' % host.boot_seconds,
                   flush=True)
             with stack.fabric(host) as fabric:
-                pci = guest_exec.PciRunner(guest_exec.GuestAgent(
-                    host.domain))
-                known = pci.call('functions')
-                times = []
-                for i in range(args.cycles):
-                    times.append(cycle(fabric, pci, known))
+                running = services.HostServices(workdir, host, fabric)
+                try:
+                    running.start()
+                    pci = guest_exec.PciRunner(guest_exec.GuestAgent(
+                        host.domain))
+                    uuid = running.gpu_lease(BLOCK)
+                    marks = []
+
+                    def at_add(record):
+                        if record['method'] == 'POST' and \
+                                'AddResourceBlock' in record['path']:
+                            marks.append(time.monotonic())
+                    fabric.emulator.observe(at_add)
+                    times = []
+                    for i in range(args.cycles):
+                        times.append(cycle(running, pci, uuid, marks))
+                        if args.verbose:
+                            print('cycle %d: %.1f ms (AddResourceBlock '
+                                  'at %s ms)' % (i, times[-1], ', '.join(
+                                      '%.0f' % m for m in marks)),
+                                  flush=True)
                     if args.verbose:
-                        print('cycle %d: %.1f ms' % (i, times[-1]),
-                              flush=True)
-                return times
+                        for line in running.logs().splitlines():
+                            if 'PCI module attach_function' in line:
+                                print(line.split('guest_bus ', 1)[-1])
+                    running.delete(uuid)
+                    running.wait(uuid, ['released'])
+                    return times
+                finally:
+                    running.stop()
     finally:
         conn.close()
+        import shutil
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv=None):

@@ -56,7 +56,11 @@ lease being bound never loses its VF to another's unbind. The PF is never
 handed out.
 
 Writes to sysfs (and the serial-confirmed search) run as root through
-composable.privsep.pci; reads of sysfs run in the agent.
+composable.privsep.pci; reads of sysfs run in the agent. An attach is one
+privileged call per device (pci.attach_function: find, Nova's
+device_spec, IOMMU group, vfio-pci, /dev/vfio), and so is a detach
+(pci.detach_function); all the PCI work goes through one ``bus`` object
+(SysfsPci), which a host running the PCI module elsewhere replaces.
 """
 
 import collections
@@ -77,6 +81,9 @@ CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 _WILDCARD_CHARS = set('*:. ')
+# Seconds a restore waits for a held function: it was enumerated at boot
+# or it is gone.
+RESTORE_FIND_TIMEOUT = 1
 
 
 def _fail(what, exc):
@@ -139,6 +146,9 @@ class DeviceRecords(object):
     def __init__(self, path):
         self.path = path
         self.devices = {}
+        # The host's own functions and the boot they were seen in.
+        self.baseline = None
+        self.boot_id = None
 
     def load(self):
         try:
@@ -151,6 +161,8 @@ class DeviceRecords(object):
                 reason='cannot read the PCI device records %s: %s; fix or '
                        'remove the file' % (self.path, exc))
         self.devices = dict(data.get('devices') or {})
+        self.baseline = data.get('baseline')
+        self.boot_id = data.get('boot_id')
         return self
 
     def save(self):
@@ -158,7 +170,8 @@ class DeviceRecords(object):
         os.makedirs(directory, exist_ok=True)
         tmp = self.path + '.tmp'
         with open(tmp, 'w') as f:
-            json.dump({'devices': self.devices}, f, sort_keys=True)
+            json.dump({'devices': self.devices, 'baseline': self.baseline,
+                       'boot_id': self.boot_id}, f, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -167,16 +180,61 @@ class DeviceRecords(object):
         return {r['address'] for u, r in self.devices.items() if u != but}
 
 
+class SysfsPci(object):
+    """This host's PCI bus: sysfs read in the agent, written as root
+    through the privileged functions ``ops`` (composable.privsep.pci).
+
+    HostPciDevices does all its PCI work through such an object; each
+    method is one call of composable.agent.compute_node.pci (the attach
+    and the detach are one each, see pci.attach_function), so a host
+    whose PCI module runs elsewhere can stand in with the same methods.
+    """
+
+    def __init__(self, ops, root='/'):
+        self.ops = ops
+        self.root = root
+
+    def functions(self):
+        return pci.functions(self.root)
+
+    def boot_id(self):
+        return pci.boot_id(self.root)
+
+    def host_checks(self, kernel_release=None):
+        return pci.host_checks(self.root, kernel_release)
+
+    def attach_function(self, locator, known, timeout, interchangeable,
+                        recorded=None, nova_conf_text=None):
+        return self.ops.attach_function(
+            locator, known, timeout=timeout,
+            interchangeable=interchangeable, recorded=recorded,
+            nova_conf_text=nova_conf_text)
+
+    def detach_function(self, address, vendor_id, product_id):
+        return self.ops.detach_function(address, vendor_id, product_id)
+
+    def virtual_functions(self, pf_address):
+        return pci.virtual_functions(pf_address, self.root)
+
+    def set_num_vfs(self, pf_address, count):
+        return self.ops.set_num_vfs(pf_address, count)
+
+    def describe_functions(self, addresses):
+        return pci.describe_functions(addresses, self.root)
+
+
 class HostPciDevices(object):
     """The PCI side of the compute_node role (see the module's doc)."""
 
     def __init__(self, ops=None, root='/', find_timeout=None,
                  nova_config_files=None, state_file=None,
-                 kernel_release=None):
+                 kernel_release=None, bus=None):
         # ops: the privileged functions (composable.privsep.pci); root:
-        # where sysfs is read. Tests give a fake tree for both.
+        # where sysfs is read. Tests give a fake tree for both. bus: the
+        # PCI bus worked on, SysfsPci(ops, root) unless given.
         self.ops = ops if ops is not None else priv_pci
         self.root = root
+        self.bus = bus if bus is not None else SysfsPci(self.ops, root)
         self.find_timeout = (find_timeout if find_timeout is not None
                              else CONF.compute_node.pci_find_timeout)
         self.nova_config_files = list(
@@ -188,6 +246,10 @@ class HostPciDevices(object):
         self._lock = threading.Lock()
         self._device_locks = collections.defaultdict(threading.Lock)
         self._pf_locks = collections.defaultdict(threading.Lock)
+        # Held while a function is searched for: two devices of one model
+        # searched at once would both find the first new function; one
+        # after the other, the second knows the first's.
+        self._search_lock = threading.Lock()
         self.baseline = None
         # Why device work is refused on this host, or None.
         self.refusal = None
@@ -200,8 +262,28 @@ class HostPciDevices(object):
         with self._lock:
             self.records.load()
             held = self.records.addresses()
-            self.baseline = sorted(set(pci.functions(self.root)) - held)
-        problems = pci.host_checks(self.root, self.kernel_release)
+            try:
+                functions = self.bus.functions()
+                boot = self.bus.boot_id()
+            except (pci.PciError, OSError) as exc:
+                raise _fail('listing the PCI functions of this host', exc)
+            if boot and boot == self.records.boot_id and \
+                    self.records.baseline is not None:
+                # Restarted within one boot of the host: a function that
+                # appeared since the first start was composed (perhaps
+                # while the agent was down), not the host's own.
+                own = set(self.records.baseline) & set(functions)
+            else:
+                own = set(functions)
+            self.baseline = sorted(own - held)
+            if boot:
+                self.records.baseline = self.baseline
+                self.records.boot_id = boot
+                self._save()
+        try:
+            problems = self.bus.host_checks(self.kernel_release)
+        except (pci.PciError, OSError) as exc:
+            raise _fail('checking this host for PCI passthrough', exc)
         problems += self._start_spec_problems()
         if problems:
             self.refusal = ('device work is refused on this host: %s'
@@ -213,6 +295,51 @@ class HostPciDevices(object):
             LOG.info('Leased PCI devices are bound to vfio-pci on this '
                      'host (%(n)d held, %(own)d functions of its own)',
                      {'n': len(held), 'own': len(self.baseline)})
+        return problems
+
+    def restore(self):
+        """Bind the devices the records hold to vfio-pci again, where
+        their functions still are: after the host restarted, its kernel
+        enumerated them again with no driver override (the fabric kept
+        them composed). Returns {device uuid: problem} of those that could
+        not be; they stay recorded, so an unbind still removes them."""
+        if self.refusal:
+            return {}
+        with self._lock:
+            held = dict(self.records.devices)
+        problems = {}
+        for uuid, record in sorted(held.items()):
+            with self._device_lock(uuid):
+                with self._lock:
+                    known = sorted(set(self.baseline) |
+                                   self.records.addresses(but=uuid))
+                try:
+                    # Not waited for: a function that is not there now
+                    # went with the fabric while the agent was away.
+                    answer = self.bus.attach_function(
+                        record.get('locator') or {}, known,
+                        timeout=RESTORE_FIND_TIMEOUT, interchangeable=1,
+                        recorded=record['address'])
+                except (pci.PciError, ValueError, OSError) as exc:
+                    problems[uuid] = str(exc)
+                    continue
+                if answer.get('error'):
+                    problems[uuid] = answer['message']
+                elif answer['address'] != record['address']:
+                    with self._lock:
+                        self.records.devices[uuid] = dict(
+                            record, address=answer['address'])
+                        self._save()
+                if answer.get('bound'):
+                    LOG.info('Device %(dev)s of lease %(lease)s at '
+                             '%(addr)s is on vfio-pci again',
+                             {'dev': uuid, 'lease': record.get('lease'),
+                              'addr': answer['address']})
+        for uuid, problem in sorted(problems.items()):
+            LOG.error('Device %(dev)s of lease %(lease)s, held on this host, '
+                      'cannot be bound to vfio-pci again: %(problem)s',
+                      {'dev': uuid, 'lease': held[uuid].get('lease'),
+                       'problem': problem})
         return problems
 
     def _nova_conf_text(self):
@@ -264,19 +391,6 @@ class HostPciDevices(object):
                 problems.append(conflict['message'])
         return problems
 
-    def _check_nova_spec(self, device, locator, address):
-        text = self._nova_conf_text()
-        located = dict(locator, pci_address=address)
-        conflicts = pci.nova_device_spec_conflicts(text, [located])
-        if conflicts:
-            raise exception.DriverError(
-                reason='device %s at %s is claimed by Nova: %s. Change '
-                       'that entry of the nova-compute configuration so '
-                       'that it matches only the host\'s own devices (by '
-                       'address), restart nova-compute and bind again'
-                       % (device['uuid'], address,
-                          conflicts[0]['message']))
-
     # ------------------------------------------------------------ attach
 
     def attach(self, lease, devices):
@@ -293,10 +407,12 @@ class HostPciDevices(object):
         devices = [d for d in devices if not d.get('sriov')]
         # Devices of one model still to be found for this lease: any new
         # function of that model up to their number is one of them.
+        with self._lock:
+            recorded = set(self.records.devices)
         pending = collections.Counter(
             _model(_locator(d)) for d in devices
             if not _locator(d).get('pci_address') and
-            self._known_address(d, _locator(d)) is None)
+            d['uuid'] not in recorded)
         for device in devices:
             locator = _locator(device)
             model = _model(locator)
@@ -311,52 +427,6 @@ class HostPciDevices(object):
         with self._lock:
             return self._device_locks[uuid]
 
-    def _known_address(self, device, locator):
-        """The address recorded for the device, while its function is
-        still there and still has the device's ids."""
-        with self._lock:
-            record = self.records.devices.get(device['uuid'])
-        if not record:
-            return None
-        address = record['address']
-        try:
-            if not pci.exists(address, self.root):
-                return None
-            vendor, product = pci.device_ids(address, self.root)
-        except OSError:
-            return None
-        want_vendor, want_product, _serial = _model(locator)
-        if want_vendor in (None, vendor) and want_product in (None, product):
-            return address
-        return None
-
-    def _find(self, device, locator, interchangeable):
-        what = 'finding device %s on this host' % device['uuid']
-        while True:
-            with self._lock:
-                known = sorted(set(self.baseline) |
-                               self.records.addresses(but=device['uuid']))
-            try:
-                address = self.ops.find_function(
-                    locator, known, timeout=self.find_timeout,
-                    interchangeable=interchangeable)
-            except pci.DeviceNotFound as exc:
-                raise exception.DriverError(
-                    reason='%s. The fabric bound it, but it did not show up '
-                           'on the PCI bus: check the fabric link to this '
-                           'host and the kernel log (dmesg)' % exc)
-            except (pci.PciError, ValueError, OSError) as exc:
-                raise _fail(what, exc)
-            with self._lock:
-                if address in self.records.addresses(but=device['uuid']):
-                    # Another device's attach took it in the meantime.
-                    continue
-                self.records.devices[device['uuid']] = {
-                    'address': address, 'lease': lease_uuid(device),
-                    'locator': locator}
-                self._save()
-            return address
-
     def _save(self):
         try:
             self.records.save()
@@ -369,32 +439,58 @@ class HostPciDevices(object):
     def _attach_one(self, lease, device, locator, interchangeable):
         """The device's address, and whether it was searched for now."""
         device = dict(device, lease_uuid=lease['uuid'])
-        address = self._known_address(device, locator)
-        found = address is None
-        if found:
-            address = self._find(device, locator, interchangeable)
-        self._check_nova_spec(device, locator, address)
-        try:
-            pci.check_group_isolated(address, self.root)
-        except pci.GroupNotIsolated as exc:
+        nova_conf_text = self._nova_conf_text()
+        what = 'finding device %s on this host' % device['uuid']
+        with self._search_lock:
+            with self._lock:
+                record = self.records.devices.get(device['uuid'])
+                known = sorted(set(self.baseline) |
+                               self.records.addresses(but=device['uuid']))
+            try:
+                answer = self.bus.attach_function(
+                    locator, known, timeout=self.find_timeout,
+                    interchangeable=interchangeable,
+                    recorded=record['address'] if record else None,
+                    nova_conf_text=nova_conf_text or None)
+            except pci.DeviceNotFound as exc:
+                raise exception.DriverError(
+                    reason='%s. The fabric bound it, but it did not show up '
+                           'on the PCI bus: check the fabric link to this '
+                           'host and the kernel log (dmesg)' % exc)
+            except (pci.PciError, ValueError, OSError) as exc:
+                raise _fail(what, exc)
+            address = answer['address']
+            # Noted before anything else is said about it: a detach after
+            # a refused attach still takes the function off the bus.
+            with self._lock:
+                self.records.devices[device['uuid']] = {
+                    'address': address, 'lease': lease_uuid(device),
+                    'locator': locator}
+                self._save()
+        error = answer.get('error')
+        if error == pci.NOVA_SPEC_CONFLICT:
+            raise exception.DriverError(
+                reason='device %s at %s is claimed by Nova: %s. Change '
+                       'that entry of the nova-compute configuration so '
+                       'that it matches only the host\'s own devices (by '
+                       'address), restart nova-compute and bind again'
+                       % (device['uuid'], address, answer['message']))
+        if error == pci.GroupNotIsolated.__name__:
             raise exception.DriverError(
                 reason='device %s cannot be passed through: %s. Put that '
                        'device on vfio-pci or move the fabric device to '
-                       'another slot' % (device['uuid'], exc))
-        except (pci.PciError, ValueError, OSError) as exc:
-            raise _fail('checking the IOMMU group of device %s at %s'
-                        % (device['uuid'], address), exc)
-        try:
-            if self.ops.bind_vfio(address):
-                LOG.info('Device %(dev)s of lease %(lease)s at %(addr)s is '
-                         'on vfio-pci', {'dev': device['uuid'],
-                                         'lease': lease['uuid'],
-                                         'addr': address})
-            pci.vfio_device_node(address, self.root)
-        except (pci.PciError, ValueError, OSError) as exc:
-            raise _fail('binding device %s at %s to vfio-pci'
-                        % (device['uuid'], address), exc)
-        return address, found
+                       'another slot' % (device['uuid'], answer['message']))
+        if error:
+            raise exception.DriverError(
+                reason='binding device %s at %s to vfio-pci: %s'
+                       % (device['uuid'], address, answer['message']))
+        if answer.get('bound'):
+            LOG.info('Device %(dev)s of lease %(lease)s at %(addr)s is on '
+                     'vfio-pci (%(node)s)', {'dev': device['uuid'],
+                                             'lease': lease['uuid'],
+                                             'addr': address,
+                                             'node': answer['vfio_node']})
+        return address, answer['found']
 
     # ------------------------------------------------------------ detach
 
@@ -422,30 +518,26 @@ class HostPciDevices(object):
             return
         try:
             address = pci.normalize_address(address)
-            present = pci.exists(address, self.root)
-            if present:
-                # Make sure it is still the device, and, when known only
-                # from the conductor, no function of the host's own.
-                ids = pci.device_ids(address, self.root)
-                other = any(w is not None and w != i
-                            for w, i in zip(_model(locator)[:2], ids))
-                if other or (address in baseline and not record):
-                    LOG.warning('Not removing %(addr)s for device %(dev)s '
-                                'of lease %(lease)s: the function there '
-                                'is not that device', {
-                                    'addr': address, 'dev': device['uuid'],
-                                    'lease': lease['uuid']})
-                    present = False
-            if present:
-                self.ops.release(address)
-                self.ops.remove(address)
-                LOG.info('Device %(dev)s of lease %(lease)s: %(addr)s is '
-                         'off the host\'s bus', {'dev': device['uuid'],
-                                                 'lease': lease['uuid'],
-                                                 'addr': address})
+            if address in baseline and not record:
+                # Known only from the conductor, and a function the host
+                # had before: never take the host's own device away.
+                done = 'other'
+            else:
+                vendor, product, _serial = _model(locator)
+                done = self.bus.detach_function(address, vendor, product)
         except (pci.PciError, ValueError, OSError) as exc:
             raise _fail('removing device %s at %s from this host'
                         % (device['uuid'], address), exc)
+        if done == 'other':
+            LOG.warning('Not removing %(addr)s for device %(dev)s of lease '
+                        '%(lease)s: the function there is not that device',
+                        {'addr': address, 'dev': device['uuid'],
+                         'lease': lease['uuid']})
+        elif done == 'removed':
+            LOG.info('Device %(dev)s of lease %(lease)s: %(addr)s is off '
+                     'the host\'s bus', {'dev': device['uuid'],
+                                         'lease': lease['uuid'],
+                                         'addr': address})
         with self._lock:
             if self.records.devices.pop(device['uuid'], None) is not None:
                 self._save()
@@ -592,7 +684,7 @@ class HostPciDevices(object):
                        'integer of at least 0, not %r' % (count,))
         with self._lock:
             try:
-                current = pci.virtual_functions(address, self.root)
+                current = self.bus.virtual_functions(address)
             except (pci.PciError, OSError) as exc:
                 raise _fail('reading the virtual functions of %s' % address,
                             exc)
@@ -605,19 +697,15 @@ class HostPciDevices(object):
                                       ', '.join(leased),
                                       'is' if len(leased) == 1 else 'are'))
             try:
-                vfs = self.ops.set_num_vfs(address, count)
+                vfs = self.bus.set_num_vfs(address, count)
             except (pci.PciError, ValueError, OSError) as exc:
                 raise _fail('setting %d virtual functions on %s'
                             % (count, address), exc)
-        described = []
-        for vf in vfs:
-            vendor, product = pci.device_ids(vf, self.root)
             try:
-                group = pci.iommu_group(vf, self.root)
-            except pci.PciError:
-                group = None
-            described.append({'address': vf, 'vendor_id': vendor,
-                              'product_id': product, 'iommu_group': group})
+                described = self.bus.describe_functions(vfs)
+            except (pci.PciError, ValueError, OSError) as exc:
+                raise _fail('reading the virtual functions of %s' % address,
+                            exc)
         LOG.info('%(pf)s has %(n)d virtual function(s)',
                  {'pf': address, 'n': len(described)})
         return {'pf_address': address, 'vfs': described}

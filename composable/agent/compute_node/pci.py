@@ -29,6 +29,11 @@ number and rarely the host's bus address. The host then has to
   bus (``remove``) before the fabric unbinds it, so that no driver sees
   the device vanish under it.
 
+``attach_function`` does the whole attach (find, Nova's device_spec,
+IOMMU group, vfio-pci, /dev/vfio) and ``detach_function`` the whole
+detach (release, remove) in one call each: the agent makes one privileged
+round trip, or one process start, per device and operation.
+
 ``host_checks`` says whether the host can do passthrough at all and
 ``nova_device_spec_conflicts`` whether Nova's own ``[pci] device_spec``
 would hand a composed device to another instance.
@@ -173,6 +178,17 @@ def functions(root='/'):
         return sorted(os.listdir(_sys(root, 'bus', 'pci', 'devices')))
     except FileNotFoundError:
         return []
+
+
+def boot_id(root='/'):
+    """The kernel's id of this boot of the host, None when unreadable:
+    the functions present at one moment of a boot stay the host's own
+    until it boots again."""
+    try:
+        return _read(os.path.join(root, 'proc', 'sys', 'kernel', 'random',
+                                  'boot_id')) or None
+    except OSError:
+        return None
 
 
 def exists(address, root='/'):
@@ -686,6 +702,107 @@ def nova_device_spec_conflicts(nova_conf_text, locators):
     return conflicts
 
 
+# Why attach_function stopped after it found the function, by the
+# exception's class name, as attach_function reports it.
+NOVA_SPEC_CONFLICT = 'NovaDeviceSpecConflict'
+
+
+def _failed(address, exc):
+    return {'address': address, 'error': type(exc).__name__,
+            'message': str(exc)}
+
+
+def attach_function(locator, known=(), timeout=60, interval=1.0,
+                    interchangeable=1, recorded=None, nova_conf_text=None,
+                    root='/', writer=write, clock=time.monotonic,
+                    sleep=time.sleep):
+    """The whole host side of an attach in one call: find the function
+    (``find_function``), check it against Nova's device_spec, check its
+    IOMMU group (``check_group_isolated``), bind it to vfio-pci
+    (``bind_vfio``) and check ``/dev/vfio/<group>``.
+
+    One call because each call may be a process of its own (a privsep
+    round trip, or a guest-exec on a test host) and the attach is on the
+    path of every bind.
+
+    ``recorded`` is the address the caller noted for this device before
+    (a repeated attach): when the function there still has the locator's
+    ids it is taken without a search. ``nova_conf_text`` is the text of
+    Nova's configuration on the host, when it should be checked.
+
+    Failures before the function is found raise (DeviceNotFound, ...).
+    Once it is found the answer always carries its ``address``, so that
+    the caller can note it and take it off the bus later: a dict with
+    ``address``, ``found`` (searched for now), and either
+    ``iommu_group``, ``vfio_node``, ``bound`` (newly bound) and
+    ``members`` (of its group), or ``error`` (an exception's class name,
+    or NOVA_SPEC_CONFLICT) and ``message``.
+    """
+    address = None
+    if recorded:
+        recorded = normalize_address(recorded)
+        if exists(recorded, root) and _ids_match(locator, recorded, root):
+            address = recorded
+    found = address is None
+    if found:
+        address = find_function(locator, root=root, timeout=timeout,
+                                known=known, writer=writer,
+                                interval=interval, clock=clock, sleep=sleep,
+                                interchangeable=interchangeable)
+    answer = {'address': address, 'found': found}
+    if nova_conf_text:
+        conflicts = nova_device_spec_conflicts(
+            nova_conf_text, [dict(locator, pci_address=address)])
+        if conflicts:
+            answer.update(error=NOVA_SPEC_CONFLICT,
+                          message=conflicts[0]['message'])
+            return answer
+    try:
+        members = check_group_isolated(address, root)
+        bound = bind_vfio(address, root, writer)
+        node = vfio_device_node(address, root)
+    except (PciError, ValueError, OSError) as exc:
+        answer.update(_failed(address, exc))
+        return answer
+    answer.update(iommu_group=os.path.basename(node), vfio_node=node,
+                  bound=bound, members=members)
+    return answer
+
+
+def detach_function(address, vendor_id=None, product_id=None, root='/',
+                    writer=write):
+    """Take a leased function off vfio-pci and off the bus in one call;
+    what was done: ``removed``, ``absent`` (nothing there), or ``other``
+    (the function at ``address`` has ids other than ``vendor_id``:
+    ``product_id``, so it is not the leased device and is left alone)."""
+    address = normalize_address(address)
+    if not exists(address, root):
+        return 'absent'
+    ids = device_ids(address, root)
+    want = (normalize_id(vendor_id), normalize_id(product_id))
+    if any(w is not None and w != i for w, i in zip(want, ids)):
+        return 'other'
+    release(address, root, writer)
+    remove(address, root, writer)
+    return 'removed'
+
+
+def describe_functions(addresses, root='/'):
+    """``address``, ``vendor_id``, ``product_id`` and ``iommu_group``
+    (None without one) of each function."""
+    described = []
+    for address in addresses:
+        vendor, product = device_ids(address, root)
+        try:
+            group = iommu_group(address, root)
+        except PciError:
+            group = None
+        described.append({'address': normalize_address(address),
+                          'vendor_id': vendor, 'product_id': product,
+                          'iommu_group': group})
+    return described
+
+
 COMMANDS = {
     'rescan': rescan,
     'find_function': find_function,
@@ -701,9 +818,13 @@ COMMANDS = {
     'host_checks': host_checks,
     'nova_device_spec_conflicts': nova_device_spec_conflicts,
     'functions': functions,
+    'boot_id': boot_id,
     'device_ids': device_ids,
     'driver': driver,
     'read_serial': read_serial,
+    'attach_function': attach_function,
+    'detach_function': detach_function,
+    'describe_functions': describe_functions,
 }
 
 

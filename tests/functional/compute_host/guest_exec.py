@@ -23,6 +23,7 @@ real host.
 import base64
 import hashlib
 import json
+import os
 import time
 
 from tests.functional.compute_host import image as image_mod
@@ -32,7 +33,7 @@ GUEST_PCI_MODULE = GUEST_MODULE_DIR + '/pci.py'
 # Imported rather than run as a script, so that the guest compiles it
 # once and keeps the bytecode (TCG makes every compilation count).
 _RUN_PCI = ('import sys; sys.path.insert(0, %r); import pci; '
-            'sys.exit(pci.main())' % GUEST_MODULE_DIR)
+            'sys.exit(pci.main())')
 # What a command may add to the timeout it was given: the interpreter's
 # start under TCG on a busy machine.
 START_MARGIN = 60
@@ -147,9 +148,12 @@ class PciRunner(object):
     printed."""
 
     def __init__(self, agent, module=image_mod.PCI_MODULE,
-                 python=image_mod.PYTHON):
+                 python=image_mod.PYTHON, directory=GUEST_MODULE_DIR):
+        # directory: where the module goes in the guest; two runners
+        # working at once (a test and an agent) each have their own.
         self.agent = agent
         self.python = python
+        self.directory = directory
         with open(module, 'rb') as f:
             self.source = f.read()
         self._installed = None
@@ -160,15 +164,16 @@ class PciRunner(object):
         if self._installed == digest:
             return
         self.agent.shell('mkdir -p %s && rm -rf %s/__pycache__'
-                         % (GUEST_MODULE_DIR, GUEST_MODULE_DIR))
-        self.agent.write_file(GUEST_PCI_MODULE, self.source)
+                         % (self.directory, self.directory))
+        self.agent.write_file(self.directory + '/pci.py', self.source)
         self._installed = digest
 
     def call(self, command, **kwargs):
         """``kwargs`` go to the command; the guest is given its
         ``timeout`` (if any) and START_MARGIN to answer."""
         self.install()
-        argv = [self.python, '-I', '-S', '-c', _RUN_PCI, command,
+        argv = [self.python, '-I', '-S', '-c', _RUN_PCI % self.directory,
+                command,
                 json.dumps(kwargs)]
         limit = START_MARGIN + kwargs.get('timeout', 0)
         code, out, err = self.agent.run(argv, limit)
@@ -191,3 +196,85 @@ class PciRunner(object):
     def forget(self):
         """The guest restarted: copy the module again next time."""
         self._installed = None
+
+
+# The client of pci_server: exit status NOT_SERVING when no server runs.
+NOT_SERVING = 75
+_CLIENT = r'''d=%(dir)s
+[ -p $d/requests ] && [ -f $d/server.pid ] && \
+    kill -0 "$(cat $d/server.pid)" 2>/dev/null || exit %(not_serving)d
+f=$d/answer.$$
+rm -f $f
+mkfifo $f || exit 1
+printf '%%s %%s\n' "$f" "$1" > $d/requests
+cat $f
+rm -f $f
+'''
+SERVER_MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             'pci_server.py')
+
+
+class PciServerRunner(PciRunner):
+    """PciRunner whose commands go to one Python process kept running in
+    the guest (pci_server), through a busybox shell client: one
+    ``guest-exec`` of a shell per command instead of a Python start. The
+    server is started at the first command, and again when the guest
+    restarted. Not thread-safe: the caller serialises commands."""
+
+    def __init__(self, agent, start_timeout=120, **kwargs):
+        super().__init__(agent, **kwargs)
+        with open(SERVER_MODULE, 'rb') as f:
+            self.server_source = f.read()
+        self.start_timeout = start_timeout
+
+    def install(self):
+        digest = hashlib.sha256(self.source + self.server_source).hexdigest()
+        if self._installed == digest:
+            return
+        self.agent.shell('mkdir -p %s && rm -rf %s/__pycache__'
+                         % (self.directory, self.directory))
+        self.agent.write_file(self.directory + '/pci.py', self.source)
+        self.agent.write_file(self.directory + '/pci_server.py',
+                              self.server_source)
+        self._installed = digest
+
+    def _start_server(self):
+        self.agent.command('guest-exec', path=self.python, arg=[
+            '-I', '-S', self.directory + '/pci_server.py', self.directory])
+
+    def call(self, command, **kwargs):
+        self.install()
+        line = '%s %s' % (command, json.dumps(kwargs))
+        client = _CLIENT % {'dir': self.directory,
+                            'not_serving': NOT_SERVING}
+        limit = START_MARGIN + kwargs.get('timeout', 0)
+        deadline = time.monotonic() + self.start_timeout
+        started = False
+        while True:
+            code, out, err = self.agent.run(['/bin/sh', '-c', client, 'sh',
+                                             line], limit)
+            if code != NOT_SERVING:
+                break
+            if time.monotonic() > deadline:
+                raise AgentError('the PCI module server did not start in '
+                                 '%s within %s s' % (self.agent.domain.name(),
+                                                     self.start_timeout))
+            if not started:
+                # A guest that restarted lost the module with its /tmp.
+                self.forget()
+                self.install()
+                self._start_server()
+                started = True
+            time.sleep(0.05)
+        text = out.decode(errors='replace').strip()
+        try:
+            answer = json.loads(text.splitlines()[-1])
+        except (ValueError, IndexError):
+            raise AgentError('pci.py %s exited %s without a JSON answer: '
+                             'stdout %r, stderr %r'
+                             % (command, code, text,
+                                err.decode(errors='replace')))
+        if 'error' in answer:
+            raise PciCommandError(command, answer['error'],
+                                  answer.get('message'))
+        return answer['result']

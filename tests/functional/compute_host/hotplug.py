@@ -27,6 +27,13 @@ The emulated functions, by block kind:
   as its NVMe serial and SR-IOV (``sriov_max_vfs``) on one of the
   domain's NVMe subsystems.
 
+A block may name a ``companion``: a second function (only ``nvme``) in
+the same slot, plugged as function 1 of a multi-function device. The host
+drives it (the guest's nvme driver), and without ACS both functions share
+one IOMMU group: the composed "GPU" then cannot be passed through safely,
+as with a real card whose other function the host uses. Unplugging the
+slot removes both.
+
 A block whose ids are not those of its function is refused: a locator
 must lead the host to the very function the fabric composed.
 """
@@ -216,9 +223,25 @@ class DomainHotplug(object):
                                    'slot (pcie-root-port)'
                                    % self.domain.name())
             entry = {'id': 'composable-%s' % block_id, 'port': free[0],
-                     'driver': driver, 'subsys': None}
+                     'driver': driver, 'subsys': None, 'companion': None}
             arguments = {'driver': driver, 'id': entry['id'],
                          'bus': entry['port']}
+            companion = block.get('companion')
+            if companion:
+                if companion != 'nvme':
+                    raise HotplugError('no companion function %s'
+                                       % companion)
+                entry['companion'] = entry['id'] + '-companion'
+                # Functions other than 0 wait in the slot; plugging
+                # function 0 last announces the whole device.
+                # multifunction on every function: Linux groups a
+                # function with its siblings only when its own header
+                # says it is part of a multi-function device.
+                self.qmp('device_add', driver='nvme',
+                         id=entry['companion'], bus=entry['port'],
+                         addr='0.1', multifunction='on',
+                         serial=('C-' + block_id)[:NVME_SERIAL_MAX])
+                arguments.update(addr='0.0', multifunction='on')
             if driver == 'nvme':
                 serial = str(block.get('serial') or block_id)[
                     :NVME_SERIAL_MAX]
@@ -231,9 +254,22 @@ class DomainHotplug(object):
                     # QEMU's floor: two queues and one interrupt a VF.
                     'sriov_vq_flexible': 2 * vfs,
                     'sriov_vi_flexible': vfs})
-            self.qmp('device_add', **arguments)
+            try:
+                self.qmp('device_add', **arguments)
+            except HotplugError:
+                if entry['companion']:
+                    self._drop_waiting_companion(entry)
+                raise
             self.plugged[block_id] = entry
             return entry
+
+    def _drop_waiting_companion(self, entry):
+        """A companion whose function 0 never came: not announced to the
+        guest, so it goes at once."""
+        try:
+            self.qmp('device_del', id=entry['companion'])
+        except HotplugError:
+            pass
 
     def decompose(self, block_id, block=None):
         """Unplug the block's function and wait for DEVICE_DELETED;
@@ -245,6 +281,10 @@ class DomainHotplug(object):
                 return None
             done = threading.Event()
             self._waiting[entry['id']] = done
+            companion_done = None
+            if entry.get('companion'):
+                companion_done = threading.Event()
+                self._waiting[entry['companion']] = companion_done
         try:
             self.qmp('device_del', id=entry['id'])
         except HotplugError:
@@ -257,6 +297,14 @@ class DomainHotplug(object):
             raise HotplugError('%s did not let go of %s: no DEVICE_DELETED '
                                'within %s s' % (self.domain.name(),
                                                 entry['id'],
+                                                self.unplug_timeout))
+        if companion_done is not None and not companion_done.wait(
+                self.unplug_timeout):
+            with self.lock:
+                self._waiting.pop(entry['companion'], None)
+            raise HotplugError('%s did not let go of %s: no DEVICE_DELETED '
+                               'within %s s' % (self.domain.name(),
+                                                entry['companion'],
                                                 self.unplug_timeout))
         with self.lock:
             self.plugged.pop(block_id, None)

@@ -268,9 +268,12 @@ def build_image(cache=None):
 
 def domain_xml(name, image, serial_log, memory_mib=MEMORY_MIB,
                root_ports=SPARE_ROOT_PORTS, nvme_subsystems=NVME_SUBSYSTEMS,
-               shared_group=True, domain_uuid=None):
+               shared_group=True, domain_uuid=None, on_reboot='destroy'):
     """The compute host's domain: q35 + ACPI + Intel IOMMU under TCG,
-    ``root_ports`` spare pcie-root-ports (index 1...), NVMe subsystems
+    ``on_reboot`` ``destroy`` (a guest that resets is gone: QEMU runs
+    with -no-reboot) or ``restart`` (it boots again, keeping the
+    functions plugged into it), ``root_ports`` spare pcie-root-ports
+    (index 1...), NVMe subsystems
     ``composable-nvme-subsys0...``, a guest agent channel and, with
     ``shared_group``, a pcie-to-pci-bridge holding the host's NVMe
     controller and an ``edu`` function (SHARED_GROUP_SLOTS)."""
@@ -312,7 +315,7 @@ def domain_xml(name, image, serial_log, memory_mib=MEMORY_MIB,
   </cpu>
   <clock offset='utc'/>
   <on_poweroff>destroy</on_poweroff>
-  <on_reboot>destroy</on_reboot>
+  <on_reboot>%(on_reboot)s</on_reboot>
   <on_crash>destroy</on_crash>
   <devices>
     <emulator>/usr/bin/qemu-system-x86_64</emulator>
@@ -336,7 +339,8 @@ def domain_xml(name, image, serial_log, memory_mib=MEMORY_MIB,
 ''' % {'name': name, 'uuid': domain_uuid or str(uuid.uuid4()),
        'memory': memory_mib, 'kernel': image.kernel, 'initrd': image.initrd,
        'cmdline': image.cmdline, 'ports': ports, 'log': serial_log,
-       'agent_port': build.AGENT_PORT, 'qemu_args': qemu_args}
+       'agent_port': build.AGENT_PORT, 'qemu_args': qemu_args,
+       'on_reboot': on_reboot}
 
 
 class RunningHost(build.RunningGuest):

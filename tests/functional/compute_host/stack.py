@@ -40,6 +40,12 @@ CONFIG = {
          'device_id': '0010', 'serial': 'NVME-SN-0000',
          'model': 'QEMU NVMe Ctrl', 'manufacturer': 'QEMU',
          'zones': ['1']},
+        # A "GPU" sharing its slot (and so its IOMMU group) with a
+        # function the host drives (hotplug's companion).
+        {'id': 'GPU1', 'kind': 'gpu', 'vendor_id': '1234',
+         'device_id': '11e8', 'serial': 'EDU-SN-0001',
+         'model': 'QEMU edu', 'manufacturer': 'QEMU', 'zones': ['1'],
+         'companion': 'nvme'},
         # Ids no emulated function has: the backend refuses it.
         {'id': 'GPU9', 'kind': 'gpu', 'vendor_id': '10de',
          'device_id': '2330', 'serial': 'GPU-SN-0009',

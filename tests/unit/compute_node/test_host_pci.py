@@ -321,6 +321,96 @@ def test_a_restarted_agent_knows_its_devices(fs, host, privileged,
     assert not pci.exists(GPU, fs.root)
 
 
+def test_a_restarted_host_gets_its_held_functions_back_on_vfio(
+        fs, host, privileged, nova_conf, tmp_path):
+    fs.add(GPU, group=12, driver='nouveau', hidden=True)
+    host.attach(LEASE, [_device()])
+    # The host rebooted: the fabric kept the device composed, the kernel
+    # enumerated it again and its own driver took it.
+    fs._destroy(GPU)
+    fs.add(GPU, group=12, driver='nouveau')
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    assert again.restore() == {}
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    assert _state(tmp_path)['dev-1']['address'] == GPU
+
+
+def test_a_held_function_gone_while_the_agent_was_away_is_reported(
+        fs, host, privileged, nova_conf, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+    fs._destroy(GPU)
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    problems = again.restore()
+    assert list(problems) == ['dev-1']
+    assert 'no PCI function with ids 10de:2330' in problems['dev-1']
+    # Still recorded: the unbind that follows has nothing to remove, and
+    # says so instead of failing.
+    assert _state(tmp_path)['dev-1']['address'] == GPU
+    again.detach(LEASE, [_device()])
+    assert _state(tmp_path) == {}
+
+
+def test_two_leases_racing_for_devices_of_one_model_guess_nothing(
+        fs, host):
+    """Two leases' attaches of one GPU model run at once, both functions
+    on the bus: nothing tells which is whose, so both are refused (the
+    searches take turns; neither binds a function the other may own),
+    and the faults name both functions."""
+    other = GPU.replace('41', '42')
+    fs.add(GPU, group=12, hidden=True)
+    fs.add(other, group=13, hidden=True)
+    results, errors = {}, []
+    start = threading.Barrier(2)
+
+    def attach(lease, uuid):
+        start.wait(30)
+        try:
+            results.update(host.attach({'uuid': lease}, [_device(uuid)]))
+        except exception.DriverError as exc:
+            errors.append(exc.message)
+    threads = [threading.Thread(target=attach, args=('lease-%d' % i,
+                                                     'dev-%d' % i))
+               for i in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert results == {}
+    assert len(errors) == 2
+    assert all('%s, %s' % (GPU, other) in e for e in errors)
+    assert fs.driver_of(GPU) is None and fs.driver_of(other) is None
+
+
+def _boot(fs, boot_id):
+    os.makedirs(fs.path('proc/sys/kernel/random'), exist_ok=True)
+    fs._put('proc/sys/kernel/random/boot_id', boot_id + '\n')
+
+
+def test_a_function_composed_while_the_agent_was_down_is_not_the_hosts(
+        fs, privileged, nova_conf, tmp_path):
+    _boot(fs, 'boot-1')
+    first = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert first.start() == []
+    # The fabric composed the GPU while no agent ran; it came up.
+    fs.add(GPU, group=12)
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    assert GPU not in again.baseline
+    assert again.attach(LEASE, [_device()]) == {'dev-1': GPU}
+    again.detach(LEASE, [_device()])
+    # Another boot: what is on the bus then is the host's own.
+    fs.add(GPU, group=12)
+    _boot(fs, 'boot-2')
+    rebooted = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert rebooted.start() == []
+    assert GPU in rebooted.baseline
+    with pytest.raises(exception.DriverError):
+        rebooted.attach(LEASE, [_device()])
+
+
 # Nova's device_spec.
 
 def _nova(nova_conf, *specs):
@@ -531,6 +621,58 @@ def test_privileged_functions_run_on_good_arguments(fs, privileged):
     assert privileged.release(GPU) is True
     assert privileged.remove(GPU) is True
     assert privileged.remove(GPU) is False
+
+
+@pytest.mark.parametrize('kwargs,error', [
+    ({'recorded': '../../dev/sda'}, ValueError),
+    ({'nova_conf_text': 42}, ValueError),
+    ({'nova_conf_text': 'x' * (priv_pci.MAX_NOVA_CONF + 1)}, ValueError),
+    ({'locator': {'vendor_id': '10de/..'}}, ValueError)])
+def test_privileged_attach_refuses_bad_arguments(fs, privileged, kwargs,
+                                                 error):
+    fs.add(GPU, group=12, hidden=True)
+    call = {'locator': _device()['locator'], 'known': [], 'timeout': 1}
+    call.update(kwargs)
+    with pytest.raises(error):
+        privileged.attach_function(**call)
+    assert fs.writes == []
+    with pytest.raises(ValueError):
+        privileged.detach_function(GPU, '10de/..', None)
+
+
+class _Counting(object):
+    """The privileged functions, counting the calls (each one a round
+    trip to the privsep daemon on a host)."""
+
+    def __init__(self, privileged):
+        self.privileged = privileged
+        self.calls = []
+
+    def __getattr__(self, name):
+        function = getattr(self.privileged, name)
+
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return function(*args, **kwargs)
+        return call
+
+
+def test_attach_and_detach_are_one_privileged_call_each(
+        fs, privileged, nova_conf, tmp_path):
+    counting = _Counting(privileged)
+    devices = host_pci.HostPciDevices(
+        ops=counting, root=fs.root, find_timeout=5,
+        nova_config_files=[str(nova_conf)],
+        state_file=str(tmp_path / 'state' / 'pci-devices.json'),
+        kernel_release='6.1.0-test')
+    assert devices.start() == []
+    fs.add(GPU, group=12, driver='nouveau', hidden=True)
+    assert devices.attach(LEASE, [_device()]) == {'dev-1': GPU}
+    assert counting.calls == ['attach_function']
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    devices.detach(LEASE, [_device()])
+    assert counting.calls == ['attach_function', 'detach_function']
+    assert not pci.exists(GPU, fs.root)
 
 
 def test_the_agent_runs_pci_work_through_privsep_by_default():

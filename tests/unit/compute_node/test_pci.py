@@ -794,3 +794,109 @@ def test_main_reads_nova_conf_from_a_path(tmp_path):
         out=out) == 0
     result = json.loads(out.getvalue())['result']
     assert len(result) == 1 and result[0]['entry'] == {'vendor_id': '10de'}
+
+
+# The combined attach and detach (one call, one process, per device).
+
+def _attach(fs, clock, locator, **kw):
+    kw.setdefault('timeout', 10)
+    return pci.attach_function(locator, root=fs.root, writer=fs.write,
+                               clock=clock, sleep=clock.sleep, **kw)
+
+
+def test_attach_function_finds_checks_and_binds_in_one_call(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add(GPU, group=12, driver='nouveau', hidden=True)
+    answer = _attach(fs, clock, _locator(), known=known)
+    assert answer == {
+        'address': GPU, 'found': True, 'iommu_group': '12',
+        'vfio_node': os.path.join(fs.root, 'dev', 'vfio', '12'),
+        'bound': True, 'members': [GPU]}
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    assert fs.writes[0] == ('sys/bus/pci/rescan', '1')
+    # Again, with the address noted the first time: no search, no write.
+    del fs.writes[:]
+    again = _attach(fs, clock, _locator(), known=known, recorded=GPU)
+    assert (again['found'], again['bound']) == (False, False)
+    assert fs.writes == []
+
+
+def test_attach_function_searches_when_the_noted_function_changed(
+        fs, clock):
+    known = pci.functions(fs.root)
+    fs.add(GPU, group=12, hidden=True)
+    # The noted address now holds the host's NIC: it is not taken.
+    answer = _attach(fs, clock, _locator(), known=known, recorded=LOCAL)
+    assert (answer['address'], answer['found']) == (GPU, True)
+    assert fs.driver_of(LOCAL) == 'i40e'
+
+
+def test_attach_function_not_found_raises(fs, clock):
+    with pytest.raises(pci.DeviceNotFound):
+        _attach(fs, clock, _locator(), known=pci.functions(fs.root),
+                timeout=2)
+
+
+def test_attach_function_shared_group_answers_the_address(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add(GPU, group=3, hidden=True)
+    answer = _attach(fs, clock, _locator(), known=known)
+    assert answer['address'] == GPU
+    assert answer['error'] == 'GroupNotIsolated'
+    assert '%s on driver i40e' % LOCAL in answer['message']
+    # Nothing was bound: the host keeps its NIC, the function no driver.
+    assert fs.driver_of(GPU) is None
+    assert fs.driver_of(LOCAL) == 'i40e'
+    assert 'vfio_node' not in answer
+
+
+def test_attach_function_refuses_what_nova_would_take(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add(GPU, group=12, hidden=True)
+    text = '[pci]\ndevice_spec = {"vendor_id": "10de"}\n'
+    answer = _attach(fs, clock, _locator(), known=known,
+                     nova_conf_text=text)
+    assert answer['error'] == pci.NOVA_SPEC_CONFLICT
+    assert answer['address'] == GPU
+    assert 'Nova could give it to another instance' in answer['message']
+    assert fs.driver_of(GPU) is None
+
+
+def test_attach_function_without_vfio_answers_the_failure(fs, clock):
+    known = pci.functions(fs.root)
+    fs.add(GPU, group=12, hidden=True)
+    shutil.rmtree(fs.path('sys/bus/pci/drivers', pci.VFIO_DRIVER))
+    answer = _attach(fs, clock, _locator(), known=known)
+    assert answer['error'] == 'VfioError'
+    assert answer['address'] == GPU
+
+
+def test_detach_function_releases_and_removes(fs):
+    fs.add(GPU, group=12, driver=pci.VFIO_DRIVER)
+    fs._put(fs.dev(GPU, 'driver_override'), pci.VFIO_DRIVER)
+    assert pci.detach_function(GPU, '10de', '2330', root=fs.root,
+                               writer=fs.write) == 'removed'
+    assert not pci.exists(GPU, fs.root)
+    assert pci.detach_function(GPU, '10de', '2330', root=fs.root,
+                               writer=fs.write) == 'absent'
+
+
+def test_detach_function_leaves_another_device_alone(fs):
+    assert pci.detach_function(LOCAL, '10de', '2330', root=fs.root,
+                               writer=fs.write) == 'other'
+    assert fs.driver_of(LOCAL) == 'i40e'
+    assert fs.writes == []
+
+
+def test_main_answers_the_combined_attach_as_json(fs):
+    fs.add(GPU, group=12)
+    out = io.StringIO()
+    # Plain files, no kernel behind them: the probe binds nothing, and
+    # the answer says so with the address found.
+    assert pci.main(['attach_function', json.dumps({
+        'locator': _locator(pci_address=GPU), 'root': fs.root,
+        'timeout': 1})], out=out) == 0
+    answer = json.loads(out.getvalue())['result']
+    assert (answer['address'], answer['found']) == (GPU, True)
+    assert answer['error'] == 'VfioError'
+    assert 'is on driver none after the probe' in answer['message']
