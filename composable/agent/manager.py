@@ -30,9 +30,18 @@ memory_node role
 compute_node role
     attach_memory/detach_memory go, by the lease's attach mode, to
     GuestMemoryAttacher (``guest``: the extents are hot-plugged into the
-    libvirt domain whose UUID is ``instance_uuid``) or to HostSwap
-    (``host``: iSCSI login and swap on this host). One of each per
-    process, made when first needed.
+    libvirt domain whose UUID is ``instance_uuid`` and made swap there
+    through its guest agent) or to HostSwap (``host``: iSCSI login and
+    swap on this host). One of each per process, made when first needed.
+    Both act on the extents they are given only: attach_memory with the
+    new extents of a lease attached already grows it (one more swap
+    device, or one more disk), detach_memory with some of its extents
+    shrinks it, and refuses (nothing changed) when the pages on them
+    would not fit back into free memory.
+
+    Every ``[compute_node]usage_report_interval`` seconds the use of
+    each memory lease attached here (swap used on its extents) goes to
+    the conductor (composable.agent.compute_node.usage).
 
     attach_devices/detach_devices go to HostPciDevices
     (composable.agent.compute_node.host_pci): the function the fabric
@@ -65,6 +74,7 @@ from composable.agent import hook_server as hook_server_mod
 from composable.agent.compute_node import hostdev
 from composable.agent.compute_node import libvirt_guest
 from composable.agent.compute_node import memory_tuning
+from composable.agent.compute_node import usage as usage_mod
 from composable.common import exception
 from composable.common import states
 from composable import conf
@@ -138,7 +148,12 @@ class AgentManager(object):
         self.hook_server = None
         # What this node has live, by lease uuid; kept so repeated calls
         # answer the same and tests can check nothing is left over.
+        # memory_attachments: {lease uuid: {extent uuid: details}}.
         self.memory_attachments = {}
+        # {lease uuid: {'uuid', 'attach_mode', 'instance_uuid'}} of the
+        # memory leases attached here, for the usage reports.
+        self._memory_leases = {}
+        self._usage = None
         self.device_attachments = {}
 
     # ------------------------------------------------------------ drivers
@@ -224,6 +239,7 @@ class AgentManager(object):
                          {'host': self.host,
                           'iqn': CONF.compute_node.initiator_iqn})
             self._start_devices()
+            self._start_usage()
             if CONF.compute_node.hook_socket:
                 self._start_hook_server()
             else:
@@ -251,6 +267,24 @@ class AgentManager(object):
             return
         self.host_pci.create_configured_vfs()
 
+    def _start_usage(self):
+        """Report how much of each memory lease attached here is in use
+        (composable.agent.compute_node.usage); simulated memory has no
+        use to measure."""
+        if self.simulate:
+            return
+        sampler = usage_mod.UsageSampler(self)
+        if sampler.start():
+            self._usage = sampler
+
+    def memory_leases(self):
+        """{lease uuid: (lease, {extent uuid: details})} of the memory
+        leases attached here: a snapshot."""
+        with self._lock:
+            return {uuid: (dict(self._memory_leases.get(uuid) or
+                                {'uuid': uuid}), dict(details))
+                    for uuid, details in self.memory_attachments.items()}
+
     def _start_hook_server(self):
         server = hook_server_mod.HookServer(self)
         try:
@@ -271,6 +305,9 @@ class AgentManager(object):
         if self._reporter is not None:
             self._reporter.join(5)
             self._reporter = None
+        if self._usage is not None:
+            self._usage.stop()
+            self._usage = None
 
     def _report_loop(self):
         while not self._stopping.wait(CONF.agent.report_interval):
@@ -414,12 +451,36 @@ class AgentManager(object):
                                             lease.get('memory_mb') or 0)
         if instance_uuid and self.hook_server is not None:
             self.hook_server.cache.add(instance_uuid, lease['uuid'])
-        self.memory_attached(lease['uuid'], details)
+        self.memory_attached(lease['uuid'], details,
+                             dict(lease, attach_mode=mode,
+                                  instance_uuid=instance_uuid))
         return details
 
-    def memory_attached(self, lease_uuid, details):
+    def memory_attached(self, lease_uuid, details, lease=None):
+        """Record extents of a lease as live here ({extent uuid:
+        details}); extents attached before stay recorded (a lease grows
+        by attaching its new extents only)."""
         with self._lock:
-            self.memory_attachments[lease_uuid] = details
+            held = self.memory_attachments.setdefault(lease_uuid, {})
+            held.update(details or {})
+            if lease is not None:
+                self._memory_leases[lease_uuid] = {
+                    'uuid': lease_uuid,
+                    'attach_mode': lease.get('attach_mode'),
+                    'instance_uuid': lease.get('instance_uuid')}
+
+    def memory_detached(self, lease_uuid, extents):
+        """Forget the extents of a lease detached here; the lease once
+        none is left."""
+        with self._lock:
+            held = self.memory_attachments.get(lease_uuid)
+            if held is None:
+                return
+            for extent in extents:
+                held.pop(extent['uuid'], None)
+            if not held:
+                self.memory_attachments.pop(lease_uuid, None)
+                self._memory_leases.pop(lease_uuid, None)
 
     def detach_memory(self, context, lease, extents, mode,
                       instance_uuid=None):
@@ -454,8 +515,7 @@ class AgentManager(object):
                 self.memory_tuner.clear(instance_uuid, lease['uuid'])
             if known:
                 self.host_swap.detach(known)
-        with self._lock:
-            self.memory_attachments.pop(lease['uuid'], None)
+        self.memory_detached(lease['uuid'], extents)
 
     @staticmethod
     def _simulated_attach(extents, mode, instance_uuid):
