@@ -24,6 +24,11 @@ Version  Change
 =======  ==============================================================
 1.0      Initial version: fabrics, hosts, memory nodes, pools, devices,
          leases (create, bind, unbind, delete) and lease actions.
+1.1      GET /v1/leases/{lease}/usage: the usage history of a memory
+         lease, as its compute agent reports it.
+1.2      Elastic memory leases: ``elastic`` (min_mb, max_mb,
+         observation_window, prediction_window, headroom) at lease
+         creation, shown on leases.
 =======  ==============================================================
 """
 
@@ -36,6 +41,8 @@ ENVIRON_KEY = 'composable.microversion'
 # Every version the server accepts, oldest first.
 VERSIONS = (
     '1.0',
+    '1.1',
+    '1.2',
 )
 
 MIN_VERSION_STRING = VERSIONS[0]

@@ -66,6 +66,12 @@ class Forbidden(ComposableException):
     safe = True
 
 
+class NotInVersion(NotFound):
+    msg_fmt = ('%(what)s is available from microversion %(version)s on; '
+               'send "OpenStack-API-Version: composable %(version)s".')
+    error_code = 'composable.microversion.not_available'
+
+
 class FabricNotFound(NotFound):
     msg_fmt = 'Fabric %(fabric)s could not be found.'
     error_code = 'composable.fabric.not_found'

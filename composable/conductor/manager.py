@@ -38,6 +38,8 @@ from composable.common import states
 from composable.common import utils
 from composable.conductor.allocator import batches as claim_batches
 from composable.conductor.allocator import claims as allocator
+from composable.conductor.elastic import resizer as elastic_resizer
+from composable.conductor.elastic import usage as lease_usage
 from composable.conductor import fabric_sync
 from composable.conductor import flows as lease_flows
 from composable.conductor import node_reports
@@ -59,7 +61,7 @@ _CREATE_FIELDS = frozenset([
     'uuid', 'name', 'description', 'project_id', 'user_id', 'memory_mb',
     'device_count', 'device_kind', 'device_model', 'device_traits',
     'requested_pools', 'requested_devices', 'attach_mode', 'start_at',
-    'end_at'])
+    'end_at', 'elastic'])
 
 _EXPECTED = messaging.expected_exceptions(
     exception.Invalid, exception.NotFound, exception.Conflict)
@@ -82,7 +84,8 @@ def _parse_time(value, field):
 
 class ConductorManager(object):
 
-    target = messaging.Target(version='1.0')
+    # 1.1: report_lease_usage
+    target = messaging.Target(version='1.1')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -97,6 +100,7 @@ class ConductorManager(object):
         self._stopping = threading.Event()
         self._threads = []
         self._nova_listener = None
+        self.resizer = elastic_resizer.ElasticResizer(self)
 
     # ------------------------------------------------------------ life
 
@@ -128,6 +132,12 @@ class ConductorManager(object):
             loops.append(('fabric-sync', CONF.conductor.fabric_sync_interval,
                           fabric_sync.FabricSync(self.host).run))
         loops.extend(placement_claims.loops(self))
+        if CONF.elastic.prune_interval:
+            loops.append(('usage-prune', CONF.elastic.prune_interval,
+                          self.prune_usage))
+        if CONF.elastic.resize_interval:
+            loops.append(('elastic-resize', CONF.elastic.resize_interval,
+                          self.resize_elastic_leases))
         for name, interval, fn in loops:
             thread = threading.Thread(target=self._loop,
                                       args=(name, interval, fn),
@@ -176,6 +186,12 @@ class ConductorManager(object):
     def _heartbeat(self):
         db_api.conductor_heartbeat(composable_context.get_admin_context(),
                                    self.host)
+
+    def prune_usage(self):
+        return lease_usage.prune(composable_context.get_admin_context())
+
+    def resize_elastic_leases(self):
+        return self.resizer.run(composable_context.get_admin_context())
 
     def run_periodic_tasks(self):
         self.periodic.run_all(composable_context.get_admin_context())
@@ -269,6 +285,8 @@ class ConductorManager(object):
         values = self._create_values(context, values)
         pools = self._check_requested(context, values)
         named = bool(pools or values.get('requested_devices'))
+        if values.get('elastic'):
+            self._check_elastic(values, pools)
         start_at = values.get('start_at')
         if check_fit and named:
             self._check_fit(values, pools)
@@ -290,6 +308,34 @@ class ConductorManager(object):
             document = views.lease_document(
                 db_api.lease_get(self._admin(), uuid, for_view=True))
         return document
+
+    def _check_elastic(self, values, pools):
+        """Refuse an elastic lease no memory pool (among those it names)
+        could hold at its minimum, or take in whole extents between its
+        minimum and maximum."""
+        policy = values['elastic']
+        candidates = [p for p in pools or db_api.pool_summaries(
+            self._admin(), kind='memory') if p.kind == 'memory']
+        reasons = []
+        for pool in candidates:
+            step = pool.step_size or 1
+            sizes = (values.get('memory_mb') or 0, policy['min_mb'],
+                     policy['max_mb'])
+            if any(size % step for size in sizes):
+                reasons.append('%s takes multiples of %d MiB' %
+                               (pool.name, step))
+            elif pool.total < policy['min_mb']:
+                reasons.append('%s holds %d MiB in all' % (pool.name,
+                                                           pool.total))
+            else:
+                return
+        raise exception.Invalid(
+            "Invalid input for field 'elastic': no memory pool%s can hold "
+            "an elastic lease of %d to %d MiB starting at %d MiB%s" % (
+                ' among those asked for' if pools else '',
+                policy['min_mb'], policy['max_mb'],
+                values.get('memory_mb') or 0,
+                ': ' + '; '.join(reasons) if reasons else ''))
 
     def _check_fit(self, values, pools=None):
         """Refuse a request none of ``pools`` (the pools it names, else
@@ -458,6 +504,19 @@ class ConductorManager(object):
                                              status=current.status,
                                              action='changing end_at')
         return lease.uuid
+
+    def report_lease_usage(self, context, host, samples):
+        """Store usage samples of the memory leases bound on ``host`` (a
+        cast from that host's agent); see
+        composable.conductor.elastic.usage."""
+        try:
+            return lease_usage.record(self._admin(), host, samples)
+        except Exception:
+            # A cast: nobody would see the error; the next report brings
+            # new samples.
+            LOG.exception('Could not store the usage report of host %s',
+                          host)
+            return 0
 
     def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):
         """Bring one pool's resource provider up to date in Placement (a

@@ -14,13 +14,14 @@
 
 Version history:
     1.0 - Initial version.
+    1.1 - report_lease_usage.
 """
 
 from composable.common import rpc
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.0'
+    RPC_API_VERSION = '1.1'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
@@ -67,6 +68,17 @@ class ConductorAPI(object):
         cctxt = self.client.prepare(version='1.0')
         return cctxt.call(context, 'update_lease', lease_uuid=lease_uuid,
                           values=values)
+
+    def report_lease_usage(self, context, host, samples):
+        """Report usage samples of the memory leases bound on ``host`` (a
+        cast: the agent does not wait).
+
+        ``samples``: a list of {'lease_uuid': str, 'taken_at': ISO 8601
+        UTC str, 'used_mb': int, 'size_mb': int}. Samples of leases
+        unknown or not bound on ``host`` are dropped.
+        """
+        cctxt = self.client.prepare(version='1.1')
+        cctxt.cast(context, 'report_lease_usage', host=host, samples=samples)
 
     def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):
         """Ask a conductor to bring the pool's resource provider up to

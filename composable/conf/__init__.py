@@ -28,6 +28,7 @@ from composable.conf import compute_pci
 from composable.conf import conductor
 from composable.conf import database
 from composable.conf import default
+from composable.conf import elastic
 from composable.conf import fabric
 from composable.conf import memory
 from composable.conf import messaging
@@ -50,3 +51,4 @@ database.register_opts(CONF)
 messaging.register_opts(CONF)
 nova.register_opts(CONF)
 placement.register_opts(CONF)
+elastic.register_opts(CONF)

@@ -26,6 +26,7 @@ from composable.conf import compute_pci
 from composable.conf import conductor
 from composable.conf import database
 from composable.conf import default
+from composable.conf import elastic
 from composable.conf import fabric
 from composable.conf import memory
 from composable.conf import nova
@@ -33,7 +34,7 @@ from composable.conf import placement
 
 _MODULES = (default, api, conductor, allocator, agent, compute,
             compute_pci, compute_devices, fabric, memory, database,
-            placement, nova)
+            placement, nova, elastic)
 
 
 def list_opts():

@@ -901,7 +901,7 @@ def lease_purge(context, lease_id):
     """Delete a released lease row and what hangs off it (admin tooling)."""
     with writer(context) as session:
         for model in (models.LeaseAction, models.Attachment,
-                      models.MemoryExtent):
+                      models.MemoryExtent, models.LeaseUsage):
             session.query(model).filter(
                 model.lease_id == lease_id).delete(synchronize_session=False)
         session.query(models.Lease).filter(
@@ -1162,6 +1162,117 @@ def device_set_state(context, device_id, values):
         session.query(models.Device).filter(
             models.Device.id == device_id).update(
                 values, synchronize_session=False)
+
+
+# ---------------------------------------------------------------- usage
+
+_USAGE = models.LeaseUsage.__table__
+_LEASES_T = models.Lease.__table__
+_HOSTS_T = models.Host.__table__
+
+
+def usage_record(context, host, samples):
+    """Store usage ``samples`` reported by the agent of ``host``: dicts
+    with lease_uuid, taken_at (naive UTC datetime), used_mb, size_mb.
+
+    Only samples of memory leases bound on that host are kept: an agent
+    cannot write history into another host's leases, and a sample that
+    arrives after an unbind is stale. Returns (stored count, list of the
+    lease uuids whose samples were dropped).
+    """
+    uuids = sorted({s['lease_uuid'] for s in samples})
+    if not uuids:
+        return 0, []
+    with writer(context) as session:
+        rows = session.execute(
+            sa.select(_LEASES_T.c.id, _LEASES_T.c.uuid).select_from(
+                _LEASES_T.join(_HOSTS_T,
+                               _HOSTS_T.c.id == _LEASES_T.c.host_id)).where(
+                _LEASES_T.c.uuid.in_(uuids),
+                _HOSTS_T.c.name == host,
+                _LEASES_T.c.status == states.BOUND,
+                _LEASES_T.c.memory_pool_id.isnot(None))).all()
+        ids = {uuid: lease_id for lease_id, uuid in rows}
+        now = utils.utcnow()
+        values = [{'lease_id': ids[s['lease_uuid']],
+                   'taken_at': s['taken_at'], 'used_mb': s['used_mb'],
+                   'size_mb': s['size_mb'], 'created_at': now}
+                  for s in samples if s['lease_uuid'] in ids]
+        if values:
+            session.execute(_USAGE.insert(), values)
+    return len(values), sorted(set(uuids) - set(ids))
+
+
+def elastic_lease_refs(context):
+    """(id, uuid, reservation) of every bound elastic memory lease: what
+    the resizing task looks at, without loading the leases."""
+    with reader(context) as session:
+        return session.execute(
+            sa.select(_LEASES_T.c.id, _LEASES_T.c.uuid,
+                      _LEASES_T.c.reservation).where(
+                _LEASES_T.c.status == states.BOUND,
+                _LEASES_T.c.memory_pool_id.isnot(None),
+                _LEASES_T.c.elastic.isnot(None),
+                _LEASES_T.c.elastic != '{}').order_by(
+                _LEASES_T.c.id)).all()
+
+
+def usage_list(context, lease_id, since=None, until=None, limit=None,
+               marker=None, newest=False):
+    """Usage samples of a lease, oldest first.
+
+    ``since`` / ``until``: only samples taken at or after / before these
+    times. ``marker``: the id of the last sample of the previous page.
+    ``newest``: the ``limit`` newest samples (still returned oldest
+    first) instead of the oldest.
+    """
+    with reader(context) as session:
+        query = session.query(models.LeaseUsage).filter(
+            models.LeaseUsage.lease_id == lease_id)
+        if since is not None:
+            query = query.filter(models.LeaseUsage.taken_at >= since)
+        if until is not None:
+            query = query.filter(models.LeaseUsage.taken_at < until)
+        if marker is not None:
+            marker_row = session.query(models.LeaseUsage).filter(
+                models.LeaseUsage.lease_id == lease_id,
+                models.LeaseUsage.id == int(marker)).first()
+            if marker_row is None:
+                raise exception.Invalid(
+                    "Invalid input for query parameter 'marker': %s is not "
+                    "a sample of this lease" % marker)
+            query = query.filter(sa.or_(
+                models.LeaseUsage.taken_at > marker_row.taken_at,
+                sa.and_(models.LeaseUsage.taken_at == marker_row.taken_at,
+                        models.LeaseUsage.id > marker_row.id)))
+        if newest:
+            query = query.order_by(models.LeaseUsage.taken_at.desc(),
+                                   models.LeaseUsage.id.desc())
+        else:
+            query = query.order_by(models.LeaseUsage.taken_at.asc(),
+                                   models.LeaseUsage.id.asc())
+        if limit:
+            query = query.limit(limit)
+        rows = query.all()
+    return list(reversed(rows)) if newest else rows
+
+
+def usage_prune(context, older_than, batch_size=5000):
+    """Delete usage samples taken before ``older_than``, ``batch_size``
+    at a time (each batch its own transaction); how many were deleted."""
+    total = 0
+    while True:
+        with writer(context) as session:
+            ids = [row[0] for row in session.execute(
+                sa.select(_USAGE.c.id).where(
+                    _USAGE.c.taken_at < older_than).order_by(
+                    _USAGE.c.id).limit(batch_size)).all()]
+            if ids:
+                session.execute(_USAGE.delete().where(
+                    _USAGE.c.id.in_(ids)))
+        total += len(ids)
+        if len(ids) < batch_size:
+            return total
 
 
 # ---------------------------------------------------------------- schema

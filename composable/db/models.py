@@ -247,6 +247,13 @@ class Lease(Base):
     fault = sa.Column(sa.Text, nullable=True)
     # Hostname of the conductor working on this lease, or NULL.
     reservation = sa.Column(sa.String(255), nullable=True)
+    # An elastic memory lease's policy (min_mb, max_mb, windows in
+    # seconds, headroom); {} for a lease of fixed size.
+    elastic = sa.Column(JSONEncoded(dict), nullable=True)
+    # Since when the prediction of an elastic lease has stayed below its
+    # size without interruption (NULL: it has not): a shrink waits for
+    # [elastic]shrink_hysteresis from here.
+    elastic_low_since = sa.Column(sa.DateTime, nullable=True)
 
     memory_pool = orm.relationship(Pool, foreign_keys=[memory_pool_id],
                                    lazy='joined')
@@ -290,6 +297,26 @@ class MemoryExtent(Base):
 
     lease = orm.relationship(Lease, back_populates='extents')
     memory_node = orm.relationship(MemoryNode, lazy='joined')
+
+
+class LeaseUsage(Base):
+    """One usage sample of a memory lease, as its compute agent measured
+    it: how much of the lease held pages at ``taken_at``. Kept for
+    ``[elastic]usage_retention`` seconds."""
+    __tablename__ = 'lease_usage'
+    __table_args__ = (
+        sa.Index('lease_usage_lease_id_taken_at_idx', 'lease_id',
+                 'taken_at'),
+        sa.Index('lease_usage_taken_at_idx', 'taken_at'),
+        _table_args())
+
+    id = sa.Column(sa.Integer, primary_key=True)
+    lease_id = sa.Column(sa.Integer, sa.ForeignKey('leases.id'),
+                         nullable=False)
+    taken_at = sa.Column(sa.DateTime, nullable=False)
+    used_mb = sa.Column(sa.BigInteger, nullable=False)
+    # The size of the lease as the agent saw it attached.
+    size_mb = sa.Column(sa.BigInteger, nullable=False)
 
 
 class Attachment(Base):

@@ -94,6 +94,8 @@ def lease_document(lease, host_name=None, memory_pool_uuid=None,
         'device_pool_uuid': device_pool_uuid,
         'extents': list(extents or []),
         'devices': list(devices or []),
+        # An elastic memory lease's policy; None for a lease of fixed size.
+        'elastic': getattr(lease, 'elastic', None) or None,
         'created_at': utils.isotime(lease.created_at),
         'updated_at': utils.isotime(lease.updated_at),
     }

@@ -66,6 +66,9 @@ LEASE_ACTIONS = {
     'stop': base.ACTION_UNBIND,
     'delete': base.ACTION_DELETE,
     'expire': base.ACTION_EXPIRE,
+    # An elastic memory lease grown or shrunk; .error when it was kept
+    # at its size (a full pool, an agent that failed).
+    'resize': base.ACTION_RESIZE,
 }
 _SINGLE_EVENT_ACTIONS = frozenset([base.ACTION_EXPIRE])
 

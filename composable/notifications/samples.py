@@ -95,6 +95,14 @@ _LEASE_SAMPLES = {
                            'scrubbing extent 0 of the lease on memory node '
                            'memory-2: ...', 1),
     'lease.expire': ('released', None, None, 0),
+    'lease.resize.start': ('bound', _HOST, None, 1),
+    'lease.resize.end': ('bound', _HOST, None, 1),
+    'lease.resize.error': ('bound', _HOST, 'Growing from 2048 to 4096 MiB: '
+                           'predicted peak 3300 MiB over the next 300 s '
+                           '(autoregressive order 4 on 60 samples), plus '
+                           '20% headroom. Kept at 2048 MiB: pool memory-pool '
+                           'has 1024 MiB free, 2048 MiB more were asked '
+                           'for.', 1),
 }
 
 

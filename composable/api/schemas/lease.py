@@ -35,6 +35,34 @@ _CREATE = schemas.obj({
     'end_at': schemas.nullable_timestamp,
 })
 
+# Windows are in seconds: a day is the longest observation that still
+# predicts (a window as long as the job is static provisioning); ten
+# seconds is the shortest a compute agent reports at.
+MIN_WINDOW = 10
+MAX_WINDOW = 86400
+MAX_HEADROOM = 10.0
+
+elastic = schemas.obj({
+    'min_mb': schemas.size_mb,
+    'max_mb': schemas.size_mb,
+    'observation_window': {'type': 'integer', 'minimum': MIN_WINDOW,
+                           'maximum': MAX_WINDOW},
+    'prediction_window': {'type': 'integer', 'minimum': MIN_WINDOW,
+                          'maximum': MAX_WINDOW},
+    'headroom': {'type': 'number', 'minimum': 0,
+                 'maximum': MAX_HEADROOM},
+}, required=('min_mb', 'max_mb', 'observation_window',
+             'prediction_window'))
+
+_CREATE_1_2 = dict(_CREATE, properties=dict(
+    _CREATE['properties'], elastic=elastic))
+
+USAGE_QUERY = schemas.obj({
+    'since': {'type': 'string', 'minLength': 1, 'maxLength': 64},
+    'limit': {'type': 'string', 'pattern': '^[0-9]{1,9}$'},
+    'marker': {'type': 'string', 'pattern': '^[0-9]{1,18}$'},
+})
+
 _UPDATE = schemas.obj({
     'name': schemas.nullable_name,
     'description': schemas.description,
@@ -49,7 +77,7 @@ _BIND = schemas.obj({
 
 _UNBIND = schemas.obj({})
 
-CREATE = {'1.0': _CREATE}
+CREATE = {'1.0': _CREATE, '1.2': _CREATE_1_2}
 UPDATE = {'1.0': _UPDATE}
 BIND = {'1.0': _BIND}
 UNBIND = {'1.0': _UNBIND}

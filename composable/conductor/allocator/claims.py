@@ -156,7 +156,9 @@ def _claim_memory(session, lease, check_fit=False):
                 else '', lease.memory_mb))
     for pool in pools:
         step = pool.step_size or 1
-        if lease.memory_mb % step:
+        elastic = getattr(lease, 'elastic', None) or {}
+        if lease.memory_mb % step or any(
+                elastic.get(k, 0) % step for k in ('min_mb', 'max_mb')):
             step_reasons.append('%s takes multiples of %d MiB' %
                                 (pool.name, step))
             continue
@@ -475,7 +477,8 @@ _LEASE_DEFAULTS = {
     'host_id': None, 'instance_uuid': None,
     'attach_mode': states.ATTACH_HOST,
     'placement_consumer': None, 'status': None, 'fault': None,
-    'reservation': None, 'created_at': None, 'updated_at': None}
+    'reservation': None, 'created_at': None, 'updated_at': None,
+    'elastic': None, 'elastic_low_since': None}
 
 
 def _lease_values(values, status, **more):
@@ -831,3 +834,139 @@ def check_consistency(context):
         for (uuid,) in stale:
             problems.append('device %s is held by a released lease' % uuid)
     return problems
+
+
+# ---------------------------------------------------------------- resize
+# Elastic memory leases (composable.conductor.elastic) grow and shrink in
+# whole extents while bound. A grow is a claim like a create's: the same
+# conditional UPDATEs on the pool and its memory nodes, in the same lock
+# order (pools, nodes, then the lease), so a grow and a create racing for
+# the last extents never both get them.
+
+_GROW_LEASE = _LEASES.update().where(
+    _LEASES.c.id == sa.bindparam('b_lease'),
+    _LEASES.c.status == states.BOUND).values(
+    memory_mb=_LEASES.c.memory_mb + sa.bindparam('b_amount'),
+    updated_at=sa.bindparam('b_now'))
+_SHRINK_LEASE = _LEASES.update().where(
+    _LEASES.c.id == sa.bindparam('b_lease')).values(
+    memory_mb=_LEASES.c.memory_mb - sa.bindparam('b_amount'),
+    updated_at=sa.bindparam('b_now'))
+_LEASE_EXTENTS = sa.select(
+    statements.EXTENTS.c.id, statements.EXTENTS.c.uuid,
+    statements.EXTENTS.c.memory_node_id, statements.EXTENTS.c.size_mb,
+    statements.EXTENTS.c.index).where(
+    statements.EXTENTS.c.lease_id == sa.bindparam('b_lease'))
+
+
+def _grow_once(context, lease_id, amount_mb):
+    with dbapi.writer(context) as session:
+        memory_pool_id = lock_lease_pools(session, lease_id)
+        lease = session.execute(sa.select(
+            _LEASES.c.uuid, _LEASES.c.status).where(
+            _LEASES.c.id == lease_id)).first()
+        if lease is None:
+            raise exception.LeaseNotFound(lease=lease_id)
+        if lease.status != states.BOUND or memory_pool_id is None:
+            raise exception.InvalidState(lease=lease.uuid,
+                                         status=lease.status,
+                                         action='grow')
+        pool = session.execute(sa.select(*statements.POOL_COLUMNS).where(
+            _POOLS.c.id == memory_pool_id)).one()
+        step = pool.step_size or 1
+        if amount_mb <= 0 or amount_mb % step:
+            raise exception.Invalid(
+                reason='a memory lease of pool %s grows in whole extents '
+                       'of %d MiB, not by %d MiB' % (pool.name, step,
+                                                     amount_mb))
+        if not _claim_pool(session, pool, amount_mb):
+            raise exception.InsufficientCapacity(
+                reason='pool %s has %d MiB free, %d MiB more were asked '
+                       'for' % (pool.name, _free(pool), amount_mb))
+        nodes = session.execute(statements.LOCK_NODES,
+                                {'b_pool': pool.id}).all()
+        plan = _plan_extents(nodes, amount_mb // step, step,
+                             CONF.allocator.memory_placement)
+        if plan is None:
+            raise exception.InsufficientCapacity(
+                reason='pool %s has memory free but not %d whole extents '
+                       'of %d MiB on its nodes' % (pool.name,
+                                                   amount_mb // step, step))
+        existing = session.execute(_LEASE_EXTENTS,
+                                   {'b_lease': lease_id}).all()
+        index = max([e.index for e in existing], default=-1) + 1
+        extents = []
+        for node, n in plan.items():
+            count = session.execute(statements.CLAIM_NODE, {
+                'b_node': node.id, 'b_amount': n * step}).rowcount
+            if count != 1:
+                raise LostRace('memory node %s' % node.name)
+            for _ in range(n):
+                extents.append({
+                    'uuid': uuidutils.generate_uuid(), 'lease_id': lease_id,
+                    'memory_node_id': node.id, 'size_mb': step,
+                    'index': index,
+                    'export_state': states.EXTENT_ALLOCATED,
+                    'created_at': utils.utcnow()})
+                index += 1
+        session.execute(statements.INSERT_EXTENTS, extents)
+        if session.execute(_GROW_LEASE, {
+                'b_lease': lease_id, 'b_amount': amount_mb,
+                'b_now': utils.utcnow()}).rowcount != 1:
+            raise LostRace('lease %s' % lease.uuid)
+        return [e['uuid'] for e in extents]
+
+
+def grow_memory(context, lease_id, amount_mb):
+    """Claim ``amount_mb`` more (whole extents of its pool) for a bound
+    memory lease, in one transaction: the pool's and memory nodes'
+    counters, the new extents, the lease's memory_mb. Returns the uuids
+    of the new extents. Raises InsufficientCapacity (nothing claimed)
+    when the pool cannot give them, InvalidState when the lease is not
+    bound."""
+    attempts = CONF.allocator.claim_retries + 1
+    for attempt in range(attempts):
+        try:
+            return dbapi.retry_on_deadlock(_grow_once)(context, lease_id,
+                                                       amount_mb)
+        except LostRace as race:
+            LOG.info('Lost a race for %s while growing lease %s (attempt '
+                     '%d of %d); retrying.', race, lease_id, attempt + 1,
+                     attempts)
+    raise exception.InsufficientCapacity(
+        reason='the pool changed too fast to grow the lease')
+
+
+def _shrink_once(context, lease_id, extent_uuids):
+    with dbapi.writer(context) as session:
+        memory_pool_id = lock_lease_pools(session, lease_id)
+        wanted = set(extent_uuids)
+        extents = [e for e in session.execute(
+            _LEASE_EXTENTS, {'b_lease': lease_id}).all()
+            if e.uuid in wanted]
+        if not extents:
+            return 0
+        by_node = collections.Counter()
+        for extent in extents:
+            by_node[extent.memory_node_id] += int(extent.size_mb)
+        amount = sum(by_node.values())
+        for node_id in sorted(by_node):
+            session.execute(statements.UNCLAIM_NODE, {
+                'b_node': node_id, 'b_amount': by_node[node_id]})
+        _unclaim_pool(session, memory_pool_id, amount)
+        session.execute(statements.EXTENTS.delete().where(
+            statements.EXTENTS.c.id.in_([e.id for e in extents])))
+        session.execute(_SHRINK_LEASE, {'b_lease': lease_id,
+                                        'b_amount': amount,
+                                        'b_now': utils.utcnow()})
+        return amount
+
+
+def shrink_memory(context, lease_id, extent_uuids):
+    """Give extents of a lease back to their pool and memory nodes and
+    make the lease that much smaller, in one transaction; the MiB given
+    back. The caller detached, unexported and scrubbed them first: only
+    then may the capacity go to another lease. Idempotent (extents
+    already gone are skipped)."""
+    return dbapi.retry_on_deadlock(_shrink_once)(context, lease_id,
+                                                 extent_uuids)

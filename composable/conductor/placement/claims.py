@@ -336,6 +336,22 @@ def _claim(context, lease):
     _write(client, db_api.lease_get_by_id(admin, lease.id))
 
 
+def update_claim(lease_id):
+    """Make the Placement allocation of a lease that was resized (an
+    elastic memory lease) hold what the lease holds in the database now,
+    with the consumer generation Placement last gave it: a concurrent
+    change of the same consumer is re-read and retried, never
+    overwritten. Raises what Placement refused (PlacementError and
+    subclasses); a lease Nova claimed for is left alone."""
+    if not enabled():
+        return False
+    lease = db_api.lease_get_by_id(ctx_mod.get_admin_context(), lease_id)
+    if sync.nova_claimed(lease):
+        return False
+    _write(get_client(), lease)
+    return True
+
+
 _ADVICE = (' Nothing is held: delete this lease and try again later%s.')
 
 

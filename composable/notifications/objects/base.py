@@ -77,8 +77,10 @@ ACTION_DELETE = 'delete'
 ACTION_EXPIRE = 'expire'
 ACTION_HEALTH = 'health'
 ACTION_UPDATE = 'update'
+ACTION_RESIZE = 'resize'
 ACTIONS = (ACTION_CREATE, ACTION_ALLOCATE, ACTION_BIND, ACTION_UNBIND,
-           ACTION_DELETE, ACTION_EXPIRE, ACTION_HEALTH, ACTION_UPDATE)
+           ACTION_DELETE, ACTION_EXPIRE, ACTION_HEALTH, ACTION_UPDATE,
+           ACTION_RESIZE)
 
 
 @NotificationObjectRegistry.register_if(False)
@@ -106,7 +108,8 @@ class NotificationPayloadBase(NotificationObject):
 @NotificationObjectRegistry.register
 class EventType(NotificationObject):
     # Version 1.0: first version
-    VERSION = '1.0'
+    # Version 1.1: action resize (elastic memory leases)
+    VERSION = '1.1'
 
     fields = {
         'object': fields.EnumField(OBJECTS),

@@ -59,4 +59,5 @@ ROUTES = (
     ('/v1/leases/{lease_ident}/bind', {'POST': leases.bind_lease}),
     ('/v1/leases/{lease_ident}/unbind', {'POST': leases.unbind_lease}),
     ('/v1/leases/{lease_ident}/actions', {'GET': leases.list_actions}),
+    ('/v1/leases/{lease_ident}/usage', {'GET': leases.show_usage}),
 )

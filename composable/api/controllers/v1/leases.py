@@ -29,6 +29,7 @@ from oslo_utils import uuidutils
 
 from composable.api.schemas import lease as schema
 from composable.api import utils
+from composable.api import validation
 from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import pool_fit
@@ -41,6 +42,12 @@ SORT_KEYS = utils.COMMON_SORT_KEYS + ('status', 'memory_mb', 'device_count',
                                       'start_at', 'end_at')
 LIST_FILTERS = ('project_id', 'all_projects', 'status', 'pool', 'kind',
                 'host', 'instance_uuid', 'name')
+# Elastic leases (1.2): headroom when the request gives none.
+DEFAULT_HEADROOM = 0.2
+# Usage samples (1.1).
+USAGE_VERSION = (1, 1)
+ELASTIC_VERSION = (1, 2)
+
 # Released leases are history: listed only when asked for by status.
 DEFAULT_LIST_STATES = sorted(states.ALL_STATES - {states.RELEASED})
 
@@ -49,6 +56,10 @@ def present(request, document):
     """The lease ``document`` (composable.db.views) as ``request``'s caller
     may see it: admin-only fields removed for others, links added."""
     body = dict(document)
+    if tuple(utils.version(request)) < ELASTIC_VERSION:
+        body.pop('elastic', None)
+    elif not body.get('elastic'):
+        body['elastic'] = None
     if not utils.context(request).is_admin:
         body['extents'] = [
             {k: v for k, v in e.items()
@@ -216,6 +227,46 @@ def _requested_devices(ctx, idents, device_kind):
     return devices
 
 
+def _elastic_policy(elastic, memory_mb, device_count, given):
+    """The elastic policy to store, checked against the lease asked for
+    and the pools it names; None for a lease of fixed size. Whether the
+    pool the lease gets takes these sizes in whole extents is the
+    conductor's to check for a lease that names no pool."""
+    if elastic is None:
+        return None
+    field = "Invalid input for field 'elastic/%s': "
+    if not memory_mb:
+        raise exception.Invalid(
+            "Invalid input for field 'elastic': only a memory lease can be "
+            "elastic; give memory_mb")
+    if device_count:
+        raise exception.Invalid(
+            "Invalid input for field 'elastic': an elastic lease holds "
+            "memory only; lease the devices separately")
+    low, high = elastic['min_mb'], elastic['max_mb']
+    if low > high:
+        raise exception.Invalid(
+            (field % 'min_mb') + '%d is more than max_mb %d' % (low, high))
+    if not low <= memory_mb <= high:
+        raise exception.Invalid(
+            "Invalid input for field 'memory_mb': an elastic lease starts "
+            "within [min_mb, max_mb] = [%d, %d], not at %d"
+            % (low, high, memory_mb))
+    for pool in given or []:
+        if pool.kind != 'memory':
+            continue
+        step = pool.step_size or 1
+        for name in ('min_mb', 'max_mb'):
+            if elastic[name] % step:
+                raise exception.Invalid(
+                    (field % name) + '%d is not a whole number of the %d '
+                    'MiB extents of pool %s' % (elastic[name], step,
+                                                pool.name))
+    policy = dict(elastic)
+    policy.setdefault('headroom', DEFAULT_HEADROOM)
+    return policy
+
+
 def create_lease(request):
     ctx = utils.context(request)
     policies.authorize('composable:lease:create', ctx)
@@ -269,6 +320,8 @@ def create_lease(request):
             "Invalid input for field 'device_count': device filters are "
             "given but no devices are asked for")
     _check_memory_pools(memory_mb, given)
+    elastic = _elastic_policy(body.get('elastic'), memory_mb, device_count,
+                              given)
 
     values = {
         'name': body.get('name'),
@@ -286,6 +339,8 @@ def create_lease(request):
         'start_at': utils.isotime(start_at),
         'end_at': utils.isotime(end_at),
     }
+    if elastic:
+        values['elastic'] = elastic
     body = present(request, utils.conductor(request).create_lease(ctx,
                                                                   values))
     return utils.json_response(
@@ -418,3 +473,46 @@ def list_actions(request, ident):
     actions = db_api.action_list(_admin_context(), lease.id)
     return utils.json_response(
         {'actions': [_render_action(a) for a in actions]})
+
+
+def _parse_usage_query(request):
+    query = utils.parse_query(request, ('since',), paginate=False)
+    validation.validate(schema.USAGE_QUERY, query)
+    since = utils.parse_time('since', query.get('since'))
+    limit = int(query['limit']) if 'limit' in query else \
+        utils.CONF.api.default_limit
+    if limit < 1:
+        raise exception.Invalid(
+            "Invalid input for query parameter 'limit': %s is not a "
+            "positive integer" % query['limit'])
+    return query, since, min(limit, utils.CONF.api.max_limit), \
+        query.get('marker')
+
+
+def show_usage(request, ident):
+    """GET /v1/leases/{lease}/usage (1.1): the lease's usage samples,
+    oldest first, paginated by sample id."""
+    if tuple(utils.version(request)) < USAGE_VERSION:
+        raise exception.NotInVersion(
+            what='The usage of leases',
+            version='.'.join(map(str, USAGE_VERSION)))
+    ctx = utils.context(request)
+    query, since, limit, marker = _parse_usage_query(request)
+    lease = _get_lease(ctx, ident, 'composable:lease:get')
+    rows = db_api.usage_list(_admin_context(), lease.id,
+                             since=since, limit=limit,
+                             marker=marker)
+    samples = [{'id': row.id, 'taken_at': utils.isotime(row.taken_at),
+                'used_mb': row.used_mb, 'size_mb': row.size_mb}
+               for row in rows]
+    body = {'lease_uuid': lease.uuid, 'usage': samples}
+    if samples and len(samples) >= limit:
+        params = {k: v for k, v in query.items() if k != 'marker'}
+        params['limit'] = str(limit)
+        params['marker'] = str(samples[-1]['id'])
+        body['links'] = [{
+            'rel': 'next',
+            'href': '%s/v1/leases/%s/usage?%s' % (
+                utils.base_url(request), lease.uuid,
+                utils.parse.urlencode(sorted(params.items())))}]
+    return utils.json_response(body)

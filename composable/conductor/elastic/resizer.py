@@ -1,0 +1,420 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Elastic memory leases: predict, then grow or shrink in whole extents.
+
+Every ``[elastic]resize_interval`` seconds the conductor looks at each
+bound elastic memory lease. Under the lease's reservation (the per-lease
+lock every bind, unbind and delete also takes, so none of them runs
+during a resize), it puts the usage samples of the lease's observation
+window on a grid of ``[elastic]sample_interval`` seconds, fits the
+autoregressive model of composable.conductor.elastic.predictor to them,
+and predicts the peak of the next prediction window; that peak plus the
+lease's headroom, in whole extents, within [min_mb, max_mb], is what the
+lease should hold.
+
+* More than it holds: grow at once. The allocator claims the extra
+  extents atomically (allocator.grow_memory: the same conditional UPDATEs
+  as a create, so no over-commit), Placement's allocation of the lease is
+  rewritten with its consumer generation, the new extents are exported to
+  the bound host and its agent attaches *only them*. A full pool, or
+  Placement refusing, leaves the lease at its size: an action ``resize``
+  ending in error (and so a ``lease.resize.error`` notification), never a
+  failure of the workload. An agent that fails or times out has the new
+  extents detached (best effort: it may have attached them late),
+  unexported, scrubbed and given back: the lease ends as it was.
+* Less: only once the prediction has stayed low for
+  ``[elastic]shrink_hysteresis`` seconds. The newest extents are detached
+  by the agent (swapoff first: an extent whose pages do not fit back in
+  free memory is refused there, and the lease keeps its size), unexported,
+  scrubbed, and only then given back to the pool.
+
+Every resize is an action of the lease's log whose message carries the
+prediction that caused it.
+"""
+
+import dataclasses
+import datetime
+import time
+
+import numpy as np
+from oslo_log import log as logging
+
+from composable.common import exception
+from composable.common import states
+from composable.common import utils
+from composable.conductor.allocator import claims as allocator
+from composable.conductor.elastic import predictor as ar
+from composable.conductor import flows as lease_flows
+from composable.conductor.placement import claims as placement_claims
+from composable.conductor import task as lease_task
+from composable import conf
+from composable.db import api as db_api
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+ACTION = 'resize'
+GROW = 'grow'
+SHRINK = 'shrink'
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What to do to a lease, and the prediction behind it."""
+
+    kind: str
+    size_mb: int
+    target_mb: int
+    peak_mb: float
+    order: int
+    samples: int
+    prediction_window: int
+    headroom: float
+
+    @property
+    def amount_mb(self):
+        return abs(self.target_mb - self.size_mb)
+
+    def describe(self):
+        verb = 'Growing' if self.kind == GROW else 'Shrinking'
+        return ('%s from %d to %d MiB: predicted peak %.0f MiB over the '
+                'next %d s (autoregressive order %d on %d samples), plus '
+                '%g%% headroom.' % (verb, self.size_mb, self.target_mb,
+                                    self.peak_mb, self.prediction_window,
+                                    self.order, self.samples,
+                                    self.headroom * 100))
+
+
+def usage_grid(rows, start, interval, steps):
+    """The ``used_mb`` of ``rows`` (samples, oldest first) on a grid of
+    ``steps`` steps of ``interval`` seconds from ``start``; NaN where a
+    step has no sample (the predictor fills such gaps). The newest sample
+    of a step counts."""
+    grid = np.full(steps, np.nan)
+    for row in rows:
+        offset = (row.taken_at - start).total_seconds()
+        step = int(offset // interval)
+        if 0 <= step < steps:
+            grid[step] = float(row.used_mb)
+    return grid
+
+
+class ElasticResizer(object):
+
+    def __init__(self, manager):
+        self.manager = manager
+
+    @property
+    def host(self):
+        return self.manager.host
+
+    @property
+    def flows(self):
+        return self.manager.flows
+
+    # ------------------------------------------------------------ pass
+
+    def run(self, context, now=None):
+        """One pass over the bound elastic leases; the futures of the
+        resizes it started (tests wait for them)."""
+        started = []
+        for ref in db_api.elastic_lease_refs(context):
+            try:
+                future = self.consider(context, ref, now=now)
+            except Exception:
+                # One lease must not stop the pass over the others.
+                LOG.exception('Elastic resizing of lease %s failed',
+                              ref.uuid)
+                continue
+            if future is not None:
+                started.append(future)
+        return started
+
+    def consider(self, context, ref, now=None):
+        """Predict for one lease (``ref``: an elastic_lease_refs row) and
+        start its resize in a worker; the worker's future, or None."""
+        task = lease_task.try_acquire(context, ref.id, self.host,
+                                      listed=ref)
+        if task is None:
+            return None
+        with task:
+            lease = task.lease
+            if lease.status != states.BOUND or not lease.elastic or \
+                    lease.host is None:
+                return None
+            decision = self.decide(context, task, now=now)
+            if decision is None:
+                return None
+            task.spawn_after(self.manager.spawn, self.resize, context,
+                             lease.id, decision)
+        return task.future
+
+    def decide(self, context, task, now=None):
+        """The Decision for the task's lease, or None to leave it. Keeps
+        the start of a low prediction (elastic_low_since) up to date."""
+        lease = task.lease
+        policy = lease.elastic
+        now = now or utils.utcnow()
+        interval = CONF.elastic.sample_interval
+        window = int(policy['observation_window'])
+        steps = max(2, window // interval)
+        start = now - datetime.timedelta(seconds=steps * interval)
+        rows = db_api.usage_list(context, lease.id, since=start)
+        if len(rows) < CONF.elastic.min_samples:
+            LOG.debug('Lease %(lease)s has %(n)d usage samples in its '
+                      'observation window; leaving it at its size',
+                      {'lease': lease.uuid, 'n': len(rows)})
+            return None
+        horizon = max(1, int(policy['prediction_window']) // interval)
+        step = lease.memory_pool.step_size or 1
+        predictor = ar.Predictor(
+            order=CONF.elastic.model_order, observation=steps,
+            horizon=horizon, headroom=float(policy.get('headroom', 0)),
+            quantum=step, floor=int(policy['min_mb']),
+            ceiling=int(policy['max_mb']))
+        try:
+            prediction = predictor.predict(usage_grid(rows, start, interval,
+                                                      steps))
+        except ar.NotEnoughHistory:
+            return None
+        size = int(lease.memory_mb)
+        target = prediction.provision
+        decision = Decision(
+            kind=GROW if target > size else SHRINK, size_mb=size,
+            target_mb=target, peak_mb=prediction.peak,
+            order=prediction.order, samples=len(rows),
+            prediction_window=int(policy['prediction_window']),
+            headroom=float(policy.get('headroom', 0)))
+        if target > size:
+            if lease.elastic_low_since is not None:
+                task.update({'elastic_low_since': None})
+            return decision
+        if target == size:
+            if lease.elastic_low_since is not None:
+                task.update({'elastic_low_since': None})
+            return None
+        # Low: revoking is rare, only after the prediction stayed low.
+        since = lease.elastic_low_since
+        if since is None:
+            task.update({'elastic_low_since': now})
+            return None
+        if (now - since).total_seconds() < CONF.elastic.shrink_hysteresis:
+            return None
+        return decision
+
+    # ------------------------------------------------------------ resize
+
+    def resize(self, context, lease_id, decision):
+        """Grow or shrink (in the worker holding the lease's
+        reservation); the lease's memory_mb afterwards."""
+        db_api.action_start(context, lease_id, ACTION,
+                            message=decision.describe())
+        started = time.monotonic()
+        try:
+            if decision.kind == GROW:
+                message = self._grow(context, lease_id, decision)
+            else:
+                message = self._shrink(context, lease_id, decision)
+        except Exception as exc:
+            LOG.exception('Resizing lease %s failed', lease_id)
+            message = ('%s Kept at %d MiB: the resize failed because of an '
+                       'internal error (%s); see the conductor log.' % (
+                           decision.describe(), decision.size_mb,
+                           type(exc).__name__))
+        failed = message is not None
+        db_api.action_finish(
+            context, lease_id, ACTION, 'error' if failed else 'success',
+            message=message or '%s Done in %.1f s.' % (
+                decision.describe(), time.monotonic() - started))
+        lease = db_api.lease_get_by_id(context, lease_id)
+        if not failed:
+            db_api.lease_update(context, lease_id,
+                                {'elastic_low_since': None})
+        return lease.memory_mb
+
+    def _kept(self, decision, why):
+        return '%s Kept at %d MiB: %s' % (decision.describe(),
+                                          decision.size_mb, why)
+
+    def _grow(self, context, lease_id, decision):
+        """None when grown, else the message of a refused grow."""
+        try:
+            new = allocator.grow_memory(context, lease_id,
+                                        decision.amount_mb)
+        except exception.InsufficientCapacity as exc:
+            LOG.warning('Elastic lease %(lease)s stays at %(size)d MiB: '
+                        '%(why)s', {'lease': lease_id,
+                                    'size': decision.size_mb,
+                                    'why': exc.message})
+            return self._kept(decision, exc.message + '.')
+        try:
+            placement_claims.update_claim(lease_id)
+        except Exception as exc:
+            LOG.warning('Placement refused to grow the allocation of lease '
+                        '%(lease)s: %(err)s', {'lease': lease_id,
+                                               'err': exc})
+            allocator.shrink_memory(context, lease_id, new)
+            self._rewrite_placement(lease_id)
+            return self._kept(decision, 'Placement has no room for more on '
+                                        'the lease\'s pool.')
+        lease = db_api.lease_get_by_id(context, lease_id)
+        extents = [e for e in lease.extents if e.uuid in set(new)]
+        host = lease.host
+        try:
+            portals = {e.uuid: self.flows._export(context, lease, e, host)
+                       for e in extents}
+            lease = db_api.lease_get_by_id(context, lease_id)
+            extents = [e for e in lease.extents if e.uuid in set(new)]
+            views = [lease_flows.extent_view(lease, e,
+                                             portal=portals.get(e.uuid),
+                                             credentials=True)
+                     for e in extents]
+            attached = self.flows._call_agent(
+                context, host.name,
+                'attaching %d more MiB on host %s' % (decision.amount_mb,
+                                                      host.name),
+                'attach_memory', lease_flows.lease_view(lease), views,
+                lease.attach_mode, lease.instance_uuid) or {}
+        except lease_flows.StepFailed as exc:
+            problems = self._undo_grow(context, lease_id, new)
+            why = '%s.' % exc.message
+            if problems:
+                why += (' Not all of the new extents could be taken back '
+                        '(%s); the lease holds them until it is deleted.'
+                        % '; '.join(problems))
+            return self._kept(decision, why)
+        self._record_attached(context, lease, attached, add=True)
+        return None
+
+    def _undo_grow(self, context, lease_id, new):
+        """Take back extents of a failed grow; what could not be undone.
+        The agent is asked to detach them first: a call that timed out may
+        still have attached them."""
+        lease = db_api.lease_get_by_id(context, lease_id)
+        extents = [e for e in lease.extents if e.uuid in set(new)]
+        problems = []
+        host = lease.host
+        if host is not None:
+            try:
+                self.flows._call_agent(
+                    context, host.name,
+                    'detaching the new extents on host %s' % host.name,
+                    'detach_memory', lease_flows.lease_view(lease),
+                    [lease_flows.extent_view(lease, e) for e in extents],
+                    lease.attach_mode, lease.instance_uuid)
+            except lease_flows.StepFailed as exc:
+                # Whatever the agent did not attach is unexported below,
+                # which cuts it off anyway.
+                LOG.warning('Lease %(lease)s: %(err)s', {
+                    'lease': lease.uuid, 'err': exc.message})
+        given_back = self._release_extents(context, lease, extents, problems)
+        if given_back:
+            allocator.shrink_memory(context, lease_id, given_back)
+            self._rewrite_placement(lease_id)
+        return problems
+
+    def _release_extents(self, context, lease, extents, problems):
+        """Unexport and scrub ``extents``; the uuids of those done (the
+        others stay with the lease, marked, for its delete to finish)."""
+        done = []
+        for extent in extents:
+            node = extent.memory_node.name
+            try:
+                if (extent.export_state == states.EXTENT_EXPORTED or
+                        extent.chap_username):
+                    self.flows._call_agent(
+                        context, node,
+                        'unexporting extent %d on memory node %s' % (
+                            extent.index, node),
+                        'unexport_extent',
+                        lease_flows.extent_view(lease, extent))
+                    db_api.extent_update(context, extent.id,
+                                         lease_flows.CLEAR_EXPORT)
+                    self.flows._call_agent(
+                        context, node,
+                        'scrubbing extent %d on memory node %s' % (
+                            extent.index, node),
+                        'scrub_extent',
+                        lease_flows.extent_view(lease, extent))
+                    db_api.extent_update(
+                        context, extent.id,
+                        dict(lease_flows.CLEAR_EXPORT,
+                             export_state=states.EXTENT_SCRUBBED))
+            except lease_flows.StepFailed as exc:
+                problems.append(exc.message)
+                continue
+            done.append(extent.uuid)
+        return done
+
+    def _rewrite_placement(self, lease_id):
+        try:
+            placement_claims.update_claim(lease_id)
+        except Exception as exc:
+            # The periodic Placement pass makes it match the database.
+            LOG.warning('Could not update the Placement allocation of '
+                        'lease %(lease)s (%(err)s); the periodic Placement '
+                        'pass will.', {'lease': lease_id, 'err': exc})
+
+    def _shrink(self, context, lease_id, decision):
+        """None when shrunk, else the message of a refused shrink."""
+        lease = db_api.lease_get_by_id(context, lease_id)
+        step = lease.memory_pool.step_size or 1
+        count = decision.amount_mb // step
+        # The newest extents go first: the oldest were attached first and
+        # Linux fills swap devices of equal priority round-robin anyway.
+        victims = sorted(lease.extents, key=lambda e: e.index)[-count:]
+        if not count or len(victims) >= len(lease.extents):
+            return self._kept(decision, 'a lease keeps at least one extent.')
+        host = lease.host
+        try:
+            self.flows._call_agent(
+                context, host.name,
+                'detaching %d MiB on host %s' % (decision.amount_mb,
+                                                 host.name),
+                'detach_memory', lease_flows.lease_view(lease),
+                [lease_flows.extent_view(lease, e) for e in victims],
+                lease.attach_mode, lease.instance_uuid)
+        except lease_flows.StepFailed as exc:
+            return self._kept(decision, '%s.' % exc.message)
+        self._record_attached(context, lease, {e.uuid: None
+                                               for e in victims}, add=False)
+        problems = []
+        given_back = self._release_extents(context, lease, victims, problems)
+        if given_back:
+            allocator.shrink_memory(context, lease_id, given_back)
+            self._rewrite_placement(lease_id)
+        if problems:
+            return ('%s Detached, but %d extent(s) could not be unexported '
+                    'or scrubbed (%s); the lease holds them until that is '
+                    'done by its delete.' % (
+                        decision.describe(), len(victims) - len(given_back),
+                        '; '.join(problems)))
+        return None
+
+    @staticmethod
+    def _record_attached(context, lease, extents, add):
+        """Add (or drop) ``extents`` ({uuid: host-side facts}) in the
+        details of the lease's live attachment on its host."""
+        for row in db_api.attachment_list(
+                context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
+            if row.host_id != lease.host_id:
+                continue
+            details = dict(row.details or {})
+            memory = dict(details.get('memory') or {})
+            for uuid, facts in extents.items():
+                if add:
+                    memory[uuid] = facts
+                else:
+                    memory.pop(uuid, None)
+            details['memory'] = memory
+            db_api.attachment_update(context, row.id, {'details': details})
