@@ -87,14 +87,6 @@ class ConductorAPI(object):
         self.client.cast(context, 'sync_pool_placement',
                          pool_uuid=pool_uuid, provider_uuid=provider_uuid)
 
-    def report_lease_usage(self, context, host, samples):
-        """How much of the memory leases bound to ``host`` is in use (a
-        cast from the host's agent): ``samples`` is a list of
-        ``{'lease_uuid': str, 'taken_at': ISO 8601 UTC str, 'used_mb':
-        int, 'size_mb': int}``."""
-        self.client.cast(context, 'report_lease_usage', host=host,
-                         samples=samples)
-
     # The libvirt hook, through the agent of a compute node. The conductor
     # waits up to ``wait`` seconds for the flows it starts; ``rpc_timeout``
     # must be longer than that.
