@@ -110,3 +110,27 @@ def test_shrink_that_does_not_fit_runs_nothing(agent, host, runner):
     assert runner.commands[before:] == []
     assert len(host.swaps) == 2
     assert set(agent.memory_attachments['lease-1']) == {'e1', 'e2'}
+
+
+def test_concurrent_grows_of_one_lease_keep_every_extent(agent, host):
+    """Two attaches of new extents of the same lease at once (a retry of
+    the conductor next to the elastic task): both are recorded, neither
+    overwrites the other."""
+    import threading
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def grow(n):
+        try:
+            barrier.wait(30)
+            agent.attach_memory(None, LEASE, [_extent(n)], 'host')
+        except Exception as exc:  # reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=grow, args=(n,)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert set(agent.memory_attachments['lease-1']) == {'e1', 'e2'}
+    assert len(host.swaps) == 2
