@@ -75,6 +75,7 @@ from composable.agent.compute_node import hostdev
 from composable.agent.compute_node import libvirt_guest
 from composable.agent.compute_node import memory_tuning
 from composable.agent.compute_node import usage as usage_mod
+from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import states
 from composable import conf
@@ -284,6 +285,46 @@ class AgentManager(object):
             return {uuid: (dict(self._memory_leases.get(uuid) or
                                 {'uuid': uuid}), dict(details))
                     for uuid, details in self.memory_attachments.items()}
+
+    def recover_memory_leases(self, conductor):
+        """Learn from the conductor the guest-mode memory leases bound to
+        the running guests of this host that this process did not attach
+        (it restarted; their disks are still plugged), so that their use
+        is reported again. Host-mode leases are learnt at their next
+        attach. The number of leases learnt."""
+        if self.simulate:
+            return 0
+        ctx = composable_context.get_admin_context()
+        learnt = 0
+        for instance in sorted(conductor.instance_leases(ctx, self.host)):
+            domain = self.guest_attacher.domain(instance, missing_ok=True)
+            if domain is None or not domain.isActive():
+                continue
+            for lease in conductor.instance_status(ctx, instance,
+                                                   self.host):
+                if lease.get('status') != states.BOUND or \
+                        lease.get('host') != self.host or \
+                        lease.get('attach_mode') != states.ATTACH_GUEST or \
+                        not lease.get('extents'):
+                    continue
+                with self._lock:
+                    if lease['uuid'] in self.memory_attachments:
+                        continue
+                    self.memory_attachments[lease['uuid']] = {
+                        extent: {'mode': states.ATTACH_GUEST,
+                                 'instance_uuid': instance,
+                                 'recovered': True}
+                        for extent in lease['extents']}
+                    self._memory_leases[lease['uuid']] = {
+                        'uuid': lease['uuid'],
+                        'attach_mode': states.ATTACH_GUEST,
+                        'instance_uuid': instance}
+                learnt += 1
+        if learnt:
+            LOG.info('Learnt %(n)d guest-mode memory lease(s) bound to '
+                     'running guests of %(host)s from the conductor',
+                     {'n': learnt, 'host': self.host})
+        return learnt
 
     def _start_hook_server(self):
         server = hook_server_mod.HookServer(self)

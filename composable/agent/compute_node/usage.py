@@ -31,6 +31,11 @@ seconds: a guest that does not answer in time (hung, no agent) is left
 out of that report, with a warning, and not asked again while its
 question is still open, so one guest never holds up the others.
 
+An agent that restarts has its guests' disks still plugged but no
+record of them: before its first report it asks the conductor which
+guest-mode leases are bound to the running guests of its host, and
+reports them as before.
+
 A sample: ``{'lease_uuid', 'taken_at' (ISO 8601, UTC), 'used_mb',
 'size_mb'}``; ``size_mb`` is what the kernel has as swap on the lease's
 extents (a swap area's size plus its header page).
@@ -106,6 +111,7 @@ class UsageSampler(object):
         self._stopping = threading.Event()
         self._thread = None
         self.reports = 0
+        self.recovered = False
 
     @property
     def conductor(self):
@@ -137,11 +143,28 @@ class UsageSampler(object):
 
     def _loop(self):
         while not self._stopping.wait(self.interval):
+            if not self.recovered:
+                self.recover()
             try:
                 self.report()
             except Exception:
                 LOG.exception('Could not report the use of leased memory '
                               'on %s', self.agent.host)
+
+    def recover(self):
+        """After a restart, learn the guest-mode leases attached before
+        it (AgentManager.recover_memory_leases); tried again at the next
+        report while the conductor cannot be asked."""
+        try:
+            self.agent.recover_memory_leases(self.conductor)
+        except Exception as exc:
+            LOG.warning('Could not ask the conductor which memory leases '
+                        'are bound to the guests of %(host)s (%(exc)s); '
+                        'asking again at the next report',
+                        {'host': self.agent.host, 'exc': exc})
+            return False
+        self.recovered = True
+        return True
 
     # ---------------------------------------------------------- samples
 

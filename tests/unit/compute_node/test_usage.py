@@ -242,3 +242,61 @@ def test_the_loop_reports_every_interval(agent, host):
     assert len(conductor.casts) >= 2
     taken_at = conductor.casts[0][1][0]['taken_at']
     assert taken_at.endswith('Z') and 'T' in taken_at
+
+
+class _BindingConductor(RecordingConductor):
+    """What the conductor knows of the leases of this host's guests."""
+
+    def __init__(self, mapping, status, fail=0):
+        super().__init__()
+        self.mapping = mapping
+        self.status = status
+        self.fail = fail
+
+    def instance_leases(self, context, host):
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError('MessagingTimeout')
+        return self.mapping
+
+    def instance_status(self, context, instance_uuid, host=None):
+        return self.status.get(instance_uuid, [])
+
+
+def test_a_restarted_agent_reports_the_guest_leases_again(agent, host,
+                                                          conn):
+    instance, gone = str(uuid.uuid4()), str(uuid.uuid4())
+    extent = _extent(1)
+    _attach_guest(agent, conn, instance, 'lease-g', extent)
+    conn.domains[instance].agent.used_kb[
+        libvirt_guest.disk_serial(extent['uuid'])] = 4 * 1024
+    # The agent restarts: the disk is still in the guest, the record gone.
+    restarted = manager.AgentManager('compute-0', ['compute_node'],
+                                     guest_attacher=agent.guest_attacher,
+                                     host_swap=agent.host_swap)
+    summary = {'uuid': 'lease-g', 'status': 'bound', 'host': 'compute-0',
+               'attach_mode': 'guest', 'instance_uuid': instance,
+               'extents': [extent['uuid']]}
+    conductor = _BindingConductor(
+        {instance: ['lease-g', 'lease-other'], gone: ['lease-gone']},
+        {instance: [summary,
+                    dict(summary, uuid='lease-other', host='compute-9')],
+         gone: [dict(summary, uuid='lease-gone', instance_uuid=gone)]},
+        fail=1)
+    sampler = usage.UsageSampler(restarted, conductor=conductor, interval=1,
+                                 timeout=5, proc_swaps=host.proc_swaps,
+                                 clock=lambda: NOW)
+
+    # The conductor does not answer at first: asked again next time.
+    assert sampler.recover() is False
+    assert sampler.recover() is True
+
+    # Only the lease bound here, of a guest running here.
+    assert list(restarted.memory_attachments) == ['lease-g']
+    assert sampler.report() == [{'lease_uuid': 'lease-g', 'taken_at': NOW,
+                                 'used_mb': 4, 'size_mb': 64}]
+    # Its detach works from what was learnt.
+    restarted.detach_memory(None, {'uuid': 'lease-g'}, [extent], 'guest',
+                            instance)
+    assert restarted.memory_attachments == {}
+    assert conn.domains[instance].disk_aliases() == ['virtio-disk0']
