@@ -228,3 +228,23 @@ def test_guest_swaps_parse_rejects_garbage():
         '/dev/vda partition 65532 12 -2\n')
     assert swaps.entry_of('abc') == ('/dev/vda', 'partition', 65532, 12,
                                      -2)
+
+
+def test_a_swapon_that_never_ends_keeps_the_disk(conn, domain):
+    """The guest may still turn the disk into swap after the time-out:
+    while it does not answer, the disk is not pulled from under it. The
+    conductor's detach of the failed grow takes it once the guest
+    answers."""
+    attacher = libvirt_guest.GuestMemoryAttacher(
+        uri='qemu:///system', connect=lambda uri: conn, attach_timeout=0.3,
+        detach_timeout=5, poll_interval=0.01)
+    domain.agent.running_polls = 10 ** 6  # the guest never finishes
+    extent = _extent(1)
+    with pytest.raises(exception.DriverTimeout) as raised:
+        attacher.attach(INSTANCE, [extent], INITIATOR)
+    assert 'swapon in the guest' in str(raised.value)
+    assert libvirt_guest.disk_alias(extent['uuid']) in domain.disk_aliases()
+    domain.agent.running_polls = 0
+    attacher.detach(INSTANCE, [extent])
+    assert domain.disk_aliases() == ['virtio-disk0']
+    assert conn.secrets == {}
