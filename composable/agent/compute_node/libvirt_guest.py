@@ -41,6 +41,17 @@ host's kernel initiator is not involved.
   disk and fails the detach with what to do, ``best_effort`` unplugs
   anyway, ``disabled`` never asks. A swapoff the guest refuses always
   keeps the disk.
+- Before that swapoff, the guest's swap and MemAvailable are read the same
+  way (GUEST_SWAPS_SCRIPT), and the whole detach is refused, nothing
+  changed, when the pages on the disks would not fit back into the
+  guest's memory (GuestSwapoffWouldNotFit). A detach of some of a lease's
+  disks (a shrink) touches only those.
+- After a hot-plug, the guest agent makes the new disk swap
+  (GUEST_SWAPON_SCRIPT: mkswap + swapon, unless it is swap already);
+  ``[compute_node] guest_swapon`` says what happens without an agent. An
+  attach of more extents of a lease (a grow) plugs only the new ones.
+- guest_swaps() reads a guest's swap for the usage reports
+  (composable.agent.compute_node.usage).
 """
 
 import base64
