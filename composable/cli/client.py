@@ -139,12 +139,24 @@ class Client(object):
                 url += ('&' if '?' in url else '?') + query
         return url
 
-    def request(self, method, path, params=None, body=None):
-        """Send a request; return the decoded JSON body (or None)."""
+    def at_least(self, version):
+        """The configured API version, or ``version`` when that is newer:
+        what a call that needs ``version`` sends."""
+        def parts(value):
+            return tuple(int(p) for p in value.split('.'))
+        if parts(str(self.api_version)) >= parts(version):
+            return self.api_version
+        return version
+
+    def request(self, method, path, params=None, body=None, version=None):
+        """Send a request; return the decoded JSON body (or None).
+        ``version``: the API version to ask for instead of the
+        configured one."""
         url = self._url(path, params)
         headers = {
             'Accept': 'application/json',
-            VERSION_HEADER: '%s %s' % (SERVICE_TYPE, self.api_version),
+            VERSION_HEADER: '%s %s' % (SERVICE_TYPE,
+                                       version or self.api_version),
         }
         kwargs = {'headers': headers, 'raise_exc': False}
         if body is not None:
@@ -170,12 +182,12 @@ class Client(object):
                 'The composable API returned a response that is not JSON '
                 '(HTTP %s from %s %s)' % (response.status_code, method, url))
 
-    def get(self, path, params=None):
-        return self.request('GET', path, params=params)
+    def get(self, path, params=None, version=None):
+        return self.request('GET', path, params=params, version=version)
 
-    def post(self, path, body=None):
+    def post(self, path, body=None, version=None):
         return self.request('POST', path, body=body if body is not None
-                            else {})
+                            else {}, version=version)
 
     def patch(self, path, body):
         return self.request('PATCH', path, body=body)
@@ -275,3 +287,47 @@ class LeaseManager(Manager):
     def actions(self, ident):
         body = self.client.get(self.path(ident, 'actions')) or {}
         return body.get('actions') or []
+
+    #: API versions of the usage history and of elastic leases.
+    USAGE_VERSION = '1.1'
+    ELASTIC_VERSION = '1.2'
+
+    def create(self, **fields):
+        # Elastic leases exist from 1.2 on: ask for it when needed.
+        version = (self.client.at_least(self.ELASTIC_VERSION)
+                   if fields.get('elastic') else None)
+        return self.client.post(self.collection, fields, version=version)
+
+    def get(self, ident):
+        # Newest of the configured version and 1.2, so that a lease's
+        # elastic policy is shown.
+        return self.client.get(self.path(ident), version=self.client.at_least(
+            self.ELASTIC_VERSION))
+
+    def usage(self, ident, since=None, limit=None):
+        """The lease's usage samples, oldest first (every page, or the
+        first ``limit`` samples)."""
+        version = self.client.at_least(self.USAGE_VERSION)
+        params = {'since': since}
+        samples = []
+        seen = set()
+        while True:
+            query = dict(params)
+            if limit:
+                query['limit'] = limit - len(samples)
+            body = self.client.get(self.path(ident, 'usage'), params=query,
+                                   version=version) or {}
+            page = body.get('usage') or []
+            samples.extend(page)
+            if limit and len(samples) >= limit:
+                return samples[:limit]
+            following = [link.get('href') for link in body.get('links') or []
+                         if link.get('rel') == 'next']
+            if not following or not page:
+                return samples
+            marker = dict(parse.parse_qsl(
+                parse.urlsplit(following[0]).query)).get('marker')
+            if not marker or marker in seen:
+                return samples
+            seen.add(marker)
+            params['marker'] = marker

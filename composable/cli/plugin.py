@@ -28,6 +28,8 @@ CLIENT_CLASS = 'composable.cli.client.Client'
 API_VERSIONS = {
     '1': CLIENT_CLASS,
     '1.0': CLIENT_CLASS,
+    '1.1': CLIENT_CLASS,
+    '1.2': CLIENT_CLASS,
 }
 
 _VERSION_RE = re.compile(r'^1(\.\d+)?$')

@@ -28,6 +28,7 @@ LONG_COLUMNS = ['project_id', 'user_id', 'attach_mode', 'instance_uuid',
                 'start_at', 'fault', 'created_at', 'updated_at']
 SHOW_FIRST = ('uuid', 'name', 'status', 'fault', 'memory_mb',
               'device_count', 'device_kind')
+USAGE_COLUMNS = ['taken_at', 'used_mb', 'size_mb']
 ACTION_COLUMNS = ['action', 'request_id', 'user_id', 'project_id',
                   'start_time', 'finish_time', 'result', 'message']
 
@@ -92,10 +93,63 @@ class CreateLease(base.CreateCommand):
             help='When the lease ends (ISO 8601; no offset means UTC)')
         parser.add_argument('--description', metavar='<description>',
                             help='Description')
+        elastic = parser.add_argument_group(
+            'elastic memory leases',
+            'The lease grows and shrinks with its use, predicted from its '
+            'usage over the observation window, within --elastic-min and '
+            '--elastic-max (API 1.2). --memory is the size it starts at.')
+        elastic.add_argument(
+            '--elastic-min', metavar='<size>', type=utils.size_type(),
+            help='Smallest size (%s); makes the lease elastic' %
+                 utils.SIZE_HELP)
+        elastic.add_argument(
+            '--elastic-max', metavar='<size>', type=utils.size_type(),
+            help='Largest size (%s)' % utils.SIZE_HELP)
+        elastic.add_argument(
+            '--observation-window', metavar='<seconds>',
+            type=utils.positive_int, default=300,
+            help='Seconds of usage the prediction is fitted to (default '
+                 '300)')
+        elastic.add_argument(
+            '--prediction-window', metavar='<seconds>',
+            type=utils.positive_int, default=60,
+            help='Seconds ahead whose peak is provisioned for (default '
+                 '60)')
+        elastic.add_argument(
+            '--headroom', metavar='<fraction>', type=float,
+            help='Fraction of the predicted peak added on top (default '
+                 '0.2)')
         return parser
+
+    @staticmethod
+    def elastic(parsed_args):
+        low, high = parsed_args.elastic_min, parsed_args.elastic_max
+        if low is None and high is None:
+            if parsed_args.headroom is not None:
+                raise exceptions.CommandError(
+                    '--headroom is for elastic leases: give --elastic-min '
+                    'and --elastic-max')
+            return None
+        if low is None or high is None:
+            raise exceptions.CommandError(
+                'An elastic lease needs both --elastic-min and '
+                '--elastic-max')
+        if parsed_args.memory is None:
+            raise exceptions.CommandError(
+                'An elastic lease leases memory: give --memory (the size it '
+                'starts at)')
+        policy = {'min_mb': low, 'max_mb': high,
+                  'observation_window': parsed_args.observation_window,
+                  'prediction_window': parsed_args.prediction_window}
+        if parsed_args.headroom is not None:
+            policy['headroom'] = parsed_args.headroom
+        return policy
 
     def fields(self, parsed_args):
         fields = {'name': parsed_args.name}
+        elastic = self.elastic(parsed_args)
+        if elastic is not None:
+            fields['elastic'] = elastic
         if parsed_args.memory is not None:
             fields['memory_mb'] = parsed_args.memory
         count = parsed_args.device_count
@@ -260,3 +314,27 @@ class ListLeaseAction(command.Lister):
     def take_action(self, parsed_args):
         return utils.table(LEASE.manager(self.app).actions(parsed_args.lease),
                            ACTION_COLUMNS)
+
+
+class ShowLeaseUsage(command.Lister):
+    """Show the usage history of a memory lease: how much of it held pages,
+    as its host reported it (API 1.1)."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        LEASE.add_ident(parser)
+        parser.add_argument(
+            '--since', metavar='<time>', type=utils.time_type,
+            help='Only samples taken at or after this time (ISO 8601; no '
+                 'offset means UTC)')
+        parser.add_argument(
+            '--limit', metavar='<count>', type=utils.positive_int,
+            help='At most this many samples (the oldest first)')
+        return parser
+
+    def take_action(self, parsed_args):
+        return utils.table(
+            LEASE.manager(self.app).usage(parsed_args.lease,
+                                          since=parsed_args.since,
+                                          limit=parsed_args.limit),
+            USAGE_COLUMNS)

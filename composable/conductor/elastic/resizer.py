@@ -95,18 +95,59 @@ class Decision:
                                     self.headroom * 100))
 
 
-def usage_grid(rows, start, interval, steps):
+def usage_grid(rows, end, interval, steps):
     """The ``used_mb`` of ``rows`` (samples, oldest first) on a grid of
-    ``steps`` steps of ``interval`` seconds from ``start``; NaN where a
-    step has no sample (the predictor fills such gaps). The newest sample
-    of a step counts."""
+    ``steps`` steps of ``interval`` seconds ending at ``end`` (the last
+    step holds the samples of the last ``interval`` seconds up to
+    ``end``); NaN where a step has no sample (the predictor fills such
+    gaps). The newest sample of a step counts."""
     grid = np.full(steps, np.nan)
     for row in rows:
-        offset = (row.taken_at - start).total_seconds()
-        step = int(offset // interval)
+        age = (end - row.taken_at).total_seconds()
+        if age < 0:
+            continue
+        step = steps - 1 - int(age // interval)
         if 0 <= step < steps:
             grid[step] = float(row.used_mb)
     return grid
+
+
+# Marks in the details of the lease's live attachment, written before a
+# resize touches anything outside the database and removed when it ends:
+# a conductor that dies in between leaves them for the next pass, which
+# rolls an interrupted grow back and finishes an interrupted shrink.
+PENDING_GROW = 'elastic_grow'
+PENDING_SHRINK = 'elastic_shrink'
+
+
+def _live_attachment(context, lease):
+    for row in db_api.attachment_list(
+            context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
+        if row.host_id == lease.host_id:
+            return row
+    return None
+
+
+def _pending(context, lease):
+    """{PENDING_GROW: [extent uuids], PENDING_SHRINK: [...]} left by an
+    interrupted resize of ``lease``; empty when none."""
+    row = _live_attachment(context, lease)
+    details = (row.details or {}) if row is not None else {}
+    return {key: details[key] for key in (PENDING_GROW, PENDING_SHRINK)
+            if details.get(key)}
+
+
+def _mark(context, lease, key, uuids):
+    """Set (or with ``uuids`` None, clear) a pending mark."""
+    row = _live_attachment(context, lease)
+    if row is None:
+        return
+    details = dict(row.details or {})
+    if uuids:
+        details[key] = sorted(uuids)
+    else:
+        details.pop(key, None)
+    db_api.attachment_update(context, row.id, {'details': details})
 
 
 class ElasticResizer(object):
@@ -152,11 +193,17 @@ class ElasticResizer(object):
             if lease.status != states.BOUND or not lease.elastic or \
                     lease.host is None:
                 return None
-            decision = self.decide(context, task, now=now)
-            if decision is None:
-                return None
-            task.spawn_after(self.manager.spawn, self.resize, context,
-                             lease.id, decision)
+            if _pending(context, lease):
+                # A resize cut short (its conductor died): settle it
+                # before predicting anything.
+                task.spawn_after(self.manager.spawn, self.settle, context,
+                                 lease.id)
+            else:
+                decision = self.decide(context, task, now=now)
+                if decision is None:
+                    return None
+                task.spawn_after(self.manager.spawn, self.resize, context,
+                                 lease.id, decision)
         return task.future
 
     def decide(self, context, task, now=None):
@@ -169,7 +216,9 @@ class ElasticResizer(object):
         window = int(policy['observation_window'])
         steps = max(2, window // interval)
         start = now - datetime.timedelta(seconds=steps * interval)
-        rows = db_api.usage_list(context, lease.id, since=start)
+        rows = [row for row in db_api.usage_list(context, lease.id,
+                                                 since=start)
+                if row.taken_at <= now]
         if len(rows) < CONF.elastic.min_samples:
             LOG.debug('Lease %(lease)s has %(n)d usage samples in its '
                       'observation window; leaving it at its size',
@@ -183,7 +232,7 @@ class ElasticResizer(object):
             quantum=step, floor=int(policy['min_mb']),
             ceiling=int(policy['max_mb']))
         try:
-            prediction = predictor.predict(usage_grid(rows, start, interval,
+            prediction = predictor.predict(usage_grid(rows, now, interval,
                                                       steps))
         except ar.NotEnoughHistory:
             return None
@@ -211,6 +260,53 @@ class ElasticResizer(object):
         if (now - since).total_seconds() < CONF.elastic.shrink_hysteresis:
             return None
         return decision
+
+    def settle(self, context, lease_id):
+        """Finish what an interrupted resize left (in the worker holding
+        the lease's reservation): a grow is rolled back (its extents may
+        not have reached the host), a shrink is completed (its extents
+        may already be detached)."""
+        lease = db_api.lease_get_by_id(context, lease_id)
+        pending = _pending(context, lease)
+        grow = pending.get(PENDING_GROW) or []
+        shrink = pending.get(PENDING_SHRINK) or []
+        db_api.action_start(
+            context, lease_id, ACTION,
+            message='Settling a resize interrupted by a conductor that '
+                    'stopped: %s.' % ', '.join(
+                        what for what in (
+                            'taking back %d extent(s) of a grow' % len(grow)
+                            if grow else '',
+                            'finishing the release of %d extent(s) of a '
+                            'shrink' % len(shrink) if shrink else '')
+                        if what))
+        problems = []
+        if grow:
+            problems += self._undo_grow(context, lease_id, grow)
+            _mark(context, lease, PENDING_GROW, None)
+        if shrink:
+            victims = [e for e in lease.extents if e.uuid in set(shrink)]
+            try:
+                self.flows._call_agent(
+                    context, lease.host.name,
+                    'detaching %d extent(s) on host %s' % (
+                        len(victims), lease.host.name),
+                    'detach_memory', lease_flows.lease_view(lease),
+                    [lease_flows.extent_view(lease, e) for e in victims],
+                    lease.attach_mode, lease.instance_uuid)
+            except lease_flows.StepFailed as exc:
+                problems.append(exc.message)
+                if not exc.unreachable:
+                    # The host keeps using them: the shrink is off.
+                    _mark(context, lease, PENDING_SHRINK, None)
+            else:
+                problems += self._finish_shrink(context, lease_id, shrink)
+        db_api.action_finish(
+            context, lease_id, ACTION, 'error' if problems else 'success',
+            message=('Not all of it could be settled (%s); the lease holds '
+                     'those extents until it is deleted.' %
+                     '; '.join(problems)) if problems else None)
+        return db_api.lease_get_by_id(context, lease_id).memory_mb
 
     # ------------------------------------------------------------ resize
 
@@ -268,6 +364,7 @@ class ElasticResizer(object):
             return self._kept(decision, 'Placement has no room for more on '
                                         'the lease\'s pool.')
         lease = db_api.lease_get_by_id(context, lease_id)
+        _mark(context, lease, PENDING_GROW, new)
         extents = [e for e in lease.extents if e.uuid in set(new)]
         host = lease.host
         try:
@@ -287,13 +384,15 @@ class ElasticResizer(object):
                 lease.attach_mode, lease.instance_uuid) or {}
         except lease_flows.StepFailed as exc:
             problems = self._undo_grow(context, lease_id, new)
+            _mark(context, lease, PENDING_GROW, None)
             why = '%s.' % exc.message
             if problems:
                 why += (' Not all of the new extents could be taken back '
                         '(%s); the lease holds them until it is deleted.'
                         % '; '.join(problems))
             return self._kept(decision, why)
-        self._record_attached(context, lease, attached, add=True)
+        self._record_attached(context, lease, attached, add=True,
+                              clear=PENDING_GROW)
         return None
 
     def _undo_grow(self, context, lease_id, new):
@@ -376,6 +475,7 @@ class ElasticResizer(object):
         if not count or len(victims) >= len(lease.extents):
             return self._kept(decision, 'a lease keeps at least one extent.')
         host = lease.host
+        _mark(context, lease, PENDING_SHRINK, [e.uuid for e in victims])
         try:
             self.flows._call_agent(
                 context, host.name,
@@ -385,7 +485,29 @@ class ElasticResizer(object):
                 [lease_flows.extent_view(lease, e) for e in victims],
                 lease.attach_mode, lease.instance_uuid)
         except lease_flows.StepFailed as exc:
+            if exc.unreachable:
+                # It may have let them go all the same: the next pass
+                # asks again (settle) before anything else.
+                return self._kept(decision, '%s; asked again on the next '
+                                            'pass.' % exc.message)
+            # Refused (their pages do not fit back in the host's
+            # memory): the extents stay, attached as they were.
+            _mark(context, lease, PENDING_SHRINK, None)
             return self._kept(decision, '%s.' % exc.message)
+        problems = self._finish_shrink(context, lease_id,
+                                       [e.uuid for e in victims])
+        if problems:
+            return ('%s Detached, but not every extent could be unexported '
+                    'or scrubbed (%s); the lease holds those until its '
+                    'delete finishes them.' % (decision.describe(),
+                                               '; '.join(problems)))
+        return None
+
+    def _finish_shrink(self, context, lease_id, uuids):
+        """Unexport, scrub and give back extents the host let go of;
+        what could not be done."""
+        lease = db_api.lease_get_by_id(context, lease_id)
+        victims = [e for e in lease.extents if e.uuid in set(uuids)]
         self._record_attached(context, lease, {e.uuid: None
                                                for e in victims}, add=False)
         problems = []
@@ -393,18 +515,14 @@ class ElasticResizer(object):
         if given_back:
             allocator.shrink_memory(context, lease_id, given_back)
             self._rewrite_placement(lease_id)
-        if problems:
-            return ('%s Detached, but %d extent(s) could not be unexported '
-                    'or scrubbed (%s); the lease holds them until that is '
-                    'done by its delete.' % (
-                        decision.describe(), len(victims) - len(given_back),
-                        '; '.join(problems)))
-        return None
+        _mark(context, lease, PENDING_SHRINK, None)
+        return problems
 
     @staticmethod
-    def _record_attached(context, lease, extents, add):
+    def _record_attached(context, lease, extents, add, clear=None):
         """Add (or drop) ``extents`` ({uuid: host-side facts}) in the
-        details of the lease's live attachment on its host."""
+        details of the lease's live attachment on its host; ``clear``: a
+        pending mark removed in the same write."""
         for row in db_api.attachment_list(
                 context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
             if row.host_id != lease.host_id:
@@ -417,4 +535,6 @@ class ElasticResizer(object):
                 else:
                     memory.pop(uuid, None)
             details['memory'] = memory
+            if clear:
+                details.pop(clear, None)
             db_api.attachment_update(context, row.id, {'details': details})

@@ -20,6 +20,7 @@ exactly as ``openstack --os-auth-type none --os-endpoint URL composable
 ...`` would.
 """
 
+import datetime
 import importlib
 import os
 import shutil
@@ -409,3 +410,53 @@ def test_gpu_lease_and_errors(service, inventory):
     for uuid in (lease['uuid'], big['uuid']):
         assert _wait_for_status(service, uuid, ('released',))[
             'status'] == 'released'
+
+
+@needs_conductor
+@needs_agents
+def test_elastic_lease_and_its_usage(service, inventory, agents):
+    from composable.common import utils as common_utils
+    from composable.conductor import rpcapi
+
+    err = cli_fails(service, 'lease', 'create', 'half', '--memory', '1GiB',
+                    '--elastic-min', '1GiB')
+    assert 'needs both --elastic-min and --elastic-max' in err
+    err = cli_fails(service, 'lease', 'create', 'wide', '--memory', '1GiB',
+                    '--elastic-min', '2GiB', '--elastic-max', '4GiB')
+    assert 'an elastic lease starts within [min_mb, max_mb]' in err
+    assert '(HTTP 400)' in err
+
+    lease = cli(service, 'lease', 'create', 'el', '--memory', '1GiB',
+                '--elastic-min', '1GiB', '--elastic-max', '4GiB',
+                '--observation-window', '120', '--headroom', '0.5')
+    assert lease['elastic'] == {'min_mb': 1024, 'max_mb': 4096,
+                                'observation_window': 120,
+                                'prediction_window': 60, 'headroom': 0.5}
+    assert cli(service, 'lease', 'show', 'el')['elastic'] == \
+        lease['elastic']
+    cli(service, 'lease', 'bind', 'el', '--host', 'compute-1')
+    bound = _wait_for_status(service, 'el', ('bound', 'bind_failed'))
+    assert bound['status'] == 'bound', bound['fault']
+
+    assert cli(service, 'lease', 'usage', 'show', 'el') == []
+    now = common_utils.utcnow()
+    rpcapi.ConductorAPI().report_lease_usage(_admin_context(), 'compute-1', [
+        {'lease_uuid': lease['uuid'], 'used_mb': used, 'size_mb': 1024,
+         'taken_at': common_utils.isotime(now - datetime.timedelta(
+             seconds=30 - 10 * i))}
+        for i, used in enumerate((100, 200, 300))])
+    deadline = time.time() + 30
+    while len(cli(service, 'lease', 'usage', 'show', 'el')) < 3:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    usage = cli(service, 'lease', 'usage', 'show', 'el')
+    assert [row['used_mb'] for row in usage] == [100, 200, 300]
+    assert list(usage[0]) == ['taken_at', 'used_mb', 'size_mb']
+    assert [row['used_mb'] for row in cli(
+        service, 'lease', 'usage', 'show', 'el', '--limit', '2')] == [100,
+                                                                      200]
+    code, out, err = fakes.run_openstack(service.url, 'lease', 'delete',
+                                         'el')
+    assert code == 0, err
+    assert _wait_for_status(service, 'el', ('released',))['status'] == \
+        'released'

@@ -113,6 +113,9 @@ class Harness(object):
         CONF.set_override('heartbeat_timeout', 60, 'conductor')
         # The reconciler is run by the tests that want it (Reconciler.run).
         CONF.set_override('reconcile_interval', 0, 'conductor')
+        # Usage pruning and elastic resizing too (ElasticResizer.run).
+        CONF.set_override('prune_interval', 0, 'elastic')
+        CONF.set_override('resize_interval', 0, 'elastic')
         impl_fake.FakeExchangeManager.cleanup()
         fake_fabric.FakeFabricDriver.reset()
         fabric_drivers.reset()
@@ -170,7 +173,9 @@ class Harness(object):
                             ('periodic_interval', 'conductor'),
                             ('heartbeat_interval', 'conductor'),
                             ('heartbeat_timeout', 'conductor'),
-                            ('reconcile_interval', 'conductor')):
+                            ('reconcile_interval', 'conductor'),
+                            ('prune_interval', 'elastic'),
+                            ('resize_interval', 'elastic')):
             CONF.clear_override(name, group)
 
     def inventory(self, node_mb=4096, gpus=2):

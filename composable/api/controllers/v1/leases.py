@@ -476,7 +476,8 @@ def list_actions(request, ident):
 
 
 def _parse_usage_query(request):
-    query = utils.parse_query(request, ('since',), paginate=False)
+    query = utils.parse_query(request, ('since', 'limit', 'marker'),
+                              paginate=False)
     validation.validate(schema.USAGE_QUERY, query)
     since = utils.parse_time('since', query.get('since'))
     limit = int(query['limit']) if 'limit' in query else \
