@@ -212,6 +212,11 @@ def test_elastic_lease_follows_the_workload(dp, guest, shell, leases):
                'Shrinking' in (a.get('message') or '')]
     assert grows and shrinks, messages
     assert 'predicted peak' in grows[0]['message']
+    # For whoever runs it with -s: what the lease went through.
+    print('elastic_guest_lease: min_mb=%d max_size_mb=%d peak_used_mb=%d '
+          'grows=%d shrinks=%d samples=%d' % (
+              MIN_MB, grown, max(s['used_mb'] for s in samples), len(grows),
+              len(shrinks), len(samples)))
 
     # Nothing is left behind.
     extent_uuids = [e['uuid'] for e in bound['extents']]
