@@ -436,8 +436,14 @@ class HookServer(object):
         with self._lock:
             if instance_uuid not in self._preparing:
                 return None
-            self._pending.setdefault(instance_uuid, {})[lease['uuid']] = (
-                lease, extents, initiator_iqn)
+            # A lease that grows while the domain is prepared adds its
+            # new extents to those already waiting.
+            pending = self._pending.setdefault(instance_uuid, {})
+            waiting = pending.get(lease['uuid'], (None, [], None))[1]
+            merged = {e['uuid']: e for e in waiting}
+            merged.update((e['uuid'], e) for e in extents)
+            pending[lease['uuid']] = (lease, list(merged.values()),
+                                      initiator_iqn)
         LOG.info('Instance %(instance)s is starting: %(n)d extent(s) of '
                  'lease %(lease)s are exported to this host and go into '
                  'the guest once it runs',
@@ -484,10 +490,17 @@ class HookServer(object):
         True when the detach is done (the domain is held by its hook, so
         QEMU and its disks are gone, and only the libvirt secrets of the
         extents are removed, which needs no domain)."""
+        gone = {e['uuid'] for e in extents}
         with self._lock:
             pending = self._pending.get(instance_uuid)
-            if pending is not None:
-                pending.pop(lease_uuid, None)
+            if pending is not None and lease_uuid in pending:
+                # A shrink takes some extents away: the others still wait.
+                lease, waiting, initiator = pending[lease_uuid]
+                waiting = [e for e in waiting if e['uuid'] not in gone]
+                if waiting:
+                    pending[lease_uuid] = (lease, waiting, initiator)
+                else:
+                    del pending[lease_uuid]
                 if not pending:
                     del self._pending[instance_uuid]
             busy = instance_uuid in self._busy
@@ -836,7 +849,10 @@ class HookServer(object):
                     if self._stopping.wait(ATTACH_RETRY_DELAY):
                         return
                     continue
-                self.agent.memory_attached(lease_uuid, details)
+                self.agent.memory_attached(
+                    lease_uuid, details,
+                    dict(lease, attach_mode=states.ATTACH_GUEST,
+                         instance_uuid=instance))
                 reason = None
                 break
             if reason is None or self._stopped_since(instance, since):

@@ -30,9 +30,18 @@ memory_node role
 compute_node role
     attach_memory/detach_memory go, by the lease's attach mode, to
     GuestMemoryAttacher (``guest``: the extents are hot-plugged into the
-    libvirt domain whose UUID is ``instance_uuid``) or to HostSwap
-    (``host``: iSCSI login and swap on this host). One of each per
-    process, made when first needed.
+    libvirt domain whose UUID is ``instance_uuid`` and made swap there
+    through its guest agent) or to HostSwap (``host``: iSCSI login and
+    swap on this host). One of each per process, made when first needed.
+    Both act on the extents they are given only: attach_memory with the
+    new extents of a lease attached already grows it (one more swap
+    device, or one more disk), detach_memory with some of its extents
+    shrinks it, and refuses (nothing changed) when the pages on them
+    would not fit back into free memory.
+
+    Every ``[compute_node]usage_report_interval`` seconds the use of
+    each memory lease attached here (swap used on its extents) goes to
+    the conductor (composable.agent.compute_node.usage).
 
     attach_devices/detach_devices go to HostPciDevices
     (composable.agent.compute_node.host_pci): the function the fabric
@@ -65,6 +74,8 @@ from composable.agent import hook_server as hook_server_mod
 from composable.agent.compute_node import hostdev
 from composable.agent.compute_node import libvirt_guest
 from composable.agent.compute_node import memory_tuning
+from composable.agent.compute_node import usage as usage_mod
+from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import states
 from composable import conf
@@ -139,7 +150,12 @@ class AgentManager(object):
         self.hook_server = None
         # What this node has live, by lease uuid; kept so repeated calls
         # answer the same and tests can check nothing is left over.
+        # memory_attachments: {lease uuid: {extent uuid: details}}.
         self.memory_attachments = {}
+        # {lease uuid: {'uuid', 'attach_mode', 'instance_uuid'}} of the
+        # memory leases attached here, for the usage reports.
+        self._memory_leases = {}
+        self._usage = None
         self.device_attachments = {}
 
     # ------------------------------------------------------------ drivers
@@ -225,6 +241,7 @@ class AgentManager(object):
                          {'host': self.host,
                           'iqn': CONF.compute_node.initiator_iqn})
             self._start_devices()
+            self._start_usage()
             if CONF.compute_node.hook_socket:
                 self._start_hook_server()
             else:
@@ -253,6 +270,64 @@ class AgentManager(object):
         self.host_pci.create_configured_vfs()
         self.host_pci.restore()
 
+    def _start_usage(self):
+        """Report how much of each memory lease attached here is in use
+        (composable.agent.compute_node.usage); simulated memory has no
+        use to measure."""
+        if self.simulate:
+            return
+        sampler = usage_mod.UsageSampler(self)
+        if sampler.start():
+            self._usage = sampler
+
+    def memory_leases(self):
+        """{lease uuid: (lease, {extent uuid: details})} of the memory
+        leases attached here: a snapshot."""
+        with self._lock:
+            return {uuid: (dict(self._memory_leases.get(uuid) or
+                                {'uuid': uuid}), dict(details))
+                    for uuid, details in self.memory_attachments.items()}
+
+    def recover_memory_leases(self, conductor):
+        """Learn from the conductor the guest-mode memory leases bound to
+        the running guests of this host that this process did not attach
+        (it restarted; their disks are still plugged), so that their use
+        is reported again. Host-mode leases are learnt at their next
+        attach. The number of leases learnt."""
+        if self.simulate:
+            return 0
+        ctx = composable_context.get_admin_context()
+        learnt = 0
+        for instance in sorted(conductor.instance_leases(ctx, self.host)):
+            domain = self.guest_attacher.domain(instance, missing_ok=True)
+            if domain is None or not domain.isActive():
+                continue
+            for lease in conductor.instance_status(ctx, instance,
+                                                   self.host):
+                if lease.get('status') != states.BOUND or \
+                        lease.get('host') != self.host or \
+                        lease.get('attach_mode') != states.ATTACH_GUEST or \
+                        not lease.get('extents'):
+                    continue
+                with self._lock:
+                    if lease['uuid'] in self.memory_attachments:
+                        continue
+                    self.memory_attachments[lease['uuid']] = {
+                        extent: {'mode': states.ATTACH_GUEST,
+                                 'instance_uuid': instance,
+                                 'recovered': True}
+                        for extent in lease['extents']}
+                    self._memory_leases[lease['uuid']] = {
+                        'uuid': lease['uuid'],
+                        'attach_mode': states.ATTACH_GUEST,
+                        'instance_uuid': instance}
+                learnt += 1
+        if learnt:
+            LOG.info('Learnt %(n)d guest-mode memory lease(s) bound to '
+                     'running guests of %(host)s from the conductor',
+                     {'n': learnt, 'host': self.host})
+        return learnt
+
     def _start_hook_server(self):
         server = hook_server_mod.HookServer(self)
         try:
@@ -273,6 +348,9 @@ class AgentManager(object):
         if self._reporter is not None:
             self._reporter.join(5)
             self._reporter = None
+        if self._usage is not None:
+            self._usage.stop()
+            self._usage = None
 
     def _report_loop(self):
         while not self._stopping.wait(CONF.agent.report_interval):
@@ -416,12 +494,36 @@ class AgentManager(object):
                                             lease.get('memory_mb') or 0)
         if instance_uuid and self.hook_server is not None:
             self.hook_server.cache.add(instance_uuid, lease['uuid'])
-        self.memory_attached(lease['uuid'], details)
+        self.memory_attached(lease['uuid'], details,
+                             dict(lease, attach_mode=mode,
+                                  instance_uuid=instance_uuid))
         return details
 
-    def memory_attached(self, lease_uuid, details):
+    def memory_attached(self, lease_uuid, details, lease=None):
+        """Record extents of a lease as live here ({extent uuid:
+        details}); extents attached before stay recorded (a lease grows
+        by attaching its new extents only)."""
         with self._lock:
-            self.memory_attachments[lease_uuid] = details
+            held = self.memory_attachments.setdefault(lease_uuid, {})
+            held.update(details or {})
+            if lease is not None:
+                self._memory_leases[lease_uuid] = {
+                    'uuid': lease_uuid,
+                    'attach_mode': lease.get('attach_mode'),
+                    'instance_uuid': lease.get('instance_uuid')}
+
+    def memory_detached(self, lease_uuid, extents):
+        """Forget the extents of a lease detached here; the lease once
+        none is left."""
+        with self._lock:
+            held = self.memory_attachments.get(lease_uuid)
+            if held is None:
+                return
+            for extent in extents:
+                held.pop(extent['uuid'], None)
+            if not held:
+                self.memory_attachments.pop(lease_uuid, None)
+                self._memory_leases.pop(lease_uuid, None)
 
     def detach_memory(self, context, lease, extents, mode,
                       instance_uuid=None):
@@ -456,8 +558,7 @@ class AgentManager(object):
                 self.memory_tuner.clear(instance_uuid, lease['uuid'])
             if known:
                 self.host_swap.detach(known)
-        with self._lock:
-            self.memory_attachments.pop(lease['uuid'], None)
+        self.memory_detached(lease['uuid'], extents)
 
     @staticmethod
     def _simulated_attach(extents, mode, instance_uuid):

@@ -93,6 +93,42 @@ opts = [
                     'guest refuses (too little free memory) always keeps '
                     'the disk. Images need the agent '
                     '(hw_qemu_guest_agent=yes, qemu-guest-agent running).'),
+    cfg.StrOpt('guest_swapon',
+               default='best_effort',
+               choices=[('required', 'a hot-plugged disk the guest agent '
+                                     'could not turn into swap is unplugged '
+                                     'again and the attach fails'),
+                        ('best_effort', 'the guest agent is asked when it '
+                                        'answers; without one the disk stays '
+                                        'plugged and the image has to make '
+                                        'it swap itself'),
+                        ('disabled', 'the guest is never asked: the image '
+                                     'turns new disks into swap itself '
+                                     '(e.g. a udev rule)')],
+               help='Guest mode: once a leased disk is hot-plugged into a '
+                    'running guest, the QEMU guest agent runs mkswap and '
+                    'swapon -p <swap_priority> on it inside the guest '
+                    '(guest-exec of /bin/sh; the disk is found by its '
+                    'serial). A disk that is swap already is left as it '
+                    'is, so an image that makes new disks swap by itself '
+                    'works with every choice.'),
+    cfg.IntOpt('usage_report_interval',
+               default=60,
+               min=0,
+               help='Seconds between two reports of how much of each '
+                    'memory lease bound to this host is in use (the swap '
+                    'used on its extents: /proc/swaps of this host in host '
+                    'mode, of the guest through its QEMU guest agent in '
+                    'guest mode), sent to the conductor for the lease\'s '
+                    'usage history and elastic resizing. 0: no reports.'),
+    cfg.IntOpt('usage_sample_timeout',
+               default=10,
+               min=1,
+               help='Seconds one guest may take to answer a usage sample '
+                    '(guest mode). A guest that does not answer in time '
+                    'is left out of that report, and is not asked again '
+                    'while its last question is still open; the other '
+                    'leases are reported as usual.'),
     cfg.IntOpt('iscsi_replacement_timeout',
                default=86400,
                min=0,

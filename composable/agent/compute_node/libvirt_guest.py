@@ -41,6 +41,17 @@ host's kernel initiator is not involved.
   disk and fails the detach with what to do, ``best_effort`` unplugs
   anyway, ``disabled`` never asks. A swapoff the guest refuses always
   keeps the disk.
+- Before that swapoff, the guest's swap and MemAvailable are read the same
+  way (GUEST_SWAPS_SCRIPT), and the whole detach is refused, nothing
+  changed, when the pages on the disks would not fit back into the
+  guest's memory (GuestSwapoffWouldNotFit). A detach of some of a lease's
+  disks (a shrink) touches only those.
+- After a hot-plug, the guest agent makes the new disk swap
+  (GUEST_SWAPON_SCRIPT: mkswap + swapon, unless it is swap already);
+  ``[compute_node] guest_swapon`` says what happens without an agent. An
+  attach of more extents of a lease (a grow) plugs only the new ones.
+- guest_swaps() reads a guest's swap for the usage reports
+  (composable.agent.compute_node.usage).
 """
 
 import base64
@@ -102,6 +113,102 @@ GUEST_SWAPOFF_SCRIPT = r'''for d in /sys/block/*; do
 done
 echo "no-disk"
 '''
+
+
+# Run by the guest agent in the guest once a disk was hot-plugged, with
+# the disk's serial as $1, the swap priority as $2 and how many tenths of
+# a second to wait for the disk to show up as $3: mkswap and swapon of the
+# virtio disk with that serial unless it is swap already (the image may
+# turn new disks into swap itself, even at the same moment). Prints what
+# it did: "swapon DEV", "already-swap DEV"; exits 3 with "no-disk" when
+# the disk did not show up.
+GUEST_SWAPON_SCRIPT = r"""tries=0
+while :; do
+  for d in /sys/block/*; do
+    [ "$(cat "$d/serial" 2>/dev/null)" = "$1" ] || continue
+    dev=/dev/${d##*/}
+    [ -b "$dev" ] || break
+    if grep -q "^$dev " /proc/swaps; then echo "already-swap $dev"; exit 0; fi
+    if mkswap "$dev" >/dev/null 2>&1; then
+      swapon -p "$2" "$dev" 2>/dev/null || swapon "$dev"
+    fi
+    if grep -q "^$dev " /proc/swaps; then echo "swapon $dev"; exit 0; fi
+    echo "mkswap/swapon of $dev failed" >&2
+    exit 1
+  done
+  tries=$((tries + 1))
+  if [ "$tries" -gt "$3" ]; then echo "no-disk"; exit 3; fi
+  sleep 0.1
+done
+"""
+# Run by the guest agent in the guest to read its swap: the virtio disks
+# with their serials, MemAvailable, and /proc/swaps.
+GUEST_SWAPS_SCRIPT = r"""for d in /sys/block/*; do
+  s=$(cat "$d/serial" 2>/dev/null) || continue
+  [ -n "$s" ] && echo "disk ${d##*/} $s"
+done
+grep '^MemAvailable:' /proc/meminfo
+echo "swaps"
+cat /proc/swaps
+"""
+# Exit status of the swapon script when the disk never showed up.
+NO_DISK_EXIT = 3
+
+
+class GuestSwaps(object):
+    """What a guest said about its swap: ``disks`` {serial: device name},
+    ``swaps`` [host_swap.SwapEntry-like tuples], ``mem_available_kb``."""
+
+    def __init__(self, disks, swaps, mem_available_kb):
+        self.disks = disks
+        self.swaps = swaps
+        self.mem_available_kb = mem_available_kb
+
+    def entry_of(self, serial):
+        """The swap area of the disk with ``serial``, or None."""
+        name = self.disks.get(serial)
+        if name is None:
+            return None
+        for entry in self.swaps:
+            if entry[0] == '/dev/' + name:
+                return entry
+        return None
+
+    @classmethod
+    def parse(cls, text):
+        disks = {}
+        swaps = []
+        available = None
+        in_swaps = False
+        for line in text.splitlines():
+            parts = line.split()
+            if not parts:
+                continue
+            if in_swaps:
+                if parts[0] == 'Filename' or len(parts) < 5:
+                    continue
+                try:
+                    swaps.append((parts[0], parts[1], int(parts[2]),
+                                  int(parts[3]), int(parts[4])))
+                except ValueError:
+                    continue
+            elif parts[0] == 'disk' and len(parts) == 3:
+                disks[parts[2]] = parts[1]
+            elif parts[0] == 'MemAvailable:' and len(parts) >= 2:
+                available = int(parts[1])
+            elif parts == ['swaps']:
+                in_swaps = True
+        if available is None or not in_swaps:
+            raise ValueError('no MemAvailable or /proc/swaps in %r'
+                             % text[:200])
+        return cls(disks, swaps, available)
+
+
+class GuestSwapoffWouldNotFit(exception.DriverError):
+    """swapoff in the guest would bring back more pages than its free
+    memory can hold."""
+    code = 409
+    error_code = 'composable.swap.would_not_fit'
 
 
 class GuestAgentUnavailable(Exception):
@@ -393,6 +500,7 @@ class GuestMemoryAttacher(object):
                 used.add(dev)
                 details[extent['uuid']] = self._details(extent,
                                                         instance_uuid, dev)
+            self._swapon_in_guest(domain, instance_uuid, extents, details)
         except Exception:
             self._roll_back(domain, instance_uuid, added, touched)
             raise
@@ -449,7 +557,10 @@ class GuestMemoryAttacher(object):
         still_plugged = set()
         if added:
             try:
-                self._unplug(domain, instance_uuid, added)
+                # Disks the guest has not made swap may go without its
+                # agent; those it did are turned off first when it answers.
+                self._unplug(domain, instance_uuid, added,
+                             swapoff_mode='best_effort')
             except Exception:
                 LOG.exception('Could not remove the disks of instance %s '
                               'added by a failed attach; detach the lease '
@@ -537,7 +648,7 @@ class GuestMemoryAttacher(object):
                 return
             raise
 
-    def _unplug(self, domain, instance_uuid, extents):
+    def _unplug(self, domain, instance_uuid, extents, swapoff_mode=None):
         live = self._live_disks(domain)
         pending = {}
         for extent in extents:
@@ -546,7 +657,8 @@ class GuestMemoryAttacher(object):
                 pending[extent['uuid']] = (extent, disk)
         if not pending:
             return
-        self._swapoff_in_guest(domain, instance_uuid, pending)
+        self._swapoff_in_guest(domain, instance_uuid, pending,
+                               mode=swapoff_mode)
         for extent_uuid, (extent, disk) in pending.items():
             LOG.info('Unplugging extent %(extent)s (%(dev)s) from instance '
                      '%(instance)s', {'extent': extent_uuid,
@@ -586,60 +698,199 @@ class GuestMemoryAttacher(object):
 
     # ------------------------------------------------------ guest agent
 
-    def _swapoff_in_guest(self, domain, instance_uuid, pending):
+    def _agent_unavailable(self, mode, instance_uuid, exc, doing, keeps,
+                           going_on):
+        """What a guest agent that cannot be asked means for ``doing``:
+        DriverError when ``mode`` is required, else a warning (and the
+        caller goes on without the guest, as ``going_on`` says)."""
+        if mode == 'required':
+            raise exception.DriverError(
+                reason='the guest of instance %s could not be asked to %s: '
+                       'its QEMU guest agent %s. %s Run qemu-guest-agent in '
+                       'the guest (image property hw_qemu_guest_agent=yes), '
+                       'or stop the server, and try again.' % (
+                           instance_uuid, doing, exc, keeps))
+        LOG.warning('The guest of instance %(instance)s was not asked to '
+                    '%(doing)s: its QEMU guest agent %(exc)s. %(going_on)s',
+                    {'instance': instance_uuid, 'exc': exc,
+                     'doing': doing, 'going_on': going_on})
+
+    def _swapoff_in_guest(self, domain, instance_uuid, pending, mode=None):
         """Have the guest stop swapping to the disks about to be
-        unplugged ({extent uuid: (extent, disk)}); see guest_swapoff."""
-        mode = CONF.compute_node.guest_swapoff
+        unplugged ({extent uuid: (extent, disk)}); see guest_swapoff.
+
+        First the guest's swap is read, and the whole detach is refused
+        (GuestSwapoffWouldNotFit, nothing changed) when the pages on
+        these disks would not fit into the guest's MemAvailable with
+        [compute_node]swapoff_headroom_mb to spare: the guest kernel
+        would otherwise kill processes to make room. If one swapoff
+        fails, the disks already turned off are made swap again."""
+        mode = mode or CONF.compute_node.guest_swapoff
         if mode == 'disabled':
             return
         deadline = time.monotonic() + self.detach_timeout
-        for extent_uuid, (extent, disk) in sorted(pending.items()):
-            serial = disk_serial(extent_uuid)
+        names = ', '.join(d.target_dev or '?' for _e, d in pending.values())
+        try:
+            self._check_swapoff_fits(domain, instance_uuid, pending,
+                                     deadline)
+        except GuestAgentUnavailable as exc:
+            if not domain.isActive():
+                return  # stopped meanwhile: its disks went with it
+            self._agent_unavailable(
+                mode, instance_uuid, exc,
+                'stop swapping to the leased disk(s) %s (extent(s) %s)' % (
+                    names, ', '.join(sorted(pending))),
+                'The disks stay plugged, so that the guest loses no '
+                'memory.',
+                'Unplugging anyway (guest_swapoff = best_effort).')
+            return
+        done = []
+        try:
+            for extent_uuid, (extent, disk) in sorted(pending.items()):
+                self._swapoff_one(domain, instance_uuid, extent_uuid, disk,
+                                  deadline)
+                done.append(extent_uuid)
+        except Exception:
+            if done:
+                self._swapon_again(domain, instance_uuid, done)
+            raise
+
+    def _check_swapoff_fits(self, domain, instance_uuid, pending, deadline):
+        swaps = self._read_guest_swaps(domain, instance_uuid, deadline)
+        entries = [swaps.entry_of(disk_serial(uuid)) for uuid in pending]
+        used_kb = sum(e[3] for e in entries if e is not None)
+        headroom_kb = CONF.compute_node.swapoff_headroom_mb * 1024
+        if used_kb and used_kb + headroom_kb > swaps.mem_available_kb:
+            raise GuestSwapoffWouldNotFit(
+                reason='Refusing to take the leased disk(s) %(disks)s '
+                       '(extent(s) %(extents)s) from instance %(instance)s: '
+                       'its guest keeps %(used)d MiB of swapped-out pages '
+                       'on them but has only %(avail)d MiB available '
+                       '(MemAvailable), and %(head)d MiB are kept spare '
+                       '([compute_node]swapoff_headroom_mb). Nothing was '
+                       'changed. Free memory in the guest, then detach '
+                       'again.' % {
+                           'disks': ', '.join(d.target_dev or '?'
+                                              for _e, d in pending.values()),
+                           'extents': ', '.join(sorted(pending)),
+                           'instance': instance_uuid,
+                           'used': (used_kb + 1023) // 1024,
+                           'avail': swaps.mem_available_kb // 1024,
+                           'head': headroom_kb // 1024})
+
+    def _swapoff_one(self, domain, instance_uuid, extent_uuid, disk,
+                     deadline):
+        serial = disk_serial(extent_uuid)
+        status, out, err = self._guest_exec_when_connected(
+            domain, instance_uuid, '/bin/sh',
+            ['-c', GUEST_SWAPOFF_SCRIPT, 'composable-swapoff', serial],
+            deadline, what='swapoff in the guest')
+        if status != 0:
+            raise exception.DriverError(
+                reason='the guest of instance %s refused to stop '
+                       'swapping to the leased disk %s (extent %s): '
+                       'swapoff exited with %s (%s). The disk stays '
+                       'plugged; free memory in the guest, then unbind '
+                       'or delete the lease again.' % (
+                           instance_uuid, disk.target_dev or '?',
+                           extent_uuid, status,
+                           (err or out).strip() or 'no message'))
+        LOG.info('Instance %(instance)s: %(out)s (extent %(extent)s, '
+                 'serial %(serial)s)',
+                 {'instance': instance_uuid, 'out': out.strip(),
+                  'extent': extent_uuid, 'serial': serial})
+
+    def _swapon_again(self, domain, instance_uuid, extent_uuids):
+        """Undo the swapoffs of a detach that failed halfway: the disks
+        stay plugged, so they go back to being swap."""
+        deadline = time.monotonic() + self.attach_timeout
+        for extent_uuid in extent_uuids:
             try:
-                status, out, err = self._guest_exec_when_connected(
-                    domain, instance_uuid, '/bin/sh',
-                    ['-c', GUEST_SWAPOFF_SCRIPT, 'composable-swapoff',
-                     serial], deadline)
+                self._swapon_one(domain, instance_uuid, extent_uuid,
+                                 deadline)
+            except Exception as exc:
+                LOG.warning('Instance %(instance)s: could not make the disk '
+                            'of extent %(extent)s swap again: %(exc)s',
+                            {'instance': instance_uuid,
+                             'extent': extent_uuid, 'exc': exc})
+
+    def _swapon_in_guest(self, domain, instance_uuid, extents, details):
+        """Have the guest make the plugged disks swap; see
+        guest_swapon. Idempotent: a disk that is swap already stays as
+        it is."""
+        mode = CONF.compute_node.guest_swapon
+        if mode == 'disabled' or not extents:
+            return
+        deadline = time.monotonic() + self.attach_timeout
+        for extent in extents:
+            try:
+                dev = self._swapon_one(domain, instance_uuid,
+                                       extent['uuid'], deadline)
             except GuestAgentUnavailable as exc:
-                if not domain.isActive():
-                    return  # stopped meanwhile: its disks went with it
-                if mode == 'required':
-                    raise exception.DriverError(
-                        reason='the guest of instance %s could not be asked '
-                               'to stop swapping to the leased disk %s '
-                               '(extent %s): its QEMU guest agent %s. The '
-                               'disk stays plugged, so that the guest loses '
-                               'no memory. Run qemu-guest-agent in the guest '
-                               '(image property hw_qemu_guest_agent=yes), or '
-                               'stop the server, then unbind or delete the '
-                               'lease again.' % (
-                                   instance_uuid, disk.target_dev or '?',
-                                   extent_uuid, exc))
-                LOG.warning('The guest of instance %(instance)s was not asked '
-                            'to stop swapping to %(dev)s (extent '
-                            '%(extent)s): its QEMU guest agent %(exc)s. '
-                            'Unplugging anyway (guest_swapoff = '
-                            'best_effort).',
-                            {'instance': instance_uuid, 'exc': exc,
-                             'dev': disk.target_dev, 'extent': extent_uuid})
+                self._agent_unavailable(
+                    mode, instance_uuid, exc,
+                    'make the leased disk(s) %s swap' % ', '.join(
+                        d.get('target_dev') or '?'
+                        for d in details.values()),
+                    'The disks this attach plugged are unplugged again.',
+                    'The disks stay plugged; unless the image makes them '
+                    'swap itself the guest does not use them '
+                    '(guest_swapon = best_effort).')
                 return
-            if status != 0:
-                raise exception.DriverError(
-                    reason='the guest of instance %s refused to stop '
-                           'swapping to the leased disk %s (extent %s): '
-                           'swapoff exited with %s (%s). The disk stays '
-                           'plugged; free memory in the guest, then unbind '
-                           'or delete the lease again.' % (
-                               instance_uuid, disk.target_dev or '?',
-                               extent_uuid, status,
-                               (err or out).strip() or 'no message'))
-            LOG.info('Instance %(instance)s: %(out)s (extent %(extent)s, '
-                     'serial %(serial)s)',
-                     {'instance': instance_uuid, 'out': out.strip(),
-                      'extent': extent_uuid, 'serial': serial})
+            details[extent['uuid']]['guest_device'] = dev
+
+    def _swapon_one(self, domain, instance_uuid, extent_uuid, deadline):
+        """mkswap + swapon of the extent's disk in the guest; the guest's
+        name of the device."""
+        serial = disk_serial(extent_uuid)
+        wait_tenths = max(1, int((deadline - time.monotonic()) * 10))
+        status, out, err = self._guest_exec_when_connected(
+            domain, instance_uuid, '/bin/sh',
+            ['-c', GUEST_SWAPON_SCRIPT, 'composable-swapon', serial,
+             str(CONF.compute_node.swap_priority), str(wait_tenths)],
+            deadline, what='swapon in the guest')
+        if status != 0:
+            if status == NO_DISK_EXIT:
+                problem = ('the guest does not see a disk with serial %s '
+                           '(does its kernel have virtio_blk and PCI '
+                           'hot-plug?)' % serial)
+            else:
+                problem = 'mkswap/swapon exited with %s (%s)' % (
+                    status, (err or out).strip() or 'no message')
+            raise exception.DriverError(
+                reason='the guest of instance %s could not make the leased '
+                       'disk of extent %s swap: %s' % (
+                           instance_uuid, extent_uuid, problem))
+        out = out.strip()
+        LOG.info('Instance %(instance)s: %(out)s (extent %(extent)s)',
+                 {'instance': instance_uuid, 'out': out,
+                  'extent': extent_uuid})
+        return out.split()[-1] if out else None
+
+    def _read_guest_swaps(self, domain, instance_uuid, deadline):
+        status, out, err = self._guest_exec_when_connected(
+            domain, instance_uuid, '/bin/sh',
+            ['-c', GUEST_SWAPS_SCRIPT, 'composable-swaps'], deadline,
+            what='reading the swap of the guest')
+        try:
+            return GuestSwaps.parse(out)
+        except ValueError:
+            raise GuestAgentUnavailable(
+                'gave no usable answer about its swap (exit status %s: %s)'
+                % (status, (err or out).strip()[:200] or 'no output'))
+
+    def guest_swaps(self, instance_uuid, timeout):
+        """The swap of the running guest of ``instance_uuid`` as its
+        guest agent reads it (GuestSwaps); None when the domain is not
+        running here. Raises GuestAgentUnavailable, DriverTimeout."""
+        domain = self._domain(instance_uuid, missing_ok=True)
+        if domain is None or not domain.isActive():
+            return None
+        deadline = time.monotonic() + timeout
+        return self._read_guest_swaps(domain, instance_uuid, deadline)
 
     def _guest_exec_when_connected(self, domain, instance_uuid, path, args,
-                                   deadline):
+                                   deadline, what='swapoff in the guest'):
         """_guest_exec, waiting until ``deadline`` for a guest agent that
         is configured but not connected: a guest that has just booted
         opens its agent port a moment after its disks are usable, and
@@ -648,7 +899,8 @@ class GuestMemoryAttacher(object):
         waited = False
         while True:
             try:
-                return self._guest_exec(domain, path, args, deadline)
+                return self._guest_exec(domain, path, args, deadline,
+                                        what=what)
             except GuestAgentUnavailable as exc:
                 if not exc.transient or time.monotonic() >= deadline or \
                         not domain.isActive():
@@ -687,9 +939,11 @@ class GuestMemoryAttacher(object):
             raise GuestAgentUnavailable(
                 'gave no usable answer to %s' % command)
 
-    def _guest_exec(self, domain, path, args, deadline):
+    def _guest_exec(self, domain, path, args, deadline,
+                    what='swapoff in the guest'):
         """Run ``path args`` in the guest through its agent; (exit
         status, stdout, stderr)."""
+        started_at = time.monotonic()
         started = self._agent(domain, 'guest-exec', {
             'path': path, 'arg': list(args), 'capture-output': True})
         pid = started['pid']
@@ -701,8 +955,8 @@ class GuestMemoryAttacher(object):
                         _b64(status.get('err-data')))
             if time.monotonic() >= deadline:
                 raise exception.DriverTimeout(
-                    what='swapoff in the guest (pid %s)' % pid,
-                    timeout=self.detach_timeout)
+                    what='%s (pid %s)' % (what, pid),
+                    timeout=max(1, int(deadline - started_at)))
             time.sleep(self.poll_interval / 5)
 
 

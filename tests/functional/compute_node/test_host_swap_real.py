@@ -24,72 +24,24 @@ with the reason when this kernel or container does not allow swapon.
 
 import os
 import subprocess
-import sys
 import uuid
 
 import pytest
 
 from composable.agent.compute_node import host_swap
 from composable.common import exception
-from composable import conf
-from tests.functional.compute_node import dataplane
+from tests.functional.compute_node import conftest as node_conftest
 from tests.unit.compute_node import fakes
 
-SWAP_DIR = '/var/tmp'  # tmpfs and overlayfs cannot hold swap files
 SIZE_MB = 16
 PRIORITY = 5
 
 
-def _make_swap_file():
-    path = os.path.join(SWAP_DIR, 'composable-test-swap-%s'
-                        % uuid.uuid4().hex[:8])
-    with open(path, 'wb') as f:
-        f.write(b'\0' * SIZE_MB * dataplane.MiB)
-    os.chmod(path, 0o600)
-    return path
-
-
-def _swapoff_quietly(path):
-    subprocess.run(['swapoff', path], capture_output=True, check=False)
-
-
-@pytest.fixture(scope='module')
-def swapon_allowed():
-    path = _make_swap_file()
-    try:
-        for cmd in (['mkswap', path], ['swapon', path]):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode:
-                dataplane.unavailable(
-                    'this kernel/container does not allow %s: %s' % (
-                        cmd[0], proc.stderr.strip()))
-    finally:
-        _swapoff_quietly(path)
-        os.unlink(path)
-
-
-@pytest.fixture(scope='module')
-def privsep_daemon():
-    """The privileged functions run in a privsep daemon started by the
-    privsep-helper of this Python (the tests run as root, so no sudo)."""
-    helper = os.path.join(os.path.dirname(sys.executable), 'privsep-helper')
-    if not os.path.exists(helper):
-        dataplane.unavailable('privsep-helper is not installed next to %s'
-                              % sys.executable)
-    if os.geteuid() != 0:
-        dataplane.unavailable('the privsep daemon needs root here')
-    # oslo.privsep adds the context and socket arguments itself.
-    conf.CONF.set_override('helper_command', helper,
-                           'composable_sys_admin')
-    yield
-    conf.CONF.clear_override('helper_command', 'composable_sys_admin')
-
-
 @pytest.fixture
 def swap_file(swapon_allowed):
-    path = _make_swap_file()
+    path = node_conftest.make_swap_file()
     yield path
-    _swapoff_quietly(path)
+    node_conftest.swapoff_quietly(path)
     os.unlink(path)
 
 
@@ -101,7 +53,7 @@ def loop_device(swap_file):
         pytest.skip('no loop device: %s' % proc.stderr.strip())
     dev = proc.stdout.strip()
     yield dev
-    _swapoff_quietly(dev)
+    node_conftest.swapoff_quietly(dev)
     subprocess.run(['losetup', '-d', dev], check=False)
 
 

@@ -189,7 +189,8 @@ class DataPlaneStack(object):
 
     def __init__(self, workdir, tgt, memory_mb=512, step_mb=128,
                  bind_timeout=60, reconcile_interval=None,
-                 reconcile_backoff=1, reconcile_max_backoff=8):
+                 reconcile_backoff=1, reconcile_max_backoff=8,
+                 options=None):
         check_tools()
         self.workdir = str(workdir)
         self.tgt = tgt
@@ -219,6 +220,10 @@ class DataPlaneStack(object):
                 'reconcile_interval': reconcile_interval,
                 'reconcile_retry_backoff': reconcile_backoff,
                 'reconcile_retry_max_backoff': reconcile_max_backoff}
+        # More options of the processes, by group; they win over the
+        # ones above.
+        for group, values in (options or {}).items():
+            extra.setdefault(group, {}).update(values)
         self.stack = stack_mod.Stack(self.workdir, self.db_url, RABBIT,
                                      bind_timeout=bind_timeout, extra=extra)
         self.memory_mb = memory_mb

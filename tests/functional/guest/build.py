@@ -22,7 +22,9 @@ starts ``qemu-ga`` on the domain's ``org.qemu.guest_agent.0`` port when
 the domain has one (``agent=True``, the default), prints ``booted`` on
 the serial console and then, once a second, prints the virtio disks it
 sees with their sizes in bytes. A disk that appears is made swap
-(``mkswap`` + ``swapon``) and ``/proc/swaps`` is printed; a disk that
+(``mkswap`` + ``swapon``; not with ``autoswap=False``, the kernel
+argument ``composable_autoswap=0``, where the composable agent does it
+through the guest agent) and ``/proc/swaps`` is printed; a disk that
 goes away is reported too. Every line the guest prints starts with
 ``MARKER`` so a test can read the serial log (a plain file: the domain
 has ``<serial type='file'>``) and assert on what the guest saw::
@@ -121,6 +123,13 @@ case " $(cat /proc/cmdline) " in
     fi
     ;;
 esac
+# New disks become swap here unless the agent does it through the
+# guest agent (composable_autoswap=0).
+autoswap=1
+case " $(cat /proc/cmdline) " in
+*" composable_autoswap=0 "*) autoswap=0 ;;
+esac
+is_swap() { grep -q "^/dev/$1 " /proc/swaps; }
 say booted
 known=""
 while true; do
@@ -137,10 +146,14 @@ while true; do
         *)
             serial=$(cat $d/serial 2>/dev/null)
             say new-disk $n bytes=$bytes serial=$serial
-            if mkswap /dev/$n >/dev/null 2>&1 && swapon /dev/$n; then
-                say swap-on $n ok
-            else
-                say swap-on $n failed
+            if [ $autoswap = 1 ]; then
+                # The agent may make the disk swap at the same moment.
+                if is_swap $n || { mkswap /dev/$n >/dev/null 2>&1 &&
+                        swapon /dev/$n 2>/dev/null; } || is_swap $n; then
+                    say swap-on $n ok
+                else
+                    say swap-on $n failed
+                fi
             fi
             tail -n +2 /proc/swaps | while read -r l; do say swaps $l; done
             ;;
@@ -387,7 +400,7 @@ def build(cache=None):
 
 
 def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
-               agent=True):
+               agent=True, autoswap=True):
     """A TCG domain booting the tiny guest with its console in a file,
     and a guest agent channel unless ``agent`` is False (libvirt picks the
     host side socket).
@@ -431,7 +444,8 @@ def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
                  "</channel>" % AGENT_PORT) if agent else '',
        'memory': memory_mib, 'kernel': image.kernel,
        'initrd': image.initrd,
-       'cmdline': image.cmdline + (' composable_agent=1' if agent else ''),
+       'cmdline': image.cmdline + (' composable_agent=1' if agent else '') +
+       ('' if autoswap else ' composable_autoswap=0'),
        'log': serial_log}
 
 
@@ -546,7 +560,7 @@ def wait_guest_agent(domain, timeout):
 
 @contextlib.contextmanager
 def running_guest(conn, image=None, memory_mib=256, boot_timeout=300,
-                  name=None, agent=True):
+                  name=None, agent=True, autoswap=True):
     """Define and start the tiny guest, wait for it to boot, yield a
     RunningGuest; destroy and undefine it afterwards.
 
@@ -561,7 +575,8 @@ def running_guest(conn, image=None, memory_mib=256, boot_timeout=300,
     os.chmod(run_dir, 0o755)
     serial_log = os.path.join(run_dir, 'serial.log')
     domain = conn.defineXML(domain_xml(name, image, serial_log,
-                                       memory_mib=memory_mib, agent=agent))
+                                       memory_mib=memory_mib, agent=agent,
+                                       autoswap=autoswap))
     guest = RunningGuest(conn, domain, serial_log, run_dir)
     try:
         deadline = time.monotonic() + boot_timeout

@@ -190,8 +190,10 @@ class FakeSecret(object):
 
 class FakeGuestAgent(object):
     """The QEMU guest agent of a FakeDomain, as far as guest-exec of the
-    swapoff script goes: it keeps the guest's swap disks by serial, runs
-    the script's logic on them and records each command.
+    swapon, swapoff and swap-reading scripts goes: it keeps the guest's
+    swap disks by serial (``swaps``; ``used_kb`` by serial,
+    ``mem_available_kb``), runs the scripts' logic on them and records
+    each command (``scripts``: their names).
 
     ``configured`` False: the domain has no agent channel (libvirt's
     "not configured" error); ``connected`` False: it has one but nothing
@@ -199,7 +201,8 @@ class FakeGuestAgent(object):
     ``connects_after`` more commands were refused, if that is set;
     ``refuse`` an exit status for swapoff (the guest lacks memory);
     ``running_polls`` how many guest-exec-status calls answer "not
-    exited" first.
+    exited" first; ``refuse_swapon`` makes mkswap/swapon fail; ``hang``
+    seconds each guest-exec takes.
     """
 
     def __init__(self, domain):
@@ -213,6 +216,58 @@ class FakeGuestAgent(object):
         self.running_polls = 0
         self.commands = []
         self._results = {}
+        # The scripts run, by name ('composable-swapon'...).
+        self.scripts = []
+        self.refuse_swapon = False
+        self.used_kb = {}
+        self.priorities = {}
+        self.size_kb = 65532
+        self.mem_available_kb = 200 * 1024
+        # Seconds each guest-exec takes (a guest that hangs).
+        self.hang = 0
+
+    SCRIPTS = {'composable-swapoff': libvirt_guest.GUEST_SWAPOFF_SCRIPT,
+               'composable-swapon': libvirt_guest.GUEST_SWAPON_SCRIPT,
+               'composable-swaps': libvirt_guest.GUEST_SWAPS_SCRIPT}
+
+    def _composable_swapoff(self, serial):
+        dev = self._serials().get(serial)
+        if dev is None:
+            return (0, 'no-disk\n', '')
+        if serial not in self.swaps:
+            return (0, 'not-swap /dev/%s\n' % dev, '')
+        if self.refuse is not None:
+            return (self.refuse, '',
+                    'swapoff: /dev/%s: Cannot allocate memory\n' % dev)
+        self.swaps.discard(serial)
+        self.used_kb.pop(serial, None)
+        return (0, 'swapoff /dev/%s\n' % dev, '')
+
+    def _composable_swapon(self, serial, priority, wait_tenths):
+        dev = self._serials().get(serial)
+        if dev is None:
+            return (libvirt_guest.NO_DISK_EXIT, 'no-disk\n', '')
+        if serial in self.swaps:
+            return (0, 'already-swap /dev/%s\n' % dev, '')
+        if self.refuse_swapon:
+            return (1, '', 'mkswap/swapon of /dev/%s failed\n' % dev)
+        self.swaps.add(serial)
+        self.priorities[serial] = int(priority)
+        return (0, 'swapon /dev/%s\n' % dev, '')
+
+    def _composable_swaps(self):
+        lines = ['disk %s %s' % (dev, serial)
+                 for serial, dev in sorted(self._serials().items())]
+        lines.append('MemAvailable:   %d kB' % self.mem_available_kb)
+        lines.append('swaps')
+        lines.append(SWAPS_HEADER.rstrip('\n'))
+        for serial in sorted(self.swaps):
+            dev = self._serials().get(serial)
+            if dev is not None:
+                lines.append('/dev/%s partition\t%d\t%d\t%d' % (
+                    dev, self.size_kb, self.used_kb.get(serial, 0),
+                    self.priorities.get(serial, -2)))
+        return (0, '\n'.join(lines) + '\n', '')
 
     def _serials(self):
         return {d.findtext('serial'): d.find('target').get('dev')
@@ -236,20 +291,13 @@ class FakeGuestAgent(object):
         args = request['arguments']
         if request['execute'] == 'guest-exec':
             assert args['path'] == '/bin/sh' and args['capture-output']
-            script = libvirt_guest.GUEST_SWAPOFF_SCRIPT
-            assert args['arg'][:3] == ['-c', script, 'composable-swapoff']
-            serial = args['arg'][3]
-            dev = self._serials().get(serial)
-            if dev is None:
-                result = (0, 'no-disk\n', '')
-            elif serial not in self.swaps:
-                result = (0, 'not-swap /dev/%s\n' % dev, '')
-            elif self.refuse is not None:
-                result = (self.refuse, '',
-                          'swapoff: /dev/%s: Cannot allocate memory\n' % dev)
-            else:
-                self.swaps.discard(serial)
-                result = (0, 'swapoff /dev/%s\n' % dev, '')
+            name = args['arg'][2]
+            assert args['arg'][:2] == ['-c', self.SCRIPTS[name]]
+            self.scripts.append(name)
+            if self.hang:
+                time.sleep(self.hang)
+            result = getattr(self, '_' + name.replace('-', '_'))(
+                *args['arg'][3:])
             pid = 1000 + len(self.commands)
             self._results[pid] = [self.running_polls, result]
             return json.dumps({'return': {'pid': pid}})

@@ -528,3 +528,57 @@ def test_peers_are_checked(server):
     assert not server.peer_allowed(_Peer(4242, 4242))
     server._gid = 4242
     assert server.peer_allowed(_Peer(4242, 4242))
+
+
+def _second_extent():
+    return dict(_extent(), uuid='00000000-0000-0000-0000-00000000e002',
+                index=1, target_iqn='iqn.2010-10.org.openstack.composable:e2',
+                chap_username='composable-u2', chap_secret='s3cret-abc')
+
+
+def test_a_lease_growing_while_the_domain_starts_gets_every_extent(
+        server, conductor, agent, conn):
+    _has_lease(server, conductor)
+    second = _second_extent()
+
+    def bind_then_grow():
+        ctx = ctx_mod.get_admin_context()
+        agent.attach_memory(ctx, _lease(), [_extent()], 'guest',
+                            instance_uuid=INSTANCE)
+        # The elastic task grows the lease before QEMU runs.
+        agent.attach_memory(ctx, _lease(), [second], 'guest',
+                            instance_uuid=INSTANCE)
+    conductor.on_prepare = bind_then_grow
+    assert server.handle(_request('prepare'))['ok']
+    assert set(agent.memory_attachments[LEASE]) == {EXTENT, second['uuid']}
+
+    domain = conn.add_domain(fakes.FakeDomain(INSTANCE))
+    assert server.handle(_request('started'))['ok']
+    _join(server)
+
+    assert domain.disk_aliases() == [
+        'virtio-disk0', libvirt_guest.disk_alias(EXTENT),
+        libvirt_guest.disk_alias(second['uuid'])]
+
+
+def test_a_lease_shrinking_while_the_domain_starts_keeps_the_rest(
+        server, conductor, agent, conn):
+    _has_lease(server, conductor)
+    second = _second_extent()
+
+    def bind_then_shrink():
+        ctx = ctx_mod.get_admin_context()
+        agent.attach_memory(ctx, _lease(), [_extent(), second], 'guest',
+                            instance_uuid=INSTANCE)
+        agent.detach_memory(ctx, _lease(), [second], 'guest',
+                            instance_uuid=INSTANCE)
+    conductor.on_prepare = bind_then_shrink
+    assert server.handle(_request('prepare'))['ok']
+    assert set(agent.memory_attachments[LEASE]) == {EXTENT}
+
+    domain = conn.add_domain(fakes.FakeDomain(INSTANCE))
+    assert server.handle(_request('started'))['ok']
+    _join(server)
+
+    assert domain.disk_aliases() == ['virtio-disk0',
+                                     libvirt_guest.disk_alias(EXTENT)]

@@ -1,0 +1,298 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""How much of each memory lease bound to this compute node is in use.
+
+Leased memory is swap, so its use is the swap used on the lease's
+extents:
+
+host mode
+    the lease's swap devices in this host's /proc/swaps (one read for
+    all leases);
+guest mode
+    the same, read inside the guest by its QEMU guest agent (one
+    ``guest-exec`` per guest, for all of its leases; disks are matched by
+    their serial).
+
+Every ``[compute_node]usage_report_interval`` seconds the samples of all
+leases go to the conductor in one cast (``report_lease_usage``), which
+keeps the history and feeds elastic resizing. Guests are asked in
+parallel and waited for at most ``[compute_node]usage_sample_timeout``
+seconds: a guest that does not answer in time (hung, no agent) is left
+out of that report, with a warning, and not asked again while its
+question is still open, so one guest never holds up the others.
+
+An agent that restarts has its guests' disks still plugged but no
+record of them: before its first report it asks the conductor which
+guest-mode leases are bound to the running guests of its host, and
+reports them as before.
+
+A sample: ``{'lease_uuid', 'taken_at' (ISO 8601, UTC), 'used_mb',
+'size_mb'}``; ``size_mb`` is what the kernel has as swap on the lease's
+extents (a swap area's size plus its header page).
+"""
+
+from concurrent import futures
+import datetime
+import os
+import threading
+
+from oslo_log import log as logging
+
+from composable.agent.compute_node import host_swap
+from composable.agent.compute_node import libvirt_guest
+from composable.common import context as composable_context
+from composable.common import states
+from composable import conf
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+# The header page mkswap writes is not part of the swap area's size in
+# /proc/swaps, but it is part of the extent.
+SWAP_HEADER_KB = 4
+GUEST_WORKERS = 4
+
+
+def _mb_up(kb):
+    return (kb + 1023) // 1024
+
+
+def _mb_nearest(kb):
+    return (kb + 512) // 1024
+
+
+def utc_now_iso():
+    return datetime.datetime.now(datetime.timezone.utc).strftime(
+        '%Y-%m-%dT%H:%M:%S.%fZ')
+
+
+def sample_of(lease_uuid, entries, taken_at):
+    """A sample from the swap areas (host_swap.SwapEntry-like tuples:
+    filename, type, size_kb, used_kb, priority) of a lease's extents."""
+    return {'lease_uuid': lease_uuid, 'taken_at': taken_at,
+            'used_mb': _mb_nearest(sum(e[3] for e in entries)),
+            'size_mb': sum(_mb_up(e[2] + SWAP_HEADER_KB) for e in entries)}
+
+
+class UsageSampler(object):
+    """Samples the memory leases an AgentManager has attached, and
+    reports them to the conductor.
+
+    ``conductor`` (a ConductorAPI), ``guest_attacher``, ``proc_swaps``
+    and the interval and timeout can be injected; by default they come
+    from the agent and the [compute_node] options.
+    """
+
+    def __init__(self, agent, conductor=None, interval=None, timeout=None,
+                 proc_swaps=host_swap.PROC_SWAPS, clock=utc_now_iso):
+        self.agent = agent
+        self._conductor = conductor
+        self.interval = (interval if interval is not None
+                         else CONF.compute_node.usage_report_interval)
+        self.timeout = (timeout if timeout is not None
+                        else CONF.compute_node.usage_sample_timeout)
+        self.proc_swaps = proc_swaps
+        self._clock = clock
+        self._pool = futures.ThreadPoolExecutor(
+            max_workers=GUEST_WORKERS, thread_name_prefix='usage-guest')
+        # instance uuid -> the future of the read still under way.
+        self._asking = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = None
+        self.reports = 0
+        self.recovered = False
+
+    @property
+    def conductor(self):
+        if self._conductor is None:
+            from composable.conductor import rpcapi
+            self._conductor = rpcapi.ConductorAPI()
+        return self._conductor
+
+    # ------------------------------------------------------------- life
+
+    def start(self):
+        if self.interval <= 0:
+            LOG.info('[compute_node]usage_report_interval is 0: the use '
+                     'of leased memory on %s is not reported',
+                     self.agent.host)
+            return False
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._loop,
+                                        name='usage-report', daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self):
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout + 5)
+            self._thread = None
+        self._pool.shutdown(wait=False)
+
+    def _loop(self):
+        while not self._stopping.wait(self.interval):
+            if not self.recovered:
+                self.recover()
+            try:
+                self.report()
+            except Exception:
+                LOG.exception('Could not report the use of leased memory '
+                              'on %s', self.agent.host)
+
+    def recover(self):
+        """After a restart, learn the guest-mode leases attached before
+        it (AgentManager.recover_memory_leases); tried again at the next
+        report while the conductor cannot be asked."""
+        try:
+            self.agent.recover_memory_leases(self.conductor)
+        except Exception as exc:
+            LOG.warning('Could not ask the conductor which memory leases '
+                        'are bound to the guests of %(host)s (%(exc)s); '
+                        'asking again at the next report',
+                        {'host': self.agent.host, 'exc': exc})
+            return False
+        self.recovered = True
+        return True
+
+    # ---------------------------------------------------------- samples
+
+    def report(self):
+        """Sample every lease and cast the samples to the conductor;
+        the samples sent."""
+        samples = self.sample()
+        if samples:
+            self.conductor.report_lease_usage(
+                composable_context.get_admin_context(), self.agent.host,
+                samples)
+            self.reports += 1
+        return samples
+
+    def sample(self):
+        """One sample per memory lease attached here that could be
+        read."""
+        leases = self.agent.memory_leases()
+        host_leases = {}
+        guests = {}
+        for lease_uuid, (lease, details) in leases.items():
+            if lease.get('attach_mode') == states.ATTACH_GUEST:
+                instance = lease.get('instance_uuid')
+                if instance:
+                    guests.setdefault(instance, {})[lease_uuid] = details
+            else:
+                host_leases[lease_uuid] = details
+        samples = []
+        if guests:
+            asked = self._ask_guests(guests)
+        if host_leases:
+            samples.extend(self._host_samples(host_leases))
+        if guests:
+            samples.extend(self._guest_samples(guests, asked))
+        return samples
+
+    def _host_samples(self, leases):
+        taken_at = self._clock()
+        try:
+            swaps = host_swap.read_swaps(self.proc_swaps)
+        except OSError as exc:
+            LOG.warning('Cannot read %(path)s for the use of leased '
+                        'memory: %(exc)s', {'path': self.proc_swaps,
+                                            'exc': exc})
+            return []
+        by_device = {}
+        for entry in swaps:
+            by_device[entry.filename] = entry
+            by_device.setdefault(os.path.realpath(entry.filename), entry)
+        samples = []
+        for lease_uuid, details in sorted(leases.items()):
+            entries = []
+            for extent_details in details.values():
+                device = (extent_details or {}).get('swap_device') or \
+                    (extent_details or {}).get('device')
+                if not device:
+                    continue
+                entry = by_device.get(device) or by_device.get(
+                    os.path.realpath(device))
+                if entry is not None:
+                    entries.append(entry)
+            if entries:
+                samples.append(sample_of(lease_uuid, entries, taken_at))
+            else:
+                LOG.debug('Lease %s has no swap on this host to sample',
+                          lease_uuid)
+        return samples
+
+    def _ask_guests(self, guests):
+        """Start a read of each guest's swap, unless the last one is
+        still under way; {instance uuid: future}."""
+        attacher = self.agent.guest_attacher
+        asked = {}
+        with self._lock:
+            for instance in sorted(guests):
+                running = self._asking.get(instance)
+                if running is not None and not running.done():
+                    LOG.warning('The guest of instance %(instance)s has '
+                                'not answered the last usage sample yet; '
+                                'its leases %(leases)s are left out of '
+                                'this report',
+                                {'instance': instance,
+                                 'leases': ', '.join(sorted(
+                                     guests[instance]))})
+                    continue
+                future = self._pool.submit(attacher.guest_swaps, instance,
+                                           self.timeout)
+                self._asking[instance] = future
+                asked[instance] = future
+        return asked
+
+    def _guest_samples(self, guests, asked):
+        done, late = futures.wait(list(asked.values()),
+                                  timeout=self.timeout)
+        taken_at = self._clock()
+        samples = []
+        for instance, future in sorted(asked.items()):
+            leases = guests[instance]
+            if future in late:
+                LOG.warning('The guest of instance %(instance)s did not '
+                            'say within %(timeout)s s how much of its '
+                            'leased memory is in use; leases %(leases)s '
+                            'are left out of this report',
+                            {'instance': instance, 'timeout': self.timeout,
+                             'leases': ', '.join(sorted(leases))})
+                continue
+            with self._lock:
+                if self._asking.get(instance) is future:
+                    del self._asking[instance]
+            try:
+                swaps = future.result()
+            except Exception as exc:
+                LOG.warning('Could not read the swap of the guest of '
+                            'instance %(instance)s for the use of leases '
+                            '%(leases)s: %(exc)s',
+                            {'instance': instance, 'exc': exc,
+                             'leases': ', '.join(sorted(leases))})
+                continue
+            if swaps is None:
+                continue  # not running here (any more)
+            for lease_uuid, details in sorted(leases.items()):
+                entries = [swaps.entry_of(libvirt_guest.disk_serial(e))
+                           for e in details]
+                entries = [e for e in entries if e is not None]
+                if entries:
+                    samples.append(sample_of(lease_uuid, entries, taken_at))
+                else:
+                    LOG.debug('The guest of instance %(instance)s does not '
+                              'swap to lease %(lease)s (yet)',
+                              {'instance': instance, 'lease': lease_uuid})
+        return samples

@@ -1,0 +1,302 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The compute agent's usage samples of memory leases: host mode from
+/proc/swaps, guest mode through the guest agent, one cast per report,
+and a guest that does not answer holds up no one."""
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from composable.agent.compute_node import host_swap
+from composable.agent.compute_node import libvirt_guest
+from composable.agent.compute_node import usage
+from composable.agent import manager
+from composable import conf
+from tests.unit.compute_node import fakes
+
+INITIATOR = 'iqn.x:compute-0'
+NOW = '2026-11-25T14:00:00.000000Z'
+
+
+class RecordingConductor(object):
+    def __init__(self):
+        self.casts = []
+
+    def report_lease_usage(self, context, host, samples):
+        self.casts.append((host, samples))
+
+
+def _extent(n):
+    return {'uuid': str(uuid.uuid4()), 'index': n - 1, 'size_mb': 64,
+            'target_iqn': 'iqn.2010-10.org.openstack.composable:e%d' % n,
+            'lun': 1, 'portal': '192.0.2.10:3260',
+            'chap_username': 'u%d' % n, 'chap_secret': 'secret-%d-xyz' % n}
+
+
+@pytest.fixture
+def real_conf():
+    conf.CONF.set_override('memory_exporter', 'tgt', 'agent')
+    conf.CONF.set_override('initiator_iqn', INITIATOR, 'compute_node')
+    yield conf.CONF
+    conf.CONF.clear_override('memory_exporter', 'agent')
+    conf.CONF.clear_override('initiator_iqn', 'compute_node')
+
+
+@pytest.fixture
+def host(tmp_path):
+    return fakes.FakeHostState(tmp_path / 'host', initiator_iqn=INITIATOR)
+
+
+@pytest.fixture
+def conn():
+    return fakes.FakeConnection()
+
+
+@pytest.fixture
+def agent(real_conf, host, conn):
+    swap = host_swap.HostSwap(
+        runner=fakes.RecordingRunner(host), by_path_dir=host.by_path,
+        proc_swaps=host.proc_swaps, proc_meminfo=host.proc_meminfo,
+        initiator_name_file=host.initiator_name_file, attach_timeout=5,
+        poll_interval=0.01)
+    guest = libvirt_guest.GuestMemoryAttacher(
+        uri='qemu:///system', connect=lambda uri: conn, attach_timeout=5,
+        detach_timeout=5, poll_interval=0.01)
+    return manager.AgentManager('compute-0', ['compute_node'],
+                                guest_attacher=guest, host_swap=swap)
+
+
+def _sampler(agent, host, conductor=None, timeout=5):
+    return usage.UsageSampler(agent, conductor=conductor or
+                              RecordingConductor(), interval=1,
+                              timeout=timeout, proc_swaps=host.proc_swaps,
+                              clock=lambda: NOW)
+
+
+def _attach_host(agent, lease_uuid, *extents):
+    return agent.attach_memory(None, {'uuid': lease_uuid}, list(extents),
+                               'host')
+
+
+def _attach_guest(agent, conn, instance, lease_uuid, *extents):
+    if instance not in conn.domains:
+        conn.add_domain(fakes.FakeDomain(instance))
+    return agent.attach_memory(None, {'uuid': lease_uuid}, list(extents),
+                               'guest', instance)
+
+
+def test_host_mode_sums_the_lease_swap_devices(agent, host):
+    one, two = _extent(1), _extent(2)
+    details = _attach_host(agent, 'lease-a', one)
+    _attach_host(agent, 'lease-a', two)  # grown by one extent
+    other = _attach_host(agent, 'lease-b', _extent(3))
+    assert set(agent.memory_attachments['lease-a']) == {one['uuid'],
+                                                        two['uuid']}
+    devices = {d['swap_device'] for d in
+               agent.memory_attachments['lease-a'].values()}
+    assert len(devices) == 2
+    for n, device in enumerate(sorted(devices)):
+        host.set_used(device, (n + 1) * 10 * 1024)
+    host.set_used(list(other.values())[0]['swap_device'], 700)
+    assert details  # the first extent's details came back
+
+    samples = _sampler(agent, host).sample()
+
+    # 64 MiB extents: 65532 KiB of swap each plus the header page.
+    assert samples == [
+        {'lease_uuid': 'lease-a', 'taken_at': NOW, 'used_mb': 30,
+         'size_mb': 128},
+        {'lease_uuid': 'lease-b', 'taken_at': NOW, 'used_mb': 1,
+         'size_mb': 64}]
+
+
+def test_a_shrunk_host_lease_reports_what_is_left(agent, host):
+    one, two = _extent(1), _extent(2)
+    _attach_host(agent, 'lease-a', one, two)
+    agent.detach_memory(None, {'uuid': 'lease-a'}, [two], 'host')
+    assert list(agent.memory_attachments['lease-a']) == [one['uuid']]
+    [sample] = _sampler(agent, host).sample()
+    assert sample['size_mb'] == 64
+    agent.detach_memory(None, {'uuid': 'lease-a'}, [one], 'host')
+    assert agent.memory_attachments == {}
+    assert _sampler(agent, host).sample() == []
+
+
+def test_host_shrink_refused_keeps_every_extent(agent, host):
+    one, two = _extent(1), _extent(2)
+    _attach_host(agent, 'lease-a', one, two)
+    device = agent.memory_attachments['lease-a'][two['uuid']]['swap_device']
+    host.set_used(device, 100 * 1024)
+    host.set_mem_available(50 * 1024)
+    with pytest.raises(host_swap.SwapoffWouldNotFit):
+        agent.detach_memory(None, {'uuid': 'lease-a'}, [two], 'host')
+    assert set(agent.memory_attachments['lease-a']) == {one['uuid'],
+                                                        two['uuid']}
+    assert len(host.swaps) == 2
+
+
+def test_guest_mode_reads_the_guest(agent, host, conn):
+    instance = str(uuid.uuid4())
+    one, two = _extent(1), _extent(2)
+    _attach_guest(agent, conn, instance, 'lease-g', one)
+    _attach_guest(agent, conn, instance, 'lease-g', two)
+    guest_agent = conn.domains[instance].agent
+    guest_agent.used_kb[libvirt_guest.disk_serial(one['uuid'])] = 5 * 1024
+    guest_agent.used_kb[libvirt_guest.disk_serial(two['uuid'])] = 2 * 1024
+
+    [sample] = _sampler(agent, host).sample()
+
+    assert sample == {'lease_uuid': 'lease-g', 'taken_at': NOW,
+                      'used_mb': 7, 'size_mb': 128}
+    # One guest-exec for the guest, whatever the number of its leases.
+    assert guest_agent.scripts.count('composable-swaps') == 1
+
+
+def test_report_casts_once_with_every_sample(agent, host, conn):
+    conductor = RecordingConductor()
+    _attach_host(agent, 'lease-a', _extent(1))
+    _attach_guest(agent, conn, str(uuid.uuid4()), 'lease-g', _extent(2))
+    sent = _sampler(agent, host, conductor).report()
+    assert conductor.casts == [('compute-0', sent)]
+    assert sorted(s['lease_uuid'] for s in sent) == ['lease-a', 'lease-g']
+    # No lease, no cast.
+    empty = manager.AgentManager('compute-1', ['compute_node'],
+                                 guest_attacher=agent.guest_attacher,
+                                 host_swap=agent.host_swap)
+    conductor2 = RecordingConductor()
+    assert _sampler(empty, host, conductor2).report() == []
+    assert conductor2.casts == []
+
+
+def test_a_hung_guest_holds_up_no_one(agent, host, conn):
+    hung, fine = str(uuid.uuid4()), str(uuid.uuid4())
+    _attach_guest(agent, conn, hung, 'lease-hung', _extent(1))
+    _attach_guest(agent, conn, fine, 'lease-fine', _extent(2))
+    _attach_host(agent, 'lease-host', _extent(3))
+    release = threading.Event()
+    real_command = conn.domains[hung].agent.command
+
+    def blocked(request):
+        release.wait(30)
+        return real_command(request)
+    conn.domains[hung].agent.command = blocked
+    sampler = _sampler(agent, host, timeout=1)
+    try:
+        started = time.monotonic()
+        samples = sampler.sample()
+        took = time.monotonic() - started
+        assert sorted(s['lease_uuid'] for s in samples) == [
+            'lease-fine', 'lease-host']
+        # Bounded by the sample timeout, not by the hung guest.
+        assert took < 10
+        # While its question is still open, it is not asked again.
+        again = sampler.sample()
+        assert sorted(s['lease_uuid'] for s in again) == [
+            'lease-fine', 'lease-host']
+        assert len(sampler._asking) == 1
+    finally:
+        release.set()
+        sampler.stop()
+
+
+def test_a_guest_without_agent_is_left_out(agent, host, conn):
+    instance = str(uuid.uuid4())
+    _attach_guest(agent, conn, instance, 'lease-g', _extent(1))
+    conn.domains[instance].agent.configured = False
+    assert _sampler(agent, host).sample() == []
+
+
+def test_interval_zero_reports_nothing(agent, host):
+    sampler = usage.UsageSampler(agent, conductor=RecordingConductor(),
+                                 interval=0)
+    assert sampler.start() is False
+    assert sampler._thread is None
+
+
+def test_the_loop_reports_every_interval(agent, host):
+    conductor = RecordingConductor()
+    _attach_host(agent, 'lease-a', _extent(1))
+    sampler = usage.UsageSampler(agent, conductor=conductor,
+                                 interval=0.05, timeout=5,
+                                 proc_swaps=host.proc_swaps)
+    assert sampler.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(conductor.casts) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        sampler.stop()
+    assert len(conductor.casts) >= 2
+    taken_at = conductor.casts[0][1][0]['taken_at']
+    assert taken_at.endswith('Z') and 'T' in taken_at
+
+
+class _BindingConductor(RecordingConductor):
+    """What the conductor knows of the leases of this host's guests."""
+
+    def __init__(self, mapping, status, fail=0):
+        super().__init__()
+        self.mapping = mapping
+        self.status = status
+        self.fail = fail
+
+    def instance_leases(self, context, host):
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError('MessagingTimeout')
+        return self.mapping
+
+    def instance_status(self, context, instance_uuid, host=None):
+        return self.status.get(instance_uuid, [])
+
+
+def test_a_restarted_agent_reports_the_guest_leases_again(agent, host,
+                                                          conn):
+    instance, gone = str(uuid.uuid4()), str(uuid.uuid4())
+    extent = _extent(1)
+    _attach_guest(agent, conn, instance, 'lease-g', extent)
+    conn.domains[instance].agent.used_kb[
+        libvirt_guest.disk_serial(extent['uuid'])] = 4 * 1024
+    # The agent restarts: the disk is still in the guest, the record gone.
+    restarted = manager.AgentManager('compute-0', ['compute_node'],
+                                     guest_attacher=agent.guest_attacher,
+                                     host_swap=agent.host_swap)
+    summary = {'uuid': 'lease-g', 'status': 'bound', 'host': 'compute-0',
+               'attach_mode': 'guest', 'instance_uuid': instance,
+               'extents': [extent['uuid']]}
+    conductor = _BindingConductor(
+        {instance: ['lease-g', 'lease-other'], gone: ['lease-gone']},
+        {instance: [summary,
+                    dict(summary, uuid='lease-other', host='compute-9')],
+         gone: [dict(summary, uuid='lease-gone', instance_uuid=gone)]},
+        fail=1)
+    sampler = usage.UsageSampler(restarted, conductor=conductor, interval=1,
+                                 timeout=5, proc_swaps=host.proc_swaps,
+                                 clock=lambda: NOW)
+
+    # The conductor does not answer at first: asked again next time.
+    assert sampler.recover() is False
+    assert sampler.recover() is True
+
+    # Only the lease bound here, of a guest running here.
+    assert list(restarted.memory_attachments) == ['lease-g']
+    assert sampler.report() == [{'lease_uuid': 'lease-g', 'taken_at': NOW,
+                                 'used_mb': 4, 'size_mb': 64}]
+    # Its detach works from what was learnt.
+    restarted.detach_memory(None, {'uuid': 'lease-g'}, [extent], 'guest',
+                            instance)
+    assert restarted.memory_attachments == {}
+    assert conn.domains[instance].disk_aliases() == ['virtio-disk0']
