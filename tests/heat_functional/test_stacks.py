@@ -148,9 +148,13 @@ def test_resource_type_show_renders_the_plugin_documentation(cloud):
 
     hot = openstack(cloud, 'orchestration', 'resource', 'type', 'show',
                     '--template-type', 'hot', 'OS::Composable::Lease')
-    lease_res = hot['resources']['OS::Composable::Lease']
+    lease_res = hot['resources']['Lease']
     assert lease_res['type'] == 'OS::Composable::Lease'
+    assert lease_res['properties'] == {
+        name: {'get_param': name} for name in schema}
     assert set(hot['parameters']) == set(schema)
+    assert hot['parameters']['memory']['description'] == \
+        schema['memory'].description
     assert set(hot['outputs']) >= set(attributes)
 
 
