@@ -39,6 +39,7 @@ databases, also after a failed start.
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -58,6 +59,8 @@ HEAT_USER = 'heat'
 HEAT_DOMAIN = 'heat'
 HEAT_DOMAIN_ADMIN = 'heat_domain_admin'
 HEAT_ROLES = ('heat_stack_owner', 'heat_stack_user')
+# Seconds composable's conductor waits for an agent to bind.
+BIND_TIMEOUT = 300
 # heat-manage db_sync runs a hundred migrations: minutes on a busy machine.
 SETUP_TIMEOUT = 900
 
@@ -228,8 +231,6 @@ class Heat(object):
                             '--config-file', self.config, 'db_sync'],
                            check=True, stdout=out, stderr=subprocess.STDOUT,
                            stdin=subprocess.DEVNULL, timeout=SETUP_TIMEOUT)
-        engine = self._spawn('heat-engine', [
-            os.path.join(BIN, 'heat-engine'), '--config-file', self.config])
         api = self._spawn('heat-api', [
             sys.executable, os.path.join(HERE, 'serve_heat_api.py'),
             str(self.port), self.config])
@@ -237,20 +238,38 @@ class Heat(object):
                            servers.START_TIMEOUT,
                            'heat-api answering on %s' % self.url, api,
                            self._log('heat-api'))
-        servers.wait_until(self._engine_up, servers.START_TIMEOUT,
-                           'heat-engine reporting as up', engine,
-                           self._log('heat-engine'))
+        self.start_engine()
 
-    def _engine_up(self):
-        """heat-engine has registered its service record (what
-        ``openstack orchestration service list`` shows)."""
+    def kill_engine(self):
+        """SIGKILL heat-engine and its workers, as a crash would."""
+        proc = self.procs.pop('heat-engine')
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(servers.START_TIMEOUT)
+
+    def start_engine(self):
+        """Start heat-engine and wait until it has registered itself (a
+        service record newer than any before: a killed engine leaves its
+        own behind)."""
+        before = self._engine_records()
+        engine = self._spawn('heat-engine', [
+            os.path.join(BIN, 'heat-engine'), '--config-file', self.config])
+        servers.wait_until(
+            lambda: self._engine_records() - before, servers.START_TIMEOUT,
+            'heat-engine reporting as up', engine, self._log('heat-engine'))
+
+    def _engine_records(self):
+        """The ids of heat-engine's service records (what ``openstack
+        orchestration service list`` shows)."""
         import sqlalchemy as sa
         engine = sa.create_engine(self.db_url)
         try:
             with engine.connect() as conn:
-                return bool(conn.execute(sa.text(
-                    "SELECT COUNT(*) FROM service WHERE `binary` = "
-                    "'heat-engine' AND deleted_at IS NULL")).scalar())
+                return {row[0] for row in conn.execute(sa.text(
+                    "SELECT id FROM service WHERE `binary` = "
+                    "'heat-engine'"))}
         finally:
             engine.dispose()
 
@@ -283,8 +302,11 @@ class Cloud(object):
         heat_db = self.dbs.create('heat')
         composable_dir = os.path.join(self.workdir, 'composable')
         os.makedirs(composable_dir)
+        # A bind waits for the agent as long as a busy machine may need;
+        # tests/heat_functional/test_crash.py holds it there on purpose.
         self.composable = stack_mod.Stack(composable_dir, composable_db,
-                                          RABBIT)
+                                          RABBIT,
+                                          bind_timeout=BIND_TIMEOUT)
         self.keystone = HeatKeystone(self.workdir, self.keystone_venv,
                                      self.composable.endpoint)
         self.heat = Heat(self.workdir, self.keystone, heat_db,
