@@ -189,7 +189,8 @@ class Heat(object):
                 'environment_dir': os.path.join(heat_etc(),
                                                 'environment.d'),
                 'heat_metadata_server_url': self.url,
-                'heat_waitcondition_server_url': self.url + '/v1/waitcondition',
+                'heat_waitcondition_server_url':
+                    self.url + '/v1/waitcondition',
             }),
             ('database', {'connection': self.db_url}),
             ('paste_deploy', {
