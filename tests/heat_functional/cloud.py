@@ -162,6 +162,7 @@ class Heat(object):
         self.port = stack_mod.free_port()
         self.url = 'http://127.0.0.1:%d' % self.port
         self.config = os.path.join(self.workdir, 'heat.conf')
+        self.auth_encryption_key = uuid.uuid4().hex
         self.procs = {}
 
     def write_config(self):
@@ -183,7 +184,7 @@ class Heat(object):
                 'stack_user_domain_name': HEAT_DOMAIN,
                 'stack_domain_admin': HEAT_DOMAIN_ADMIN,
                 'stack_domain_admin_password': servers.PASSWORD,
-                'auth_encryption_key': uuid.uuid4().hex,
+                'auth_encryption_key': self.auth_encryption_key,
                 'num_engine_workers': 1,
                 'template_dir': os.path.join(heat_etc(), 'templates'),
                 'environment_dir': os.path.join(heat_etc(),
@@ -377,6 +378,15 @@ class Cloud(object):
                 for text in self.composable.log(name):
                     parts.append('--- %s\n%s' % (name, text[-3000:]))
         return '\n'.join(parts)
+
+    def log_files(self):
+        """Every log file of Heat and composable."""
+        found = []
+        for directory in (self.heat.workdir, self.composable.workdir):
+            found += [os.path.join(directory, name)
+                      for name in sorted(os.listdir(directory))
+                      if name.endswith(('.log', '.out'))]
+        return found
 
     def stop(self):
         # Heat first: it talks to the others; the virtual host goes with

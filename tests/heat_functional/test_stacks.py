@@ -301,3 +301,21 @@ def test_two_stacks_racing_for_the_same_memory(cloud, tmp_path):
         for n in names:
             _delete_stack(cloud, n)
     assert _pools(user)['memory-pool']['used'] == pool['used']
+
+
+def test_no_secret_reaches_a_log(cloud):
+    """After the stacks above: no password, token or Heat's encryption
+    key in any log of Heat or composable."""
+    secrets = {
+        'password': servers.PASSWORD,
+        'admin password': servers.ADMIN_PASSWORD,
+        'auth_encryption_key': cloud.heat.auth_encryption_key,
+        'user token': cloud.keystone.user_token(USER),
+    }
+    logs = cloud.log_files()
+    assert any(path.endswith('heat-engine.log') for path in logs)
+    for path in logs:
+        with open(path, errors='replace') as f:
+            text = f.read()
+        for what, value in secrets.items():
+            assert value not in text, '%s in %s' % (what, path)
