@@ -158,7 +158,8 @@ def test_resource_type_show_renders_the_plugin_documentation(cloud):
     assert set(hot['outputs']) >= set(attributes)
 
 
-def test_sample_template_create_update_delete(cloud, tmp_path):
+def test_sample_template_create_update_suspend_resume_delete(
+        cloud, tmp_path):
     user = cloud.user_client(USER)
     before = _pools(user)
     name = _stack_name('leases')
@@ -219,6 +220,25 @@ def test_sample_template_create_update_delete(cloud, tmp_path):
         actions = [a['action'] for a in user.get(
             '/leases/%s/actions' % gpu_id).json()['actions']]
         assert 'unbind' not in actions and 'delete' not in actions
+
+        # Suspending unbinds the bound lease and keeps its capacity;
+        # resuming binds it to its host again; check finds both as they
+        # should be.
+        openstack(cloud, 'stack', 'suspend', '--wait', name, as_json=False)
+        assert openstack(cloud, 'stack', 'show', name)['stack_status'] == \
+            'SUSPEND_COMPLETE'
+        gpu = user.get('/leases/%s' % gpu_id).json()
+        assert gpu['status'] == 'reserved', gpu
+        assert _pools(user)['gpu-pool']['used'] == \
+            before['gpu-pool']['used'] + 1
+        openstack(cloud, 'stack', 'resume', '--wait', name, as_json=False)
+        assert openstack(cloud, 'stack', 'show', name)['stack_status'] == \
+            'RESUME_COMPLETE'
+        gpu = user.get('/leases/%s' % gpu_id).json()
+        assert (gpu['status'], gpu['host']) == ('bound', 'compute-0'), gpu
+        openstack(cloud, 'stack', 'check', '--wait', name, as_json=False)
+        assert openstack(cloud, 'stack', 'show', name)['stack_status'] == \
+            'CHECK_COMPLETE'
     finally:
         _delete_stack(cloud, name)
 
