@@ -15,10 +15,10 @@
 the compute agent for a VF per lease; the agent's HostPciDevices does its
 work inside the compute host guest (q35, Intel IOMMU, TCG): its bus is
 guest_bus.GuestPciBus, each call one command of the PCI module kept
-running in the guest (guest_exec.PciServerRunner). It creates the VFs of the NVMe controller the
-Redfish emulator composed into the guest (QEMU ``nvme`` with
-``sriov_max_vfs``), binds one per lease to vfio-pci and removes them when
-the last lease lets go.
+running in the guest (guest_exec.PciServerRunner). It creates the VFs of
+the NVMe controller the Redfish emulator composed into the guest (QEMU
+``nvme`` with ``sriov_max_vfs``), binds one per lease to vfio-pci and
+removes them when the last lease lets go.
 
 Real: the guest's kernel, sysfs, vfio-pci and SR-IOV. Not real: the
 hardware (QEMU's emulated NVMe stands for a NIC), and handing the VF on
