@@ -213,6 +213,15 @@ class SysfsPci(object):
     def detach_function(self, address, vendor_id, product_id):
         return self.ops.detach_function(address, vendor_id, product_id)
 
+    def exists(self, address):
+        return pci.exists(address, self.root)
+
+    def is_virtual_function(self, address):
+        return pci.is_virtual_function(address, self.root)
+
+    def release(self, address):
+        return self.ops.release(address)
+
     def virtual_functions(self, pf_address):
         return pci.virtual_functions(pf_address, self.root)
 
@@ -568,17 +577,17 @@ class HostPciDevices(object):
     def _virtual_function(self, device, pf, index, count, mode):
         """The address of VF ``index`` of ``pf``, created first when the
         pool makes its VFs on demand. The caller holds the PF's lock."""
-        if not pci.exists(pf, self.root):
+        if not self.bus.exists(pf):
             raise exception.DriverError(
                 reason='the physical function %s of device %s is not on '
                        'this host: check the pool\'s pf_address against '
                        '"lspci -D" on this host' % (pf, device['uuid']))
-        if pci.is_virtual_function(pf, self.root):
+        if self.bus.is_virtual_function(pf):
             raise exception.DriverError(
                 reason='%s is itself a virtual function, not a physical '
                        'function: fix the pool\'s pf_address' % pf)
         try:
-            current = pci.virtual_functions(pf, self.root)
+            current = self.bus.virtual_functions(pf)
         except (pci.PciError, OSError) as exc:
             raise _fail('reading the virtual functions of %s' % pf, exc)
         if index >= len(current):
@@ -642,8 +651,8 @@ class HostPciDevices(object):
                     record = self.records.devices.get(device['uuid'])
                 address = record['address'] if record else None
                 try:
-                    if address and pci.exists(address, self.root) and \
-                            self.ops.release(address):
+                    if address and self.bus.exists(address) and \
+                            self.bus.release(address):
                         LOG.info('Device %(dev)s of lease %(lease)s: '
                                  'virtual function %(addr)s is off '
                                  'vfio-pci', {'dev': device['uuid'],
@@ -656,10 +665,10 @@ class HostPciDevices(object):
                     if self.records.devices.pop(device['uuid'],
                                                 None) is not None:
                         self._save()
-            if mode != sriov.ON_DEMAND or not pci.exists(pf, self.root):
+            if mode != sriov.ON_DEMAND or not self.bus.exists(pf):
                 return
             try:
-                current = pci.virtual_functions(pf, self.root)
+                current = self.bus.virtual_functions(pf)
             except (pci.PciError, OSError) as exc:
                 raise _fail('reading the virtual functions of %s' % pf, exc)
             with self._lock:

@@ -819,6 +819,8 @@ COMMANDS = {
     'nova_device_spec_conflicts': nova_device_spec_conflicts,
     'functions': functions,
     'boot_id': boot_id,
+    'exists': exists,
+    'is_virtual_function': is_virtual_function,
     'device_ids': device_ids,
     'driver': driver,
     'read_serial': read_serial,

@@ -128,6 +128,15 @@ class GuestPciBus(object):
         return self._call('detach_function', address=address,
                           vendor_id=vendor_id, product_id=product_id)
 
+    def exists(self, address):
+        return self._call('exists', address=address)
+
+    def is_virtual_function(self, address):
+        return self._call('is_virtual_function', address=address)
+
+    def release(self, address):
+        return self._call('release', address=address)
+
     def virtual_functions(self, pf_address):
         return self._call('virtual_functions', pf_address=pf_address)
 

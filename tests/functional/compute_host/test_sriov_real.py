@@ -13,11 +13,12 @@
 """Leases of SR-IOV virtual functions on a real kernel: the conductor
 (in this process, on SQLite and the in-process message transport) asks
 the compute agent for a VF per lease; the agent's HostPciDevices does its
-work inside the compute host guest (q35, Intel IOMMU, TCG) through
-guest-exec (guest_pci): it creates the VFs of the NVMe controller the
-Redfish emulator composed into the guest (QEMU ``nvme`` with
-``sriov_max_vfs``), binds one per lease to vfio-pci and removes them when
-the last lease lets go.
+work inside the compute host guest (q35, Intel IOMMU, TCG): its bus is
+guest_bus.GuestPciBus, each call one command of the PCI module kept
+running in the guest (guest_exec.PciServerRunner). It creates the VFs of
+the NVMe controller the Redfish emulator composed into the guest (QEMU
+``nvme`` with ``sriov_max_vfs``), binds one per lease to vfio-pci and
+removes them when the last lease lets go.
 
 Real: the guest's kernel, sysfs, vfio-pci and SR-IOV. Not real: the
 hardware (QEMU's emulated NVMe stands for a NIC), and handing the VF on
@@ -33,15 +34,20 @@ from composable.common import sriov
 from composable.common import states
 from composable import conf
 from composable.db import api as db_api
-from tests.functional.compute_host import guest_pci
+from composable.agent.compute_node import host_pci
+from tests.functional.compute_host import guest_bus
+from tests.functional.compute_host import guest_exec
 from tests.unit.conductor import harness as h_mod
 from tests.unit.conductor import sriov_harness
 
 CONF = conf.CONF
 FIND_TIMEOUT = 60
-# Each step of the agent is one or more guest-exec round trips of a
-# Python start under TCG: generous, for a loaded machine.
+# Each step of the agent is one or more guest-exec round trips under
+# TCG: generous, for a loaded machine.
 RPC_TIMEOUT = 300
+# The agent's copy of the PCI module (and its server) in the guest, apart
+# from the tests' own (the pci fixture's).
+AGENT_MODULE_DIR = '/tmp/composable-sriov-agent'
 LEASE_TIMEOUT = 600
 
 
@@ -76,12 +82,30 @@ def nvme_pf(host, pci, composer):
             pci.call('remove', address=pf)
 
 
+@pytest.fixture(scope='module')
+def guest_pci_bus(agent):
+    """The agent's PCI bus: the guest's, through the PCI module server
+    started there at the first call; stopped afterwards, even when a test
+    failed."""
+    try:
+        yield guest_bus.GuestPciBus(guest_exec.PciServerRunner(
+            agent, directory=AGENT_MODULE_DIR))
+    finally:
+        agent.shell('p=%s/server.pid; [ -f $p ] && kill "$(cat $p)" '
+                    '2>/dev/null; rm -rf %s' % (AGENT_MODULE_DIR,
+                                                AGENT_MODULE_DIR))
+
+
 @pytest.fixture
-def conductor(sqlite_db, pci, tmp_path, monkeypatch):
+def conductor(sqlite_db, guest_pci_bus, tmp_path):
     """The harness, not started: a test starts it with its pool
     (``start(vf_count=, pf_address=)``)."""
     h = sriov_harness.SriovHarness(rpc_timeout=RPC_TIMEOUT,
                                    fabric_timeout=60)
+    devices = host_pci.HostPciDevices(
+        bus=guest_pci_bus, find_timeout=FIND_TIMEOUT,
+        nova_config_files=[str(tmp_path / 'nova.conf')],
+        state_file=str(tmp_path / 'state' / 'pci-devices.json'))
     started = []
 
     def start(**kwargs):
@@ -89,14 +113,12 @@ def conductor(sqlite_db, pci, tmp_path, monkeypatch):
         return sriov_harness.SriovHarness.start(
             h, tmp_path, host_pci=devices, vf_kind='nvme', **kwargs)
 
-    with guest_pci.host_pci_in_guest(pci, tmp_path, monkeypatch,
-                                     find_timeout=FIND_TIMEOUT) as devices:
-        h.start_in_guest = start
-        try:
-            yield h
-        finally:
-            if started:
-                h.stop()
+    h.start_in_guest = start
+    try:
+        yield h
+    finally:
+        if started:
+            h.stop()
 
 
 def _bound(h, uuid, what='bind'):
@@ -105,8 +127,8 @@ def _bound(h, uuid, what='bind'):
                      h.hosts[sriov_harness.HOST].uuid)
     lease = h.wait(uuid, [states.BOUND, states.BIND_FAILED],
                    timeout=LEASE_TIMEOUT)
-    # Shown with -s / -rP: every sysfs step is a guest-exec round trip of
-    # a Python start under TCG, so these are upper bounds of a real host.
+    # Shown with -s / -rP: every PCI step is a guest-exec round trip
+    # under TCG, so these are upper bounds of a real host.
     print('%s: %.0f ms' % (what, (time.monotonic() - started) * 1000))
     return lease
 

@@ -21,6 +21,7 @@ import threading
 
 import pytest
 
+from composable.agent.compute_node import host_pci
 from composable.agent.compute_node import pci
 from composable.agent import manager
 from composable.common import exception
@@ -302,3 +303,55 @@ def test_vfs_made_by_an_agent_that_died_before_binding_are_removed(
     again.detach(_lease(1), [_vf_device(1)])
     assert pci.virtual_functions(PF, fs.root) == []
     assert fs.driver_of(PF) == 'mlx5_core'
+
+
+class _RecordingBus(object):
+    """SysfsPci on the fake tree, noting each method called: the only way
+    HostPciDevices may reach the PCI bus."""
+
+    def __init__(self, bus):
+        self._bus = bus
+        self.calls = []
+
+    def __getattr__(self, name):
+        method = getattr(self._bus, name)
+
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return method(*args, **kwargs)
+        return call
+
+
+class _NoPrivilegedCalls(object):
+    def __getattr__(self, name):
+        raise AssertionError('privileged %s called around the bus' % name)
+
+
+def test_the_vf_path_works_only_through_the_bus(
+        fs, privileged, nova_conf, tmp_path):
+    # The agent's own root and privileged functions point nowhere: a
+    # read of sysfs or a privileged call that bypassed the bus would see
+    # no PF, or fail.
+    bus = _RecordingBus(host_pci.SysfsPci(privileged, fs.root))
+    host = host_pci.HostPciDevices(
+        ops=_NoPrivilegedCalls(), root=str(tmp_path / 'not-the-host'),
+        find_timeout=5, nova_config_files=[str(nova_conf)],
+        state_file=str(tmp_path / 'state' / 'pci-devices.json'),
+        kernel_release='6.1.0-test', bus=bus)
+    assert host.start() == []
+    assert host.attach(_lease(1), [_vf_device(1)]) == {
+        'vf-dev-1': '0000:41:10.1'}
+    assert fs.driver_of('0000:41:10.1') == pci.VFIO_DRIVER
+    with pytest.raises(exception.DriverError) as vf:
+        host.attach(_lease(2), [_vf_device(0, pf_address='0000:41:10.0')])
+    assert 'is itself a virtual function' in vf.value.message
+    host.detach(_lease(1), [_vf_device(1)])
+    assert fs.driver_of('0000:41:10.1') is None
+    assert pci.virtual_functions(PF, fs.root) == []
+    assert host.records.devices == {}
+    for method in ('exists', 'is_virtual_function', 'virtual_functions',
+                   'set_num_vfs', 'attach_function', 'release'):
+        assert method in bus.calls, method
+    with pytest.raises(exception.DriverError) as missing:
+        host.attach(_lease(3), [_vf_device(0, pf_address='0000:42:00.0')])
+    assert 'is not on this host' in missing.value.message

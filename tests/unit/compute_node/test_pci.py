@@ -785,6 +785,26 @@ def test_main_reports_errors_as_json(fs):
     assert 'usage' in json.loads(out.getvalue())['message']
 
 
+def test_main_answers_what_the_sriov_path_asks(fs, pf):
+    # The SR-IOV path of HostPciDevices asks these through its bus, so a
+    # bus running the module elsewhere needs them as commands.
+    vfs = pci.set_num_vfs(pf, 1, fs.root, writer=fs.write)
+    for command, address, expected in (
+            ('exists', pf, True), ('exists', '0000:5e:10.7', False),
+            ('is_virtual_function', vfs[0], True),
+            ('is_virtual_function', pf, False)):
+        out = io.StringIO()
+        assert pci.main([command, json.dumps({'address': address,
+                                              'root': fs.root})],
+                        out=out) == 0
+        assert json.loads(out.getvalue()) == {'result': expected}, command
+    out = io.StringIO()
+    assert pci.main(['exists', json.dumps({'address': 'not-a-bdf',
+                                           'root': fs.root})],
+                    out=out) == 1
+    assert json.loads(out.getvalue())['error'] == 'ValueError'
+
+
 def test_main_reads_nova_conf_from_a_path(tmp_path):
     conf = tmp_path / 'nova.conf'
     conf.write_text(_conf('device_spec = {"vendor_id": "10de"}'))
