@@ -14,6 +14,7 @@
 authentication wrappers."""
 
 import json
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -256,6 +257,59 @@ def _check_keystone_wrapping(app):
     # without a token (and never reaches the database).
     resp = webob.Request.blank('/v1/fabrics').get_response(app)
     assert resp.status_int == 401
+
+
+def _auth_error(resp, status, code):
+    """The API-SIG error of a webob response refused by auth_token."""
+    assert resp.status_int == status, resp.text
+    assert resp.content_type == 'application/json'
+    error, = resp.json['errors']
+    assert error['status'] == status
+    assert error['code'] == code
+    assert error['request_id'] == resp.headers['X-OpenStack-Request-Id']
+    return error
+
+
+def test_no_token_is_an_api_error_with_where_to_authenticate(api_env):
+    api_app.register_auth_opts(api_env)
+    api_env.set_override('www_authenticate_uri', 'http://keystone.example',
+                         'keystone_authtoken')
+    try:
+        app = api_app.setup_app('keystone')
+        resp = webob.Request.blank('/v1/leases').get_response(app)
+    finally:
+        api_env.clear_override('www_authenticate_uri', 'keystone_authtoken')
+    error = _auth_error(resp, 401, 'composable.unauthorized')
+    assert 'Get a new token from Keystone' in error['detail']
+    assert 'http://keystone.example' in resp.headers['WWW-Authenticate']
+
+
+def test_unreachable_keystone_is_503_with_what_to_do(api_env):
+    # A port of 127.0.0.1 that nothing listens on: Keystone is down.
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        closed = 'http://127.0.0.1:%d/v3' % sock.getsockname()[1]
+    api_app.register_auth_opts(api_env)
+    overrides = {'www_authenticate_uri': closed, 'auth_url': closed,
+                 'auth_type': 'password', 'username': 'composable',
+                 'password': 'not-logged', 'project_name': 'service',
+                 'user_domain_name': 'Default',
+                 'project_domain_name': 'Default',
+                 'http_request_max_retries': 0}
+    for name, value in overrides.items():
+        api_env.set_override(name, value, 'keystone_authtoken')
+    try:
+        app = api_app.setup_app('keystone')
+        req = webob.Request.blank('/v1/leases', headers={
+            'X-Auth-Token': 'gAAAAA-a-token-nobody-can-check'})
+        resp = req.get_response(app)
+    finally:
+        for name in overrides:
+            api_env.clear_override(name, 'keystone_authtoken')
+    error = _auth_error(resp, 503, 'composable.identity.unavailable')
+    assert 'Keystone' in error['detail']
+    assert 'Traceback' not in resp.text
+    assert 'not-logged' not in resp.text
 
 
 def test_keystone_context(api_env, monkeypatch):
