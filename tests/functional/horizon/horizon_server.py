@@ -12,14 +12,14 @@
 
 """A real Horizon with the composable plugin, as a process of the test run.
 
-The settings module is written into the test's own directory: it takes
-Horizon's settings as a deployment would (``openstack_dashboard.settings``),
-points them at the test Keystone, keeps everything Horizon writes (the
-compressed CSS and JavaScript, the secret key) in that directory instead
-of the virtualenv, and enables the plugin's ``enabled`` files the way
-``openstack_dashboard/local/enabled`` would. Django's ``runserver`` serves
-it on 127.0.0.1 (``--insecure`` serves the static files with DEBUG off, so
-the pages are what production renders).
+Everything is written into the test's own directory, nothing into the
+virtualenv: a ``local/local_settings.py`` (Horizon's own way to be
+configured) pointing at the test Keystone and keeping what Horizon writes
+(the compressed CSS and JavaScript) there, and a settings module that
+takes ``openstack_dashboard.settings`` and enables the plugin's
+``enabled`` files the way ``openstack_dashboard/local/enabled`` would.
+Django's ``runserver`` serves it on 127.0.0.1 (``--insecure`` serves the
+static files with DEBUG off, so the pages are what production renders).
 """
 
 import os
