@@ -190,3 +190,51 @@ def test_admin_sees_the_inventory(browser, horizon_stack):
                      'the member kept out of the Admin dashboard')
     assert 'compute-0' not in browser.text()
     browser.screenshot('member-not-authorized')
+
+
+def test_bad_input_and_refusals_are_explained(browser, horizon_stack):
+    keystone, composable, horizon = horizon_stack
+    browser.login('beta-member', servers.PASSWORD, LEASES)
+
+    # A size Horizon cannot read: the form says what it takes, and
+    # nothing reaches the API.
+    browser.find('#leases__action_create').click()
+    browser.wait_for(lambda: browser.visible('#create_lease_form #id_name'),
+                     'the Create Lease form')
+    browser.fill('id_name', 'typo')
+    browser.fill('id_memory', '12 parsecs')
+    browser.find('#create_lease_form [type=submit]').click()
+    browser.wait_for(
+        lambda: 'Enter a size such as 512MiB' in browser.text(),
+        'the form explaining the memory size')
+    browser.screenshot('create-lease-bad-size')
+    resp = _api(keystone, composable, 'beta-member', 'GET',
+                '/v1/leases?name=typo')
+    assert resp.status_code == 200, resp.text
+    assert resp.json()['leases'] == []
+
+    # More than the pool has: the lease fails to allocate, and the table
+    # says why.
+    browser.get(LEASES)
+    browser.wait_for(lambda: browser.find('#leases__action_create'),
+                     'the leases table')
+    browser.find('#leases__action_create').click()
+    browser.wait_for(lambda: browser.visible('#create_lease_form #id_name'),
+                     'the Create Lease form')
+    browser.fill('id_name', 'too-big')
+    browser.fill('id_memory', '64GiB')
+    browser.find('#create_lease_form [type=submit]').click()
+    row = browser.wait_for(lambda: browser.row_by_link_text('too-big'),
+                           'the lease in the table')
+    lease_id = row.get_attribute('data-object-id')
+    browser.wait_for(
+        lambda: _status(browser, lease_id) == 'Allocation failed',
+        'the lease failing to allocate', reload=10)
+    fault = _cell(browser, browser.row('leases', lease_id), 'Fault')
+    api_fault = _api(keystone, composable, 'beta-member', 'GET',
+                     '/v1/leases/%s' % lease_id).json()['fault']
+    assert api_fault and fault and api_fault.startswith(fault.rstrip('.…'))
+    browser.screenshot('lease-alloc-failed')
+    resp = _api(keystone, composable, 'beta-member', 'DELETE',
+                '/v1/leases/%s' % lease_id)
+    assert resp.status_code in (202, 204), resp.text
