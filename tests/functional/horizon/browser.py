@@ -142,12 +142,12 @@ class Browser(object):
             '%s logged in and on %s' % (username, next_path))
 
     def logout(self):
-        # Sign Out in the user menu (a POST: Django refuses GET logouts).
-        self.find('.user-menu a.dropdown-toggle').click()
-        self.wait_for(
-            lambda: self.visible('.user-menu form[method=post] button'),
-            'the user menu')
-        self.find('.user-menu form[method=post] button').click()
+        # The user menu's Sign Out form (a POST with the page's CSRF
+        # token: Django refuses GET logouts), submitted as such: a click
+        # through the menu's drop-down animation could land elsewhere on
+        # a busy machine.
+        form = self.find('.user-menu form[method=post]')
+        self.driver.execute_script('arguments[0].submit();', form)
         self.wait_for(lambda: self.find('#id_username'), 'the login form')
 
     def messages(self):
