@@ -22,8 +22,10 @@ import pecan.decorators
 import pecan.rest
 import pecan.routing
 import pecan.util
+import webob
 
 from composable.api.controllers import root
+from composable.api import errors
 from composable.api import hooks
 from composable.common import utils
 from composable import conf
@@ -44,20 +46,68 @@ def register_auth_opts(conf_=None):
         conf_.register_opts(opts, group=group)
 
 
+# Set in the WSGI environment once a request got past auth_token: an
+# error after that is the application's own, already in the API's format.
+_AUTHENTICATED = 'composable.authenticated'
+
+UNAUTHORIZED_DETAIL = (
+    'Authentication required: the request has no token, or one that is '
+    'expired, revoked or not valid. Get a new token from Keystone (see the '
+    'WWW-Authenticate header) and retry.')
+IDENTITY_UNAVAILABLE_DETAIL = (
+    'The identity service (Keystone) could not be reached to validate the '
+    'token. Try again shortly; if this persists, the cloud operator should '
+    'check Keystone and the [keystone_authtoken] section of '
+    'composable.conf.')
+
+
 class AuthTokenExceptVersions(object):
     """keystonemiddleware's auth_token on every path but the version
-    documents."""
+    documents, its refusals given in the API's own error format."""
 
     def __init__(self, app, conf_):
         self.public_app = app
         self.auth_app = auth_token.AuthProtocol(
-            app, {'oslo_config_config': conf_,
-                  'oslo_config_project': 'composable'})
+            self._authenticated(app), {'oslo_config_config': conf_,
+                                       'oslo_config_project': 'composable'})
+
+    @staticmethod
+    def _authenticated(app):
+        def marked(environ, start_response):
+            environ[_AUTHENTICATED] = True
+            return app(environ, start_response)
+        return marked
 
     def __call__(self, environ, start_response):
         if environ.get('PATH_INFO', '') in PUBLIC_PATHS:
             return self.public_app(environ, start_response)
-        return self.auth_app(environ, start_response)
+        request = webob.Request(environ)
+        response = request.get_response(self.auth_app)
+        if not environ.get(_AUTHENTICATED):
+            response = self._refusal(request, response)
+        return response(environ, start_response)
+
+    @staticmethod
+    def _refusal(request, response):
+        """auth_token's own 401 and 503 (its bodies are Keystone's error
+        format, or HTML) as API-SIG errors with an actionable detail."""
+        status = response.status_int
+        if status == 401:
+            headers = {}
+            if 'WWW-Authenticate' in response.headers:
+                headers['WWW-Authenticate'] = response.headers[
+                    'WWW-Authenticate']
+            return errors.error_response(
+                request, 401, 'composable.unauthorized',
+                UNAUTHORIZED_DETAIL, headers)
+        if status == 503:
+            LOG.warning('Request %s refused: Keystone could not be reached '
+                        'to validate its token',
+                        errors.request_id(request))
+            return errors.error_response(
+                request, 503, 'composable.identity.unavailable',
+                IDENTITY_UNAVAILABLE_DETAIL)
+        return response
 
 
 def _remember_controller_signatures():

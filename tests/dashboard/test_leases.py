@@ -104,6 +104,9 @@ class LeasesIndexTests(helpers.TestCase):
         self.assertIn('status_up', row)
         self.assertNotIn('warning', row)
         self.assertIn(lease.uuid, row)
+        # The pool by its name, as the full table shows it.
+        self.assertIn('gpu-pool', row)
+        self.assertNotIn(lease.device_pool_uuid, row)
 
     @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'lease_list')

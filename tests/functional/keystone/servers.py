@@ -169,6 +169,13 @@ class Keystone(object):
                      '--bootstrap-public-url', self.url,
                      '--bootstrap-internal-url', self.url,
                      '--bootstrap-region-id', REGION)
+        self.serve()
+        self._populate()
+
+    def serve(self):
+        """Start serving the bootstrapped Keystone (again, after
+        :meth:`stop`: same port, database and keys, so tokens issued
+        before stay valid)."""
         env = dict(os.environ, OS_KEYSTONE_CONFIG_FILES=self.config)
         log = open(self.log, 'a')
         try:
@@ -182,7 +189,6 @@ class Keystone(object):
         wait_until(lambda: _answers(self.url), START_TIMEOUT,
                    'Keystone answering on %s' % self.url, self.proc,
                    self.log)
-        self._populate()
 
     def stop(self):
         stop_process(self.proc)
@@ -254,6 +260,11 @@ class ComposableAll(object):
     """composable-all on a free port, validating Keystone's tokens with
     keystonemiddleware."""
 
+    # Seconds keystonemiddleware keeps a validated token: a token revoked
+    # in Keystone is refused at the latest this long after. Short here so
+    # that the tests can see it happen.
+    TOKEN_CACHE_TIME = 10
+
     def __init__(self, workdir, port=None):
         self.workdir = str(workdir)
         self.port = port or stack_mod.free_port()
@@ -285,6 +296,7 @@ class ComposableAll(object):
                 'project_domain_name': 'Default',
                 'region_name': REGION,
                 'service_token_roles_required': 'true',
+                'token_cache_time': self.TOKEN_CACHE_TIME,
             }),
         ]
         with open(self.config, 'w') as f:

@@ -18,6 +18,8 @@ import threading
 import urllib.error
 import urllib.request
 
+from keystoneauth1 import exceptions as ks_exceptions
+from keystonemiddleware.auth_token import _identity as ksm_identity
 import pytest
 import webob
 
@@ -256,6 +258,54 @@ def _check_keystone_wrapping(app):
     # without a token (and never reaches the database).
     resp = webob.Request.blank('/v1/fabrics').get_response(app)
     assert resp.status_int == 401
+
+
+def _auth_error(resp, status, code):
+    """The API-SIG error of a webob response refused by auth_token."""
+    assert resp.status_int == status, resp.text
+    assert resp.content_type == 'application/json'
+    error, = resp.json['errors']
+    assert error['status'] == status
+    assert error['code'] == code
+    assert error['request_id'] == resp.headers['X-OpenStack-Request-Id']
+    return error
+
+
+def test_no_token_is_an_api_error_with_where_to_authenticate(api_env):
+    api_app.register_auth_opts(api_env)
+    api_env.set_override('www_authenticate_uri', 'http://keystone.example',
+                         'keystone_authtoken')
+    try:
+        app = api_app.setup_app('keystone')
+        resp = webob.Request.blank('/v1/leases').get_response(app)
+    finally:
+        api_env.clear_override('www_authenticate_uri', 'keystone_authtoken')
+    error = _auth_error(resp, 401, 'composable.unauthorized')
+    assert 'Get a new token from Keystone' in error['detail']
+    assert 'http://keystone.example' in resp.headers['WWW-Authenticate']
+
+
+def test_unreachable_keystone_is_503_with_what_to_do(api_env, monkeypatch):
+    # Keystone down, as keystonemiddleware meets it when it validates a
+    # token (tests/functional/keystone stops a real one).
+    def refused(self, token, **kwargs):
+        raise ks_exceptions.ConnectFailure('Unable to establish connection '
+                                           'to http://127.0.0.1:1/v3')
+    monkeypatch.setattr(ksm_identity.IdentityServer, 'verify_token',
+                        refused)
+    api_app.register_auth_opts(api_env)
+    api_env.set_override('www_authenticate_uri', 'http://keystone.example',
+                         'keystone_authtoken')
+    try:
+        app = api_app.setup_app('keystone')
+        req = webob.Request.blank('/v1/leases', headers={
+            'X-Auth-Token': 'gAAAAA-a-token-nobody-can-check'})
+        resp = req.get_response(app)
+    finally:
+        api_env.clear_override('www_authenticate_uri', 'keystone_authtoken')
+    error = _auth_error(resp, 503, 'composable.identity.unavailable')
+    assert 'Keystone' in error['detail']
+    assert 'Traceback' not in resp.text
 
 
 def test_keystone_context(api_env, monkeypatch):

@@ -108,6 +108,18 @@ def test_document_is_valid(doc):
     assert doc['openapi'].startswith('3.0')
 
 
+def test_every_authenticated_call_documents_keystone_refusals(doc):
+    # keystonemiddleware answers any call that needs a token with 401
+    # (no valid token) or 503 (Keystone unreachable), before routing.
+    for path, methods in doc['paths'].items():
+        for method, operation in methods.items():
+            codes = set(operation.get('responses', {}))
+            if path in ('/', '/v1/'):
+                assert '401' not in codes, (method, path)
+                continue
+            assert {'401', '503'} <= codes, (method, path)
+
+
 def test_routes_match(doc):
     assert documented_routes(doc) == served_routes()
 

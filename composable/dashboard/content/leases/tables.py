@@ -147,7 +147,10 @@ class UpdateRow(tables.Row):
 
     def get_data(self, request, lease_id):
         lease = api.lease_get(request, lease_id)
-        add_pool_names(lease, getattr(self.table, 'pool_names', {}))
+        # A row update renders this row alone: the index view, which
+        # loads the pool names for the whole table, does not run.
+        if lease.memory_pool_uuid or lease.device_pool_uuid:
+            add_pool_names(lease, load_pool_names(request))
         return lease
 
 
