@@ -128,6 +128,11 @@ class GuestPciBus(object):
         return self._call('detach_function', address=address,
                           vendor_id=vendor_id, product_id=product_id)
 
+    def detach_unrecorded_function(self, locator, known, interchangeable):
+        return self._call('detach_unrecorded_function', locator=locator,
+                          known=list(known),
+                          interchangeable=interchangeable)
+
     def virtual_functions(self, pf_address):
         return self._call('virtual_functions', pf_address=pf_address)
 
