@@ -847,3 +847,77 @@ def test_agent_start_creates_the_configured_vfs(fs, host, pf, sysfs_conf):
     assert host.refusal is None
     assert pci.virtual_functions(pf, fs.root) == [
         '0000:41:10.0', '0000:41:10.1', '0000:41:10.2']
+
+
+class _Conductor(object):
+    """The conductor's side of report_devices_restored as the agent sees
+    it (tests/unit/conductor/test_device_reports.py runs the real one)."""
+
+    def __init__(self, error=None):
+        self.reports = []
+        self.error = error
+
+    def report_devices_restored(self, context, host, results):
+        if self.error:
+            raise self.error
+        self.reports.append((host, results))
+
+
+def _start_agent(devices, conductor):
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 host_pci=devices, conductor_api=conductor)
+    conf.CONF.set_override('hook_socket', '', 'compute_node')
+    try:
+        agent.start()
+    finally:
+        conf.CONF.clear_override('hook_socket', 'compute_node')
+        agent.stop()
+    return agent
+
+
+def test_the_agent_tells_the_conductor_what_it_bound_again(
+        fs, host, privileged, nova_conf, tmp_path, sysfs_conf):
+    other = GPU.replace('41', '42')
+    fs.add(GPU, group=12, hidden=True)
+    fs.add(other, device='0x20b5', group=13, hidden=True)
+    host.attach(LEASE, [dict(_device(), lease_uuid='lease-1')])
+    host.attach({'uuid': 'lease-2'}, [dict(
+        _device('dev-2', product_id='20b5'), product_id='20b5',
+        lease_uuid='lease-2')])
+    # The host restarted: GPU is back without vfio-pci, the other is gone.
+    fs._destroy(GPU)
+    fs._destroy(other)
+    fs.add(GPU, group=12, driver='nouveau')
+    conductor = _Conductor()
+    _start_agent(_devices(fs, privileged, nova_conf, tmp_path, timeout=1),
+                 conductor)
+    [(reporter, results)] = conductor.reports
+    assert reporter == 'compute-0'
+    assert [(r['lease_uuid'], r['device_uuid'], r['address'], r['ok'])
+            for r in results] == [('lease-1', 'dev-1', GPU, True),
+                                  ('lease-2', 'dev-2', other, False)]
+    assert 'no PCI function with ids 10de:20b5' in results[1]['message']
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+
+    # Restarted again within that boot: nothing new to tell but the
+    # device still missing.
+    conductor = _Conductor()
+    _start_agent(_devices(fs, privileged, nova_conf, tmp_path, timeout=1),
+                 conductor)
+    [(_host, results)] = conductor.reports
+    assert [(r['device_uuid'], r['ok']) for r in results] == [
+        ('dev-2', False)]
+
+
+def test_an_agent_that_cannot_tell_the_conductor_still_starts(
+        fs, host, privileged, nova_conf, tmp_path, sysfs_conf, caplog):
+    fs.add(GPU, group=12, driver='nouveau', hidden=True)
+    host.attach(LEASE, [dict(_device(), lease_uuid='lease-1')])
+    fs._destroy(GPU)
+    fs.add(GPU, group=12, driver='nouveau')
+    devices = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    _start_agent(devices, _Conductor(error=RuntimeError('no broker')))
+    assert devices.refusal is None
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    assert 'Could not tell the conductor' in caplog.text
+    assert 'no broker' in caplog.text
