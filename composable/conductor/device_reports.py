@@ -83,10 +83,10 @@ def _lease_message(host, results):
                     'device %s (%s)' % (r['device_uuid'],
                                         r['address'] or 'no address')
                     for r in results)), None)
-    fault = ('After host %s restarted, its agent could not bind %s to '
-             'vfio-pci again; the device cannot be used by the lease\'s '
-             'instance. Unbind the lease (the host then removes what is '
-             'left of the device) and bind it again.' % (host, '; '.join(
+    fault = ('After host %s restarted, its agent could not bind these '
+             'devices of the lease to vfio-pci again, so its instance '
+             'cannot use them: %s. Unbind the lease (the host then removes '
+             'what is left of them) and bind it again.' % (host, '; '.join(
                  'device %s at %s: %s' % (
                      r['device_uuid'], r['address'] or 'no address',
                      r['message'] or 'no reason given')
