@@ -584,15 +584,18 @@ class HostPciDevices(object):
         one that is not there now was never enumerated.
         """
         vendor, product, _serial = _model(locator)
-        if not (vendor and product):
+        with self._lock:
+            started = self.baseline is not None
+        if not (vendor and product) or not started:
+            # Without ids any function would do, and without the list of
+            # the host's own any of those could be one: take nothing.
             LOG.info('Device %(dev)s of lease %(lease)s was never found on '
-                     'this host and its locator names no ids; nothing to '
-                     'remove', {'dev': device['uuid'],
-                                'lease': lease['uuid']})
+                     'this host; nothing to remove',
+                     {'dev': device['uuid'], 'lease': lease['uuid']})
             return
         with self._search_lock:
             with self._lock:
-                known = sorted(set(self.baseline or ()) |
+                known = sorted(set(self.baseline) |
                                self.records.addresses(but=device['uuid']))
             try:
                 answer = self.bus.detach_unrecorded_function(

@@ -921,3 +921,14 @@ def test_an_agent_that_cannot_tell_the_conductor_still_starts(
     assert fs.driver_of(GPU) == pci.VFIO_DRIVER
     assert 'Could not tell the conductor' in caplog.text
     assert 'no broker' in caplog.text
+
+
+def test_an_agent_that_never_listed_the_hosts_functions_takes_none(
+        fs, privileged, nova_conf, tmp_path):
+    """Start failed (the host's own functions are unknown): a detach of
+    an unrecorded device removes nothing rather than guess."""
+    fs.add(GPU, group=12)
+    devices = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert devices.baseline is None
+    devices.detach(LEASE, [_device()])
+    assert pci.exists(GPU, fs.root)
