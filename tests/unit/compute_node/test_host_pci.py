@@ -932,3 +932,22 @@ def test_an_agent_that_never_listed_the_hosts_functions_takes_none(
     assert devices.baseline is None
     devices.detach(LEASE, [_device()])
     assert pci.exists(GPU, fs.root)
+
+
+def test_the_unrecorded_detach_checks_what_it_is_given(fs, privileged):
+    fs.add(GPU, group=12)
+    locator = _device()['locator']
+    for bad in ((dict(locator, vendor_id='10de; rm'), []),
+                (locator, 'not a list'),
+                (locator, ['../../etc'])):
+        with pytest.raises((TypeError, ValueError)):
+            privileged.detach_unrecorded_function(*bad)
+    with pytest.raises(ValueError):
+        privileged.detach_unrecorded_function(locator, [],
+                                              interchangeable=0)
+    assert pci.exists(GPU, fs.root)
+    assert privileged.detach_unrecorded_function(locator, [GPU]) == {
+        'address': None, 'done': 'absent'}
+    assert privileged.detach_unrecorded_function(locator, []) == {
+        'address': GPU, 'done': 'removed'}
+    assert not pci.exists(GPU, fs.root)
