@@ -582,6 +582,13 @@ class HostPciDevices(object):
         the locator (ids, serial where readable) among the functions that
         are neither the host's own nor another device's, without waiting:
         one that is not there now was never enumerated.
+
+        Limit: a device of the same model composed for another lease and
+        not yet found by that lease's attach is not told apart from this
+        one. When this device was never composed (the fabric bind of the
+        lease failed before it), that other function is the only match
+        and is removed; that lease's attach then fails with "did not show
+        up" and can be bound again.
         """
         vendor, product, _serial = _model(locator)
         with self._lock:
