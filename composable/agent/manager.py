@@ -122,8 +122,9 @@ class AgentManager(object):
 
     def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
                  host_swap=None, simulate=None, memory_tuner=None,
-                 host_pci=None, device_attacher=None):
+                 host_pci=None, device_attacher=None, conductor_api=None):
         self.host = host
+        self._conductor = conductor_api
         self.roles = tuple(roles if roles is not None else CONF.agent.roles)
         unknown = set(self.roles) - set(ROLES)
         if unknown:
@@ -268,7 +269,32 @@ class AgentManager(object):
                                      'reason': exc.message})
             return
         self.host_pci.create_configured_vfs()
-        self.host_pci.restore()
+        self.report_restored(self.host_pci.restore())
+
+    @property
+    def conductor(self):
+        if self._conductor is None:
+            from composable.conductor import rpcapi as conductor_rpcapi
+            self._conductor = conductor_rpcapi.ConductorAPI()
+        return self._conductor
+
+    def report_restored(self, results):
+        """Tell the conductor what the start did to the devices of the
+        leases bound here (bound to vfio-pci again, or why not), so that
+        the leases say it. The agent goes on starting if it cannot: the
+        log says it too."""
+        if not results:
+            return False
+        try:
+            self.conductor.report_devices_restored(
+                composable_context.get_admin_context(), self.host,
+                list(results))
+        except Exception as exc:
+            LOG.error('Could not tell the conductor which devices of '
+                      'leases bound on %(host)s were bound to vfio-pci '
+                      'again: %(exc)s', {'host': self.host, 'exc': exc})
+            return False
+        return True
 
     def _start_usage(self):
         """Report how much of each memory lease attached here is in use

@@ -466,6 +466,25 @@ class LeaseFlows(object):
                         'it.', {'lease': lease.uuid,
                                 'problems': '; '.join(problems)})
 
+    def _detach_from_silent_host(self, context, host, view, devices):
+        """Ask a host that did not answer the attach of the lease's
+        devices to let them go anyway, before the fabric unbinds them.
+
+        Its agent may have died after the fabric composed the devices and
+        be back by now, with functions on its bus it holds no record of;
+        it finds them by their locators and removes them, so the fabric
+        does not pull them from under the host. A host still silent is
+        abandoned as before (one more wait for it)."""
+        try:
+            self._call_agent(context, host.name,
+                             'detaching devices on host %s' % host.name,
+                             'detach_devices', view,
+                             [device_view(d) for d in devices])
+        except StepFailed as exc:
+            LOG.warning('Host %(host)s did not let the devices of a failed '
+                        'bind go (%(exc)s); the fabric unbinds them all the '
+                        'same', {'host': host.name, 'exc': exc.message})
+
     # ------------------------------------------------------------ teardown
 
     def teardown(self, context, lease, best_effort=False, skip_nodes=(),
@@ -536,7 +555,10 @@ class LeaseFlows(object):
                         'detaching devices on host %s' % host.name,
                         'detach_devices', view,
                         [device_view(d) for d in devices])
-                elif not abandoned:
+                elif abandoned:
+                    self._detach_from_silent_host(context, host, view,
+                                                  devices)
+                else:
                     clean = False
                 # Never pull a device from under a host that still uses
                 # it: fabric unbind only after the host let it go.

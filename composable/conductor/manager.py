@@ -40,6 +40,7 @@ from composable.conductor.allocator import batches as claim_batches
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.elastic import resizer as elastic_resizer
 from composable.conductor.elastic import usage as lease_usage
+from composable.conductor import device_reports
 from composable.conductor import fabric_sync
 from composable.conductor import flows as lease_flows
 from composable.conductor import node_reports
@@ -85,7 +86,8 @@ def _parse_time(value, field):
 class ConductorManager(object):
 
     # 1.1: report_lease_usage
-    target = messaging.Target(version='1.1')
+    # 1.2: report_devices_restored
+    target = messaging.Target(version='1.2')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -517,6 +519,20 @@ class ConductorManager(object):
             LOG.exception('Could not store the usage report of host %s',
                           host)
             return 0
+
+    def report_devices_restored(self, context, host, results):
+        """Note on each lease bound on ``host`` what its agent did to the
+        lease's devices after the host restarted (a cast from that agent);
+        see composable.conductor.device_reports."""
+        try:
+            return device_reports.record_restored(self._admin(), host,
+                                                  results)
+        except Exception:
+            # A cast: nobody would see the error; the agent logged what
+            # it did too.
+            LOG.exception('Could not note the device report of host %s',
+                          host)
+            return []
 
     def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):
         """Bring one pool's resource provider up to date in Placement (a

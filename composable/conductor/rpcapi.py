@@ -15,13 +15,14 @@
 Version history:
     1.0 - Initial version.
     1.1 - report_lease_usage.
+    1.2 - report_devices_restored.
 """
 
 from composable.common import rpc
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.1'
+    RPC_API_VERSION = '1.2'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
@@ -79,6 +80,21 @@ class ConductorAPI(object):
         """
         cctxt = self.client.prepare(version='1.1')
         cctxt.cast(context, 'report_lease_usage', host=host, samples=samples)
+
+    def report_devices_restored(self, context, host, results):
+        """Report what the agent of ``host`` did, after the host
+        restarted, to the devices of the leases bound there (a cast: the
+        agent does not wait).
+
+        ``results``: a list of {'lease_uuid': str, 'device_uuid': str,
+        'address': PCI address str or None, 'ok': bool, 'message': str}:
+        ok when the device's function is on vfio-pci again, otherwise the
+        message says why not. Results of leases not bound on ``host``, or
+        of devices not the lease's, are dropped.
+        """
+        cctxt = self.client.prepare(version='1.2')
+        cctxt.cast(context, 'report_devices_restored', host=host,
+                   results=results)
 
     def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):
         """Ask a conductor to bring the pool's resource provider up to

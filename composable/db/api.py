@@ -1242,6 +1242,64 @@ def usage_record(context, host, samples):
     return len(values), sorted(set(uuids) - set(ids))
 
 
+# ---------------------------------------------------------------- host events
+
+_DEVICES_T = models.Device.__table__
+
+
+def bound_lease_devices(context, host, lease_uuids):
+    """{lease uuid: (lease id, set of its device uuids)} of those of
+    ``lease_uuids`` that are bound on the host named ``host``: what an
+    agent may report about (it serves no other lease)."""
+    uuids = sorted({u for u in lease_uuids if isinstance(u, str)})
+    if not uuids:
+        return {}
+    with reader(context) as session:
+        rows = session.execute(
+            sa.select(_LEASES_T.c.id, _LEASES_T.c.uuid,
+                      _DEVICES_T.c.uuid).select_from(
+                _LEASES_T.join(
+                    _HOSTS_T, _HOSTS_T.c.id == _LEASES_T.c.host_id).join(
+                    _DEVICES_T, _DEVICES_T.c.lease_id == _LEASES_T.c.id,
+                    isouter=True)).where(
+                _LEASES_T.c.uuid.in_(uuids),
+                _HOSTS_T.c.name == host,
+                _LEASES_T.c.status == states.BOUND)).all()
+    found = {}
+    for lease_id, lease_uuid, device_uuid in rows:
+        _id, devices = found.setdefault(lease_uuid, (lease_id, set()))
+        if device_uuid is not None:
+            devices.add(device_uuid)
+    return found
+
+
+def lease_host_event(context, lease_id, host, action, result, message,
+                     fault=None):
+    """Note in the action log of a lease bound on the host named ``host``
+    something that host did on its own (``action``, ending with
+    ``result`` and ``message``), setting the lease's ``fault`` too when
+    given; one transaction. False, with nothing written, when the lease
+    is no longer bound on that host."""
+    with writer(context) as session:
+        host_ids = sa.select(_HOSTS_T.c.id).where(
+            _HOSTS_T.c.name == host).scalar_subquery()
+        values = {'updated_at': utils.utcnow()}
+        if fault is not None:
+            values['fault'] = fault
+        # A compare-and-set: an unbind that started since the report was
+        # read wins, and its own action log says what happened.
+        moved = session.execute(
+            _LEASES_T.update().where(
+                _LEASES_T.c.id == lease_id,
+                _LEASES_T.c.status == states.BOUND,
+                _LEASES_T.c.host_id == host_ids).values(**values)).rowcount
+        if moved != 1:
+            return False
+        action_start(context, lease_id, action, session=session,
+                     message=message, result=result)
+    return True
+
+
 def elastic_lease_refs(context):
     """(id, uuid, reservation) of every bound elastic memory lease: what
     the resizing task looks at, without loading the leases."""

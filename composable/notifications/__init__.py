@@ -69,6 +69,10 @@ LEASE_ACTIONS = {
     # An elastic memory lease grown or shrunk; .error when it was kept
     # at its size (a full pool, an agent that failed).
     'resize': base.ACTION_RESIZE,
+    # The devices of a bound lease bound to vfio-pci again after its host
+    # restarted (composable.conductor.device_reports); .error when one
+    # could not be.
+    'restore': base.ACTION_RESTORE,
 }
 _SINGLE_EVENT_ACTIONS = frozenset([base.ACTION_EXPIRE])
 

@@ -103,6 +103,17 @@ _LEASE_SAMPLES = {
                            '20% headroom. Kept at 2048 MiB: pool memory-pool '
                            'has 1024 MiB free, 2048 MiB more were asked '
                            'for.', 1),
+    'lease.restore.start': ('bound', _HOST, None, 1),
+    'lease.restore.end': ('bound', _HOST, None, 1),
+    'lease.restore.error': ('bound', _HOST, 'After host compute-7 '
+                            'restarted, its agent could not bind these '
+                            'devices of the lease to vfio-pci again, so its '
+                            'instance cannot use them: device '
+                            '5e3f7a21-4c9b-4d8e-b6a2-1f0c9d8e7b63 at '
+                            '0000:41:00.0: no PCI function with ids '
+                            '10de:20b5 appeared within 1 s (1 rescans). '
+                            'Unbind the lease (the host then removes what '
+                            'is left of them) and bind it again.', 1),
 }
 
 

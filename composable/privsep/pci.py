@@ -176,3 +176,15 @@ def detach_function(address, vendor_id=None, product_id=None):
             raise ValueError('%r is not a PCI id' % (value,))
     return pci.detach_function(check_address(address), vendor_id,
                                product_id, root=ROOT, writer=WRITER)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+def detach_unrecorded_function(locator, known, interchangeable=1):
+    """Release and remove the function ``locator`` describes among those
+    not in ``known``; as pci.detach_unrecorded_function."""
+    locator = check_locator(locator)
+    known = _known(known)
+    check_count(interchangeable, 'interchangeable', 1, MAX_INTERCHANGEABLE)
+    return pci.detach_unrecorded_function(
+        locator, known=known, interchangeable=interchangeable, root=ROOT,
+        writer=WRITER)

@@ -222,6 +222,10 @@ class SysfsPci(object):
     def release(self, address):
         return self.ops.release(address)
 
+    def detach_unrecorded_function(self, locator, known, interchangeable):
+        return self.ops.detach_unrecorded_function(
+            locator, known, interchangeable=interchangeable)
+
     def virtual_functions(self, pf_address):
         return pci.virtual_functions(pf_address, self.root)
 
@@ -310,14 +314,23 @@ class HostPciDevices(object):
         """Bind the devices the records hold to vfio-pci again, where
         their functions still are: after the host restarted, its kernel
         enumerated them again with no driver override (the fabric kept
-        them composed). Returns {device uuid: problem} of those that could
-        not be; they stay recorded, so an unbind still removes them."""
+        them composed).
+
+        Returns what the conductor is told (ConductorAPI.
+        report_devices_restored): one ``{'lease_uuid', 'device_uuid',
+        'address', 'ok', 'message'}`` per device bound again (ok) or that
+        could not be (not ok, the message says why). Devices already on
+        vfio-pci (the agent restarted, the host did not) are not listed.
+        Those that failed stay recorded, so an unbind still removes
+        them."""
         if self.refusal:
-            return {}
+            return []
         with self._lock:
             held = dict(self.records.devices)
-        problems = {}
+        results = []
         for uuid, record in sorted(held.items()):
+            result = {'lease_uuid': record.get('lease'), 'device_uuid': uuid,
+                      'address': record['address']}
             with self._device_lock(uuid):
                 with self._lock:
                     known = sorted(set(self.baseline) |
@@ -330,26 +343,35 @@ class HostPciDevices(object):
                         timeout=RESTORE_FIND_TIMEOUT, interchangeable=1,
                         recorded=record['address'])
                 except (pci.PciError, ValueError, OSError) as exc:
-                    problems[uuid] = str(exc)
+                    results.append(dict(result, ok=False, message=str(exc)))
                     continue
+                if answer.get('address'):
+                    result['address'] = answer['address']
                 if answer.get('error'):
-                    problems[uuid] = answer['message']
+                    results.append(dict(result, ok=False,
+                                        message=answer['message']))
                 elif answer['address'] != record['address']:
                     with self._lock:
                         self.records.devices[uuid] = dict(
                             record, address=answer['address'])
                         self._save()
-                if answer.get('bound'):
+                if not answer.get('error') and answer.get('bound'):
                     LOG.info('Device %(dev)s of lease %(lease)s at '
                              '%(addr)s is on vfio-pci again',
                              {'dev': uuid, 'lease': record.get('lease'),
                               'addr': answer['address']})
-        for uuid, problem in sorted(problems.items()):
-            LOG.error('Device %(dev)s of lease %(lease)s, held on this host, '
-                      'cannot be bound to vfio-pci again: %(problem)s',
-                      {'dev': uuid, 'lease': held[uuid].get('lease'),
-                       'problem': problem})
-        return problems
+                    results.append(dict(
+                        result, ok=True,
+                        message='%s is bound to vfio-pci again after the '
+                                'host restarted' % answer['address']))
+        for result in results:
+            if not result['ok']:
+                LOG.error('Device %(dev)s of lease %(lease)s, held on this '
+                          'host, cannot be bound to vfio-pci again: '
+                          '%(problem)s', {'dev': result['device_uuid'],
+                                          'lease': result['lease_uuid'],
+                                          'problem': result['message']})
+        return results
 
     def _nova_conf_text(self):
         """The text of Nova's configuration files on this host; an
@@ -507,23 +529,30 @@ class HostPciDevices(object):
         """Release every device's function from vfio-pci and remove it
         from the bus; a function already gone is fine. Virtual functions
         stay on the bus (see the module's doc)."""
+        # How many of this lease's devices of one model have no record
+        # here: any function of that model that is no one else's is one
+        # of them (see _detach_unrecorded).
+        with self._lock:
+            unrecorded = collections.Counter(
+                _model(_locator(d))[:2] for d in devices
+                if not d.get('sriov') and
+                d['uuid'] not in self.records.devices and
+                not d.get('pci_address'))
         for device in devices:
             if device.get('sriov'):
                 self._detach_vf(lease, device)
                 continue
             with self._device_lock(device['uuid']):
-                self._detach_one(lease, device)
+                self._detach_one(lease, device, unrecorded)
 
-    def _detach_one(self, lease, device):
+    def _detach_one(self, lease, device, unrecorded=None):
         with self._lock:
             record = self.records.devices.get(device['uuid'])
             baseline = set(self.baseline or ())
         address = record['address'] if record else device.get('pci_address')
         locator = (record or {}).get('locator') or _locator(device)
         if not address:
-            LOG.info('Device %(dev)s of lease %(lease)s was never found on '
-                     'this host; nothing to remove',
-                     {'dev': device['uuid'], 'lease': lease['uuid']})
+            self._detach_unrecorded(lease, device, locator, unrecorded or {})
             return
         try:
             address = pci.normalize_address(address)
@@ -550,6 +579,68 @@ class HostPciDevices(object):
         with self._lock:
             if self.records.devices.pop(device['uuid'], None) is not None:
                 self._save()
+
+    def _detach_unrecorded(self, lease, device, locator, unrecorded):
+        """Remove from the bus the function of a device this agent holds
+        no record of, before the fabric unbinds it.
+
+        The agent died after the fabric composed the device and before it
+        noted the function (or never got to look for it): the function
+        may have appeared meanwhile, and a fabric unbind under a function
+        the host still has is a surprise removal. It is searched for by
+        the locator (ids, serial where readable) among the functions that
+        are neither the host's own nor another device's, without waiting:
+        one that is not there now was never enumerated.
+
+        Limit: a device of the same model composed for another lease and
+        not yet found by that lease's attach is not told apart from this
+        one. When this device was never composed (the fabric bind of the
+        lease failed before it), that other function is the only match
+        and is removed; that lease's attach then fails with "did not show
+        up" and can be bound again.
+        """
+        vendor, product, _serial = _model(locator)
+        with self._lock:
+            started = self.baseline is not None
+        if not (vendor and product) or not started:
+            # Without ids any function would do, and without the list of
+            # the host's own any of those could be one: take nothing.
+            LOG.info('Device %(dev)s of lease %(lease)s was never found on '
+                     'this host; nothing to remove',
+                     {'dev': device['uuid'], 'lease': lease['uuid']})
+            return
+        with self._search_lock:
+            with self._lock:
+                known = sorted(set(self.baseline) |
+                               self.records.addresses(but=device['uuid']))
+            try:
+                answer = self.bus.detach_unrecorded_function(
+                    locator, known,
+                    interchangeable=max(1, unrecorded.get((vendor, product),
+                                                          1)))
+            except pci.AmbiguousDevice as exc:
+                # Taking the wrong one would pull a device from another
+                # lease: leave it to the fabric's unbind.
+                LOG.warning('Device %(dev)s of lease %(lease)s has no '
+                            'record on this host and cannot be told apart: '
+                            '%(exc)s; not removing any function before the '
+                            'fabric unbinds it',
+                            {'dev': device['uuid'], 'lease': lease['uuid'],
+                             'exc': exc})
+                return
+            except (pci.PciError, ValueError, OSError) as exc:
+                raise _fail('removing device %s (no record on this host) '
+                            'from this host' % device['uuid'], exc)
+        if answer.get('done') == 'removed':
+            LOG.info('Device %(dev)s of lease %(lease)s: %(addr)s, which '
+                     'appeared with no record on this host, is off the '
+                     'host\'s bus', {'dev': device['uuid'],
+                                     'lease': lease['uuid'],
+                                     'addr': answer['address']})
+        else:
+            LOG.info('Device %(dev)s of lease %(lease)s was never found on '
+                     'this host; nothing to remove',
+                     {'dev': device['uuid'], 'lease': lease['uuid']})
 
     # ------------------------------------------------------------ SR-IOV
 

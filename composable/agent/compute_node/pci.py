@@ -787,6 +787,27 @@ def detach_function(address, vendor_id=None, product_id=None, root='/',
     return 'removed'
 
 
+def detach_unrecorded_function(locator, known=(), interchangeable=1,
+                               root='/', writer=write):
+    """Take off vfio-pci and off the bus the function ``locator``
+    describes, for a device whose address the caller never noted (it
+    died between the fabric's bind and its own record): found as
+    find_function finds it among the functions not in ``known`` (the
+    host's own and the other devices'), without rescanning or waiting --
+    a function that is not there now was never enumerated. Returns
+    ``{'address': <address or None>, 'done': 'removed' | 'absent'}``;
+    AmbiguousDevice when more devices match than ``interchangeable``
+    (the caller's own unrecorded devices of that locator)."""
+    # Without the address: an address is detach_function's to check.
+    address = _match(dict(locator, pci_address=None), root, known,
+                     interchangeable)
+    if address is None:
+        return {'address': None, 'done': 'absent'}
+    release(address, root, writer)
+    remove(address, root, writer)
+    return {'address': address, 'done': 'removed'}
+
+
 def describe_functions(addresses, root='/'):
     """``address``, ``vendor_id``, ``product_id`` and ``iommu_group``
     (None without one) of each function."""
@@ -826,6 +847,7 @@ COMMANDS = {
     'read_serial': read_serial,
     'attach_function': attach_function,
     'detach_function': detach_function,
+    'detach_unrecorded_function': detach_unrecorded_function,
     'describe_functions': describe_functions,
 }
 

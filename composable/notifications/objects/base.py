@@ -78,9 +78,10 @@ ACTION_EXPIRE = 'expire'
 ACTION_HEALTH = 'health'
 ACTION_UPDATE = 'update'
 ACTION_RESIZE = 'resize'
+ACTION_RESTORE = 'restore'
 ACTIONS = (ACTION_CREATE, ACTION_ALLOCATE, ACTION_BIND, ACTION_UNBIND,
            ACTION_DELETE, ACTION_EXPIRE, ACTION_HEALTH, ACTION_UPDATE,
-           ACTION_RESIZE)
+           ACTION_RESIZE, ACTION_RESTORE)
 
 
 @NotificationObjectRegistry.register_if(False)
@@ -109,7 +110,9 @@ class NotificationPayloadBase(NotificationObject):
 class EventType(NotificationObject):
     # Version 1.0: first version
     # Version 1.1: action resize (elastic memory leases)
-    VERSION = '1.1'
+    # Version 1.2: action restore (devices bound again after a host
+    #              restart)
+    VERSION = '1.2'
 
     fields = {
         'object': fields.EnumField(OBJECTS),

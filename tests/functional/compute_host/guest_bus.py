@@ -137,6 +137,11 @@ class GuestPciBus(object):
     def release(self, address):
         return self._call('release', address=address)
 
+    def detach_unrecorded_function(self, locator, known, interchangeable):
+        return self._call('detach_unrecorded_function', locator=locator,
+                          known=list(known),
+                          interchangeable=interchangeable)
+
     def virtual_functions(self, pf_address):
         return self._call('virtual_functions', pf_address=pf_address)
 

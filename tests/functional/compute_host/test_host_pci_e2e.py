@@ -167,11 +167,28 @@ def test_gpu_lease_bound_unbound_and_deleted_through_the_api(
         'create', 'bind', 'unbind']
 
 
+def _observe_removals(e2e, pci, known):
+    """The new functions still on the host's bus each time the fabric is
+    asked to remove a block (RemoveResourceBlock): a list to read, and
+    the observer to take away."""
+    seen = []
+
+    def at_remove(record):
+        if record['method'] == 'POST' and \
+                'RemoveResourceBlock' in record['path']:
+            seen.append(sorted(set(pci.call('functions')) - set(known)))
+    e2e.fabric.emulator.observe(at_remove)
+    return seen, at_remove
+
+
 def test_agent_killed_after_the_fabric_bind(e2e, pci):
     """The agent dies after the fabric composed the device and before the
     host bound it: the bind fails when the conductor's wait ends, the
-    failed bind is undone (the block goes back to Unused), and once the
-    agent is back the lease binds."""
+    failed bind is undone -- the restarted agent, which holds no record
+    of the function that appeared while it was dead, finds it by the
+    device's locator and removes it from the host before the fabric
+    unbinds it (the block goes back to Unused) -- and once the agent is
+    back the lease binds."""
     known = pci.call('functions')
     uuid = e2e.gpu_lease()
     with open(e2e.pause_file, 'w'):
@@ -183,9 +200,20 @@ def test_agent_killed_after_the_fabric_bind(e2e, pci):
     e2e.kill_agent()
     os.unlink(e2e.pause_file)
     os.unlink(e2e.pause_file + '.reached')
-    e2e.start_agent()
-
-    lease = e2e.wait(uuid, ['bound', 'bind_failed'], LEASE_TIMEOUT)
+    # The function the fabric hot-plugged is on the host, with no record.
+    _wait(lambda: set(pci.call('functions')) - set(known), 120,
+          'the composed function on the host')
+    seen_at_remove, at_remove = _observe_removals(e2e, pci, known)
+    try:
+        e2e.start_agent()
+        lease = e2e.wait(uuid, ['bound', 'bind_failed'], LEASE_TIMEOUT)
+        _wait(lambda: _unused(e2e), 120, 'the block Unused again')
+    finally:
+        e2e.fabric.emulator._observers.remove(at_remove)
+    # Off the host's bus before the fabric was asked to unplug it.
+    assert seen_at_remove and seen_at_remove == [[]] * len(seen_at_remove)
+    assert 'which appeared with no record on this host, is off the ' \
+        'host\'s bus' in e2e.logs()
     assert lease['status'] == 'bind_failed'
     assert services_mod.HOST in lease['fault']
     bind = [a for a in e2e.actions(uuid) if a['action'] == 'bind'][-1]
@@ -236,7 +264,15 @@ def test_host_rebooted_while_a_device_is_bound(e2e, host, pci, agent):
     _wait(lambda: pci.call('driver', address=address) == 'vfio-pci',
           LEASE_TIMEOUT, 'the function on vfio-pci again')
     assert 'is on vfio-pci again' in e2e.logs()
-    assert e2e.user.get('/leases/%s' % uuid).json()['status'] == 'bound'
+    # The lease says what happened (the agent's report is a cast).
+    restore = _wait(lambda: [a for a in e2e.actions(uuid)
+                             if a['action'] == 'restore'],
+                    LEASE_TIMEOUT, 'the restore action on the lease')
+    assert [a['result'] for a in restore] == ['success'], restore
+    assert address in restore[0]['message']
+    assert 'restarted' in restore[0]['message']
+    lease = e2e.user.get('/leases/%s' % uuid).json()
+    assert lease['status'] == 'bound' and lease['fault'] is None
 
     e2e.unbind(uuid)
     lease = e2e.wait(uuid, ['reserved', 'error'], LEASE_TIMEOUT)

@@ -324,16 +324,24 @@ def test_a_restarted_agent_knows_its_devices(fs, host, privileged,
 def test_a_restarted_host_gets_its_held_functions_back_on_vfio(
         fs, host, privileged, nova_conf, tmp_path):
     fs.add(GPU, group=12, driver='nouveau', hidden=True)
-    host.attach(LEASE, [_device()])
+    host.attach(LEASE, [dict(_device(), lease_uuid='lease-1')])
     # The host rebooted: the fabric kept the device composed, the kernel
     # enumerated it again and its own driver took it.
     fs._destroy(GPU)
     fs.add(GPU, group=12, driver='nouveau')
     again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
     assert again.start() == []
-    assert again.restore() == {}
+    # What the conductor is told: the lease's device is bound again.
+    assert again.restore() == [{
+        'lease_uuid': 'lease-1', 'device_uuid': 'dev-1', 'address': GPU,
+        'ok': True, 'message': '%s is bound to vfio-pci again after the '
+                               'host restarted' % GPU}]
     assert fs.driver_of(GPU) == pci.VFIO_DRIVER
     assert _state(tmp_path)['dev-1']['address'] == GPU
+    # An agent restarted within that boot finds it bound: nothing to say.
+    third = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert third.start() == []
+    assert third.restore() == []
 
 
 def test_a_held_function_gone_while_the_agent_was_away_is_reported(
@@ -343,14 +351,92 @@ def test_a_held_function_gone_while_the_agent_was_away_is_reported(
     fs._destroy(GPU)
     again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
     assert again.start() == []
-    problems = again.restore()
-    assert list(problems) == ['dev-1']
-    assert 'no PCI function with ids 10de:2330' in problems['dev-1']
+    results = again.restore()
+    assert [(r['device_uuid'], r['address'], r['ok']) for r in results] == [
+        ('dev-1', GPU, False)]
+    assert 'no PCI function with ids 10de:2330' in results[0]['message']
     # Still recorded: the unbind that follows has nothing to remove, and
     # says so instead of failing.
     assert _state(tmp_path)['dev-1']['address'] == GPU
     again.detach(LEASE, [_device()])
     assert _state(tmp_path) == {}
+
+
+def test_an_unrecorded_function_is_removed_before_the_fabric_unbind(
+        fs, privileged, nova_conf, tmp_path):
+    """The agent died after the fabric composed the device and before it
+    noted the function, which appeared meanwhile. The restarted agent
+    (same boot of the host) holds no record of it, yet the detach finds
+    it by its locator among the functions that are not the host's own
+    and takes it off the bus."""
+    _boot(fs, 'boot-1')
+    # A host function of the very same model: never to be touched.
+    own = '0000:40:00.0'
+    fs.add(own, group=11, driver='nouveau')
+    first = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert first.start() == []
+    assert own in first.baseline
+    fs.add(GPU, group=12)  # composed while the agent was dead
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    assert GPU not in again.baseline
+    again.detach(LEASE, [_device()])
+    assert not pci.exists(GPU, fs.root)
+    assert pci.exists(own, fs.root)
+    assert fs.driver_of(own) == 'nouveau'
+    # Nothing left to find: a second detach (a retried unbind) is fine.
+    again.detach(LEASE, [_device()])
+
+
+def test_an_unrecorded_device_leaves_other_leases_functions_alone(
+        fs, host, privileged, nova_conf, tmp_path):
+    _boot(fs, 'boot-1')
+    fresh = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert fresh.start() == []
+    fs.add(GPU, group=12, hidden=True)
+    fresh.attach({'uuid': 'lease-2'}, [_device('dev-2')])
+    # dev-1 was never composed here: its detach finds nothing of its own.
+    fresh.detach(LEASE, [_device('dev-1')])
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    assert {u: r['address'] for u, r in _state(tmp_path).items()} == {
+        'dev-2': GPU}
+
+
+def test_unrecorded_devices_that_cannot_be_told_apart_are_left(
+        fs, privileged, nova_conf, tmp_path):
+    """Two new functions of one model and one unrecorded device: which
+    is its function cannot be told, so none is removed (the fabric's
+    unbind takes it); two unrecorded devices of that model in one
+    detach are the lease's both and both go."""
+    _boot(fs, 'boot-1')
+    first = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert first.start() == []
+    other = '0000:42:00.0'
+    fs.add(GPU, group=12)
+    fs.add(other, group=13)
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    again.detach(LEASE, [_device('dev-1')])
+    assert pci.exists(GPU, fs.root) and pci.exists(other, fs.root)
+    again.detach(LEASE, [_device('dev-1'), _device('dev-2')])
+    assert not pci.exists(GPU, fs.root)
+    assert not pci.exists(other, fs.root)
+
+
+def test_an_unrecorded_function_that_will_not_go_fails_the_detach(
+        fs, privileged, nova_conf, tmp_path, monkeypatch):
+    _boot(fs, 'boot-1')
+    first = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert first.start() == []
+    fs.add(GPU, group=12)
+
+    def refuse(*args, **kwargs):
+        raise OSError(13, 'Permission denied')
+    monkeypatch.setattr(privileged, 'detach_unrecorded_function', refuse)
+    with pytest.raises(exception.DriverError) as caught:
+        first.detach(LEASE, [_device()])
+    assert 'dev-1' in caught.value.message
+    assert 'needs root' in caught.value.message
 
 
 def test_two_leases_racing_for_devices_of_one_model_guess_nothing(
@@ -761,3 +847,107 @@ def test_agent_start_creates_the_configured_vfs(fs, host, pf, sysfs_conf):
     assert host.refusal is None
     assert pci.virtual_functions(pf, fs.root) == [
         '0000:41:10.0', '0000:41:10.1', '0000:41:10.2']
+
+
+class _Conductor(object):
+    """The conductor's side of report_devices_restored as the agent sees
+    it (tests/unit/conductor/test_device_reports.py runs the real one)."""
+
+    def __init__(self, error=None):
+        self.reports = []
+        self.error = error
+
+    def report_devices_restored(self, context, host, results):
+        if self.error:
+            raise self.error
+        self.reports.append((host, results))
+
+
+def _start_agent(devices, conductor):
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 host_pci=devices, conductor_api=conductor)
+    conf.CONF.set_override('hook_socket', '', 'compute_node')
+    try:
+        agent.start()
+    finally:
+        conf.CONF.clear_override('hook_socket', 'compute_node')
+        agent.stop()
+    return agent
+
+
+def test_the_agent_tells_the_conductor_what_it_bound_again(
+        fs, host, privileged, nova_conf, tmp_path, sysfs_conf):
+    other = GPU.replace('41', '42')
+    fs.add(GPU, group=12, hidden=True)
+    fs.add(other, device='0x20b5', group=13, hidden=True)
+    host.attach(LEASE, [dict(_device(), lease_uuid='lease-1')])
+    host.attach({'uuid': 'lease-2'}, [dict(
+        _device('dev-2', product_id='20b5'), product_id='20b5',
+        lease_uuid='lease-2')])
+    # The host restarted: GPU is back without vfio-pci, the other is gone.
+    fs._destroy(GPU)
+    fs._destroy(other)
+    fs.add(GPU, group=12, driver='nouveau')
+    conductor = _Conductor()
+    _start_agent(_devices(fs, privileged, nova_conf, tmp_path, timeout=1),
+                 conductor)
+    [(reporter, results)] = conductor.reports
+    assert reporter == 'compute-0'
+    assert [(r['lease_uuid'], r['device_uuid'], r['address'], r['ok'])
+            for r in results] == [('lease-1', 'dev-1', GPU, True),
+                                  ('lease-2', 'dev-2', other, False)]
+    assert 'no PCI function with ids 10de:20b5' in results[1]['message']
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+
+    # Restarted again within that boot: nothing new to tell but the
+    # device still missing.
+    conductor = _Conductor()
+    _start_agent(_devices(fs, privileged, nova_conf, tmp_path, timeout=1),
+                 conductor)
+    [(_host, results)] = conductor.reports
+    assert [(r['device_uuid'], r['ok']) for r in results] == [
+        ('dev-2', False)]
+
+
+def test_an_agent_that_cannot_tell_the_conductor_still_starts(
+        fs, host, privileged, nova_conf, tmp_path, sysfs_conf, caplog):
+    fs.add(GPU, group=12, driver='nouveau', hidden=True)
+    host.attach(LEASE, [dict(_device(), lease_uuid='lease-1')])
+    fs._destroy(GPU)
+    fs.add(GPU, group=12, driver='nouveau')
+    devices = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    _start_agent(devices, _Conductor(error=RuntimeError('no broker')))
+    assert devices.refusal is None
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    assert 'Could not tell the conductor' in caplog.text
+    assert 'no broker' in caplog.text
+
+
+def test_an_agent_that_never_listed_the_hosts_functions_takes_none(
+        fs, privileged, nova_conf, tmp_path):
+    """Start failed (the host's own functions are unknown): a detach of
+    an unrecorded device removes nothing rather than guess."""
+    fs.add(GPU, group=12)
+    devices = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert devices.baseline is None
+    devices.detach(LEASE, [_device()])
+    assert pci.exists(GPU, fs.root)
+
+
+def test_the_unrecorded_detach_checks_what_it_is_given(fs, privileged):
+    fs.add(GPU, group=12)
+    locator = _device()['locator']
+    for bad in ((dict(locator, vendor_id='10de; rm'), []),
+                (locator, 'not a list'),
+                (locator, ['../../etc'])):
+        with pytest.raises((TypeError, ValueError)):
+            privileged.detach_unrecorded_function(*bad)
+    with pytest.raises(ValueError):
+        privileged.detach_unrecorded_function(locator, [],
+                                              interchangeable=0)
+    assert pci.exists(GPU, fs.root)
+    assert privileged.detach_unrecorded_function(locator, [GPU]) == {
+        'address': None, 'done': 'absent'}
+    assert privileged.detach_unrecorded_function(locator, []) == {
+        'address': GPU, 'done': 'removed'}
+    assert not pci.exists(GPU, fs.root)

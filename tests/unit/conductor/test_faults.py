@@ -146,3 +146,50 @@ def test_disabled_fabric_driver_fails_bind_with_a_reason(harness):
         CONF.clear_override('enabled_drivers', 'fabric')
     assert 'enabled_drivers' in lease.fault
     assert 'internal error' not in lease.fault
+
+
+def test_a_host_silent_at_attach_is_asked_to_let_devices_go_first(
+        harness, monkeypatch):
+    """The compute agent did not answer the attach of a device (it died
+    after the fabric composed it, and was restarted): before the fabric
+    unbinds the device, the undo asks that host again to let it go, so
+    the host removes the function first. A host still silent then is
+    abandoned as before."""
+    import oslo_messaging
+
+    agents = harness.conductor.flows.agents
+    seen = []
+
+    def attach_devices(context, node, *args, **kwargs):
+        raise oslo_messaging.MessagingTimeout('no reply from %s' % node)
+
+    real_detach = agents.detach_devices
+
+    def detach_devices(context, node, lease, devices):
+        # Still composed on the fabric when the host is asked.
+        seen.append((node, sorted(d['uuid'] for d in devices),
+                     len(fake_fabric.FakeFabricDriver.bindings())))
+        return real_detach(context, node, lease, devices)
+
+    monkeypatch.setattr(agents, 'attach_devices', attach_devices)
+    monkeypatch.setattr(agents, 'detach_devices', detach_devices)
+    uuid = harness.create(device_count=1)
+    _bind(harness, uuid)
+    lease = harness.wait(uuid, states.BIND_FAILED)
+    assert 'compute-0' in lease.fault
+    assert seen == [('compute-0', [lease.devices[0].uuid], 1)]
+    assert fake_fabric.FakeFabricDriver.bindings() == {}
+
+    # Silent at the retry too: the fabric unbinds all the same.
+    seen.clear()
+
+    def silent(context, node, lease, devices):
+        seen.append(node)
+        raise oslo_messaging.MessagingTimeout('no reply from %s' % node)
+    monkeypatch.setattr(agents, 'detach_devices', silent)
+    _bind(harness, uuid)
+    lease = harness.wait(uuid, states.BIND_FAILED)
+    assert seen == ['compute-0']
+    assert fake_fabric.FakeFabricDriver.bindings() == {}
+    atts = db_api.attachment_list(h_mod.admin(), lease.id)
+    assert {a.state for a in atts} == {'detached'}

@@ -34,7 +34,7 @@ from composable.notifications import samples
 EXPECTED_FINGERPRINTS = {
     'DeviceHealthNotification': '1.0-eb32decf1297f3408ebe91cd51b6b452',
     'DeviceHealthPayload': '1.0-a6a44d5d5ab5d7f48d0817ad5025bb50',
-    'EventType': '1.1-e83aa97a109f323e37d49a983e6c88aa',
+    'EventType': '1.2-a5a694e3d4370d7caa34433204656ebb',
     'LeaseNotification': '1.0-eb32decf1297f3408ebe91cd51b6b452',
     'LeasePayload': '1.0-9af5ea510fda62ea9bd009f990f16540',
     'NotificationPublisher': '1.0-578ee5fea2922ff32e8917621f140857',
