@@ -15,25 +15,13 @@ the stack still releases everything the stack had in composable."""
 
 import os
 import signal
-import time
 
+from tests import waiting
 from tests.heat_functional import test_stacks as helpers
 
 # Seconds a lease or a stack resource may take to get somewhere on a busy
 # machine.
 DEADLINE = 300
-
-
-def _wait_for(what, predicate, timeout=DEADLINE):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError('%s did not happen within %ss' % (
-                what, timeout))
-        time.sleep(0.5)
 
 
 def test_stack_delete_after_heat_engine_died_mid_create(cloud, tmp_path):
@@ -61,7 +49,8 @@ def test_stack_delete_after_heat_engine_died_mid_create(cloud, tmp_path):
                     'status'] == 'binding':
                 return lease
             return None
-        lease_id = _wait_for('the lease binding', binding_lease)
+        lease_id = waiting.wait_until(binding_lease, DEADLINE,
+                                      'the lease binding', interval=0.5)
         shown = helpers.openstack(cloud, 'stack', 'show', name)
         assert shown['stack_status'] == 'CREATE_IN_PROGRESS', shown
 

@@ -26,10 +26,10 @@ lease, and the lease's fault and action log say what happened.
 """
 
 import os
-import time
 
 import pytest
 
+from tests import waiting
 from tests.functional.compute_host import image as image_mod
 from tests.functional.compute_host import services as services_mod
 from tests.functional.compute_host import stack as host_stack
@@ -38,17 +38,6 @@ from tests.functional.guest import build
 
 BOOT_TIMEOUT = 300
 LEASE_TIMEOUT = 300
-
-
-def _wait(predicate, timeout, what, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError('%s within %s s' % (what, timeout))
-        time.sleep(interval)
 
 
 @pytest.fixture(scope='module')
@@ -108,8 +97,8 @@ def e2e(services, pci):
                                  expect=None)
         for lease in leases:
             services.wait(lease['uuid'], ['released'], timeout=LEASE_TIMEOUT)
-        _wait(lambda: not services.fabric.composed(), 120,
-              'nothing composed into the host')
+        waiting.wait_until(lambda: not services.fabric.composed(), 120,
+                           'nothing composed into the host')
 
 
 def _composed(services, block_id='GPU0'):
@@ -194,20 +183,21 @@ def test_agent_killed_after_the_fabric_bind(e2e, pci):
     with open(e2e.pause_file, 'w'):
         pass
     e2e.bind(uuid)
-    _wait(lambda: os.path.exists(e2e.pause_file + '.reached'),
-          LEASE_TIMEOUT, 'the agent reaching the host side of the attach')
+    waiting.wait_until(
+        lambda: os.path.exists(e2e.pause_file + '.reached'), LEASE_TIMEOUT,
+        'the agent reaching the host side of the attach')
     assert _composed(e2e)
     e2e.kill_agent()
     os.unlink(e2e.pause_file)
     os.unlink(e2e.pause_file + '.reached')
     # The function the fabric hot-plugged is on the host, with no record.
-    _wait(lambda: set(pci.call('functions')) - set(known), 120,
-          'the composed function on the host')
+    waiting.wait_until(lambda: set(pci.call('functions')) - set(known), 120,
+                       'the composed function on the host')
     seen_at_remove, at_remove = _observe_removals(e2e, pci, known)
     try:
         e2e.start_agent()
         lease = e2e.wait(uuid, ['bound', 'bind_failed'], LEASE_TIMEOUT)
-        _wait(lambda: _unused(e2e), 120, 'the block Unused again')
+        waiting.wait_until(lambda: _unused(e2e), 120, 'the block Unused again')
     finally:
         e2e.fabric.emulator._observers.remove(at_remove)
     # Off the host's bus before the fabric was asked to unplug it.
@@ -220,9 +210,9 @@ def test_agent_killed_after_the_fabric_bind(e2e, pci):
     assert bind['result'] == 'error' and bind['message']
     # Nothing stays composed for a lease that is not bound, and the
     # function the fabric hot-plugged is gone from the host.
-    _wait(lambda: _unused(e2e), 120, 'the block Unused again')
-    _wait(lambda: set(pci.call('functions')) <= set(known), 120,
-          'the function gone from the host')
+    waiting.wait_until(lambda: _unused(e2e), 120, 'the block Unused again')
+    waiting.wait_until(lambda: set(pci.call('functions')) <= set(known), 120,
+                       'the function gone from the host')
     assert not e2e.fabric.backend.plugged
 
     e2e.bind(uuid)
@@ -253,21 +243,22 @@ def test_host_rebooted_while_a_device_is_bound(e2e, host, pci, agent):
     host.domain.reset(0)
     host.wait_for_line('^booted$', BOOT_TIMEOUT, 'the boot after the reset',
                        since=mark)
-    _wait(lambda: _agent_answers(agent), BOOT_TIMEOUT,
-          'the guest agent after the reset')
+    waiting.wait_until(lambda: _agent_answers(agent), BOOT_TIMEOUT,
+                       'the guest agent after the reset')
     pci.forget()
     assert address in pci.call('functions')
     assert pci.call('driver', address=address) != 'vfio-pci'
     assert _composed(e2e)
 
     e2e.start_agent()
-    _wait(lambda: pci.call('driver', address=address) == 'vfio-pci',
-          LEASE_TIMEOUT, 'the function on vfio-pci again')
+    waiting.wait_until(
+        lambda: pci.call('driver', address=address) == 'vfio-pci',
+        LEASE_TIMEOUT, 'the function on vfio-pci again')
     assert 'is on vfio-pci again' in e2e.logs()
     # The lease says what happened (the agent's report is a cast).
-    restore = _wait(lambda: [a for a in e2e.actions(uuid)
-                             if a['action'] == 'restore'],
-                    LEASE_TIMEOUT, 'the restore action on the lease')
+    restore = waiting.wait_until(
+        lambda: [a for a in e2e.actions(uuid) if a['action'] == 'restore'],
+        LEASE_TIMEOUT, 'the restore action on the lease')
     assert [a['result'] for a in restore] == ['success'], restore
     assert address in restore[0]['message']
     assert 'restarted' in restore[0]['message']
@@ -305,9 +296,9 @@ def test_function_sharing_its_iommu_group_with_a_host_device(e2e, pci):
     fault = lease['fault']
     assert 'cannot be passed through' in fault, fault
     assert 'also holds' in fault and 'on driver nvme' in fault, fault
-    _wait(lambda: _unused(e2e, 'GPU1'), 120, 'GPU1 Unused again')
-    _wait(lambda: set(pci.call('functions')) <= set(known), 120,
-          'the slot gone from the host')
+    waiting.wait_until(lambda: _unused(e2e, 'GPU1'), 120, 'GPU1 Unused again')
+    waiting.wait_until(lambda: set(pci.call('functions')) <= set(known), 120,
+                       'the slot gone from the host')
     assert 'vfio-pci' not in [pci.call('driver', address=a)
                               for a in pci.call('functions')]
     e2e.delete(uuid)

@@ -24,21 +24,11 @@ import time
 
 import pytest
 
+from tests import waiting
 from tests.functional.compute_host import guest_exec
 
 FIND_TIMEOUT = 60
 EVENT_TIMEOUT = 60
-
-
-def _wait(predicate, timeout, what, interval=0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError('%s within %s s' % (what, timeout))
-        time.sleep(interval)
 
 
 def _report(name, seconds):
@@ -110,7 +100,7 @@ def test_nvme_virtual_functions_each_in_own_group(host, pci, agent,
     assert pci.call('device_ids', address=pf) == ['1b36', '0010']
     # The block's serial is the controller's: the host sees the device
     # the fabric says it composed.
-    _wait(lambda: agent.shell(
+    waiting.wait_until(lambda: agent.shell(
         'cat /sys/bus/pci/devices/%s/nvme/nvme*/serial 2>/dev/null || true'
         % pf).strip() == 'NVME-SN-0000', 60, 'the NVMe serial')
     assert pci.call('driver', address=pf) == 'nvme'

@@ -36,6 +36,7 @@ import time
 
 import pytest
 
+from tests import waiting
 from tests.functional.compute_node import dataplane
 from tests.functional.dataplane import env
 from tests.functional.dataplane import test_guest_memory_lease as guest_lease
@@ -133,18 +134,6 @@ def _usage(dp, lease_uuid):
         page = dp.user.get(following[0].split('/v1', 1)[1]).json()
 
 
-def _wait(what, predicate, timeout, interval=1.0, describe=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError('%s did not happen within %ss%s' % (
-                what, timeout, ': %s' % describe() if describe else ''))
-        time.sleep(interval)
-
-
 def test_elastic_lease_follows_the_workload(dp, guest, leases, shell):
     try:
         programs.build_memhog()
@@ -170,8 +159,8 @@ def test_elastic_lease_follows_the_workload(dp, guest, leases, shell):
 
     # The compute agent reports the lease's use; idle, the lease stays at
     # its minimum.
-    _wait('the first usage samples', lambda: len(_usage(dp, lease['uuid']))
-          >= 3, 120)
+    waiting.wait_until(lambda: len(_usage(dp, lease['uuid'])) >= 3, 120,
+                       'the first usage samples', interval=1)
     assert _lease(dp, lease['uuid'])['memory_mb'] == MIN_MB
 
     # The workload: more than the guest's RAM, in steps.
@@ -187,9 +176,10 @@ def test_elastic_lease_follows_the_workload(dp, guest, leases, shell):
             code, out, err, '\n'.join(guest.marker_lines()[since:][-20:]))
         return any(line == 'memhog peak %d MiB' % HOG_PEAK_MB
                    for line in guest.marker_lines()[since:])
-    _wait('memhog reaching its peak', peaked, RAMP_TIMEOUT, interval=2,
-          describe=lambda: 'lease sizes %s, last lines %s' % (
-              sorted(set(sizes)), guest.marker_lines()[-5:]))
+    waiting.wait_until(
+        peaked, RAMP_TIMEOUT, 'memhog reaching its peak', interval=2,
+        describe=lambda: 'lease sizes %s, last lines %s' % (
+            sorted(set(sizes)), guest.marker_lines()[-5:]))
 
     # The lease grew while the workload did, and the guest never ran out.
     grown = max(sizes)
@@ -205,17 +195,18 @@ def test_elastic_lease_follows_the_workload(dp, guest, leases, shell):
     shell.run('/bin/touch', FREE_FILE)
     guest.wait_for_line(r'^memhog freed %d MiB$' % HOG_PEAK_MB, 300,
                         since=since)
-    _wait('the lease shrinking to its minimum',
-          lambda: _lease(dp, lease['uuid'])['memory_mb'] == MIN_MB,
-          SHRINK_TIMEOUT, interval=2,
-          describe=lambda: '%s; actions %s' % (
-              _lease(dp, lease['uuid'])['memory_mb'],
-              dp.actions(lease['uuid'])))
+    waiting.wait_until(
+        lambda: _lease(dp, lease['uuid'])['memory_mb'] == MIN_MB,
+        SHRINK_TIMEOUT, 'the lease shrinking to its minimum', interval=2,
+        describe=lambda: '%s; actions %s' % (
+            _lease(dp, lease['uuid'])['memory_mb'],
+            dp.actions(lease['uuid'])))
     shrunk = _lease(dp, lease['uuid'])
     assert shrunk['status'] == 'bound'
     assert [e['uuid'] for e in shrunk['extents']] == kept
-    _wait('the guest letting go of the disks of the shrink',
-          lambda: len(dataplane.domblklist(guest.uuid)) == len(kept), 120)
+    waiting.wait_until(
+        lambda: len(dataplane.domblklist(guest.uuid)) == len(kept), 120,
+        'the guest letting go of the disks of the shrink', interval=1)
     assert shell.oom_lines() == []
 
     # Every resize is in the lease's log with the prediction behind it.

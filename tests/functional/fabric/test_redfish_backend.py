@@ -15,12 +15,12 @@ is told of every composition and decomposition of its system, and what
 it refuses fails cleanly. The backend here is an in-process recorder;
 tests/functional/compute_host runs the libvirt one."""
 
-import time
 
 import pytest
 
 from composable.common import exception
 from composable.fabric.redfish import driver as redfish_driver
+from tests import waiting
 from tests.functional.fabric import redfish_emulator as emu
 
 HOST0 = {'name': 'compute-0', 'uuid': 'aaaaaaaa-0000-0000-0000-000000000000'}
@@ -66,13 +66,6 @@ def _state(emulator, block_id):
         return block['state'], block['system'], block['message']
 
 
-def _wait(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def test_backend_composes_and_decomposes(setup):
     driver, fabric, emulator, backend = setup
     locator = driver.bind_device(fabric, _device('GPU0'), HOST0)
@@ -99,8 +92,8 @@ def test_refused_composition_fails_the_block(setup):
     # Taking it back out is allowed and the block is usable again.
     driver.unbind_device(fabric, _device('GPU0'), HOST0)
     assert _state(emulator, 'GPU0')[1] is None
-    _wait(lambda: _state(emulator, 'GPU0')[0] == 'Unused', 15,
-          'the removed block to become Unused')
+    waiting.wait_until(lambda: _state(emulator, 'GPU0')[0] == 'Unused', 15,
+                       'the removed block to become Unused')
     backend.refuse_compose = None
     driver.bind_device(fabric, _device('GPU0'), HOST0)
     assert _state(emulator, 'GPU0')[:2] == ('Composed', 'compute-0')
