@@ -136,9 +136,13 @@ while true; do
     now=""
     line=""
     for d in /sys/block/vd*; do
-        [ -e "$d" ] || continue
         n=${d##*/}
-        bytes=$(( $(cat $d/size) * 512 ))
+        # A disk unplugged between the listing and the read leaves no
+        # size: skip it. (An empty operand would be an arithmetic error,
+        # which ends this shell, the guest's init, and so the guest.)
+        size=$(cat $d/size 2>/dev/null)
+        case "$size" in ''|*[!0-9]*) continue ;; esac
+        bytes=$((size * 512))
         now="$now $n"
         line="$line $n=$bytes"
         case " $known " in
