@@ -141,6 +141,23 @@ class GuestAgent(object):
         return out.decode(errors='replace')
 
 
+def _answer(command, code, out, err):
+    """The JSON answer pci.py printed last; a PciCommandError for the
+    error it reported, an AgentError when it printed none."""
+    text = out.decode(errors='replace').strip()
+    try:
+        answer = json.loads(text.splitlines()[-1])
+    except (ValueError, IndexError):
+        raise AgentError('pci.py %s exited %s without a JSON answer: '
+                         'stdout %r, stderr %r'
+                         % (command, code, text,
+                            err.decode(errors='replace')))
+    if 'error' in answer:
+        raise PciCommandError(command, answer['error'],
+                              answer.get('message'))
+    return answer
+
+
 class PciRunner(object):
     """The agent's PCI module inside the guest: ``call(command, **kwargs)``
     runs its command line (``pci.py command '<json kwargs>'``) there and
@@ -177,17 +194,7 @@ class PciRunner(object):
                 json.dumps(kwargs)]
         limit = START_MARGIN + kwargs.get('timeout', 0)
         code, out, err = self.agent.run(argv, limit)
-        text = out.decode(errors='replace').strip()
-        try:
-            answer = json.loads(text.splitlines()[-1])
-        except (ValueError, IndexError):
-            raise AgentError('pci.py %s exited %s without a JSON answer: '
-                             'stdout %r, stderr %r'
-                             % (command, code, text,
-                                err.decode(errors='replace')))
-        if 'error' in answer:
-            raise PciCommandError(command, answer['error'],
-                                  answer.get('message'))
+        answer = _answer(command, code, out, err)
         if code != 0:
             raise AgentError('pci.py %s exited %s: %r'
                              % (command, code, answer))
@@ -266,15 +273,5 @@ class PciServerRunner(PciRunner):
                 self._start_server()
                 started = True
             time.sleep(0.05)
-        text = out.decode(errors='replace').strip()
-        try:
-            answer = json.loads(text.splitlines()[-1])
-        except (ValueError, IndexError):
-            raise AgentError('pci.py %s exited %s without a JSON answer: '
-                             'stdout %r, stderr %r'
-                             % (command, code, text,
-                                err.decode(errors='replace')))
-        if 'error' in answer:
-            raise PciCommandError(command, answer['error'],
-                                  answer.get('message'))
+        answer = _answer(command, code, out, err)
         return answer['result']
