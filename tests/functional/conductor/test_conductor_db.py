@@ -15,7 +15,6 @@ see tests/functional/conftest.py): concurrent lease creation never
 over-commits, a device picked by many is given once, reservations keep
 conductors apart, and a dead conductor's lease is taken over."""
 
-import threading
 
 import pytest
 
@@ -24,6 +23,7 @@ from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.conductor import reservations
 from composable.db import api as db_api
+from tests import concurrency
 from tests.unit.conductor import harness as h_mod
 
 
@@ -35,28 +35,9 @@ def harness(db_backend):
     h.stop()
 
 
-def _concurrently(n, fn):
-    barrier = threading.Barrier(n)
-    results = [None] * n
-
-    def run(i):
-        barrier.wait()
-        try:
-            results[i] = fn(i)
-        except Exception as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return results
-
-
 def test_concurrent_creates_never_over_commit(harness):
     # Two nodes of 4096 MiB in 1024 MiB extents: room for 8 leases.
-    results = _concurrently(
+    results = concurrency.run_concurrently(
         12, lambda i: harness.create(memory_mb=1024))
     assert not [r for r in results if isinstance(r, Exception)], results
     statuses = [harness.lease(uuid).status for uuid in results]
@@ -65,7 +46,7 @@ def test_concurrent_creates_never_over_commit(harness):
     assert harness.pool(harness.memory_pool).used == 8192
     assert allocator.check_consistency(h_mod.admin()) == []
 
-    gpu_results = _concurrently(
+    gpu_results = concurrency.run_concurrently(
         6, lambda i: harness.create(device_count=1))
     statuses = [harness.lease(uuid).status for uuid in gpu_results]
     assert statuses.count(states.RESERVED) == 2
@@ -75,7 +56,7 @@ def test_concurrent_creates_never_over_commit(harness):
 
 def test_one_device_picked_by_many_is_given_once(harness):
     device = harness.devices[0].uuid
-    results = _concurrently(
+    results = concurrency.run_concurrently(
         6, lambda i: harness.create(requested_devices=[device]))
     created = [r for r in results if isinstance(r, str)]
     refused = [r for r in results if isinstance(r, Exception)]
@@ -96,7 +77,7 @@ def test_reservation_keeps_two_conductors_apart(harness):
         return reservations.try_reserve(h_mod.admin(), lease_id,
                                         'cond-%d' % i)
 
-    results = _concurrently(8, take)
+    results = concurrency.run_concurrently(8, take)
     held = [r for r in results if r is not None]
     assert len(held) == 1, results
     assert harness.lease(uuid).reservation == held[0].host

@@ -27,6 +27,7 @@ from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.db import api as db_api
 from composable.fabric import fake as fake_fabric
+from tests import concurrency
 from tests.unit.conductor import harness as h_mod
 from tests.unit.conductor import sriov_harness
 
@@ -45,25 +46,6 @@ def start(env, **kwargs):
 
 def _bind(h, uuid, host=sriov_harness.HOST):
     h.api.bind_lease(h_mod.user_context(), uuid, h.hosts[host].uuid)
-
-
-def _concurrently(n, fn):
-    barrier = threading.Barrier(n)
-    results = [None] * n
-
-    def run(i):
-        barrier.wait()
-        try:
-            results[i] = fn(i)
-        except Exception as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return results
 
 
 def check_lease_life_on_demand(h):
@@ -117,7 +99,7 @@ def check_lease_life_on_demand(h):
 def check_one_vf_per_lease_under_races(h):
     """Six concurrent requests for a two-VF pool: two get one VF each,
     never the same; a lease asking for two VFs gets none."""
-    results = _concurrently(
+    results = concurrency.run_concurrently(
         6, lambda i: h.create(device_count=1, device_kind='nic'))
     assert not [r for r in results if isinstance(r, Exception)], results
     leases = [h.lease(uuid) for uuid in results]
