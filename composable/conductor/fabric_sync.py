@@ -26,6 +26,16 @@ fabric's pools, matched by ``devices.address`` (the fabric's own id):
   critical, or reports bound to a host although no lease holds it goes to
   ``maintenance`` (gone, bound outside composable) or ``faulty``
   (critical), so the allocator stops giving it out;
+* a device the fabric could not read this round (the driver reports it
+  with an ``error``: a block that vanished between the listing and the
+  read, or answered garbage) is left as it is, neither added nor taken
+  out of service: the reason is logged and notified as its health
+  (``unknown``), and the rest of the fabric is synced as usual;
+* a device the fabric holds but no host can be given (the driver says
+  ``not_poolable``, with the reason) is listed in the log and not added;
+  one the fabric reports out of service (``unavailable``: a failed or
+  reserved composition, a disabled resource) joins, or goes to,
+  ``maintenance`` with the reason;
 * a device a lease holds is never changed here: its state follows its
   lease, and taking it away would hand it to nobody. Such a device that
   vanished, failed or is bound to a host its lease is not bound to is
@@ -70,16 +80,22 @@ DEVICE_POOL_KINDS = ('gpu', 'pci')
 
 # What the fabric says of a device it no longer reports.
 HEALTH_ABSENT = 'absent'
+# What the sync says of a device the fabric could not read this round.
+HEALTH_UNKNOWN = 'unknown'
 
 # The health last notified of each leased device, by device uuid: the
 # sync sees the same unhealthy leased device every interval, its users
 # need to hear once.
 _LEASED_HEALTH = {}
+# The reason last notified of each device the fabric could not read, by
+# device uuid: notified once per reason, not every interval.
+_UNKNOWN = {}
 
 
 def new_summary():
     return {'added': [], 'unpooled': [], 'gone': [], 'faulty': [],
-            'bound_outside': [], 'leased_warnings': []}
+            'bound_outside': [], 'unavailable': [], 'unknown': [],
+            'not_poolable': [], 'leased_warnings': []}
 
 
 def describe(name, summary):
@@ -89,8 +105,13 @@ def describe(name, summary):
                       ('faulty', '%d unhealthy, now faulty (%s)'),
                       ('bound_outside', '%d bound outside composable, now '
                                         'maintenance (%s)'),
+                      ('unavailable', '%d out of service on the fabric, '
+                                      'now maintenance (%s)'),
                       ('unpooled', '%d found with no pool of their kind '
-                                   '(%s)')):
+                                   '(%s)'),
+                      ('not_poolable', '%d not poolable (%s)'),
+                      ('unknown', '%d could not be read this round, left '
+                                  'as they are (%s)')):
         if summary[key]:
             parts.append(text % (len(summary[key]),
                                  ', '.join(summary[key])))
@@ -180,6 +201,19 @@ class FabricSync(object):
                 continue
             seen.add(address)
             row = rows.get(address)
+            if item.get('error'):
+                # Unknown this round: neither new nor gone.
+                summary['unknown'].append('%s: %s' % (address,
+                                                      item['error']))
+                if row is not None:
+                    self._unknown(context, row, item['error'])
+                continue
+            if row is not None:
+                _UNKNOWN.pop(row.uuid, None)
+            if row is None and item.get('not_poolable'):
+                summary['not_poolable'].append('%s: %s' % (
+                    address, item['not_poolable']))
+                continue
             if row is None:
                 pool = self._pool_for(pools, item.get('kind'))
                 if pool is None:
@@ -229,10 +263,24 @@ class FabricSync(object):
         return matching[0] if len(matching) == 1 else None
 
     @staticmethod
-    def _state_for(item):
+    def _out_of_service(item):
+        """Why the fabric cannot give the device out now, or None."""
+        return item.get('unavailable') or item.get('not_poolable')
+
+    @staticmethod
+    def _unknown(context, row, reason):
+        if _UNKNOWN.get(row.uuid) == reason:
+            return
+        _UNKNOWN[row.uuid] = reason
+        notifications.device_health(
+            context, row, health=HEALTH_UNKNOWN,
+            reason='could not be read from the fabric: %s; left as it is '
+                   'this round' % reason)
+
+    def _state_for(self, item):
         if item.get('health') == fabric_base.HEALTH_CRITICAL:
             return states.DEVICE_FAULTY
-        if item.get('bound_to'):
+        if self._out_of_service(item) or item.get('bound_to'):
             return states.DEVICE_MAINTENANCE
         return states.DEVICE_AVAILABLE
 
@@ -253,6 +301,10 @@ class FabricSync(object):
         if values['state'] == states.DEVICE_FAULTY:
             summary['faulty'].append(item['address'])
             reason = 'found unhealthy on the fabric; added as faulty'
+        elif self._out_of_service(item):
+            summary['unavailable'].append(item['address'])
+            reason = ('found out of service on the fabric (%s); added in '
+                      'maintenance' % self._out_of_service(item))
         elif values['state'] == states.DEVICE_MAINTENANCE:
             summary['bound_outside'].append(item['address'])
             reason = ('found bound to host %s outside composable; added in '
@@ -297,6 +349,14 @@ class FabricSync(object):
                                reason='reported unhealthy by the fabric; '
                                       'taken out of service'):
                 summary['faulty'].append(row.address)
+                return True
+        elif self._out_of_service(item):
+            if self._set_state(context, row, states.DEVICE_MAINTENANCE,
+                               health=item.get('health'),
+                               reason='out of service on the fabric (%s); '
+                                      'taken out of service' %
+                               self._out_of_service(item)):
+                summary['unavailable'].append(row.address)
                 return True
         elif bound_to:
             if self._set_state(context, row, states.DEVICE_MAINTENANCE,

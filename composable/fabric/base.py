@@ -106,4 +106,14 @@ class FabricDriver(object, metaclass=abc.ABCMeta):
         ``kind`` (one of KINDS), ``model``, ``vendor_id``, ``product_id``,
         ``serial``, ``health`` (one of HEALTHS), ``hosts`` (names of the
         hosts it may be bound to, or None for any) and ``bound_to`` (the
-        host name it is bound to now, or None)."""
+        host name it is bound to now, or None; with several holders, all
+        of them, comma separated, and ``holders`` lists them).
+
+        Optional keys say what the sync must not take at face value:
+        ``error`` (the device could not be read this round -- a
+        resource that vanished between the listing and the read, or
+        answered garbage; the row is left as it is and the reason
+        logged), ``not_poolable`` (why no host can be given it: never
+        added) and ``unavailable`` (why the fabric cannot give it out
+        now: kept in maintenance). One unreadable device must not fail
+        the whole discovery."""

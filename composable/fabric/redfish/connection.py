@@ -43,6 +43,11 @@ class HTTPFailure(exception.DriverError):
         super(HTTPFailure, self).__init__(**kwargs)
 
 
+class BadAnswer(exception.DriverError):
+    """The service answered something that is not the resource asked
+    for (not JSON, or not the Redfish resource)."""
+
+
 class Response(object):
 
     def __init__(self, status, headers, body):
@@ -174,7 +179,7 @@ class Connection(object):
             try:
                 body = response.json()
             except ValueError:
-                raise exception.DriverError(
+                raise BadAnswer(
                     reason='Redfish service %s answered %s %s with '
                            'something that is not JSON' %
                            (self.address, method, path))
@@ -199,6 +204,6 @@ class Connection(object):
         try:
             return parse(response.body), response.etag
         except models.ParseError as exc:
-            raise exception.DriverError(
+            raise BadAnswer(
                 reason='Redfish service %s answered GET %s with an '
                        'unexpected payload: %s' % (self.address, path, exc))

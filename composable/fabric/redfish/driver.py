@@ -60,6 +60,10 @@ PRECONDITION_RETRIES = 5
 COLLECTION_LIMIT = 1000
 
 
+def _reason(exc):
+    return getattr(exc, 'message', None) or str(exc)
+
+
 _TRUE = ('true', 'yes', 'on', '1')
 _FALSE = ('false', 'no', 'off', '0')
 
@@ -130,6 +134,18 @@ def one_operation(address, block_uri):
         yield
     finally:
         lock.release()
+
+
+# What makes one resource, not the whole fabric, unknown: an error
+# status (404 of a block removed after the listing) or an answer that is
+# not the resource. A service that does not answer at all fails the
+# discovery.
+LOCAL_ERRORS = (connection.HTTPFailure, connection.BadAnswer)
+
+
+def _unknown(uri, reason):
+    return {'address': uri.rstrip('/'), 'error': reason, 'health': None,
+            'hosts': None, 'bound_to': None}
 
 
 class RedfishFabricDriver(base.FabricDriver):
@@ -225,8 +241,18 @@ class RedfishFabricDriver(base.FabricDriver):
         link = body.get('ResourceZones') if isinstance(body, dict) else None
         if not isinstance(link, dict) or '@odata.id' not in link:
             return []
-        return [conn.read(uri, models.ResourceZone)[0]
-                for uri in self._collection(conn, link['@odata.id'])]
+        zones = []
+        for uri in self._collection(conn, link['@odata.id']):
+            try:
+                zones.append(conn.read(uri, models.ResourceZone)[0])
+            except LOCAL_ERRORS as exc:
+                # The blocks of that zone show fewer reachable hosts
+                # this round; binds check the zones again.
+                LOG.warning('Redfish service %(addr)s: resource zone '
+                            '%(zone)s skipped: %(reason)s',
+                            {'addr': conn.address, 'zone': uri,
+                             'reason': _reason(exc)})
+        return zones
 
     def _block_zones(self, block, zones):
         found = set(block.zones)
@@ -241,7 +267,7 @@ class RedfishFabricDriver(base.FabricDriver):
             found = set(z.uri for z in zones if uri in z.blocks)
             try:
                 block, _ = conn.read(uri, models.ResourceBlock)
-            except connection.HTTPFailure:
+            except LOCAL_ERRORS:
                 every.update(found)
                 continue
             found.update(block.zones)
@@ -447,13 +473,27 @@ class RedfishFabricDriver(base.FabricDriver):
                      {'block': block.uri,
                       'systems': ', '.join(s.uri for s in systems)})
 
+    def _systems(self, conn):
+        """(systems read, {URI: reason} of those that could not be)."""
+        systems, unreadable = [], {}
+        for uri in self._collection(conn,
+                                    self._service_path(conn, 'Systems')):
+            try:
+                systems.append(conn.read(uri, models.System)[0])
+            except LOCAL_ERRORS as exc:
+                unreadable[uri.rstrip('/')] = _reason(exc)
+                LOG.warning('Redfish service %(addr)s: system %(system)s '
+                            'could not be read; its host is unknown this '
+                            'round: %(reason)s',
+                            {'addr': conn.address, 'system': uri,
+                             'reason': _reason(exc)})
+        return systems, unreadable
+
     def discover(self, fabric):
         info = self._info(fabric)
         with self._connect(info) as conn:
             zones = self._zones(conn)
-            systems = [conn.read(uri, models.System)[0] for uri in
-                       self._collection(conn,
-                                        self._service_path(conn, 'Systems'))]
+            systems, unreadable = self._systems(conn)
             names = self._host_names(info, systems)
             system_zones = {s.uri: self._system_zones(conn, s, zones)
                             for s in systems}
@@ -467,10 +507,31 @@ class RedfishFabricDriver(base.FabricDriver):
                     conn.address)
             found = []
             for uri in self._collection(conn, link['@odata.id']):
-                block, _ = conn.read(uri, models.ResourceBlock)
+                try:
+                    block, _ = conn.read(uri, models.ResourceBlock)
+                except LOCAL_ERRORS as exc:
+                    found.append(_unknown(uri, _reason(exc)))
+                    continue
                 if not block.is_device:
                     continue
-                device = self._device(conn, block)
+                try:
+                    device = self._device(conn, block)
+                except LOCAL_ERRORS as exc:
+                    found.append(_unknown(block.uri, _reason(exc)))
+                    continue
+                except models.ParseError as exc:
+                    found.append(_unknown(
+                        block.uri, 'Redfish service %s: a member of '
+                        'resource block %s is not what it should be: %s' %
+                        (conn.address, block.uri, exc)))
+                    continue
+                lost = [s for s in block.systems if s in unreadable]
+                if lost:
+                    found.append(_unknown(
+                        block.uri, 'it is composed into system %s, which '
+                        'could not be read: %s' % (lost[0],
+                                                   unreadable[lost[0]])))
+                    continue
                 zones_of_block = self._block_zones(block, zones)
                 bound = [names.get(s, s) for s in block.systems]
                 found.append({

@@ -490,3 +490,50 @@ def test_https_to_a_plain_http_service(emulator, driver):
     with pytest.raises(exception.DriverError) as err:
         driver.discover(_fabric(address))
     assert address in str(err.value)
+
+
+# ------------------------------------------------- errors stay local
+
+def test_one_unreadable_block_leaves_the_rest_of_the_fabric(emulator,
+                                                            driver):
+    url, emulator_ = emulator
+
+    def remove_gpu1(record):
+        # GPU1 vanishes after the listing, when GPU0 is read.
+        if record['method'] == 'GET' and record['path'] == GPU0:
+            with emulator_.locked() as state:
+                state.blocks.pop('GPU1', None)
+
+    emulator_.observe(remove_gpu1)
+    # The NVMe block answers garbage once (its own read).
+    emulator_.inject('garbage', method='GET', path=NVME0, count=1)
+    found = {d['address']: d for d in driver.discover(_fabric(url))}
+    assert sorted(found) == sorted([GPU0, GPU1, NVME0,
+                                    emu.BLOCKS + '/NIC0'])
+    assert 'HTTP 404' in found[GPU1]['error']
+    assert GPU1 in found[GPU1]['error']
+    assert 'not JSON' in found[NVME0]['error']
+    for address in (GPU1, NVME0):
+        assert found[address]['health'] is None
+        assert 'kind' not in found[address]
+    # The others are read as usual.
+    assert found[GPU0]['vendor_id'] == '10de'
+    assert 'error' not in found[GPU0]
+    assert found[emu.BLOCKS + '/NIC0']['kind'] == 'nic'
+
+
+def test_a_malformed_member_or_system_makes_one_device_unknown(emulator,
+                                                               driver):
+    url, emulator_ = emulator
+    driver.bind_device(_fabric(url), _device(GPU1), HOST1)
+    # The GPU0 processor is not an object; system compute-1 (which holds
+    # GPU1) answers a payload without @odata.id.
+    emulator_.inject('garbage', method='GET', path=GPU0 + '/Processors/0',
+                     body='[1, 2]', count=1)
+    emulator_.inject('garbage', method='GET', path=SYSTEM1, count=1,
+                     body='{"Name": "compute-1"}')
+    found = {d['address']: d for d in driver.discover(_fabric(url))}
+    assert 'not a JSON object' in found[GPU0]['error']
+    assert SYSTEM1 in found[GPU1]['error']
+    assert 'error' not in found[NVME0]
+    assert found[NVME0]['hosts'] == ['compute-0']

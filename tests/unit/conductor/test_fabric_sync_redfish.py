@@ -1,0 +1,105 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The fabric sync with the redfish driver against the emulated
+composition service: what one unreadable resource does to a round."""
+
+import pytest
+
+from composable.common import states
+from composable.conductor import fabric_sync
+from composable import conf
+from composable.db import api as dbapi
+from composable import fabric as fabric_drivers
+from composable import notifications
+from tests.functional.fabric import redfish_emulator as emu
+from tests.unit.allocator import inventory as inv
+
+CONF = conf.CONF
+
+
+@pytest.fixture
+def service(sqlite_db):
+    CONF.set_override('enabled_drivers', ['redfish'], 'fabric')
+    fabric_drivers.reset()
+    url, stop, emulator = emu.serve()
+    try:
+        yield url, emulator
+    finally:
+        stop()
+        fabric_drivers.reset()
+        CONF.clear_override('enabled_drivers', 'fabric')
+
+
+def _rows(pool):
+    return {d.address: d for d in dbapi.device_list(
+        inv.admin(), filters={'pool_id': pool.id})}
+
+
+def test_unreadable_blocks_stay_as_they_are_the_rest_is_synced(
+        service, monkeypatch):
+    url, emulator = service
+    ctx = inv.admin()
+    fabric = dbapi.fabric_create(ctx, {
+        'name': 'rf', 'driver': 'redfish', 'driver_info': {
+            'address': url, 'username': 'admin',
+            'password': emu.DEFAULT_CONFIG['password']}})
+    pool = dbapi.pool_create(ctx, {
+        'name': 'gpu', 'kind': 'gpu', 'fabric_id': fabric.id,
+        'resource_class': 'CUSTOM_COMPOSABLE_GPU'})
+    for address in (emu.BLOCKS + '/GPU1', emu.BLOCKS + '/GONE'):
+        dbapi.device_create(ctx, {'pool_id': pool.id, 'address': address,
+                                  'kind': 'gpu'})
+    health = []
+    monkeypatch.setattr(notifications, 'device_health',
+                        lambda ctx, row, **kw: health.append(
+                            (row.address, kw.get('health'),
+                             kw.get('reason'))))
+    # GPU1 vanishes between the listing and its read; GPU0 (new) is
+    # read; the GPU row GONE is not reported at all.
+    seen = []
+
+    def remove_gpu1(record):
+        if record['path'] == emu.BLOCKS and record['method'] == 'GET':
+            seen.append(record)
+        elif seen and record['path'].startswith(emu.BLOCKS + '/GPU0'):
+            with emulator.locked() as state:
+                state.blocks.pop('GPU1', None)
+
+    emulator.observe(remove_gpu1)
+    summary = fabric_sync.FabricSync('c').run(ctx)['rf']
+    rows = _rows(pool)
+    assert summary['added'] == [emu.BLOCKS + '/GPU0']
+    assert summary['gone'] == [emu.BLOCKS + '/GONE']
+    assert [u.split(':')[0] for u in summary['unknown']] == [
+        emu.BLOCKS + '/GPU1']
+    assert 'HTTP 404' in summary['unknown'][0]
+    assert rows[emu.BLOCKS + '/GPU1'].state == states.DEVICE_AVAILABLE
+    assert rows[emu.BLOCKS + '/GONE'].state == states.DEVICE_MAINTENANCE
+    assert rows[emu.BLOCKS + '/GPU0'].state == states.DEVICE_AVAILABLE
+    unknown = [h for h in health if h[0] == emu.BLOCKS + '/GPU1']
+    assert unknown and unknown[0][1] == 'unknown'
+    assert 'HTTP 404' in unknown[0][2]
+    # Next round GPU1 is gone for good, and GPU0 answers garbage: GPU0
+    # is unknown (and left available), GPU1 leaves service.
+    for _ in range(2):
+        emulator.inject('garbage', method='GET',
+                        path=emu.BLOCKS + '/GPU0', count=1)
+        summary = fabric_sync.FabricSync('c').run(ctx)['rf']
+        assert [u.split(':')[0] for u in summary['unknown']] == [
+            emu.BLOCKS + '/GPU0']
+    rows = _rows(pool)
+    assert rows[emu.BLOCKS + '/GPU0'].state == states.DEVICE_AVAILABLE
+    assert rows[emu.BLOCKS + '/GPU1'].state == states.DEVICE_MAINTENANCE
+    # Told once per reason, not every round.
+    assert [h[1] for h in health if h[0] == emu.BLOCKS + '/GPU0'] == [
+        'unknown']
