@@ -33,6 +33,7 @@ driver_info keys: ``address``, ``username``, ``password``, ``verify_ca``,
 import contextlib
 import json
 import math
+import re
 import threading
 import time
 import urllib.parse
@@ -60,8 +61,37 @@ PRECONDITION_RETRIES = 5
 COLLECTION_LIMIT = 1000
 
 
+_UUID = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+                   r'[0-9a-f]{12}$', re.I)
+
+
 def _reason(exc):
     return getattr(exc, 'message', None) or str(exc)
+
+
+def _describe(system):
+    names = [n for n in (system.name, system.host_name) if n]
+    return '%s (%s)' % (system.uri, ', '.join(
+        sorted(set(names), key=names.index))) if names else system.uri
+
+
+def _identities(systems):
+    """system URI -> the name (lower case) that identifies it: its
+    HostName if no other system has it as HostName or Name, else its
+    Name if unique so; None when neither is (a host is then matched to
+    it only through system_map)."""
+    count = {}
+    for system in systems:
+        for value in system.names():
+            count[value] = count.get(value, 0) + 1
+    found = {}
+    for system in systems:
+        found[system.uri] = None
+        for value in (system.host_name, system.name):
+            if value and count[value.lower()] == 1:
+                found[system.uri] = value.lower()
+                break
+    return found
 
 
 _TRUE = ('true', 'yes', 'on', '1')
@@ -152,7 +182,7 @@ class RedfishFabricDriver(base.FabricDriver):
 
     # ------------------------------------------------------ driver_info
 
-    def validate_driver_info(self, driver_info):
+    def _check_driver_info(self, driver_info):
         info = normalize(driver_info)
         if not isinstance(info, dict):
             raise exception.Invalid(reason='driver_info must be an object')
@@ -188,11 +218,13 @@ class RedfishFabricDriver(base.FabricDriver):
                        'path of a CA bundle')
         system_map = info.get('system_map', {})
         if not isinstance(system_map, dict) or not all(
-                isinstance(k, str) and isinstance(v, str)
-                and v.startswith('/') for k, v in system_map.items()):
+                isinstance(k, str) and k and isinstance(v, str)
+                and v.strip() and ('/' not in v or v.startswith('/'))
+                for k, v in system_map.items()):
             raise exception.Invalid(
                 reason='driver_info system_map must map host names to '
-                       'system @odata.id paths ("/redfish/v1/Systems/..")')
+                       'systems: a system @odata.id path '
+                       '("/redfish/v1/Systems/.."), UUID or unique name')
         if info.get('match_by', 'name') not in MATCH_BY:
             raise exception.Invalid(
                 reason='driver_info match_by must be one of %s' %
@@ -207,9 +239,35 @@ class RedfishFabricDriver(base.FabricDriver):
                 reason='driver_info mode must be one of %s' %
                 ', '.join(MODES))
 
+    def validate_driver_info(self, driver_info):
+        """The settings' own checks, then, when ``system_map`` names
+        systems, that each names exactly one system of the service (a
+        service that cannot be reached now is not an error: the sync
+        and every bind check the map again)."""
+        self._check_driver_info(driver_info)
+        info = self._merged(driver_info)
+        if not info['system_map']:
+            return
+        try:
+            with self._connect(info) as conn:
+                systems, unreadable = self._systems(conn)
+                for host in sorted(info['system_map']):
+                    self._resolve(conn, info, systems, unreadable, host)
+        except exception.Invalid:
+            raise
+        except exception.DriverError as exc:
+            LOG.warning('The system_map of Redfish service %(addr)s could '
+                        'not be checked now: %(reason)s',
+                        {'addr': info['address'], 'reason': _reason(exc)})
+
+    def _merged(self, driver_info):
+        merged = dict(DEFAULTS)
+        merged.update(normalize(driver_info))
+        return merged
+
     def _info(self, fabric):
         info = normalize(fabric.get('driver_info') or {})
-        self.validate_driver_info(info)
+        self._check_driver_info(info)
         merged = dict(DEFAULTS)
         merged.update(info)
         return merged
@@ -276,25 +334,118 @@ class RedfishFabricDriver(base.FabricDriver):
                 own.update(found)
         return own or every
 
-    def _system(self, conn, info, fabric, host):
-        name = (host or {}).get('name')
-        mapped = info['system_map'].get(name)
-        if mapped:
-            return conn.read(mapped, models.System)
-        for uri in self._collection(
-                conn, self._service_path(conn, 'Systems')):
-            system, etag = conn.read(uri, models.System)
-            if system.matches(host or {}, info['match_by']):
-                return system, etag
-        raise exception.DriverError(
-            reason='no system on Redfish fabric %s matches host %s by %s; '
-                   'set the host\'s system in driver_info system_map' %
-                   (fabric.get('name'), name, info['match_by']))
+    def _resolve(self, conn, info, systems, unreadable, host_name):
+        """The one system ``system_map`` gives ``host_name``: by
+        @odata.id, UUID or a name (Name or HostName) no other system
+        has. Raises Invalid naming what is wrong."""
+        ref = info['system_map'][host_name]
+        what = ('driver_info system_map maps host %s to %s' %
+                (host_name, ref))
+        if ref.startswith('/'):
+            found = [s for s in systems if s.uri == ref.rstrip('/')]
+            if not found and ref.rstrip('/') in unreadable:
+                raise exception.DriverError(
+                    reason='%s, which could not be read: %s' %
+                    (what, unreadable[ref.rstrip('/')]))
+        elif _UUID.match(ref):
+            found = [s for s in systems if s.uuid == ref.lower()]
+        else:
+            found = [s for s in systems if s.answers_to(ref)]
+        if len(found) > 1:
+            raise exception.Invalid(
+                reason='%s, which names several systems of the Redfish '
+                       'service %s: %s; map the host to one @odata.id or '
+                       'UUID' % (what, conn.address,
+                                 ', '.join(_describe(s) for s in found)))
+        if not found:
+            if unreadable:
+                raise exception.DriverError(
+                    reason='%s, which is not among the systems that could '
+                           'be read (%s could not be)' %
+                           (what, ', '.join(sorted(unreadable))))
+            raise exception.Invalid(
+                reason='%s, which the Redfish service %s does not have; '
+                       'its systems are %s' %
+                       (what, conn.address,
+                        ', '.join(_describe(s) for s in systems) or
+                        'none'))
+        return found[0]
 
-    def _host_names(self, info, systems):
-        """system URI -> the host name the conductor knows it by."""
-        reverse = {v.rstrip('/'): k for k, v in info['system_map'].items()}
-        return {s.uri: reverse.get(s.uri) or s.host_name or s.name or s.uri
+    def _system(self, conn, info, fabric, host):
+        """(system, ETag) of ``host``: the system ``system_map`` names,
+        else the one system whose UUID (``match_by=uuid``) or unique
+        HostName or Name is the host's; two candidates are an error
+        naming both, never a guess."""
+        name = (host or {}).get('name')
+        systems, unreadable = self._systems(conn)
+        if name in info['system_map']:
+            try:
+                system = self._resolve(conn, info, systems, unreadable,
+                                       name)
+            except exception.Invalid as exc:
+                raise exception.DriverError(reason=exc.message)
+            return conn.read(system.uri, models.System)
+        if info['match_by'] == 'uuid':
+            wanted = str((host or {}).get('uuid') or '').lower()
+            found = [s for s in systems if wanted and s.uuid == wanted]
+            how = 'UUID %s' % wanted
+        else:
+            wanted = str(name or '').lower()
+            found = [s for s in systems if s.answers_to(wanted)]
+            how = 'name'
+        if len(found) > 1:
+            raise exception.DriverError(
+                reason='host %s matches several systems of Redfish fabric '
+                       '%s by %s: %s; map it to one @odata.id or UUID in '
+                       'driver_info system_map' %
+                       (name, fabric.get('name'), how,
+                        ', '.join(_describe(s) for s in found)))
+        if found and info['match_by'] != 'uuid':
+            known = _identities(systems).get(found[0].uri)
+            if known != wanted:
+                raise exception.DriverError(
+                    reason='host %s matches system %s of Redfish fabric %s '
+                           'only by a name another system shares; the '
+                           'system is reported as %s. Map the host to its '
+                           '@odata.id or UUID in driver_info system_map' %
+                           (name, _describe(found[0]), fabric.get('name'),
+                            known or found[0].uri))
+        if not found or unreadable:
+            raise exception.DriverError(
+                reason='no system on Redfish fabric %s matches host %s by '
+                       '%s%s; set the host\'s system in driver_info '
+                       'system_map' %
+                       (fabric.get('name'), name, info['match_by'],
+                        ' (systems %s could not be read)' %
+                        ', '.join(sorted(unreadable)) if unreadable
+                        else ''))
+        return conn.read(found[0].uri, models.System)
+
+    def _host_names(self, conn, info, systems, unreadable):
+        """system URI -> the host name the conductor knows it by: the
+        host system_map maps to it, else its unique HostName or Name
+        (the identity a bind matches by), else its @odata.id."""
+        names = {}
+        for host in info['system_map']:
+            try:
+                system = self._resolve(conn, info, systems, unreadable,
+                                       host)
+            except (exception.Invalid, exception.DriverError) as exc:
+                LOG.warning('Redfish service %(addr)s: %(reason)s',
+                            {'addr': conn.address, 'reason': _reason(exc)})
+                continue
+            names[system.uri] = host
+        identities = _identities(systems)
+        shared = [s for s in systems
+                  if s.uri not in names and not identities.get(s.uri)]
+        if shared:
+            LOG.warning('Redfish service %(addr)s: systems %(systems)s '
+                        'share their names with other systems; a host is '
+                        'matched to them only through driver_info '
+                        'system_map', {'addr': conn.address,
+                                       'systems': ', '.join(
+                                           _describe(s) for s in shared)})
+        return {s.uri: names.get(s.uri) or identities.get(s.uri) or s.uri
                 for s in systems}
 
     def _device(self, conn, block):
@@ -494,7 +645,7 @@ class RedfishFabricDriver(base.FabricDriver):
         with self._connect(info) as conn:
             zones = self._zones(conn)
             systems, unreadable = self._systems(conn)
-            names = self._host_names(info, systems)
+            names = self._host_names(conn, info, systems, unreadable)
             system_zones = {s.uri: self._system_zones(conn, s, zones)
                             for s in systems}
             service = self._service_path(conn, 'CompositionService')

@@ -229,13 +229,14 @@ class System(object):
         return self.targets.get(action) or '%s/Actions/%s' % (self.uri,
                                                               action)
 
-    def matches(self, host, match_by):
-        if match_by == 'uuid':
-            wanted = _str(host.get('uuid'))
-            return bool(wanted and self.uuid == wanted.lower())
-        wanted = (_str(host.get('name')) or '').lower()
-        return bool(wanted) and wanted in (
-            (self.name or '').lower(), (self.host_name or '').lower())
+    def names(self):
+        """Its Name and HostName, lower case, once each."""
+        return set(n.lower() for n in (self.name, self.host_name) if n)
+
+    def answers_to(self, name):
+        """True when ``name`` is its Name or HostName (case does not
+        matter)."""
+        return bool(name) and name.lower() in self.names()
 
 
 class Device(object):

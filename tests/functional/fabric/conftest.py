@@ -36,3 +36,23 @@ def emulator():
         yield url, emu
     finally:
         stop()
+
+
+@pytest.fixture
+def profile():
+    """Starts emulators of a named profile (redfish_emulator.PROFILES)
+    or a config: ``profile('duplicate-names')`` -> (url, emulator)."""
+    stops = []
+
+    def start(config):
+        if isinstance(config, str):
+            config = redfish_emulator.PROFILES[config]
+        url, stop, emu = redfish_emulator.serve(config=config)
+        stops.append(stop)
+        return url, emu
+
+    try:
+        yield start
+    finally:
+        for stop in stops:
+            stop()

@@ -136,6 +136,45 @@ DEFAULT_CONFIG = {
 }
 
 
+def _profile(changes, **top):
+    """The default inventory with ``changes`` (key -> new value)."""
+    config = copy.deepcopy(DEFAULT_CONFIG)
+    config.update(copy.deepcopy(changes))
+    config.update(top)
+    return config
+
+
+# Inventories shaped like real services (written from the shapes of
+# DMTF's public mockups and the DSP2050 examples; none is a copy).
+PROFILES = {
+    # Expandable systems, one per compute host, names unique.
+    'expandable': DEFAULT_CONFIG,
+    # Sleds of a chassis: every system has the chassis' HostName, two
+    # share one Name; only @odata.id and UUID tell them apart.
+    'duplicate-names': _profile({
+        'zones': [{'id': '1', 'name': 'Chassis zone'}],
+        'systems': [
+            {'id': 'Sled-1', 'name': 'Sled-5', 'host_name': 'chassis-a',
+             'uuid': '7a3e0c1e-0b7e-4b53-9d1e-5d1f6a2f0001',
+             'zones': ['1']},
+            {'id': 'Sled-2', 'name': 'Sled-5', 'host_name': 'chassis-a',
+             'uuid': '7a3e0c1e-0b7e-4b53-9d1e-5d1f6a2f0002',
+             'zones': ['1']},
+            {'id': 'Sled-3', 'name': 'Sled-3', 'host_name': 'chassis-a',
+             'uuid': '7a3e0c1e-0b7e-4b53-9d1e-5d1f6a2f0003',
+             'zones': ['1']}],
+        'blocks': [
+            {'id': 'GPU0', 'kind': 'gpu', 'vendor_id': '10de',
+             'device_id': '20b5', 'serial': 'GPU-SN-1000',
+             'model': 'A100 80GB', 'manufacturer': 'NVIDIA',
+             'zones': ['1']},
+            {'id': 'GPU1', 'kind': 'gpu', 'vendor_id': '10de',
+             'device_id': '20b5', 'serial': 'GPU-SN-1001',
+             'model': 'A100 80GB', 'manufacturer': 'NVIDIA',
+             'zones': ['1']}]}),
+}
+
+
 class _Drop(Exception):
     """Close the connection without an answer."""
 

@@ -32,7 +32,9 @@ def _check(**change):
 
 def test_minimal_and_full_driver_info():
     _check()
-    _check(address='http://10.0.0.5', verify_ca='/etc/ssl/rfcs-ca.pem',
+    # Nothing listens on port 1: system_map is checked against the
+    # service only when it answers.
+    _check(address='http://127.0.0.1:1', verify_ca='/etc/ssl/rfcs-ca.pem',
            system_map={'compute-0': '/redfish/v1/Systems/1'},
            match_by='uuid', poll_interval=0.5, timeout=120,
            mode='expandable')
@@ -41,10 +43,12 @@ def test_minimal_and_full_driver_info():
 
 def test_string_forms_of_the_cli():
     info = dict(GOOD, timeout='90', poll_interval='0.5', verify_ca='False',
-                system_map='{"compute-0": "/redfish/v1/Systems/1"}')
+                system_map='{"compute-0": "/redfish/v1/Systems/1"}',
+                address='http://127.0.0.1:1')
     redfish_driver.RedfishFabricDriver().validate_driver_info(info)
     assert redfish_driver.normalize(info) == dict(
-        GOOD, timeout=90.0, poll_interval=0.5, verify_ca=False,
+        GOOD, address='http://127.0.0.1:1', timeout=90.0, poll_interval=0.5,
+        verify_ca=False,
         system_map={'compute-0': '/redfish/v1/Systems/1'})
     # A path stays a path.
     assert redfish_driver.normalize(
@@ -63,6 +67,8 @@ def test_string_forms_of_the_cli():
     ({'verify_ca': 1}, 'verify_ca'),
     ({'system_map': ['compute-0']}, 'system_map'),
     ({'system_map': {'compute-0': 'Systems/1'}}, 'system_map'),
+    ({'system_map': {'compute-0': ' '}}, 'system_map'),
+    ({'system_map': {'compute-0': 7}}, 'system_map'),
     ({'system_map': '{not json'}, 'system_map'),
     ({'match_by': 'serial'}, 'match_by'),
     ({'poll_interval': 0}, 'poll_interval'),

@@ -138,12 +138,11 @@ def test_system():
                              BLOCKS + '/DriveBlock3']
     assert system.target(models.System.ADD) == (
         SYSTEM['@odata.id'] + '/Actions/ComputerSystem.AddResourceBlock')
-    assert system.matches({'name': 'Composed-System'}, 'name')
-    assert system.matches({'name': 'Sample Composed System'}, 'name')
-    assert not system.matches({'name': 'other'}, 'name')
-    assert system.matches(
-        {'uuid': '37596F04-B032-48CE-9BAD-7D55A61FE574'}, 'uuid')
-    assert not system.matches({'name': 'composed-system'}, 'uuid')
+    assert system.answers_to('Composed-System')
+    assert system.answers_to('Sample Composed System')
+    assert not system.answers_to('other')
+    assert not system.answers_to('')
+    assert system.names() == {'composed-system', 'sample composed system'}
 
 
 def test_system_without_advertised_actions():

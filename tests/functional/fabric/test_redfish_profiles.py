@@ -1,0 +1,124 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The redfish driver against the emulator's profiles of real services:
+duplicate system names, storage appliances, shared and failed blocks,
+HTTP Basic, paged collections."""
+
+import pytest
+
+from composable.common import exception
+from composable.fabric.redfish import driver as redfish_driver
+from tests.functional.fabric import redfish_emulator as emu
+
+PASSWORD = emu.DEFAULT_CONFIG['password']
+GPU0 = emu.BLOCKS + '/GPU0'
+GPU1 = emu.BLOCKS + '/GPU1'
+SLED1 = emu.SYSTEMS + '/Sled-1'
+SLED2 = emu.SYSTEMS + '/Sled-2'
+SLED3 = emu.SYSTEMS + '/Sled-3'
+SLED2_UUID = '7a3e0c1e-0b7e-4b53-9d1e-5d1f6a2f0002'
+
+
+def _info(url, **more):
+    info = {'address': url, 'username': 'admin', 'password': PASSWORD,
+            'poll_interval': 0.05, 'timeout': 15}
+    info.update(more)
+    return info
+
+
+def _fabric(url, **more):
+    return {'name': 'rack1', 'driver_info': _info(url, **more)}
+
+
+def _device(address):
+    return {'uuid': 'dev-' + address.rsplit('/', 1)[-1], 'address': address}
+
+
+@pytest.fixture
+def driver():
+    return redfish_driver.RedfishFabricDriver()
+
+
+def _added_to(emulator):
+    return [r['path'].split('/Actions/')[0] for r in emulator.actions()
+            if r['path'].endswith(emu.ADD)]
+
+
+# ------------------------------------------------------ duplicate names
+
+def test_a_name_two_systems_share_is_refused_naming_both(profile, driver):
+    url, emulator = profile('duplicate-names')
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(_fabric(url), _device(GPU0), {'name': 'sled-5'})
+    message = str(err.value)
+    assert SLED1 in message and SLED2 in message
+    assert SLED3 not in message
+    assert 'system_map' in message
+    # The chassis' HostName names all three.
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(_fabric(url), _device(GPU0),
+                           {'name': 'chassis-a'})
+    assert all(s in str(err.value) for s in (SLED1, SLED2, SLED3))
+    assert _added_to(emulator) == []
+
+
+def test_a_unique_name_binds_and_reads_back_the_same(profile, driver):
+    url, emulator = profile('duplicate-names')
+    driver.bind_device(_fabric(url), _device(GPU0), {'name': 'sled-3'})
+    assert _added_to(emulator) == [SLED3]
+    found = {d['address']: d for d in driver.discover(_fabric(url))}
+    # The identity it bound by, not the shared HostName.
+    assert found[GPU0]['bound_to'] == 'sled-3'
+    # Systems with no unique name are reported by their @odata.id.
+    assert found[GPU1]['hosts'] == sorted([SLED1, SLED2, 'sled-3'])
+
+
+@pytest.mark.parametrize('ref', [SLED2, SLED2_UUID, SLED2_UUID.upper()])
+def test_system_map_by_odata_id_or_uuid(profile, driver, ref):
+    url, emulator = profile('duplicate-names')
+    fabric = _fabric(url, system_map={'sled-5': ref})
+    driver.validate_driver_info(fabric['driver_info'])
+    driver.bind_device(fabric, _device(GPU1), {'name': 'sled-5'})
+    assert _added_to(emulator) == [SLED2]
+    found = {d['address']: d for d in driver.discover(fabric)}
+    assert found[GPU1]['bound_to'] == 'sled-5'
+    driver.unbind_device(fabric, _device(GPU1), {'name': 'sled-5'})
+    with emulator.locked() as state:
+        assert state.blocks['GPU1']['system'] is None
+
+
+@pytest.mark.parametrize('ref,says', [
+    ('Sled-5', [SLED1, SLED2]),
+    ('chassis-a', [SLED1, SLED2, SLED3]),
+    ('/redfish/v1/Systems/Sled-9', ['does not have', SLED3]),
+    ('7a3e0c1e-0b7e-4b53-9d1e-5d1f6a2f0009', ['does not have']),
+])
+def test_a_bad_system_map_is_refused_when_the_fabric_is_set(
+        profile, driver, ref, says):
+    url, emulator = profile('duplicate-names')
+    info = _info(url, system_map={'node-1': ref})
+    with pytest.raises(exception.Invalid) as err:
+        driver.validate_driver_info(info)
+    message = str(err.value)
+    assert 'node-1' in message
+    assert all(s in message for s in says), message
+    assert PASSWORD not in message
+    # A sync with that map keeps going and says why in its log.
+    found = driver.discover(_fabric(url, system_map={'node-1': ref}))
+    assert all(d['bound_to'] is None for d in found)
+
+
+def test_system_map_is_accepted_when_the_service_is_down(driver):
+    # Nothing listens on port 1: the map is checked at sync and bind.
+    driver.validate_driver_info(_info(
+        'http://127.0.0.1:1', system_map={'node-1': 'Sled-5'}))
