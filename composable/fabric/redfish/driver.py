@@ -59,6 +59,8 @@ DEFAULTS = {'verify_ca': True, 'system_map': {}, 'match_by': 'name',
 # How many times an action refused with 412 is tried again.
 PRECONDITION_RETRIES = 5
 COLLECTION_LIMIT = 1000
+# Most members (and members of members) read of one block.
+MEMBER_LIMIT = 64
 
 
 _UUID = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
@@ -449,28 +451,61 @@ class RedfishFabricDriver(base.FabricDriver):
                 for s in systems}
 
     def _device(self, conn, block):
+        """What the block's members say of its device (models.Device).
+
+        Raises LOCAL_ERRORS or models.ParseError when a member cannot be
+        read: the block is then unknown, not guessed."""
         device = models.Device()
         device.health = block.health
-        for uri in block.member_uris:
-            device.read_member(conn.get(uri).body)
+        queue = list(getattr(block, 'members', None) or
+                     [(None, uri) for uri in block.member_uris])
+        seen = set()
+        while queue and len(seen) < MEMBER_LIMIT:
+            hint, uri = queue.pop(0)
+            if uri in seen:
+                continue
+            seen.add(uri)
+            device.read_member(conn.get(uri).body, hint)
+            queue += device.more
+            device.more = []
         for uri in device.adapter_uris:
             device.read_adapter(conn.get(uri).body)
         functions = list(device.function_uris)
+        collections = list(device.function_collections)
         for uri in device.device_uris:
             collection = device.read_pcie_device(conn.get(uri).body)
-            if collection and not functions:
-                functions = self._collection(conn, collection)[:1]
+            if collection:
+                collections.append(('PCIeFunction', collection))
+        for rtype, collection in collections:
+            if functions:
+                break
+            for uri in self._collection(conn, collection)[:1]:
+                if rtype == 'PCIeFunction':
+                    functions.append(uri)
+                else:
+                    # A NetworkDeviceFunction: its PCIe function.
+                    device.read_member(conn.get(uri).body, rtype)
+                    functions += device.function_uris
         for uri in functions[:1]:
             device.read_pcie_function(conn.get(uri).body)
         return device
 
-    def _locator(self, conn, block):
-        device = self._device(conn, block)
-        return {'vendor_id': device.vendor_id,
-                'product_id': device.product_id,
-                'serial': device.serial,
-                'pci_address': None,
-                'fabric_ref': block.uri}
+    def _bindable(self, conn, block):
+        """The block's device; DriverError when no host can be given
+        it (before anything is composed)."""
+        try:
+            device = self._device(conn, block) if block.is_device else None
+        except models.ParseError as exc:
+            raise exception.DriverError(
+                reason='Redfish service %s: a member of resource block %s '
+                       'is not what it should be: %s' %
+                       (conn.address, block.uri, exc))
+        if device is None or device.not_poolable:
+            raise exception.DriverError(
+                reason='resource block %s cannot be given to a host: %s' %
+                (block.uri, device.not_poolable if device else
+                 'it is a system\'s own block'))
+        return device
 
     # -------------------------------------------------------- actions
 
@@ -554,6 +589,7 @@ class RedfishFabricDriver(base.FabricDriver):
             block, _ = conn.read(block_uri, models.ResourceBlock)
             system, _ = self._system(conn, info, fabric, host)
             composed = (models.COMPOSED, models.COMPOSED_AND_AVAILABLE)
+            device = self._bindable(conn, block)
             if block.uri in system.blocks or system.uri in block.systems:
                 LOG.info('Resource block %(block)s is already in system '
                          '%(system)s', {'block': block.uri,
@@ -590,7 +626,11 @@ class RedfishFabricDriver(base.FabricDriver):
                      '%(system)s for host %(host)s',
                      {'block': block.uri, 'system': system.uri,
                       'host': host.get('name')})
-            return self._locator(conn, block)
+            return {'vendor_id': device.vendor_id,
+                    'product_id': device.product_id,
+                    'serial': device.serial,
+                    'pci_address': None,
+                    'fabric_ref': block.uri}
 
     def unbind_device(self, fabric, device, host):
         info, deadline, block_uri = self._operation(fabric, device)
@@ -685,7 +725,7 @@ class RedfishFabricDriver(base.FabricDriver):
                     continue
                 zones_of_block = self._block_zones(block, zones)
                 bound = [names.get(s, s) for s in block.systems]
-                found.append({
+                item = {
                     'address': block.uri,
                     'kind': device.kind or 'pci',
                     'model': device.model,
@@ -698,5 +738,8 @@ class RedfishFabricDriver(base.FabricDriver):
                                     if zones_of_block
                                     & system_zones[s.uri]),
                     'bound_to': bound[0] if bound else None,
-                })
+                }
+                if device.not_poolable:
+                    item['not_poolable'] = device.not_poolable
+                found.append(item)
             return found

@@ -27,15 +27,24 @@ COMPOSED_AND_AVAILABLE = 'ComposedAndAvailable'
 FAILED = 'Failed'
 UNAVAILABLE = 'Unavailable'
 
-# ResourceBlockType values whose blocks carry a PCIe-like device. Compute
-# and ComputerSystem blocks are the systems' own.
-DEVICE_BLOCK_TYPES = frozenset(['Processor', 'Storage', 'Network',
-                                'Expansion', 'IndependentResource'])
+# ResourceBlockType values of a system's own blocks.
 SYSTEM_BLOCK_TYPES = frozenset(['Compute', 'ComputerSystem'])
 
-# The block properties that link its devices, in the order they are read.
-MEMBER_PROPERTIES = ('Processors', 'Drives', 'Storage', 'NetworkInterfaces',
-                     'EthernetInterfaces', 'SimpleStorage')
+# The block properties that link its members (DSP2050), in the order
+# they are read, and the resource type each links.
+MEMBER_PROPERTIES = (('Processors', 'Processor'), ('Drives', 'Drive'),
+                     ('Storage', 'Storage'),
+                     ('NetworkInterfaces', 'NetworkInterface'),
+                     ('EthernetInterfaces', 'EthernetInterface'),
+                     ('PCIeDevices', 'PCIeDevice'),
+                     ('SimpleStorage', 'SimpleStorage'),
+                     ('Memory', 'Memory'),
+                     ('ComputerSystems', 'ComputerSystem'))
+
+# ProcessorType -> device kind; other processors (CPU, Core, Thread) are
+# a system's own.
+_PROCESSOR_KINDS = {'GPU': 'gpu', 'FPGA': 'fpga', 'Accelerator': 'pci',
+                    'DSP': 'pci', 'OEM': 'pci'}
 
 _HEALTH = {'ok': 'ok', 'warning': 'warning', 'critical': 'critical'}
 _PCI_ID = re.compile(r'^(?:0x)?([0-9a-f]{4})$')
@@ -162,17 +171,21 @@ class ResourceBlock(object):
         systems = _links(links.get('ComputerSystems'),
                          '%s Links.ComputerSystems' % what)
         zones = _links(links.get('Zones'), '%s Links.Zones' % what)
-        member_uris = []
-        for prop in MEMBER_PROPERTIES:
-            member_uris += _links(data.get(prop), '%s %s' % (what, prop))
-        return cls(uri, _str(data.get('Name')), types, state,
-                   health(data.get('Status')), systems, zones, member_uris,
-                   status_messages(data))
+        members = []
+        for prop, kind in MEMBER_PROPERTIES:
+            members += [(kind, link) for link in _links(
+                data.get(prop), '%s %s' % (what, prop))]
+        block = cls(uri, _str(data.get('Name')), types, state,
+                    health(data.get('Status')), systems, zones,
+                    [m[1] for m in members], status_messages(data))
+        block.members = members
+        return block
 
     @property
     def is_device(self):
-        return bool(set(self.types) & DEVICE_BLOCK_TYPES
-                    and not set(self.types) & SYSTEM_BLOCK_TYPES)
+        """False for a system's own (Compute, ComputerSystem) blocks;
+        what the others hold is told by their members."""
+        return not set(self.types) & SYSTEM_BLOCK_TYPES
 
 
 class ResourceZone(object):
@@ -239,9 +252,26 @@ class System(object):
         return bool(name) and name.lower() in self.names()
 
 
+def resource_type(data, hint=None):
+    """'Processor' of '#Processor.v1_22_0.Processor'; ``hint`` (the
+    type the link promised) when the payload does not say."""
+    odata_type = data.get('@odata.type') if isinstance(data, dict) else None
+    if isinstance(odata_type, str) and odata_type.strip('#'):
+        return odata_type.rsplit('.', 1)[-1]
+    return hint
+
+
 class Device(object):
-    """What a block's device resources (Processor, Drive,
-    NetworkInterface, ...) and their PCIe function say about it."""
+    """What a block's members (Processor, Drive, Storage,
+    NetworkInterface, PCIeDevice, ...) and their PCIe functions say about
+    the device a host would be given.
+
+    A block is pooled only when a member is a PCIe function a host can
+    bind (a GPU, FPGA or accelerator, an NVMe drive, a NIC, a PCIe
+    device) and the service gives its PCI vendor and device id; the
+    other members (memory, CPUs, SAS/SATA drives, volumes, network
+    settings without an adapter) are refused with the reason.
+    """
 
     def __init__(self):
         self.kind = None
@@ -251,41 +281,141 @@ class Device(object):
         self.vendor_id = None
         self.product_id = None
         self.health = None
+        self.bindable = 0
+        self.refused = []
         self.function_uris = []
         self.device_uris = []
         self.adapter_uris = []
+        self.function_collections = []
+        # (type, URI) of members found through members (a Storage's
+        # Drives).
+        self.more = []
 
-    def read_member(self, data):
-        """A Processor, Drive, NetworkInterface or EthernetInterface."""
+    @property
+    def not_poolable(self):
+        """Why no host can be given this device, or None."""
+        if not self.bindable:
+            return '; '.join(self.refused) or 'it has no members'
+        if not (self.vendor_id and self.product_id):
+            return ('the service gives no PCI vendor and device id for '
+                    'it (nor a bus address), so a compute node could not '
+                    'find it once attached')
+        return None
+
+    def _refuse(self, what, why):
+        self.refused.append('%s %s' % (what, why))
+
+    def read_member(self, data, hint=None):
+        """One member of the block; ``hint``: the type its link
+        promised."""
         data = _obj(data, 'block member')
-        odata_type = str(data.get('@odata.type') or '')
-        what = 'resource %s' % data.get('@odata.id')
+        rtype = resource_type(data, hint)
+        what = '%s %s' % (rtype or 'resource',
+                          data.get('@odata.id') or data.get('Id') or '')
         links = data.get('Links') or {}
         _obj(links, '%s Links' % what)
-        if '.Processor' in odata_type or 'ProcessorType' in data:
+        if rtype == 'Processor':
             ptype = str(data.get('ProcessorType') or '')
-            self.kind = self.kind or {'GPU': 'gpu', 'FPGA': 'fpga'}.get(
-                ptype, 'pci')
+            kind = _PROCESSOR_KINDS.get(ptype)
+            if kind is None:
+                self._refuse(what, 'is a %s, part of a system, not a '
+                                   'device a host can be given' %
+                             (ptype or 'processor'))
+                return
+            self._bindable(kind)
             ident = data.get('ProcessorId')
             if isinstance(ident, dict):
                 self.vendor_id = self.vendor_id or pci_id(
                     ident.get('VendorId'))
-        elif '.Drive' in odata_type or 'Protocol' in data:
-            self.kind = self.kind or (
-                'nvme' if data.get('Protocol') == 'NVMe' else 'pci')
-        elif 'Interface' in odata_type:
-            self.kind = self.kind or 'nic'
+        elif rtype == 'Drive':
+            protocol = str(data.get('Protocol') or '')
+            if protocol != 'NVMe':
+                self._refuse(what, 'is a %s drive, not a PCIe function a '
+                                   'host can bind' % (protocol or
+                                                      'non-NVMe'))
+                return
+            self._bindable('nvme')
+        elif rtype == 'Storage':
+            self.more += [('Drive', uri) for uri in _links(
+                data.get('Drives'), '%s Drives' % what)]
+            for controller in data.get('StorageControllers') or []:
+                if isinstance(controller, dict):
+                    self._function_links(controller.get('Links') or {},
+                                         what)
+            if not data.get('Drives'):
+                self._refuse(what, 'holds no drives')
+            self._describe(data, health_only=True)
+            self._function_links(links, what)
+            return
+        elif rtype in ('NetworkInterface', 'EthernetInterface'):
+            adapters = _links(links.get('NetworkAdapter'),
+                              '%s Links.NetworkAdapter' % what)
+            functions = data.get('NetworkDeviceFunctions')
+            ndf = _links(links.get('NetworkDeviceFunctions'),
+                         '%s Links.NetworkDeviceFunctions' % what)
+            ndf += _links(links.get('NetworkDeviceFunction'),
+                          '%s Links.NetworkDeviceFunction' % what)
+            self.adapter_uris += adapters
+            self.more += [('NetworkDeviceFunction', u) for u in ndf]
+            if isinstance(functions, dict) and '@odata.id' in functions:
+                self.function_collections.append(
+                    ('NetworkDeviceFunction',
+                     _uri(functions, '%s NetworkDeviceFunctions' % what)))
+            elif not (adapters or ndf or links.get('PCIeFunction')
+                      or links.get('PCIeFunctions')):
+                self._refuse(what, 'leads to no network adapter or PCIe '
+                                   'function (network settings, not a '
+                                   'device)')
+                return
+            self._bindable('nic')
+        elif rtype == 'NetworkDeviceFunction':
+            self._bindable('nic')
+            self._function_links(links, what)
+            return
+        elif rtype == 'PCIeDevice':
+            self._bindable(None)
+            collection = self.read_pcie_device(data)
+            if collection:
+                self.function_collections.append(('PCIeFunction',
+                                                  collection))
+            return
+        elif rtype == 'SimpleStorage':
+            self._refuse(what, 'is a tray of SAS/SATA devices, not a PCIe '
+                               'function a host can bind')
+            return
+        elif rtype == 'Memory':
+            self._refuse(what, 'is memory (a DIMM), not a PCIe function a '
+                               'host can bind')
+            return
+        elif rtype == 'Volume':
+            self._refuse(what, 'is a volume served by the storage, not a '
+                               'PCIe function')
+            return
+        elif rtype == 'ComputerSystem':
+            self._refuse(what, 'is a computer system')
+            return
+        else:
+            self._refuse(what, 'is of a kind the driver does not bind')
+            return
         self._describe(data)
-        self.function_uris += _links(links.get('PCIeFunctions'),
-                                     '%s Links.PCIeFunctions' % what)
-        self.function_uris += _links(links.get('PCIeFunction'),
-                                     '%s Links.PCIeFunction' % what)
+        self._function_links(links, what)
         self.device_uris += _links(links.get('PCIeDevice'),
                                    '%s Links.PCIeDevice' % what)
         self.device_uris += _links(links.get('PCIeDevices'),
                                    '%s Links.PCIeDevices' % what)
-        self.adapter_uris += _links(links.get('NetworkAdapter'),
-                                    '%s Links.NetworkAdapter' % what)
+
+    def _bindable(self, kind):
+        self.bindable += 1
+        if kind:
+            self.kind = self.kind or kind
+
+    def _function_links(self, links, what):
+        if not isinstance(links, dict):
+            return
+        self.function_uris += _links(links.get('PCIeFunctions'),
+                                     '%s Links.PCIeFunctions' % what)
+        self.function_uris += _links(links.get('PCIeFunction'),
+                                     '%s Links.PCIeFunction' % what)
 
     def read_adapter(self, data):
         """A NetworkAdapter: its controllers link the PCIe devices."""
@@ -298,6 +428,7 @@ class Device(object):
                     self.device_uris += _links(
                         links.get('PCIeDevices'), 'network adapter '
                         'Controllers Links.PCIeDevices')
+                    self._function_links(links, 'network adapter')
 
     def read_pcie_device(self, data):
         """A PCIeDevice; returns its PCIeFunctions collection URI."""
@@ -312,16 +443,17 @@ class Device(object):
         data = _obj(data, 'PCIe function')
         vendor = pci_id(data.get('VendorId'))
         product = pci_id(data.get('DeviceId'))
-        if vendor and product:
+        if vendor and product and not self.product_id:
             self.vendor_id, self.product_id = vendor, product
         self.kind = self.kind or _DEVICE_CLASS_KINDS.get(
-            data.get('DeviceClass'))
+            data.get('DeviceClass')) or 'pci'
 
-    def _describe(self, data):
-        self.model = self.model or _str(data.get('Model'))
-        self.manufacturer = self.manufacturer or _str(
-            data.get('Manufacturer'))
-        self.serial = self.serial or _str(data.get('SerialNumber'))
+    def _describe(self, data, health_only=False):
+        if not health_only:
+            self.model = self.model or _str(data.get('Model'))
+            self.manufacturer = self.manufacturer or _str(
+                data.get('Manufacturer'))
+            self.serial = self.serial or _str(data.get('SerialNumber'))
         found = health(data.get('Status'))
         order = (None, 'ok', 'warning', 'critical')
         if order.index(found) > order.index(self.health):

@@ -88,12 +88,22 @@ TYPES = {
     'Drive': 'Drive.v1_22_0',
     'NetworkInterface': 'NetworkInterface.v1_2_3',
     'NetworkAdapter': 'NetworkAdapter.v1_14_0',
+    'Storage': 'Storage.v1_15_0',
+    'Memory': 'Memory.v1_17_0',
 }
 COLLECTIONS = ('ResourceBlockCollection', 'ZoneCollection',
                'ComputerSystemCollection', 'SessionCollection',
                'ChassisCollection', 'PCIeDeviceCollection',
                'PCIeFunctionCollection', 'NetworkAdapterCollection')
 SCHEMA_BASE = 'http://redfish.dmtf.org/schemas/v1/'
+
+# Blocks whose members a host cannot be given as a PCIe function:
+# kind -> (ResourceBlockType, member list property, member kind).
+UNBINDABLE = {
+    'sas': ('Storage', 'Drives', 'Drive'),
+    'template': ('Network', 'NetworkInterfaces', 'NetworkInterface'),
+    'memory': ('Memory', 'Memory', 'Memory'),
+}
 
 # kind -> (ResourceBlockType, member list property, member kind, class)
 KINDS = {
@@ -172,6 +182,26 @@ PROFILES = {
              'device_id': '20b5', 'serial': 'GPU-SN-1001',
              'model': 'A100 80GB', 'manufacturer': 'NVIDIA',
              'zones': ['1']}]}),
+    # An NVMe appliance whose blocks hold Storage -> Drives (the PCIe
+    # ids on the storage controller), next to blocks no host can be
+    # given: SAS drives, network settings, memory, and a GPU the service
+    # gives no PCIe ids for.
+    'storage-appliance': _profile({
+        'blocks': [
+            {'id': 'NVMe0', 'kind': 'nvme', 'shape': 'storage',
+             'vendor_id': '144d', 'device_id': 'a80a',
+             'serial': 'S64FNE0R000001', 'model': 'PM9A3 3.84TB',
+             'manufacturer': 'Samsung', 'zones': ['1']},
+            {'id': 'NVMe1', 'kind': 'nvme', 'shape': 'storage',
+             'vendor_id': '144d', 'device_id': 'a80a',
+             'serial': 'S64FNE0R000002', 'model': 'PM9A3 3.84TB',
+             'manufacturer': 'Samsung', 'zones': ['1', '2']},
+            {'id': 'SAS0', 'kind': 'sas', 'model': 'AL15SEB120N',
+             'serial': 'SAS-SN-0000', 'zones': ['1']},
+            {'id': 'VLAN20', 'kind': 'template', 'zones': ['1']},
+            {'id': 'DIMM0', 'kind': 'memory', 'zones': ['1']},
+            {'id': 'GPU9', 'kind': 'gpu', 'no_ids': True,
+             'model': 'Workstation GPU', 'zones': ['1']}]}),
 }
 
 
@@ -231,9 +261,11 @@ class Emulator(object):
                 'pending': None, 'fault': None}
         for block in config.get('blocks', []):
             bid = str(block['id'])
-            if block.get('kind') not in KINDS:
+            if block.get('kind') not in KINDS and (
+                    block.get('kind') not in UNBINDABLE):
                 raise ValueError('block %s: kind must be one of %s' %
-                                 (bid, ', '.join(sorted(KINDS))))
+                                 (bid, ', '.join(sorted(
+                                     list(KINDS) + list(UNBINDABLE)))))
             entry = dict(block)
             entry.update({
                 'zones': [str(z) for z in block.get('zones', [])],
@@ -428,7 +460,17 @@ class Emulator(object):
                 return self._block(parts[1])
             if len(parts) == 4 and parts[3] == '0':
                 return self._block_member(parts[1], parts[2])
+            if (parts[2:] == ['Storage', '0', 'Drives', '0']
+                    and self.blocks[parts[1]].get('shape') == 'storage'):
+                return self._drive(parts[1], '/'.join(
+                    [BLOCKS] + parts[1:]), links={})
         return None
+
+    def _pcie(self, bid):
+        """True when the block's device is in the chassis' PCIe
+        devices (the service knows its PCIe ids)."""
+        block = self.blocks[bid]
+        return block['kind'] in KINDS and not block.get('no_ids')
 
     def _zone(self, zid):
         zone = self.zones.get(zid)
@@ -470,22 +512,73 @@ class Emulator(object):
             body['ComputerSystems'] = [_link(SYSTEMS + '/' +
                                              block['system'])]
             name = 'System block of %s' % block['system']
+        elif block.get('shape') == 'storage':
+            # A storage appliance's block: Storage -> Drives.
+            body['ResourceBlockType'] = ['Storage']
+            body['Storage'] = [_link('%s/Storage/0' % uri)]
+            name = 'Storage block %s' % bid
         else:
-            rtype, prop = KINDS[block['kind']][:2]
+            rtype, prop = (KINDS.get(block['kind']) or
+                           UNBINDABLE[block['kind']])[:2]
             body['ResourceBlockType'] = [rtype]
             body[prop] = [_link('%s/%s/0' % (uri, prop))]
             name = '%s block %s' % (block['kind'].upper(), bid)
         return self._resource('ResourceBlock', uri, bid, name, **body)
 
+    def _drive(self, bid, uri, links):
+        block = self.blocks[bid]
+        sas = block['kind'] == 'sas'
+        return self._resource(
+            'Drive', uri, '0', '%s drive %s' % ('SAS' if sas else 'NVMe',
+                                                bid),
+            Status={'State': 'Enabled', 'Health': block['health']},
+            Protocol='SAS' if sas else 'NVMe',
+            MediaType='HDD' if sas else 'SSD',
+            Manufacturer=block.get('manufacturer'),
+            Model=block.get('model'),
+            SerialNumber=block.get('serial'), Links=links)
+
     def _block_member(self, bid, prop):
         block = self.blocks[bid]
-        if block['kind'] not in KINDS or KINDS[block['kind']][1] != prop:
-            return None
-        kind = KINDS[block['kind']][2]
         uri = '%s/%s/%s/0' % (BLOCKS, bid, prop)
         device = POOL + '/PCIeDevices/' + bid
         function = device + '/PCIeFunctions/0'
         status = {'State': 'Enabled', 'Health': block['health']}
+        if block.get('shape') == 'storage':
+            if prop != 'Storage':
+                return None
+            return self._resource(
+                'Storage', uri, '0', 'NVMe storage of %s' % bid,
+                Status=status, Drives=[_link(uri + '/Drives/0')],
+                StorageControllers=[{
+                    '@odata.id': uri + '#/StorageControllers/0',
+                    'MemberId': '0', 'Status': status,
+                    'SupportedControllerProtocols': ['PCIe'],
+                    'SupportedDeviceProtocols': ['NVMe'],
+                    'Links': {'PCIeFunctions': [_link(function)]}}])
+        if block['kind'] in UNBINDABLE:
+            kind = UNBINDABLE[block['kind']][2]
+            if UNBINDABLE[block['kind']][1] != prop:
+                return None
+            if kind == 'Drive':
+                return self._drive(bid, uri, links={})
+            if kind == 'Memory':
+                return self._resource(
+                    'Memory', uri, '0', 'DIMM of %s' % bid, Status=status,
+                    MemoryDeviceType='DDR5', CapacityMiB=65536)
+            return self._resource(
+                kind, uri, '0', 'Network settings of %s' % bid,
+                Status=status)
+        if KINDS[block['kind']][1] != prop:
+            return None
+        kind = KINDS[block['kind']][2]
+        if block.get('no_ids'):
+            pcie = {}
+        elif kind == 'Processor':
+            pcie = {'PCIeDevice': _link(device),
+                    'PCIeFunctions': [_link(function)]}
+        else:
+            pcie = {'PCIeFunctions': [_link(function)]}
         if kind == 'Processor':
             return self._resource(
                 kind, uri, '0', '%s %s' % (block['kind'].upper(), bid),
@@ -493,22 +586,14 @@ class Emulator(object):
                 ProcessorType='GPU' if block['kind'] == 'gpu' else 'FPGA',
                 Manufacturer=block.get('manufacturer'),
                 Model=block.get('model'),
-                SerialNumber=block.get('serial'),
-                Links={'PCIeDevice': _link(device),
-                       'PCIeFunctions': [_link(function)]})
+                SerialNumber=block.get('serial'), Links=pcie)
         if kind == 'Drive':
-            return self._resource(
-                kind, uri, '0', 'NVMe drive %s' % bid, Status=status,
-                Protocol='NVMe', MediaType='SSD',
-                Manufacturer=block.get('manufacturer'),
-                Model=block.get('model'),
-                SerialNumber=block.get('serial'),
-                Links={'PCIeFunctions': [_link(function)]})
+            return self._drive(bid, uri, links=pcie)
         return self._resource(
             kind, uri, '0', 'Network interface of %s' % bid,
             Status=status,
-            Links={'NetworkAdapter': _link(POOL + '/NetworkAdapters/' +
-                                           bid)})
+            Links={} if block.get('no_ids') else {
+                'NetworkAdapter': _link(POOL + '/NetworkAdapters/' + bid)})
 
     def _render_systems(self, parts):
         if not parts:
@@ -533,8 +618,7 @@ class Emulator(object):
                 '#' + REMOVE: {'target': uri + '/Actions/' + REMOVE}})
 
     def _render_chassis(self, parts):
-        devices = sorted(b for b in self.blocks
-                         if self.blocks[b]['kind'] in KINDS)
+        devices = sorted(b for b in self.blocks if self._pcie(b))
         if not parts:
             return self._collection('ChassisCollection', CHASSIS,
                                     'Chassis Collection', [POOL])

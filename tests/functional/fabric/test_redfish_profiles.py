@@ -122,3 +122,46 @@ def test_system_map_is_accepted_when_the_service_is_down(driver):
     # Nothing listens on port 1: the map is checked at sync and bind.
     driver.validate_driver_info(_info(
         'http://127.0.0.1:1', system_map={'node-1': 'Sled-5'}))
+
+
+# ----------------------------------------------------- what is pooled
+
+def test_storage_blocks_and_what_cannot_be_pooled(profile, driver):
+    url, emulator = profile('storage-appliance')
+    found = {d['address'].rsplit('/', 1)[-1]: d
+             for d in driver.discover(_fabric(url))}
+    assert sorted(found) == ['DIMM0', 'GPU9', 'NVMe0', 'NVMe1', 'SAS0',
+                             'VLAN20']
+    nvme = found['NVMe0']
+    # Storage -> Drives: model and serial from the drive, ids from the
+    # storage controller's PCIe function.
+    assert (nvme['kind'], nvme['model'], nvme['serial'], nvme['vendor_id'],
+            nvme['product_id']) == ('nvme', 'PM9A3 3.84TB',
+                                    'S64FNE0R000001', '144d', 'a80a')
+    assert 'not_poolable' not in nvme
+    assert found['NVMe1']['hosts'] == ['compute-0', 'compute-1']
+    assert 'SAS drive' in found['SAS0']['not_poolable']
+    assert 'network settings' in found['VLAN20']['not_poolable']
+    assert 'memory' in found['DIMM0']['not_poolable']
+    assert 'no PCI vendor and device id' in found['GPU9']['not_poolable']
+    assert found['GPU9']['kind'] == 'gpu'
+
+
+@pytest.mark.parametrize('block', ['SAS0', 'VLAN20', 'DIMM0', 'GPU9'])
+def test_a_block_no_host_can_be_given_is_not_bound(profile, driver, block):
+    url, emulator = profile('storage-appliance')
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(_fabric(url), _device(emu.BLOCKS + '/' + block),
+                           {'name': 'compute-0'})
+    assert 'cannot be given to a host' in str(err.value)
+    assert emulator.actions() == []
+
+
+def test_a_storage_block_binds_with_its_drive_as_locator(profile, driver):
+    url, emulator = profile('storage-appliance')
+    locator = driver.bind_device(_fabric(url),
+                                 _device(emu.BLOCKS + '/NVMe0'),
+                                 {'name': 'compute-0'})
+    assert locator == {'vendor_id': '144d', 'product_id': 'a80a',
+                       'serial': 'S64FNE0R000001', 'pci_address': None,
+                       'fabric_ref': emu.BLOCKS + '/NVMe0'}

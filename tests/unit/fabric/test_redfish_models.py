@@ -220,3 +220,81 @@ def test_device_kinds():
     other = models.Device()
     other.read_pcie_function({'DeviceClass': 'ProcessingAccelerators'})
     assert other.kind == 'fpga'
+
+
+# ---------------------------------------- what a block's members are
+
+def _member(rtype, **body):
+    data = {'@odata.type': '#%s.v1_0_0.%s' % (rtype, rtype),
+            '@odata.id': '/redfish/v1/x/%s' % rtype, 'Id': rtype}
+    data.update(body)
+    return data
+
+
+@pytest.mark.parametrize('data,hint,says', [
+    (_member('Processor', ProcessorType='CPU'), None, 'is a CPU'),
+    (_member('Drive', Protocol='SAS'), None, 'SAS drive'),
+    (_member('Drive', Protocol='SATA'), None, 'SATA drive'),
+    (_member('SimpleStorage', Devices=[{'Name': 'Bay 0'}]), None,
+     'SAS/SATA'),
+    (_member('Memory', CapacityMiB=32768), None, 'memory'),
+    (_member('Volume'), None, 'volume'),
+    (_member('NetworkInterface'), None, 'network settings'),
+    (_member('EthernetInterface', MACAddress='aa:bb:cc:dd:ee:ff'), None,
+     'network settings'),
+    (_member('ComputerSystem'), None, 'computer system'),
+    (_member('Storage', Drives=[]), None, 'holds no drives'),
+    (_member('Switch'), None, 'does not bind'),
+    # No @odata.type: the type the block's link promised.
+    ({'@odata.id': '/redfish/v1/x/dimm', 'CapacityMiB': 1}, 'Memory',
+     'memory'),
+])
+def test_members_no_host_can_be_given(data, hint, says):
+    device = models.Device()
+    device.read_member(data, hint)
+    assert says in device.not_poolable
+    assert device.bindable == 0
+
+
+@pytest.mark.parametrize('data,kind', [
+    (_member('Processor', ProcessorType='GPU'), 'gpu'),
+    (_member('Processor', ProcessorType='FPGA'), 'fpga'),
+    (_member('Processor', ProcessorType='Accelerator'), 'pci'),
+    (_member('Drive', Protocol='NVMe'), 'nvme'),
+    (_member('NetworkInterface', Links={'NetworkAdapter': {
+        '@odata.id': '/redfish/v1/Chassis/1/NetworkAdapters/1'}}), 'nic'),
+])
+def test_bindable_members_still_need_pcie_ids(data, kind):
+    device = models.Device()
+    device.read_member(data)
+    assert device.kind == kind
+    assert 'no PCI vendor and device id' in device.not_poolable
+    device.read_pcie_function({'VendorId': '0x10DE', 'DeviceId': '0x20B5'})
+    assert device.not_poolable is None
+    assert (device.vendor_id, device.product_id) == ('10de', '20b5')
+
+
+def test_storage_leads_to_its_drives_and_controller_function():
+    device = models.Device()
+    device.read_member(_member(
+        'Storage', Drives=[{'@odata.id': '/redfish/v1/x/Drives/0'}],
+        StorageControllers=[{'MemberId': '0', 'Links': {'PCIeFunctions': [
+            {'@odata.id': '/redfish/v1/x/PCIeFunctions/0'}]}}]))
+    assert device.more == [('Drive', '/redfish/v1/x/Drives/0')]
+    assert device.function_uris == ['/redfish/v1/x/PCIeFunctions/0']
+    assert device.bindable == 0
+    device.read_member(_member('Drive', Protocol='NVMe', Model='PM9A3',
+                               SerialNumber='S64F'), 'Drive')
+    assert (device.kind, device.model, device.serial) == (
+        'nvme', 'PM9A3', 'S64F')
+
+
+def test_a_block_of_any_type_but_a_systems_own_is_classified():
+    block = models.ResourceBlock.parse(dict(
+        OFFLOAD_BLOCK, ResourceBlockType=['Memory'],
+        Memory=[{'@odata.id': BLOCKS + '/M/Memory/0'}]))
+    assert block.is_device
+    assert ('Memory', BLOCKS + '/M/Memory/0') in block.members
+    block = models.ResourceBlock.parse(dict(
+        OFFLOAD_BLOCK, ResourceBlockType=['Compute', 'Network']))
+    assert not block.is_device
