@@ -601,6 +601,14 @@ class RedfishFabricDriver(base.FabricDriver):
                            (block.uri, ', '.join(block.systems), system.uri,
                             host.get('name')))
             else:
+                # A composition under way (a removal not finished) is
+                # waited for below.
+                why = (None if block.state == models.COMPOSING
+                       else block.unavailable)
+                if why:
+                    raise exception.DriverError(
+                        reason='resource block %s cannot be composed now: '
+                               '%s' % (block.uri, why))
                 zones = self._zones(conn)
                 if not (self._block_zones(block, zones)
                         & self._system_zones(conn, system, zones)):
@@ -664,6 +672,51 @@ class RedfishFabricDriver(base.FabricDriver):
                      {'block': block.uri,
                       'systems': ', '.join(s.uri for s in systems)})
 
+    def _reservations(self, conn, service):
+        """block URI -> the CompositionReservation that holds it."""
+        link = service.get('CompositionReservations') if isinstance(
+            service, dict) else None
+        if not isinstance(link, dict) or '@odata.id' not in link:
+            return {}
+        found = {}
+        try:
+            uris = self._collection(conn, link['@odata.id'])
+        except LOCAL_ERRORS as exc:
+            LOG.warning('Redfish service %(addr)s: composition '
+                        'reservations could not be read: %(reason)s',
+                        {'addr': conn.address, 'reason': _reason(exc)})
+            return {}
+        for uri in uris:
+            try:
+                body = conn.get(uri).body
+                blocks = models.reserved_blocks(body)
+            except (LOCAL_ERRORS + (models.ParseError,)) as exc:
+                LOG.warning('Redfish service %(addr)s: composition '
+                            'reservation %(uri)s could not be read: '
+                            '%(reason)s', {'addr': conn.address, 'uri': uri,
+                                           'reason': _reason(exc)})
+                continue
+            for block in blocks:
+                found[block] = uri.rstrip('/')
+        return found
+
+    @staticmethod
+    def _unavailable(block, device, reserved):
+        """Why the device must stay out of service, or None."""
+        why = block.unavailable
+        if why:
+            return why
+        if block.uri in reserved:
+            return ('composition reservation %s holds it' %
+                    reserved[block.uri])
+        if block.state in (models.COMPOSED, models.COMPOSED_AND_AVAILABLE) \
+                and not block.systems:
+            return ('it is %s, into a system the service does not name' %
+                    block.state)
+        if device.health == base.HEALTH_WARNING:
+            return 'the service reports its health as Warning'
+        return None
+
     def _systems(self, conn):
         """(systems read, {URI: reason} of those that could not be)."""
         systems, unreadable = [], {}
@@ -696,6 +749,7 @@ class RedfishFabricDriver(base.FabricDriver):
                 raise exception.DriverError(
                     reason='Redfish service %s has no ResourceBlocks' %
                     conn.address)
+            reserved = self._reservations(conn, body)
             found = []
             for uri in self._collection(conn, link['@odata.id']):
                 try:
@@ -716,7 +770,8 @@ class RedfishFabricDriver(base.FabricDriver):
                         'resource block %s is not what it should be: %s' %
                         (conn.address, block.uri, exc)))
                     continue
-                lost = [s for s in block.systems if s in unreadable]
+                held = block.systems
+                lost = [s for s in held if s in unreadable]
                 if lost:
                     found.append(_unknown(
                         block.uri, 'it is composed into system %s, which '
@@ -724,7 +779,7 @@ class RedfishFabricDriver(base.FabricDriver):
                                                    unreadable[lost[0]])))
                     continue
                 zones_of_block = self._block_zones(block, zones)
-                bound = [names.get(s, s) for s in block.systems]
+                bound = [names.get(s, s) for s in held]
                 item = {
                     'address': block.uri,
                     'kind': device.kind or 'pci',
@@ -737,9 +792,13 @@ class RedfishFabricDriver(base.FabricDriver):
                     'hosts': sorted(names[s.uri] for s in systems
                                     if zones_of_block
                                     & system_zones[s.uri]),
-                    'bound_to': bound[0] if bound else None,
+                    'bound_to': ', '.join(bound) if bound else None,
+                    'holders': bound,
                 }
                 if device.not_poolable:
                     item['not_poolable'] = device.not_poolable
+                why = self._unavailable(block, device, reserved)
+                if why:
+                    item['unavailable'] = why
                 found.append(item)
             return found

@@ -179,7 +179,29 @@ class ResourceBlock(object):
                     health(data.get('Status')), systems, zones,
                     [m[1] for m in members], status_messages(data))
         block.members = members
+        block.reserved = comp.get('Reserved') is True
+        block.sharing = comp.get('SharingCapable') is True
+        status = data.get('Status')
+        block.status_state = _str(status.get('State')) if isinstance(
+            status, dict) else None
         return block
+
+    @property
+    def unavailable(self):
+        """Why the service will not compose this block for anyone now
+        (its state, a reservation, a disabled resource), or None."""
+        if self.state == FAILED:
+            return 'its composition failed%s' % (
+                ': %s' % '; '.join(self.messages) if self.messages else '')
+        if self.state == UNAVAILABLE:
+            return 'the service marks its composition Unavailable'
+        if self.state not in (UNUSED, COMPOSED, COMPOSED_AND_AVAILABLE):
+            return 'its CompositionState is %s' % self.state
+        if self.reserved:
+            return 'another client reserved it (CompositionStatus.Reserved)'
+        if self.status_state and self.status_state != 'Enabled':
+            return 'its Status.State is %s' % self.status_state
+        return None
 
     @property
     def is_device(self):
@@ -458,3 +480,10 @@ class Device(object):
         order = (None, 'ok', 'warning', 'critical')
         if order.index(found) > order.index(self.health):
             self.health = found
+
+
+def reserved_blocks(data):
+    """The blocks a CompositionReservation holds."""
+    data = _obj(data, 'composition reservation')
+    return _links(data.get('ReservedResourceBlocks'),
+                  'composition reservation ReservedResourceBlocks')

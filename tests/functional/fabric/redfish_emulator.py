@@ -202,6 +202,30 @@ PROFILES = {
             {'id': 'DIMM0', 'kind': 'memory', 'zones': ['1']},
             {'id': 'GPU9', 'kind': 'gpu', 'no_ids': True,
              'model': 'Workstation GPU', 'zones': ['1']}]}),
+    # Blocks the service will not give out: a failed and an unavailable
+    # composition (health still OK), one another client reserved, one
+    # disabled, one shared by two systems, one composed into a system
+    # that is no compute host.
+    'states': _profile({
+        'systems': DEFAULT_CONFIG['systems'] + [
+            {'id': 'render-7', 'name': 'render-7',
+             'uuid': '0c4a8a3c-59f3-4a6e-9f0b-2b7d1c1f0a07',
+             'zones': ['1']}],
+        'blocks': [
+            dict(DEFAULT_CONFIG['blocks'][0]),
+            dict(DEFAULT_CONFIG['blocks'][3]),
+            dict(DEFAULT_CONFIG['blocks'][0], id='GPU-Failed',
+                 state='Failed', serial='GPU-SN-F'),
+            dict(DEFAULT_CONFIG['blocks'][0], id='GPU-Unavailable',
+                 state='Unavailable', serial='GPU-SN-U'),
+            dict(DEFAULT_CONFIG['blocks'][0], id='GPU-Reserved',
+                 reserved=True, serial='GPU-SN-R'),
+            dict(DEFAULT_CONFIG['blocks'][0], id='GPU-Disabled',
+                 status_state='Disabled', serial='GPU-SN-D'),
+            dict(DEFAULT_CONFIG['blocks'][2], id='NVMe-Shared',
+                 sharers=['compute-0', 'compute-1']),
+            dict(DEFAULT_CONFIG['blocks'][0], id='GPU-Foreign',
+                 system='render-7', serial='GPU-SN-X')]}),
 }
 
 
@@ -277,6 +301,16 @@ class Emulator(object):
             if block.get('system'):
                 self._attach(bid, str(block['system']))
                 entry['state'] = 'Composed'
+            # A shared block: composed into every one of these systems.
+            entry['sharers'] = [str(x) for x in block.get('sharers', [])]
+            for sid in entry['sharers']:
+                self.systems[sid]['blocks'].append(bid)
+            if entry['sharers']:
+                entry['state'] = 'ComposedAndAvailable'
+            # A state the service put the block in ('Failed',
+            # 'Unavailable') stays until a test changes it.
+            if block.get('state'):
+                entry['state'] = block['state']
 
     # ------------------------------------------------------ test hooks
 
@@ -493,8 +527,11 @@ class Emulator(object):
         if block['system'] is not None:
             links['ComputerSystems'] = [
                 _link(SYSTEMS + '/' + block['system'])]
+        links['ComputerSystems'] += [_link(SYSTEMS + '/' + sid)
+                                     for sid in block.get('sharers', [])]
         state = block['state']
-        status = {'State': 'Enabled', 'Health': block['health']}
+        status = {'State': block.get('status_state', 'Enabled'),
+                  'Health': block['health']}
         if state == 'Failed' and block.get('message'):
             status['Conditions'] = [{
                 'MessageId': 'Base.1.18.GeneralError',
@@ -502,10 +539,11 @@ class Emulator(object):
         body = {
             'Status': status,
             'CompositionStatus': {
-                'Reserved': False, 'CompositionState': state,
-                'SharingCapable': False, 'MaxCompositions': 1,
-                'NumberOfCompositions':
-                    1 if block['system'] is not None else 0},
+                'Reserved': bool(block.get('reserved')),
+                'CompositionState': state,
+                'SharingCapable': bool(block.get('sharers')),
+                'MaxCompositions': max(1, len(block.get('sharers', []))),
+                'NumberOfCompositions': len(links['ComputerSystems'])},
             'Links': links}
         if block['kind'] == 'compute':
             body['ResourceBlockType'] = ['ComputerSystem']

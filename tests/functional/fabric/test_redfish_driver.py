@@ -69,7 +69,8 @@ def test_discover_lists_device_blocks(emulator, driver):
         'address': GPU0, 'kind': 'gpu', 'model': 'H100 80GB',
         'vendor_id': '10de', 'product_id': '2330', 'serial': 'GPU-SN-0000',
         'health': 'ok', 'state': 'Unused',
-        'hosts': ['compute-0', 'compute-1'], 'bound_to': None}
+        'hosts': ['compute-0', 'compute-1'], 'bound_to': None,
+        'holders': []}
     # GPU1 is in zone 2 only, which only compute-1 shares.
     assert found[GPU1]['hosts'] == ['compute-1']
     assert found[NVME0]['kind'] == 'nvme'

@@ -165,3 +165,40 @@ def test_a_storage_block_binds_with_its_drive_as_locator(profile, driver):
     assert locator == {'vendor_id': '144d', 'product_id': 'a80a',
                        'serial': 'S64FNE0R000001', 'pci_address': None,
                        'fabric_ref': emu.BLOCKS + '/NVMe0'}
+
+
+# -------------------------------------------------- state and sharing
+
+def test_states_reservations_and_sharing(profile, driver):
+    url, emulator = profile('states')
+    found = {d['address'].rsplit('/', 1)[-1]: d
+             for d in driver.discover(_fabric(url))}
+    assert 'unavailable' not in found['GPU0']
+    assert found['GPU0']['bound_to'] is None
+    assert 'failed' in found['GPU-Failed']['unavailable']
+    assert found['GPU-Failed']['health'] == 'ok'
+    assert 'Unavailable' in found['GPU-Unavailable']['unavailable']
+    assert 'reserved' in found['GPU-Reserved']['unavailable']
+    assert 'Disabled' in found['GPU-Disabled']['unavailable']
+    shared = found['NVMe-Shared']
+    assert shared['holders'] == ['compute-0', 'compute-1']
+    assert shared['bound_to'] == 'compute-0, compute-1'
+    assert found['GPU-Foreign']['bound_to'] == 'render-7'
+    # The default NIC's Warning keeps it out of service too.
+    assert 'Warning' in found['NIC0']['unavailable']
+
+
+@pytest.mark.parametrize('block,says', [
+    ('GPU-Failed', 'failed'), ('GPU-Unavailable', 'Unavailable'),
+    ('GPU-Reserved', 'reserved'), ('GPU-Disabled', 'Disabled'),
+    ('NVMe-Shared', 'composed into system'),
+    ('GPU-Foreign', 'composed into system')])
+def test_blocks_the_service_will_not_give_are_not_bound(profile, driver,
+                                                        block, says):
+    url, emulator = profile('states')
+    host = 'render-7' if block == 'NVMe-Shared' else 'compute-0'
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(_fabric(url), _device(emu.BLOCKS + '/' + block),
+                           {'name': host})
+    assert says in str(err.value)
+    assert emulator.actions() == []

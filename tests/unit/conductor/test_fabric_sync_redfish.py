@@ -103,3 +103,67 @@ def test_unreadable_blocks_stay_as_they_are_the_rest_is_synced(
     # Told once per reason, not every round.
     assert [h[1] for h in health if h[0] == emu.BLOCKS + '/GPU0'] == [
         'unknown']
+
+
+def test_not_poolable_out_of_service_and_shared_blocks(service):
+    ctx = inv.admin()
+    url, stop, emulator = emu.serve(config=emu.PROFILES['states'])
+    try:
+        fabric = dbapi.fabric_create(ctx, {
+            'name': 'rf', 'driver': 'redfish', 'driver_info': {
+                'address': url, 'username': 'admin',
+                'password': emu.DEFAULT_CONFIG['password']}})
+        gpu = dbapi.pool_create(ctx, {
+            'name': 'gpu', 'kind': 'gpu', 'fabric_id': fabric.id,
+            'resource_class': 'CUSTOM_COMPOSABLE_GPU'})
+        nvme = dbapi.pool_create(ctx, {
+            'name': 'nvme', 'kind': 'pci', 'fabric_id': fabric.id,
+            'resource_class': 'CUSTOM_COMPOSABLE_PCI_NVME'})
+        summary = fabric_sync.FabricSync('c').run(ctx)['rf']
+        rows = _rows(gpu)
+        rows.update(_rows(nvme))
+    finally:
+        stop()
+    states_ = {a.rsplit('/', 1)[-1]: r.state for a, r in rows.items()}
+    assert states_ == {
+        'GPU0': states.DEVICE_AVAILABLE,
+        'GPU-Failed': states.DEVICE_MAINTENANCE,
+        'GPU-Unavailable': states.DEVICE_MAINTENANCE,
+        'GPU-Reserved': states.DEVICE_MAINTENANCE,
+        'GPU-Disabled': states.DEVICE_MAINTENANCE,
+        'GPU-Foreign': states.DEVICE_MAINTENANCE,
+        'NVMe-Shared': states.DEVICE_MAINTENANCE}
+    assert sorted(a.rsplit('/', 1)[-1] for a in summary['unavailable']) == [
+        'GPU-Disabled', 'GPU-Failed', 'GPU-Reserved', 'GPU-Unavailable']
+    assert sorted(a.rsplit('/', 1)[-1]
+                  for a in summary['bound_outside']) == [
+        'GPU-Foreign', 'NVMe-Shared']
+    # The NIC has no pool here.
+    assert [a.rsplit('/', 1)[-1] for a in summary['unpooled']] == ['NIC0']
+
+
+def test_blocks_no_host_can_be_given_are_listed_not_added(service):
+    ctx = inv.admin()
+    url, stop, emulator = emu.serve(
+        config=emu.PROFILES['storage-appliance'])
+    try:
+        fabric = dbapi.fabric_create(ctx, {
+            'name': 'rf', 'driver': 'redfish', 'driver_info': {
+                'address': url, 'username': 'admin',
+                'password': emu.DEFAULT_CONFIG['password']}})
+        nvme = dbapi.pool_create(ctx, {
+            'name': 'nvme', 'kind': 'pci', 'fabric_id': fabric.id,
+            'resource_class': 'CUSTOM_COMPOSABLE_PCI_NVME'})
+        gpu = dbapi.pool_create(ctx, {
+            'name': 'gpu', 'kind': 'gpu', 'fabric_id': fabric.id,
+            'resource_class': 'CUSTOM_COMPOSABLE_GPU'})
+        summary = fabric_sync.FabricSync('c').run(ctx)['rf']
+    finally:
+        stop()
+    assert sorted(_rows(nvme)) == [emu.BLOCKS + '/NVMe0',
+                                   emu.BLOCKS + '/NVMe1']
+    assert _rows(gpu) == {}
+    listed = {line.split(':')[0].rsplit('/', 1)[-1]: line
+              for line in summary['not_poolable']}
+    assert sorted(listed) == ['DIMM0', 'GPU9', 'SAS0', 'VLAN20']
+    assert 'SAS drive' in listed['SAS0']
