@@ -13,7 +13,9 @@
 """A session with a Redfish service, over sushy's connector.
 
 sushy does the HTTP work (retries of transient errors, the session login
-and the login again when the service forgets the session). Everything it
+and the login again when the service forgets the session). A service
+without a SessionService is spoken to with HTTP Basic authentication
+(``auth_type`` ``auto``); ``session`` or ``basic`` force one. Everything it
 raises becomes a DriverError that says which fabric address and what
 request failed, never with credentials in it.
 """
@@ -32,6 +34,7 @@ ROOT = '/redfish/v1/'
 DEFAULT_SESSIONS = '/redfish/v1/SessionService/Sessions'
 # Cap of one HTTP request; the driver's own timeout bounds the operation.
 MAX_REQUEST_TIMEOUT = 30
+AUTH_TYPES = ('auto', 'session', 'basic')
 
 
 class HTTPFailure(exception.DriverError):
@@ -73,8 +76,10 @@ class _Root(object):
 class Connection(object):
 
     def __init__(self, address, username, password, verify=True,
-                 timeout=60):
+                 timeout=60, auth_type='auto'):
         self.address = address.rstrip('/')
+        self.auth_type = auth_type
+        self._credentials = (username, password)
         self._timeout = max(1, min(float(timeout), MAX_REQUEST_TIMEOUT))
         self._connector = sushy_connector.Connector(
             self.address, verify=verify,
@@ -106,6 +111,20 @@ class Connection(object):
                                                   dict):
             sessions = links['Sessions'].get('@odata.id')
         self._sessions = sessions or DEFAULT_SESSIONS
+        has_sessions = bool(sessions) or (
+            isinstance(root, dict) and isinstance(
+                root.get('SessionService'), dict))
+        use = self.auth_type
+        if use == 'auto':
+            use = 'session' if has_sessions else 'basic'
+        self.auth_used = use
+        if use == 'basic':
+            # Every request carries the credentials; nothing to log in
+            # to (and nothing to log out of).
+            self._auth = sushy_auth.BasicAuth(*self._credentials)
+            self._auth.set_context(_Root(self), self._connector)
+            self._call(self._auth.authenticate, 'GET', ROOT)
+            return
         self._call(self._auth.authenticate, 'POST', self._sessions)
 
     def close(self):

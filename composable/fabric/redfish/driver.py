@@ -51,14 +51,17 @@ LOG = logging.getLogger(__name__)
 
 REQUIRED = ('address', 'username', 'password')
 OPTIONAL = ('verify_ca', 'system_map', 'match_by', 'poll_interval',
-            'timeout', 'mode')
+            'timeout', 'mode', 'auth_type')
 MATCH_BY = ('name', 'uuid')
 MODES = ('expandable',)
 DEFAULTS = {'verify_ca': True, 'system_map': {}, 'match_by': 'name',
-            'poll_interval': 1, 'timeout': 60, 'mode': 'expandable'}
+            'poll_interval': 1, 'timeout': 60, 'mode': 'expandable',
+            'auth_type': 'auto'}
 # How many times an action refused with 412 is tried again.
 PRECONDITION_RETRIES = 5
-COLLECTION_LIMIT = 1000
+# Pages of one collection (Members@odata.nextLink) read at most: more is
+# an error, never a silent cut.
+MAX_PAGES = 1000
 # Most members (and members of members) read of one block.
 MEMBER_LIMIT = 64
 
@@ -240,6 +243,11 @@ class RedfishFabricDriver(base.FabricDriver):
             raise exception.Invalid(
                 reason='driver_info mode must be one of %s' %
                 ', '.join(MODES))
+        if info.get('auth_type', 'auto') not in connection.AUTH_TYPES:
+            raise exception.Invalid(
+                reason='driver_info auth_type must be one of %s (auto: a '
+                       'session where the service has a SessionService, '
+                       'else HTTP Basic)' % ', '.join(connection.AUTH_TYPES))
 
     def validate_driver_info(self, driver_info):
         """The settings' own checks, then, when ``system_map`` names
@@ -275,15 +283,43 @@ class RedfishFabricDriver(base.FabricDriver):
         return merged
 
     def _connect(self, info):
+        # One request never outlasts what the conductor waits for.
         return connection.Connection(
             info['address'], info['username'], info['password'],
-            verify=info['verify_ca'], timeout=info['timeout'])
+            verify=info['verify_ca'],
+            timeout=min(float(info['timeout']),
+                        float(CONF.fabric.operation_timeout)),
+            auth_type=info['auth_type'])
 
     # -------------------------------------------------------- reading
 
     def _collection(self, conn, path):
-        uris, _ = conn.read(path, models.members)
-        return uris[:COLLECTION_LIMIT]
+        """Every member URI of a collection, page after page
+        (``Members@odata.nextLink``)."""
+        uris, pages, page = [], [path], path
+        while True:
+            (found, following, count), _ = conn.read(page, models.page)
+            uris += found
+            if not following:
+                break
+            if following in pages:
+                raise connection.BadAnswer(
+                    reason='Redfish service %s: the pages of collection '
+                           '%s lead back to %s' % (conn.address, path,
+                                                   following))
+            if len(pages) >= MAX_PAGES:
+                raise exception.DriverError(
+                    reason='Redfish service %s: collection %s has more '
+                           'than %d pages' % (conn.address, path,
+                                              MAX_PAGES))
+            pages.append(following)
+            page = following
+        if count is not None and count > len(uris):
+            LOG.warning('Redfish service %(addr)s: collection %(path)s '
+                        'counts %(count)d members but lists %(found)d',
+                        {'addr': conn.address, 'path': path,
+                         'count': count, 'found': len(uris)})
+        return uris
 
     def _service_path(self, conn, name):
         root = conn.get(connection.ROOT).body
@@ -512,6 +548,15 @@ class RedfishFabricDriver(base.FabricDriver):
     def _action(self, conn, info, system, action, block_uri, deadline):
         """POST ``action`` with If-Match, again with the fresh ETag after
         a 412; follows a task monitor."""
+        offered = getattr(system, 'offered', None)
+        if offered and action not in system.targets:
+            # A system of a service that composes new systems
+            # (POST /redfish/v1/Systems) rather than growing them.
+            raise exception.DriverError(
+                reason='system %s of Redfish service %s is not '
+                       'expandable: it offers only %s, not %s' %
+                       (system.uri, conn.address, ', '.join(offered),
+                        action))
         path = system.target(action)
         body = {'ResourceBlock': {'@odata.id': block_uri}}
         for attempt in range(PRECONDITION_RETRIES + 1):

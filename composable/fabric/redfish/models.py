@@ -134,6 +134,25 @@ def members(data, what='collection'):
     return _links(data['Members'], what + ' Members')
 
 
+def page(data, what='collection'):
+    """(member URIs, URI of the next page or None, Members@odata.count
+    or None) of one page of a collection."""
+    uris = members(data, what)
+    following = data.get('Members@odata.nextLink')
+    if isinstance(following, str) and following.startswith(('http://',
+                                                            'https://')):
+        # An absolute URL of the same service: its path and query.
+        following = '/' + following.split('://', 1)[1].partition('/')[2]
+    if following is not None and not (isinstance(following, str)
+                                      and following.startswith('/')):
+        raise ParseError('%s has a Members@odata.nextLink that is not a '
+                         'path' % what)
+    count = data.get('Members@odata.count')
+    if isinstance(count, bool) or not isinstance(count, int):
+        count = None
+    return uris, following, count
+
+
 class ResourceBlock(object):
 
     def __init__(self, uri, name, types, state, health, systems, zones,
@@ -250,14 +269,20 @@ class System(object):
                         '%s Links.ResourceBlocks' % what)
         targets = {}
         actions = data.get('Actions')
+        offered = sorted(k.lstrip('#') for k in actions
+                         if k.startswith('#')) if isinstance(
+                             actions, dict) else []
         if isinstance(actions, dict):
             for action in (cls.ADD, cls.REMOVE):
                 entry = actions.get('#' + action)
                 if isinstance(entry, dict) and _str(entry.get('target')):
                     targets[action] = entry['target']
         uuid = _str(data.get('UUID'))
-        return cls(uri, _str(data.get('Name')), _str(data.get('HostName')),
-                   uuid.lower() if uuid else None, blocks, targets)
+        system = cls(uri, _str(data.get('Name')), _str(data.get('HostName')),
+                     uuid.lower() if uuid else None, blocks, targets)
+        # The actions it advertises (none advertised: unknown).
+        system.offered = offered
+        return system
 
     def target(self, action):
         """The action's target URI (the standard one if not advertised)."""

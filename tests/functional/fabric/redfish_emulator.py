@@ -202,6 +202,10 @@ PROFILES = {
             {'id': 'DIMM0', 'kind': 'memory', 'zones': ['1']},
             {'id': 'GPU9', 'kind': 'gpu', 'no_ids': True,
              'model': 'Workstation GPU', 'zones': ['1']}]}),
+    # A service without a SessionService: HTTP Basic only.
+    'no-sessions': _profile({}, sessions=False),
+    # Every collection in pages of two members.
+    'paged': _profile({}, page_size=2),
     # Blocks the service will not give out: a failed and an unavailable
     # composition (health still OK), one another client reserved, one
     # disabled, one shared by two systems, one composed into a system
@@ -210,6 +214,9 @@ PROFILES = {
         'systems': DEFAULT_CONFIG['systems'] + [
             {'id': 'render-7', 'name': 'render-7',
              'uuid': '0c4a8a3c-59f3-4a6e-9f0b-2b7d1c1f0a07',
+             'zones': ['1']},
+            {'id': 'fixed-0', 'name': 'fixed-0', 'expandable': False,
+             'uuid': '0c4a8a3c-59f3-4a6e-9f0b-2b7d1c1f0a08',
              'zones': ['1']}],
         'blocks': [
             dict(DEFAULT_CONFIG['blocks'][0]),
@@ -256,6 +263,11 @@ class Emulator(object):
         # times before the final answer.
         self.task_polls = int(config.get('task_polls', 0))
         self.session_timeout = int(config.get('session_timeout', 1800))
+        # False: no SessionService; clients use HTTP Basic.
+        self.session_service = bool(config.get('sessions', True))
+        # > 0: collections answer that many members a page, with
+        # Members@odata.nextLink to the next.
+        self.page_size = int(config.get('page_size', 0))
         self.lock = threading.RLock()
         self.requests = []
         self.sessions = {}
@@ -277,6 +289,9 @@ class Emulator(object):
                 'name': system.get('name') or sid,
                 'host_name': system.get('host_name', system.get('name')),
                 'uuid': system.get('uuid'),
+                # False: a system that only resets (its service composes
+                # new systems instead of growing them).
+                'expandable': system.get('expandable', True),
                 'blocks': ['%s-Compute' % sid]}
             self.blocks['%s-Compute' % sid] = {
                 'kind': 'compute', 'zones': [str(z) for z in
@@ -439,6 +454,14 @@ class Emulator(object):
                 'Members': [_link(m) for m in members]}
 
     def _service_root(self):
+        if not self.session_service:
+            return self._resource(
+                'ServiceRoot', ROOT + '/', 'RootService', 'Root Service',
+                RedfishVersion='1.15.0',
+                UUID='92384634-2938-2342-8820-489239905423',
+                Systems=_link(SYSTEMS), Chassis=_link(CHASSIS),
+                CompositionService=_link(ROOT + '/CompositionService'),
+                Links={})
         return self._resource(
             'ServiceRoot', ROOT + '/', 'RootService', 'Root Service',
             RedfishVersion='1.15.0',
@@ -449,6 +472,8 @@ class Emulator(object):
             Links={'Sessions': _link(SESSIONS)})
 
     def _render_sessions(self, parts):
+        if not self.session_service:
+            return None
         if not parts:
             return self._resource(
                 'SessionService', ROOT + '/SessionService',
@@ -653,7 +678,12 @@ class Emulator(object):
                                       for b in system['blocks']]},
             Actions={
                 '#' + ADD: {'target': uri + '/Actions/' + ADD},
-                '#' + REMOVE: {'target': uri + '/Actions/' + REMOVE}})
+                '#' + REMOVE: {'target': uri + '/Actions/' + REMOVE}}
+            if system['expandable'] else {
+                '#ComputerSystem.Reset': {
+                    'target': uri + '/Actions/ComputerSystem.Reset',
+                    'ResetType@Redfish.AllowableValues': ['On',
+                                                          'ForceOff']}})
 
     def _render_chassis(self, parts):
         devices = sorted(b for b in self.blocks if self._pcie(b))
@@ -848,6 +878,14 @@ class Emulator(object):
     # ------------------------------------------------------------ WSGI
 
     def _authorized(self, headers):
+        basic = headers.get('authorization') or ''
+        if basic.lower().startswith('basic '):
+            try:
+                user, _, password = base64.b64decode(
+                    basic[6:].strip()).decode('utf-8').partition(':')
+            except ValueError:
+                return False
+            return (user, password) == (self.username, self.password)
         token = headers.get('x-auth-token')
         session = self.sessions.get(token) if token else None
         if session is None:
@@ -870,7 +908,7 @@ class Emulator(object):
             return fault
         return None
 
-    def handle(self, method, path, headers, raw):
+    def handle(self, method, path, headers, raw, query=''):
         """Answer one request: (status, headers, body or None)."""
         try:
             body = json.loads(raw) if raw else None
@@ -901,6 +939,10 @@ class Emulator(object):
                 return self._error(412, 'PreconditionFailed',
                                    'The resource changed meanwhile.')
             answer = self._answer(method, path, headers, body)
+            if (method == 'GET' and answer[0] == 200 and self.page_size
+                    and isinstance(answer[2], dict)
+                    and 'Members' in answer[2]):
+                answer = self._page(path, query, answer)
             # What the client was told, for the tests.
             record['status'] = answer[0]
             record['etag'] = answer[1].get('ETag')
@@ -919,7 +961,9 @@ class Emulator(object):
         if method == 'POST' and path.rstrip('/') == SESSIONS:
             return self._login(body)
         if not public and not self._authorized(headers):
-            return 401, {'WWW-Authenticate': 'X-Auth-Token'}, {
+            return 401, {'WWW-Authenticate': 'X-Auth-Token'
+                         if self.session_service
+                         else 'Basic realm="Redfish"'}, {
                 'error': {'code': 'Base.1.18.NoValidSession',
                           'message': 'There is no valid session.'}}
         if method == 'GET':
@@ -939,10 +983,30 @@ class Emulator(object):
         if method == 'POST' and path.startswith(SYSTEMS + '/'):
             parts = path[len(SYSTEMS) + 1:].split('/')
             if (len(parts) == 3 and parts[0] in self.systems
+                    and self.systems[parts[0]]['expandable']
                     and parts[1] == 'Actions' and parts[2] in (ADD, REMOVE)):
                 return self._action(parts[0], parts[2], headers, body)
         return self._error(405, 'OperationNotAllowed',
                            '%s is not allowed on %s.' % (method, path))
+
+    def _page(self, path, query, answer):
+        status, extra, body = answer
+        skip = 0
+        for part in query.split('&'):
+            if part.startswith('$skip='):
+                try:
+                    skip = max(0, int(part[6:]))
+                except ValueError:
+                    return self._error(400, 'QueryParameterValueTypeError',
+                                       'The value of $skip is not a '
+                                       'number.')
+        body = dict(body)
+        members = body['Members']
+        body['Members'] = members[skip:skip + self.page_size]
+        if skip + self.page_size < len(members):
+            body['Members@odata.nextLink'] = '%s?$skip=%d' % (
+                path, skip + self.page_size)
+        return status, extra, body
 
     def _monitor(self, mid):
         monitor = self.monitors.get(mid)
@@ -958,6 +1022,9 @@ class Emulator(object):
         return 204, {}, None
 
     def _login(self, body):
+        if not self.session_service:
+            return self._error(404, 'ResourceMissingAtURI',
+                               'The resource %s was not found.' % SESSIONS)
         if (not isinstance(body, dict)
                 or body.get('UserName') != self.username
                 or body.get('Password') != self.password):
@@ -992,7 +1059,9 @@ class Emulator(object):
                 else:
                     status, extra, body = 401, {}, None
         else:
-            status, extra, body = self.handle(method, path, headers, raw)
+            status, extra, body = self.handle(
+                method, path, headers, raw,
+                query=environ.get('QUERY_STRING') or '')
         out = {'OData-Version': '4.0', 'Cache-Control': 'no-cache'}
         if isinstance(body, str):
             data = body.encode('utf-8')

@@ -53,11 +53,12 @@ _VALIDATOR = ('import sys; '
               'console_scripts.main()')
 
 
-def _run_validator(url, tmp_path, schema_dir, skipschema):
+def _run_validator(url, tmp_path, schema_dir, skipschema,
+                   authtype='Session'):
     config = emu.DEFAULT_CONFIG
     cmd = [sys.executable, '-c', _VALIDATOR, '--rhost', url,
            '--user', config['username'], '--password', config['password'],
-           '--authtype', 'Session', '--schema_directory', schema_dir,
+           '--authtype', authtype, '--schema_directory', schema_dir,
            '--logdir', str(tmp_path / 'logs'), '--timeout', '30']
     if skipschema:
         cmd.append('--skipschema')
@@ -87,6 +88,30 @@ def validator_run(tmp_path):
         yield url, tmp_path
     finally:
         stop()
+
+
+@pytest.mark.parametrize('name', sorted(set(emu.PROFILES) - {'expandable'}))
+def test_validator_walks_every_profile(tmp_path, name):
+    config = emu.PROFILES[name]
+    url, stop, emulator = emu.serve(config=config)
+    try:
+        empty = tmp_path / 'no-schemas'
+        empty.mkdir()
+        rc, passed, warned, failed, visited, problems, out = _run_validator(
+            url, tmp_path, str(empty), skipschema=True,
+            authtype='Basic' if config.get('sessions') is False
+            else 'Session')
+        with emulator.locked() as state:
+            blocks = [emu.BLOCKS + '/' + b for b in state.blocks]
+            systems = [emu.SYSTEMS + '/' + s for s in state.systems]
+    finally:
+        stop()
+    assert rc == 0, out
+    assert failed == 0, '\n'.join(problems)
+    missing = [uri for uri in blocks + systems if uri not in visited]
+    assert not missing, 'not visited: %s\n%s' % (missing, out)
+    others = [p for p in problems if 'Schema Error' not in p]
+    assert not others, '\n'.join(others)
 
 
 def _schemas():

@@ -202,3 +202,88 @@ def test_blocks_the_service_will_not_give_are_not_bound(profile, driver,
                            {'name': host})
     assert says in str(err.value)
     assert emulator.actions() == []
+
+
+def test_a_system_that_is_not_expandable_says_so(profile, driver):
+    url, emulator = profile('states')
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(_fabric(url), _device(GPU0), {'name': 'fixed-0'})
+    message = str(err.value)
+    assert 'not expandable' in message
+    assert 'offers only ComputerSystem.Reset' in message
+    assert 'HTTP' not in message
+    assert emulator.actions() == []
+
+
+# -------------------------------------------------------------- protocol
+
+def _auth_headers(emulator):
+    return [(r['method'], r['path'], 'authorization' in r['headers'],
+             'x-auth-token' in r['headers']) for r in emulator.requests]
+
+
+def test_http_basic_where_there_is_no_session_service(profile, driver):
+    url, emulator = profile('no-sessions')
+    found = driver.discover(_fabric(url))
+    assert len([d for d in found if 'not_poolable' not in d]) == 4
+    driver.bind_device(_fabric(url), _device(GPU0), {'name': 'compute-0'})
+    seen = _auth_headers(emulator)
+    assert not [r for r in seen if 'Sessions' in r[1]]
+    # Everything but the service root carries the credentials.
+    assert all(r[2] for r in seen if r[1].rstrip('/') != emu.ROOT)
+    # Forcing sessions on it fails clearly.
+    with pytest.raises(exception.DriverError) as err:
+        driver.discover(_fabric(url, auth_type='session'))
+    assert 'HTTP 404' in str(err.value) and PASSWORD not in str(err.value)
+
+
+def test_auth_type_forces_basic_on_a_service_with_sessions(emulator,
+                                                           driver):
+    url, emulator_ = emulator
+    driver.discover(_fabric(url, auth_type='basic'))
+    seen = _auth_headers(emulator_)
+    assert not [r for r in seen if 'Sessions' in r[1]]
+    assert not [r for r in seen if r[3]]
+
+
+@pytest.mark.parametrize('change', [{'auth_type': 'kerberos'},
+                                    {'auth_type': ''},
+                                    {'mode': 'zones'}])
+def test_unknown_auth_type_or_mode_is_refused(driver, change):
+    with pytest.raises(exception.Invalid) as err:
+        driver.validate_driver_info(_info('http://127.0.0.1:1', **change))
+    assert list(change)[0] in str(err.value)
+
+
+def test_paged_collections_are_read_to_the_end(profile, driver):
+    url, emulator = profile('paged')
+    found = {d['address']: d for d in driver.discover(_fabric(url))}
+    # 4 device blocks and 2 system blocks: three pages of two.
+    assert sorted(a.rsplit('/', 1)[-1] for a in found) == [
+        'GPU0', 'GPU1', 'NIC0', 'NVMe0']
+    assert found[GPU1]['hosts'] == ['compute-1']
+    pages = [r['path'] for r in emulator.requests
+             if r['path'] == emu.BLOCKS]
+    assert len(pages) >= 3
+
+
+def test_a_collection_whose_pages_loop_is_an_error(emulator, driver):
+    url, emulator_ = emulator
+    emulator_.inject('garbage', method='GET', path=emu.BLOCKS, count=10,
+                     body='{"Members": [], "Members@odata.nextLink": '
+                          '"%s"}' % emu.BLOCKS)
+    with pytest.raises(exception.DriverError) as err:
+        driver.discover(_fabric(url))
+    assert 'lead back' in str(err.value)
+
+
+def test_every_request_is_bounded_by_the_operation_timeout(driver):
+    from composable import conf
+    conf.CONF.set_override('operation_timeout', 12, 'fabric')
+    try:
+        conn = driver._connect(driver._info(_fabric('http://127.0.0.1:1',
+                                                    timeout=300)))
+        assert conn._timeout == 12
+        conn.close()
+    finally:
+        conf.CONF.clear_override('operation_timeout', 'fabric')
