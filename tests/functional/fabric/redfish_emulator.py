@@ -43,7 +43,7 @@ over for changes.
 Run standalone::
 
     python -m tests.functional.fabric.redfish_emulator --port 8000 \\
-        --config inventory.json
+        [--config inventory.json | --profile duplicate-names]
 """
 
 import argparse
@@ -1154,8 +1154,10 @@ def main(argv=None):
     parser.add_argument('--port', type=int, default=8000)
     parser.add_argument('--config', help='JSON inventory (systems, blocks, '
                                          'zones); a small default if none')
+    parser.add_argument('--profile', choices=sorted(PROFILES),
+                        help='an inventory shaped like a real service')
     args = parser.parse_args(argv)
-    config = None
+    config = PROFILES[args.profile] if args.profile else None
     if args.config:
         with open(args.config) as f:
             config = json.load(f)
