@@ -89,6 +89,9 @@ class Connection(object):
         self._auth = sushy_auth.SessionAuth(username, password)
         self._auth.set_context(_Root(self), self._connector)
         self._sessions = None
+        self.root = {}
+        # Members a collection read with $expand gave in full, by URI.
+        self.expanded = {}
 
     def __enter__(self):
         try:
@@ -105,6 +108,7 @@ class Connection(object):
 
     def open(self):
         root = self.get(ROOT, authenticated=False).body
+        self.root = root if isinstance(root, dict) else {}
         links = root.get('Links') if isinstance(root, dict) else None
         sessions = None
         if isinstance(links, dict) and isinstance(links.get('Sessions'),
@@ -214,6 +218,37 @@ class Connection(object):
         response = self._call(self._connector.post, 'POST', path, path,
                               data=data, headers=headers)
         return self._response('POST', path, response)
+
+    @property
+    def expand_query(self):
+        """The $expand query that gives a collection's members in full,
+        where the service says it supports one
+        (ProtocolFeaturesSupported.ExpandQuery); None otherwise."""
+        features = self.root.get('ProtocolFeaturesSupported')
+        expand = (features.get('ExpandQuery')
+                  if isinstance(features, dict) else None)
+        if not isinstance(expand, dict):
+            return None
+        if expand.get('NoLinks') is True:
+            return '$expand=.'
+        if expand.get('ExpandAll') is True:
+            return '$expand=*'
+        return None
+
+    def read_member(self, path, model):
+        """Like :meth:`read`, from the body an expanded collection gave
+        when it did (no ETag then)."""
+        body = self.expanded.pop(path.rstrip('/'), None)
+        if body is None:
+            return self.read(path, model)
+        parse = getattr(model, 'parse', model)
+        try:
+            return parse(body), None
+        except models.ParseError as exc:
+            raise BadAnswer(
+                reason='Redfish service %s answered a member %s of an '
+                       'expanded collection with an unexpected payload: '
+                       '%s' % (self.address, path, exc))
 
     def read(self, path, model):
         """GET ``path`` and parse it with ``model`` (a parse function or

@@ -293,13 +293,23 @@ class RedfishFabricDriver(base.FabricDriver):
 
     # -------------------------------------------------------- reading
 
-    def _collection(self, conn, path):
+    def _collection(self, conn, path, expand=False):
         """Every member URI of a collection, page after page
-        (``Members@odata.nextLink``)."""
-        uris, pages, page = [], [path], path
+        (``Members@odata.nextLink``). With ``expand``, and where the
+        service supports ``$expand``, the members come in full and are
+        kept for :meth:`Connection.read_member`."""
+        query = conn.expand_query if expand else None
+        first = '%s?%s' % (path, query) if query else path
+        uris, pages, page = [], [first], first
         while True:
-            (found, following, count), _ = conn.read(page, models.page)
+            (found, following, count, full), _ = conn.read(page,
+                                                           models.page)
             uris += found
+            if query:
+                conn.expanded.update(full)
+            if following and query and '$expand' not in following:
+                following = '%s%s%s' % (
+                    following, '&' if '?' in following else '?', query)
             if not following:
                 break
             if following in pages:
@@ -338,9 +348,10 @@ class RedfishFabricDriver(base.FabricDriver):
         if not isinstance(link, dict) or '@odata.id' not in link:
             return []
         zones = []
-        for uri in self._collection(conn, link['@odata.id']):
+        for uri in self._collection(conn, link['@odata.id'],
+                                    expand=True):
             try:
-                zones.append(conn.read(uri, models.ResourceZone)[0])
+                zones.append(conn.read_member(uri, models.ResourceZone)[0])
             except LOCAL_ERRORS as exc:
                 # The blocks of that zone show fewer reachable hosts
                 # this round; binds check the zones again.
@@ -765,10 +776,10 @@ class RedfishFabricDriver(base.FabricDriver):
     def _systems(self, conn):
         """(systems read, {URI: reason} of those that could not be)."""
         systems, unreadable = [], {}
-        for uri in self._collection(conn,
-                                    self._service_path(conn, 'Systems')):
+        path = self._service_path(conn, 'Systems')
+        for uri in self._collection(conn, path, expand=True):
             try:
-                systems.append(conn.read(uri, models.System)[0])
+                systems.append(conn.read_member(uri, models.System)[0])
             except LOCAL_ERRORS as exc:
                 unreadable[uri.rstrip('/')] = _reason(exc)
                 LOG.warning('Redfish service %(addr)s: system %(system)s '
@@ -796,9 +807,10 @@ class RedfishFabricDriver(base.FabricDriver):
                     conn.address)
             reserved = self._reservations(conn, body)
             found = []
-            for uri in self._collection(conn, link['@odata.id']):
+            for uri in self._collection(conn, link['@odata.id'],
+                                        expand=True):
                 try:
-                    block, _ = conn.read(uri, models.ResourceBlock)
+                    block, _ = conn.read_member(uri, models.ResourceBlock)
                 except LOCAL_ERRORS as exc:
                     found.append(_unknown(uri, _reason(exc)))
                     continue

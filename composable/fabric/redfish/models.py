@@ -136,8 +136,13 @@ def members(data, what='collection'):
 
 def page(data, what='collection'):
     """(member URIs, URI of the next page or None, Members@odata.count
-    or None) of one page of a collection."""
+    or None, {URI: member} of the members given in full ($expand)) of
+    one page of a collection."""
     uris = members(data, what)
+    full = {}
+    for item in data['Members'] if isinstance(data['Members'], list) else []:
+        if isinstance(item, dict) and len(item) > 1:
+            full[_uri(item, what + ' Members')] = item
     following = data.get('Members@odata.nextLink')
     if isinstance(following, str) and following.startswith(('http://',
                                                             'https://')):
@@ -150,7 +155,7 @@ def page(data, what='collection'):
     count = data.get('Members@odata.count')
     if isinstance(count, bool) or not isinstance(count, int):
         count = None
-    return uris, following, count
+    return uris, following, count, full
 
 
 class ResourceBlock(object):

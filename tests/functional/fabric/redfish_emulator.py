@@ -206,6 +206,8 @@ PROFILES = {
     'no-sessions': _profile({}, sessions=False),
     # Every collection in pages of two members.
     'paged': _profile({}, page_size=2),
+    # Collections give their members in full with $expand=., in pages.
+    'expand': _profile({}, expand=True, page_size=3),
     # Blocks the service will not give out: a failed and an unavailable
     # composition (health still OK), one another client reserved, one
     # disabled, one shared by two systems, one composed into a system
@@ -268,6 +270,9 @@ class Emulator(object):
         # > 0: collections answer that many members a page, with
         # Members@odata.nextLink to the next.
         self.page_size = int(config.get('page_size', 0))
+        # True: collections answer $expand=. (members in full) and the
+        # service root says so; otherwise $expand is refused.
+        self.expand = bool(config.get('expand', False))
         self.lock = threading.RLock()
         self.requests = []
         self.sessions = {}
@@ -454,6 +459,14 @@ class Emulator(object):
                 'Members': [_link(m) for m in members]}
 
     def _service_root(self):
+        root = self._root_without_features()
+        if self.expand:
+            root['ProtocolFeaturesSupported'] = {'ExpandQuery': {
+                'ExpandAll': False, 'Levels': True, 'Links': False,
+                'MaxLevels': 1, 'NoLinks': True}}
+        return root
+
+    def _root_without_features(self):
         if not self.session_service:
             return self._resource(
                 'ServiceRoot', ROOT + '/', 'RootService', 'Root Service',
@@ -915,7 +928,7 @@ class Emulator(object):
         except ValueError:
             body = ValueError
         record = {'method': method, 'path': path, 'headers': headers,
-                  'body': body}
+                  'body': body, 'query': query}
         for callback in list(self._observers):
             callback(record)
         with self.lock:
@@ -938,7 +951,17 @@ class Emulator(object):
                 self._bump(path.split('/Actions/')[0].rstrip('/'))
                 return self._error(412, 'PreconditionFailed',
                                    'The resource changed meanwhile.')
+            if '$expand' in query and not self.expand:
+                return self._error(501, 'QueryNotSupported',
+                                   'Querying with $expand is not '
+                                   'supported.')
             answer = self._answer(method, path, headers, body)
+            if (method == 'GET' and answer[0] == 200 and '$expand' in query
+                    and isinstance(answer[2], dict)
+                    and 'Members' in answer[2]):
+                answer = answer[:2] + (dict(answer[2], Members=[
+                    self._render(m['@odata.id']) or m
+                    for m in answer[2]['Members']]),)
             if (method == 'GET' and answer[0] == 200 and self.page_size
                     and isinstance(answer[2], dict)
                     and 'Members' in answer[2]):
@@ -1052,7 +1075,8 @@ class Emulator(object):
         if path.startswith(MONITORS + '/') and method == 'GET':
             with self.lock:
                 self.requests.append({'method': method, 'path': path,
-                                      'headers': headers, 'body': None})
+                                      'headers': headers, 'body': None,
+                                      'query': ''})
                 if self._authorized(headers):
                     status, extra, body = self._monitor(
                         path.rsplit('/', 1)[-1])
@@ -1079,7 +1103,8 @@ class Emulator(object):
 _REASONS = {200: 'OK', 201: 'Created', 202: 'Accepted', 204: 'No Content',
             400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found',
             405: 'Method Not Allowed', 412: 'Precondition Failed',
-            500: 'Internal Server Error', 502: 'Bad Gateway',
+            500: 'Internal Server Error', 501: 'Not Implemented',
+            502: 'Bad Gateway',
             503: 'Service Unavailable'}
 
 

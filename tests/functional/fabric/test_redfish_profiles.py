@@ -287,3 +287,27 @@ def test_every_request_is_bounded_by_the_operation_timeout(driver):
         conn.close()
     finally:
         conf.CONF.clear_override('operation_timeout', 'fabric')
+
+
+def test_expand_only_where_the_service_offers_it(profile, driver):
+    url, emulator = profile('expand')
+    found = {d['address']: d for d in driver.discover(_fabric(url))}
+    assert sorted(a.rsplit('/', 1)[-1] for a in found) == [
+        'GPU0', 'GPU1', 'NIC0', 'NVMe0']
+    assert found[GPU1]['hosts'] == ['compute-1']
+    assert found[GPU0]['vendor_id'] == '10de'
+    # The blocks and systems came with their collections' pages.
+    gets = [r['path'] for r in emulator.requests if r['method'] == 'GET']
+    assert GPU0 not in gets and emu.SYSTEMS + '/compute-0' not in gets
+    assert all('$expand=.' in r['query'] for r in emulator.requests
+               if r['path'] == emu.BLOCKS)
+    # A bind reads what it acts on afresh.
+    driver.bind_device(_fabric(url), _device(GPU0), {'name': 'compute-0'})
+    with emulator.locked() as state:
+        assert state.blocks['GPU0']['state'] == 'Composed'
+
+
+def test_no_expand_where_the_service_does_not_say_so(emulator, driver):
+    url, emulator_ = emulator
+    driver.discover(_fabric(url))
+    assert not [r for r in emulator_.requests if '$expand' in r['query']]
