@@ -25,9 +25,17 @@ is read again and the action repeated with the fresh ETag, a bounded
 number of times. Actions answered 202 are followed through their task
 monitor.
 
+A host maps to exactly one system (``system_map`` by @odata.id, UUID or
+a unique name; else the one system with the host's UUID or unique
+name); a name several systems share is refused, never guessed.
+Discovery classifies each block by its members, reports blocks no host
+can be given (``not_poolable``) and blocks the service will not compose
+now (``unavailable``) with the reason, and makes one unreadable block
+unknown (``error``) rather than failing the whole fabric.
+
 driver_info keys: ``address``, ``username``, ``password``, ``verify_ca``,
-``system_map``, ``match_by``, ``poll_interval``, ``timeout``, ``mode``
-(see doc/source/admin/fabric-redfish.rst).
+``system_map``, ``match_by``, ``poll_interval``, ``timeout``, ``mode``,
+``auth_type`` (see doc/source/admin/fabric-redfish.rst).
 """
 
 import contextlib
