@@ -238,7 +238,14 @@ SURFACES = {
                        'elastic.prediction_window': '--prediction-window',
                        'elastic.headroom': '--headroom'}),
         'horizon': _horizon(_LEASES + 'forms:CreateLeaseForm',
-                            memory_mb='memory', pools='pool'),
+                            memory_mb='memory', pools='pool',
+                            **{'elastic.min_mb': 'elastic_min',
+                               'elastic.max_mb': 'elastic_max',
+                               'elastic.observation_window':
+                               'observation_window',
+                               'elastic.prediction_window':
+                               'prediction_window',
+                               'elastic.headroom': 'headroom'}),
         'heat': _heat(_LEASE, 'create', memory_mb='memory',
                       device_model='gpu_model', start_at='start',
                       end_at='end'),
