@@ -315,15 +315,16 @@ class AgentManager(object):
                     for uuid, details in self.memory_attachments.items()}
 
     def recover_memory_leases(self, conductor):
-        """Learn from the conductor the guest-mode memory leases bound to
-        the running guests of this host that this process did not attach
-        (it restarted; their disks are still plugged), so that their use
-        is reported again. Host-mode leases are learnt at their next
-        attach. The number of leases learnt."""
+        """Learn from the conductor the memory leases attached here that
+        this process did not attach (it restarted; the host's swap and
+        the guests' disks are still there), so that their use is reported
+        again: the host-mode leases bound to this host whose swap is still
+        on, and the guest-mode leases bound to the running guests of this
+        host. The number of leases learnt."""
         if self.simulate:
             return 0
         ctx = composable_context.get_admin_context()
-        learnt = 0
+        learnt = self._recover_host_memory_leases(conductor, ctx)
         for instance in sorted(conductor.instance_leases(ctx, self.host)):
             domain = self.guest_attacher.domain(instance, missing_ok=True)
             if domain is None or not domain.isActive():
@@ -349,9 +350,42 @@ class AgentManager(object):
                         'instance_uuid': instance}
                 learnt += 1
         if learnt:
-            LOG.info('Learnt %(n)d guest-mode memory lease(s) bound to '
-                     'running guests of %(host)s from the conductor',
-                     {'n': learnt, 'host': self.host})
+            LOG.info('Learnt %(n)d memory lease(s) attached on %(host)s '
+                     'from the conductor', {'n': learnt, 'host': self.host})
+        return learnt
+
+    def _recover_host_memory_leases(self, conductor, ctx):
+        """The host-mode part of recover_memory_leases: each extent the
+        conductor says this agent attached, whose device is still swap
+        on this host, is recorded again with those details."""
+        learnt = 0
+        for lease in conductor.host_memory_leases(ctx, self.host):
+            if lease.get('status') != states.BOUND or \
+                    lease.get('host') != self.host or \
+                    lease.get('attach_mode') != states.ATTACH_HOST:
+                continue
+            attached = lease.get('memory') or {}
+            live = {}
+            for extent in lease.get('extents') or []:
+                details = attached.get(extent) or {}
+                device = details.get('device') or details.get('swap_device')
+                if not device or self.host_swap.swap_entry(device) is None:
+                    # Not swap here any more (the host restarted, say):
+                    # nothing of it to report.
+                    continue
+                live[extent] = dict(details, mode=states.ATTACH_HOST,
+                                    recovered=True)
+            if not live:
+                continue
+            with self._lock:
+                if lease['uuid'] in self.memory_attachments:
+                    continue
+                self.memory_attachments[lease['uuid']] = live
+                self._memory_leases[lease['uuid']] = {
+                    'uuid': lease['uuid'],
+                    'attach_mode': states.ATTACH_HOST,
+                    'instance_uuid': lease.get('instance_uuid')}
+            learnt += 1
         return learnt
 
     def _start_hook_server(self):

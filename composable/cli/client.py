@@ -313,11 +313,14 @@ class LeaseManager(Manager):
                 raise
         return self.client.get(self.path(ident))
 
-    def usage(self, ident, since=None, limit=None):
+    def usage(self, ident, since=None, limit=None, marker=None):
         """The lease's usage samples, oldest first (every page, or the
-        first ``limit`` samples)."""
+        first ``limit`` samples), after the sample ``marker`` when it is
+        given."""
         version = self.client.at_least(self.USAGE_VERSION)
         params = {'since': since}
+        if marker is not None:
+            params['marker'] = marker
         samples = []
         seen = set()
         while True:

@@ -87,7 +87,8 @@ class ConductorManager(object):
 
     # 1.1: report_lease_usage
     # 1.2: report_devices_restored
-    target = messaging.Target(version='1.2')
+    # 1.3: host_memory_leases
+    target = messaging.Target(version='1.3')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -557,6 +558,10 @@ class ConductorManager(object):
     @_EXPECTED
     def instance_status(self, context, instance_uuid, host=None):
         return self.instance_binding.instance_status(instance_uuid, host)
+
+    @_EXPECTED
+    def host_memory_leases(self, context, host):
+        return self.instance_binding.host_memory_leases(host)
 
     @_EXPECTED
     def prepare_instance(self, context, instance_uuid, host, project_id=None,

@@ -22,7 +22,7 @@ from composable.common import rpc
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.2'
+    RPC_API_VERSION = '1.3'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
@@ -120,6 +120,13 @@ class ConductorAPI(object):
         """Summaries of the instance's leases."""
         return self._hook_call(context, 'instance_status',
                                instance_uuid=instance_uuid, host=host)
+
+    def host_memory_leases(self, context, host):
+        """Summaries of the memory leases bound to ``host`` in host mode,
+        each with ``memory``: {extent uuid: what the host's agent
+        answered when it attached the extent}."""
+        cctxt = self.client.prepare(version='1.3')
+        return cctxt.call(context, 'host_memory_leases', host=host)
 
     def prepare_instance(self, context, instance_uuid, host, project_id=None,
                          flavor_resources=False, wait=0, incoming=False,

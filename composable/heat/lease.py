@@ -26,6 +26,8 @@ from heat.engine import support
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
+from composable.common import resource_classes
+
 LOG = logging.getLogger(__name__)
 
 # Lease states (composable.common.states holds the authoritative table;
@@ -46,6 +48,11 @@ DELETABLE_STATES = frozenset([REQUESTED, RESERVED, BOUND, 'alloc_failed',
                               BIND_FAILED, 'error'])
 
 ATTACH_MODES = ('host', 'guest')
+
+# The elastic policy's defaults where the API needs a value (the same as
+# the CLI's); the API's own default headroom applies when none is given.
+DEFAULT_OBSERVATION_WINDOW = 300
+DEFAULT_PREDICTION_WINDOW = 60
 
 
 def _parse_time(name, value):
@@ -68,9 +75,16 @@ class Lease(resource.Resource):
     reserved, or bound when a server or host is given; a lease the pools
     cannot hold fails with composable's explanation.
 
+    A memory lease may be elastic: composable then grows and shrinks it
+    with its use, between the elastic policy's min_mb and max_mb. A lease
+    on a pool of SR-IOV virtual functions takes one virtual function
+    (device_count 1, that pool in pools) and binds to the pool's host.
+
     The end time, the name and the description are changed in place, and
     so is the server or host the lease is bound to (the lease is unbound,
-    then bound to the new one); any other change replaces the lease.
+    then bound to the new one); any other change, the elastic policy's
+    included (the API does not change it on a lease), replaces the
+    lease.
     Suspending the stack unbinds the lease and keeps its capacity;
     resuming binds it again. Deleting unbinds and releases the lease.
     """
@@ -85,19 +99,28 @@ class Lease(resource.Resource):
 
     PROPERTIES = (
         NAME, DESCRIPTION, MEMORY, GPU_COUNT, GPU_MODEL, DEVICE_KIND,
-        DEVICE_COUNT, POOLS, ATTACH_MODE, START, END, SERVER, HOST,
+        DEVICE_COUNT, DEVICE_TRAITS, DEVICE_UUIDS, POOLS, ATTACH_MODE,
+        START, END, SERVER, HOST, ELASTIC,
     ) = (
         'name', 'description', 'memory', 'gpu_count', 'gpu_model',
-        'device_kind', 'device_count', 'pools', 'attach_mode', 'start',
-        'end', 'server', 'host',
+        'device_kind', 'device_count', 'device_traits', 'device_uuids',
+        'pools', 'attach_mode', 'start', 'end', 'server', 'host',
+        'elastic',
+    )
+
+    _ELASTIC_KEYS = (
+        MIN_MB, MAX_MB, OBSERVATION_WINDOW, PREDICTION_WINDOW, HEADROOM,
+    ) = (
+        'min_mb', 'max_mb', 'observation_window', 'prediction_window',
+        'headroom',
     )
 
     ATTRIBUTES = (
         ID_ATTR, STATUS_ATTR, FAULT_ATTR, EXTENTS_ATTR, DEVICES_ATTR,
-        HOST_ATTR, INSTANCE_ATTR,
+        HOST_ATTR, INSTANCE_ATTR, MEMORY_ATTR, ELASTIC_ATTR,
     ) = (
         'id', 'status', 'fault', 'extents', 'devices', 'host',
-        'instance_uuid',
+        'instance_uuid', 'memory_mb', 'elastic',
     )
 
     properties_schema = {
@@ -136,10 +159,24 @@ class Lease(resource.Resource):
             _('Number of devices of device_kind to lease.'),
             constraints=[constraints.Range(min=1)],
         ),
+        DEVICE_TRAITS: properties.Schema(
+            properties.Schema.LIST,
+            _('Traits the devices leased must have, e.g. '
+              'CUSTOM_NVLINK.'),
+            schema=properties.Schema(properties.Schema.STRING),
+        ),
+        DEVICE_UUIDS: properties.Schema(
+            properties.Schema.LIST,
+            _('These very devices (UUIDs) to lease, instead of (or as '
+              'well as) device_count.'),
+            schema=properties.Schema(properties.Schema.STRING),
+        ),
         POOLS: properties.Schema(
             properties.Schema.LIST,
             _('Pools (names or UUIDs) to take from; default: any pool of '
-              'the right kind.'),
+              'the right kind. Without device_kind or gpu_count, the '
+              'devices are of the kind the device pools named hold (a '
+              'pool of SR-IOV virtual functions, say).'),
             schema=properties.Schema(
                 properties.Schema.STRING,
                 constraints=[constraints.CustomConstraint('composable.pool')],
@@ -176,6 +213,42 @@ class Lease(resource.Resource):
               'instead of a server.'),
             update_allowed=True,
         ),
+        ELASTIC: properties.Schema(
+            properties.Schema.MAP,
+            _('Makes a memory lease elastic: composable predicts its use '
+              'over the next prediction_window from its usage over the '
+              'observation_window and resizes it, in whole extents of its '
+              'pool, to the predicted peak plus headroom, between min_mb '
+              'and max_mb; memory is the size it starts at. A change '
+              'replaces the lease.'),
+            schema={
+                MIN_MB: properties.Schema(
+                    properties.Schema.INTEGER,
+                    _('Smallest size, in MiB.'),
+                    required=True,
+                ),
+                MAX_MB: properties.Schema(
+                    properties.Schema.INTEGER,
+                    _('Largest size, in MiB.'),
+                    required=True,
+                ),
+                OBSERVATION_WINDOW: properties.Schema(
+                    properties.Schema.INTEGER,
+                    _('Seconds of usage the prediction is fitted to.'),
+                    default=DEFAULT_OBSERVATION_WINDOW,
+                ),
+                PREDICTION_WINDOW: properties.Schema(
+                    properties.Schema.INTEGER,
+                    _('Seconds ahead whose peak is provisioned for.'),
+                    default=DEFAULT_PREDICTION_WINDOW,
+                ),
+                HEADROOM: properties.Schema(
+                    properties.Schema.NUMBER,
+                    _('Fraction of the predicted peak added on top '
+                      '(composable\'s default: 0.2).'),
+                ),
+            },
+        ),
     }
 
     attributes_schema = {
@@ -209,6 +282,15 @@ class Lease(resource.Resource):
             _('UUID of the server the lease is bound to.'),
             type=attributes.Schema.STRING,
         ),
+        MEMORY_ATTR: attributes.Schema(
+            _('Size of the memory lease now, in MiB (an elastic lease '
+              'changes it).'),
+            type=attributes.Schema.INTEGER,
+        ),
+        ELASTIC_ATTR: attributes.Schema(
+            _('The elastic policy of the lease, or null.'),
+            type=attributes.Schema.MAP,
+        ),
     }
 
     # -- validation ---------------------------------------------------
@@ -226,15 +308,23 @@ class Lease(resource.Resource):
                 raise exception.StackValidationFailed(
                     message=_('gpu_count asks for GPUs but device_kind is '
                               '%s.') % kind)
+        named = props[self.DEVICE_UUIDS]
         if (props[self.MEMORY] is None and gpus is None and
-                props[self.DEVICE_COUNT] is None):
+                props[self.DEVICE_COUNT] is None and not named):
             raise exception.PropertyUnspecifiedError(
-                self.MEMORY, self.GPU_COUNT, self.DEVICE_COUNT)
+                self.MEMORY, self.GPU_COUNT, self.DEVICE_COUNT,
+                self.DEVICE_UUIDS)
         if (gpus is None and props[self.DEVICE_COUNT] is None and
-                (kind is not None or props[self.GPU_MODEL])):
+                not named and (kind is not None or props[self.GPU_MODEL] or
+                               props[self.DEVICE_TRAITS])):
             raise exception.StackValidationFailed(
-                message=_('device_kind and gpu_model filter the devices '
-                          'leased: give gpu_count or device_count too.'))
+                message=_('device_kind, gpu_model and device_traits filter '
+                          'the devices leased: give gpu_count or '
+                          'device_count too.'))
+        if props[self.ELASTIC] and props[self.MEMORY] is None:
+            raise exception.StackValidationFailed(
+                message=_('elastic makes a memory lease elastic: give '
+                          'memory (the size it starts at).'))
         if props[self.SERVER] and props[self.HOST]:
             raise exception.ResourcePropertyConflict(self.SERVER, self.HOST)
         if props[self.ATTACH_MODE] == 'guest' and not props[self.SERVER]:
@@ -281,6 +371,8 @@ class Lease(resource.Resource):
                             (self.GPU_MODEL, 'device_model'),
                             (self.DEVICE_KIND, 'device_kind'),
                             (self.DEVICE_COUNT, 'device_count'),
+                            (self.DEVICE_TRAITS, 'device_traits'),
+                            (self.DEVICE_UUIDS, 'device_uuids'),
                             (self.POOLS, 'pools'),
                             (self.ATTACH_MODE, 'attach_mode'),
                             (self.START, 'start_at'),
@@ -293,7 +385,27 @@ class Lease(resource.Resource):
         if props[self.GPU_COUNT] is not None:
             fields['device_kind'] = 'gpu'
             fields['device_count'] = props[self.GPU_COUNT]
+        if props[self.ELASTIC]:
+            fields['elastic'] = {
+                key: value for key, value in props[self.ELASTIC].items()
+                if value is not None}
         return fields
+
+    def _pool_device_kind(self, pools):
+        """The kind of devices the device pools named hold, when they all
+        hold the same kind ("gpu", or the lower-case class of a pci pool,
+        whose SR-IOV pools are); None otherwise."""
+        kinds = set()
+        for ident in pools:
+            pool = self.client_plugin().get_pool(ident)
+            if pool['kind'] == 'gpu':
+                kinds.add('gpu')
+            elif pool['kind'] != 'memory':
+                rc = pool.get('resource_class') or ''
+                kinds.add(rc[len(resource_classes.PCI_PREFIX):].lower()
+                          if rc.startswith(resource_classes.PCI_PREFIX)
+                          else None)
+        return kinds.pop() if len(kinds) == 1 else None
 
     def _get_lease(self, lease_id=None):
         return self.client().leases.get(lease_id or self.resource_id)
@@ -331,7 +443,16 @@ class Lease(resource.Resource):
     # -- create ---------------------------------------------------------
 
     def handle_create(self):
-        lease = self.client().leases.create(**self._lease_fields())
+        fields = self._lease_fields()
+        if ('device_kind' not in fields and fields.get('pools') and
+                (fields.get('device_count') or
+                 fields.get('device_uuids'))):
+            # The API takes gpu for a lease that names no kind; the
+            # devices of the pools named are what the user asks for.
+            kind = self._pool_device_kind(fields['pools'])
+            if kind:
+                fields['device_kind'] = kind
+        lease = self.client().leases.create(**fields)
         self.resource_id_set(lease['uuid'])
         return {'id': lease['uuid'],
                 'target': self._target(self.properties),

@@ -70,6 +70,38 @@ class CreateLeaseTests(helpers.TestCase):
         self.assertEqual(['Lease "train" was created.'],
                          self.messages_of('success'))
 
+    def test_create_elastic_lease(self):
+        self.lease_create.return_value = helpers.leases(
+            helpers.LEASE_RESERVED)[0]
+
+        res = self.client.post(CREATE_URL, {
+            'name': 'grow', 'memory': '2GiB', 'attach_mode': 'host',
+            'elastic_min': '1GiB', 'elastic_max': '8GiB',
+            'observation_window': 600, 'prediction_window': 60,
+            'headroom': '0.5'})
+
+        self.assertNoFormErrors(res)
+        self.lease_create.assert_called_once_with(
+            helpers.IsHttpRequest(), name='grow', attach_mode='host',
+            memory_mb=2048, elastic={
+                'min_mb': 1024, 'max_mb': 8192, 'observation_window': 600,
+                'prediction_window': 60, 'headroom': 0.5})
+
+    def test_elastic_needs_both_limits_and_memory(self):
+        for data, error in (
+                ({'memory': '2GiB', 'elastic_min': '1GiB'},
+                 'needs both its smallest and its largest size'),
+                ({'device_count': 1, 'elastic_min': '1GiB',
+                  'elastic_max': '2GiB'}, 'give the memory size it starts'),
+                ({'memory': '2GiB', 'elastic_min': '1GiB',
+                  'elastic_max': '2GiB', 'observation_window': 5},
+                 'greater than or equal to 10')):
+            data.update(name='e', attach_mode='host')
+            res = self.client.post(CREATE_URL, data)
+            self.assertEqual(200, res.status_code, data)
+            self.assertContains(res, error)
+        self.lease_create.assert_not_called()
+
     def test_memory_units(self):
         self.lease_create.return_value = helpers.leases(
             helpers.LEASE_RESERVED)[0]

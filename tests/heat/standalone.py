@@ -109,6 +109,16 @@ class Composable(object):
                 self.proc.wait()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def post(self, path, project_id, body, roles='member,reader',
+             version=None):
+        """POST to the API as ``roles`` of ``project_id`` (for what Heat
+        does not make: an admin's inventory)."""
+        headers = {'X-Project-Id': project_id, 'X-Roles': roles}
+        if version:
+            headers['OpenStack-API-Version'] = 'composable %s' % version
+        return requests.post(self.endpoint + '/v1/' + path, json=body,
+                             headers=headers, timeout=30)
+
     def get(self, path, project_id, **params):
         """GET from the API as a member of ``project_id`` (for checks made
         beside Heat)."""

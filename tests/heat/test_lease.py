@@ -28,6 +28,7 @@ from heat.common import template_format
 from heat.engine import clients
 from heat.engine import environment
 from heat.engine import plugin_manager
+from heat.engine import properties
 from heat.engine import resource
 from heat.engine import resources
 from heat.engine import scheduler
@@ -209,6 +210,59 @@ class TestLeaseSchema(LeaseTestCase):
                       'cannot be bound when it is created')
         self._invalid({'memory': 0}, 'memory')
         self._invalid({'memory': 1024, 'attach_mode': 'disk'}, 'disk')
+
+    def test_elastic_needs_memory_and_its_limits(self):
+        self._invalid({'gpu_count': 1,
+                       'elastic': {'min_mb': 1024, 'max_mb': 4096}},
+                      'elastic makes a memory lease elastic: give memory')
+        self._invalid({'memory': 1024, 'elastic': {'min_mb': 1024}},
+                      'max_mb')
+        self._invalid({'memory': 1024, 'device_kind': 'nvme',
+                       'device_traits': ['X']},
+                      'give gpu_count or device_count too')
+
+    def test_elastic_is_sent_with_the_window_defaults(self):
+        stack = self._stack(_template(lease={
+            'memory': 2048, 'elastic': {'min_mb': 1024, 'max_mb': 4096}}))
+        rsrc = stack['lease']
+        self.assertIsNone(rsrc.validate())
+        self.assertEqual({'min_mb': 1024, 'max_mb': 4096,
+                          'observation_window': 300,
+                          'prediction_window': 60},
+                         rsrc._lease_fields()['elastic'])
+        # A new policy is a new lease: the API does not change it.
+        self.assertFalse(rsrc.properties_schema['elastic'].update_allowed)
+
+    def test_named_devices_alone_make_a_lease(self):
+        device = str(uuid.uuid4())
+        stack = self._stack(_template(lease={'device_uuids': [device],
+                                             'device_traits': ['CUSTOM_X']}))
+        rsrc = stack['lease']
+        self.assertIsNone(rsrc.validate())
+        fields = rsrc._lease_fields()
+        self.assertEqual(([device], ['CUSTOM_X']),
+                         (fields['device_uuids'], fields['device_traits']))
+
+    def test_surface_matrix_reads_the_schema_heat_loads(self):
+        # composable.api.surfaces reads the resource with ast (where Heat
+        # is not installed); here it must agree with Heat's own schema.
+        from composable.api import surfaces
+
+        def flatten(schema, prefix=''):
+            found = {}
+            for name, prop in schema.items():
+                found[prefix + name] = bool(prop.update_allowed)
+                if prop.type == prop.MAP and prop.schema:
+                    found.update(flatten(prop.schema, prefix + name + '.'))
+            return found
+
+        real = properties.schemata(lease.Lease.properties_schema)
+        read = surfaces.heat_schema('OS::Composable::Lease')
+        self.assertEqual(flatten(real), read.properties)
+        self.assertIn('elastic.headroom', read.properties)
+        # Heat's engine adds its own "show" to the class's attributes.
+        self.assertEqual(set(lease.Lease.attributes_schema) - {'show'},
+                         read.attributes)
 
     def test_a_valid_lease_validates(self):
         stack = self._stack(_template(lease={
@@ -458,6 +512,104 @@ class TestLeaseAgainstComposable(LeaseTestCase):
         self.assertEqual((stack.CREATE, stack.FAILED), stack.state)
         self.assertIn('with [nova] configured', stack.status_reason)
         lease_id = stack['mem'].resource_id
+        self.assertEqual('reserved', self._lease(lease_id)['status'])
+        self._assert_gone(stack, [lease_id])
+
+    def test_elastic_lease_created_updated_in_place_then_replaced(self):
+        elastic = {'min_mb': 1024, 'max_mb': 4096, 'headroom': 0.5}
+        stack = self._create(_template(mem={'memory': 2048,
+                                            'elastic': elastic}))
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state,
+                         stack.status_reason)
+        rsrc = stack['mem']
+        first_id = rsrc.resource_id
+        found = self._lease(first_id)
+        self.assertEqual('reserved', found['status'])
+        self.assertEqual({'min_mb': 1024, 'max_mb': 4096,
+                          'observation_window': 300,
+                          'prediction_window': 60, 'headroom': 0.5},
+                         rsrc.FnGetAtt('elastic'))
+        self.assertEqual(2048, rsrc.FnGetAtt('memory_mb'))
+
+        # A new end is changed in place, the policy stays.
+        later = _in(2)
+        stack.update(self._updated(_template(mem={
+            'memory': 2048, 'elastic': elastic, 'end': later})))
+        self.assertEqual((stack.UPDATE, stack.COMPLETE), stack.state,
+                         stack.status_reason)
+        self.assertEqual(first_id, stack['mem'].resource_id)
+        found = self._lease(first_id)
+        self.assertEqual(later.replace('Z', ''), found['end_at'][:19])
+        self.assertEqual(4096, stack['mem'].FnGetAtt('elastic')['max_mb'])
+
+        # New limits: a new lease, the old one released.
+        wider = dict(elastic, max_mb=8192, observation_window=600)
+        stack.update(self._updated(_template(mem={
+            'memory': 2048, 'elastic': wider, 'end': later})))
+        self.assertEqual((stack.UPDATE, stack.COMPLETE), stack.state,
+                         stack.status_reason)
+        second_id = stack['mem'].resource_id
+        self.assertNotEqual(first_id, second_id)
+        policy = stack['mem'].FnGetAtt('elastic')
+        self.assertEqual((8192, 600), (policy['max_mb'],
+                                       policy['observation_window']))
+        self.assertEqual('released', self._lease(first_id)['status'])
+        self._assert_gone(stack, [first_id, second_id])
+
+    def test_bad_elastic_limits_fail_with_the_api_message(self):
+        stack = self._create(_template(mem={
+            'memory': 2048, 'elastic': {'min_mb': 4096, 'max_mb': 1024}}))
+        self.assertEqual((stack.CREATE, stack.FAILED), stack.state)
+        self.assertIn("Invalid input for field 'elastic/min_mb': 4096 is "
+                      "more than max_mb 1024", stack.status_reason)
+        self.assertIsNone(stack['mem'].resource_id)
+        self.assertEqual([], self._leases())
+
+    def _sriov_pool(self):
+        """A pool of four SR-IOV virtual functions of a physical function
+        of compute-1, made as an admin (the inventory is not Heat's)."""
+        suffix = uuid.uuid4().hex
+        name = 'vfs-%s' % suffix[:8]
+        # One pool per physical function: each test its own.
+        resp = COMPOSABLE.post('pools', 'admin-project', {
+            'name': name, 'kind': 'pci', 'fabric': 'demo-fabric',
+            'device_class': 'NIC', 'sriov': {
+                'host': 'compute-1',
+                'pf_address': '0000:%s:%s.0' % (suffix[:2], suffix[2:4]),
+                'vf_count': 4}}, roles='admin,member,reader', version='1.3')
+        self.assertEqual(201, resp.status_code, resp.text)
+        return name
+
+    def test_lease_of_an_sriov_pool_takes_a_virtual_function(self):
+        pool = self._sriov_pool()
+        # No device_kind: the pool's (nic) is asked for, not the API's
+        # default (gpu).
+        stack = self._create(_template(vf={'device_count': 1,
+                                           'pools': [pool]}))
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state,
+                         stack.status_reason)
+        rsrc = stack['vf']
+        found = self._lease(rsrc.resource_id)
+        self.assertEqual(('reserved', 'nic', 1),
+                         (found['status'], found['device_kind'],
+                          len(found['devices'])))
+        self.assertEqual(['nic'], [d['kind'] for d in
+                                   rsrc.FnGetAtt('devices')])
+        self.assertEqual(3, self._pool(pool)['free'])
+        self._assert_gone(stack, [rsrc.resource_id])
+        self.assertEqual(4, self._pool(pool)['free'])
+
+    def test_sriov_lease_bound_to_another_host_fails_with_the_reason(self):
+        cfg.CONF.set_override('action_retry_limit', 0)
+        pool = self._sriov_pool()
+        stack = self._create(_template(vf={'device_count': 1,
+                                           'pools': [pool],
+                                           'host': 'compute-0'}))
+        self.assertEqual((stack.CREATE, stack.FAILED), stack.state)
+        self.assertIn('it can be bound to that host only',
+                      stack.status_reason)
+        self.assertIn('compute-1', stack.status_reason)
+        lease_id = stack['vf'].resource_id
         self.assertEqual('reserved', self._lease(lease_id)['status'])
         self._assert_gone(stack, [lease_id])
 

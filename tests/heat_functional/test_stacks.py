@@ -254,6 +254,76 @@ def test_sample_template_create_update_suspend_resume_delete(
     assert pools['gpu-pool']['used'] == before['gpu-pool']['used']
 
 
+def test_elastic_lease_create_update_in_place_replace_and_delete(
+        cloud, tmp_path):
+    user = cloud.user_client(USER)
+    # The elastic policy is shown from microversion 1.2 on.
+    user.headers['OpenStack-API-Version'] = 'composable 1.2'
+    before = _pools(user)['memory-pool']['used']
+    name = _stack_name('elastic')
+    end, later = _in(30), _in(60)
+    policy = {'min_mb': 1024, 'max_mb': 4096, 'headroom': 0.5}
+
+    def template(elastic, ends):
+        return _template(tmp_path, '%s-%s' % (name, uuid.uuid4().hex[:4]), {
+            'mem': {'memory': 2048, 'elastic': elastic, 'end': ends}})
+
+    first_id = second_id = None
+    try:
+        openstack(cloud, 'stack', 'create', '--wait', '-t',
+                  template(policy, end), name, as_json=False)
+        assert openstack(cloud, 'stack', 'show', name)['stack_status'] == \
+            'CREATE_COMPLETE'
+        first_id = _resources(cloud, name)['mem']['physical_resource_id']
+        lease = user.get('/leases/%s' % first_id).json()
+        assert lease['status'] == 'reserved', lease
+        assert lease['elastic'] == {
+            'min_mb': 1024, 'max_mb': 4096, 'observation_window': 300,
+            'prediction_window': 60, 'headroom': 0.5}
+        assert _pools(user)['memory-pool']['used'] == before + 2048
+        shown = openstack(cloud, 'stack', 'resource', 'show', name, 'mem')
+        attributes = shown['attributes']
+        if isinstance(attributes, str):
+            attributes = json.loads(attributes)
+        assert attributes['elastic']['max_mb'] == 4096
+        assert attributes['memory_mb'] == 2048
+
+        # A later end: the same lease, its policy kept.
+        openstack(cloud, 'stack', 'update', '--wait', '-t',
+                  template(policy, later), name, as_json=False)
+        assert openstack(cloud, 'stack', 'show', name)['stack_status'] == \
+            'UPDATE_COMPLETE'
+        assert _resources(cloud, name)['mem']['physical_resource_id'] == \
+            first_id
+        lease = user.get('/leases/%s' % first_id).json()
+        assert _same_time(lease['end_at'], later), lease
+        assert lease['elastic']['max_mb'] == 4096
+
+        # New limits: the API does not change them on a lease, so the
+        # stack gets a new lease and the old one is released.
+        wider = dict(policy, max_mb=8192)
+        openstack(cloud, 'stack', 'update', '--wait', '-t',
+                  template(wider, later), name, as_json=False)
+        assert openstack(cloud, 'stack', 'show', name)['stack_status'] == \
+            'UPDATE_COMPLETE'
+        second_id = _resources(cloud, name)['mem']['physical_resource_id']
+        assert second_id != first_id
+        assert user.get('/leases/%s' % second_id).json()['elastic'][
+            'max_mb'] == 8192
+        assert [lease['uuid'] for lease in _live_leases(user)
+                if lease['uuid'] in (first_id, second_id)] == [second_id]
+    finally:
+        _delete_stack(cloud, name)
+
+    for lease_id in (first_id, second_id):
+        if lease_id is None:
+            continue
+        resp = user.request('GET', '/leases/%s' % lease_id)
+        assert resp.status_code == 404 or \
+            resp.json()['status'] == 'released', resp.text
+    assert _pools(user)['memory-pool']['used'] == before
+
+
 def test_more_memory_than_the_pool_holds_fails_with_composables_message(
         cloud, tmp_path):
     user = cloud.user_client(USER)

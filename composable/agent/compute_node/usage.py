@@ -31,10 +31,12 @@ seconds: a guest that does not answer in time (hung, no agent) is left
 out of that report, with a warning, and not asked again while its
 question is still open, so one guest never holds up the others.
 
-An agent that restarts has its guests' disks still plugged but no
-record of them: before its first report it asks the conductor which
-guest-mode leases are bound to the running guests of its host, and
-reports them as before.
+An agent that restarts has its host's swap and its guests' disks still
+plugged but no record of them: before its first report it asks the
+conductor which host-mode leases are bound to its host (with what it
+answered when it attached them; those whose swap is still on are kept)
+and which guest-mode leases are bound to the running guests of its host,
+and reports them as before.
 
 A sample: ``{'lease_uuid', 'taken_at' (ISO 8601, UTC), 'used_mb',
 'size_mb'}``; ``size_mb`` is what the kernel has as swap on the lease's
@@ -152,9 +154,9 @@ class UsageSampler(object):
                               'on %s', self.agent.host)
 
     def recover(self):
-        """After a restart, learn the guest-mode leases attached before
-        it (AgentManager.recover_memory_leases); tried again at the next
-        report while the conductor cannot be asked."""
+        """After a restart, learn the host-mode and guest-mode leases
+        attached before it (AgentManager.recover_memory_leases); tried
+        again at the next report while the conductor cannot be asked."""
         try:
             self.agent.recover_memory_leases(self.conductor)
         except Exception as exc:

@@ -221,6 +221,10 @@ class ListLease(base.ListCommand):
             help='Only leases of this kind: memory, gpu or a device kind')
         parser.add_argument('--host', metavar='<host>',
                             help='Only leases bound to this host')
+        parser.add_argument('--server', metavar='<server-uuid>',
+                            help='Only leases bound to this server')
+        parser.add_argument('--name', metavar='<name>',
+                            help='Only leases with this name')
 
     def list_filters(self, parsed_args):
         filters = {
@@ -229,6 +233,8 @@ class ListLease(base.ListCommand):
             'pool': parsed_args.pool,
             'kind': parsed_args.kind,
             'host': parsed_args.host,
+            'instance_uuid': parsed_args.server,
+            'name': parsed_args.name,
         }
         if parsed_args.all_projects:
             filters['all_projects'] = 'true'
@@ -330,11 +336,21 @@ class ShowLeaseUsage(command.Lister):
         parser.add_argument(
             '--limit', metavar='<count>', type=utils.positive_int,
             help='At most this many samples (the oldest first)')
+        parser.add_argument(
+            '--marker', metavar='<sample-id>', type=utils.non_negative_int,
+            help='Only samples after this one (the id of the last sample '
+                 'of the previous page, shown with --long)')
+        parser.add_argument('--long', action='store_true', default=False,
+                            help='Show the samples\' ids too')
         return parser
 
     def take_action(self, parsed_args):
+        columns = list(USAGE_COLUMNS)
+        if parsed_args.long:
+            columns = ['id'] + columns
         return utils.table(
             LEASE.manager(self.app).usage(parsed_args.lease,
                                           since=parsed_args.since,
-                                          limit=parsed_args.limit),
-            USAGE_COLUMNS)
+                                          limit=parsed_args.limit,
+                                          marker=parsed_args.marker),
+            columns)

@@ -142,6 +142,26 @@ class InstanceBinding(object):
         return [lease_summary(lease)
                 for lease in self._leases(instance_uuid)]
 
+    def host_memory_leases(self, host_name):
+        """The memory leases bound to the host in host mode, each as its
+        summary with ``memory``: what the host's agent answered when it
+        attached each extent ({extent uuid: {'device', 'swap_device',
+        ...}}), so that an agent that restarted learns them again."""
+        host = self._host(host_name)
+        ctx = self._admin()
+        found = []
+        for lease in db_api.lease_list(ctx, filters={
+                'host_id': host.id, 'kind': 'memory',
+                'status': states.BOUND,
+                'attach_mode': states.ATTACH_HOST}):
+            memory = {}
+            for row in db_api.attachment_list(
+                    ctx, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
+                if row.host_id == host.id:
+                    memory.update((row.details or {}).get('memory') or {})
+            found.append(dict(lease_summary(lease), memory=memory))
+        return found
+
     # ------------------------------------------------------------ prepare
 
     def _flavor_leases(self, instance_uuid, host_name, project_id,

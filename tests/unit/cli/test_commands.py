@@ -292,6 +292,24 @@ def test_lease_list_filters(api):
                                'end_at']
     fakes.run_json(api.url, 'lease', 'list', '--project', 'p2', '--long')
     assert api.requests[-1].query == {'project_id': 'p2'}
+    server = '0b6e1c52-7d3a-4f0e-9c1d-2a5b8e4f6a70'
+    fakes.run_json(api.url, 'lease', 'list', '--server', server,
+                   '--name', 'l1')
+    assert api.requests[-1].query == {'instance_uuid': server,
+                                      'name': 'l1'}
+
+
+def test_lease_usage_show_from_a_marker(api):
+    sample = {'id': 7, 'taken_at': '2026-11-22T10:00:00Z', 'used_mb': 10,
+              'size_mb': 1024}
+    api.add('GET', '/v1/leases/l1/usage', (200, {'usage': [sample]}))
+    result = fakes.run_json(api.url, 'lease', 'usage', 'show', 'l1',
+                            '--marker', '6', '--limit', '1', '--long')
+    assert result == [sample]
+    assert api.requests[-1].query == {'marker': '6', 'limit': '1'}
+    assert fakes.run_json(api.url, 'lease', 'usage', 'show', 'l1') == [
+        {k: v for k, v in sample.items() if k != 'id'}]
+    assert api.requests[-1].query == {}
 
 
 def test_lease_action_list(api):

@@ -247,11 +247,19 @@ def test_the_loop_reports_every_interval(agent, host):
 class _BindingConductor(RecordingConductor):
     """What the conductor knows of the leases of this host's guests."""
 
-    def __init__(self, mapping, status, fail=0):
+    def __init__(self, mapping, status, fail=0, host_leases=()):
         super().__init__()
         self.mapping = mapping
         self.status = status
         self.fail = fail
+        self.host_leases = list(host_leases)
+
+    def host_memory_leases(self, context, host):
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError('MessagingTimeout')
+        return [lease for lease in self.host_leases
+                if lease['host'] == host]
 
     def instance_leases(self, context, host):
         if self.fail:
@@ -300,3 +308,47 @@ def test_a_restarted_agent_reports_the_guest_leases_again(agent, host,
                             instance)
     assert restarted.memory_attachments == {}
     assert conn.domains[instance].disk_aliases() == ['virtio-disk0']
+
+
+def test_a_restarted_agent_reports_the_host_leases_again(agent, host):
+    one, two, gone = _extent(1), _extent(2), _extent(3)
+    first = _attach_host(agent, 'lease-h', one, two)
+    other = _attach_host(agent, 'lease-off', gone)
+    for n, details in enumerate(first.values()):
+        host.set_used(details['swap_device'], (n + 1) * 10 * 1024)
+    before = _sampler(agent, host).sample()
+    assert [s['lease_uuid'] for s in before] == ['lease-h', 'lease-off']
+    # The agent restarts; while it is away the swap of lease-off goes
+    # (a host restart, say). The conductor knows what the agent answered
+    # when it attached each extent.
+    host.swapoff(other[gone['uuid']]['swap_device'])
+    restarted = manager.AgentManager('compute-0', ['compute_node'],
+                                     guest_attacher=agent.guest_attacher,
+                                     host_swap=agent.host_swap)
+    summary = {'uuid': 'lease-h', 'status': 'bound', 'host': 'compute-0',
+               'attach_mode': 'host', 'instance_uuid': None,
+               'extents': [one['uuid'], two['uuid']], 'memory': first}
+    conductor = _BindingConductor({}, {}, fail=1, host_leases=[
+        summary,
+        dict(summary, uuid='lease-off', extents=[gone['uuid']],
+             memory=other),
+        dict(summary, uuid='lease-elsewhere', host='compute-9')])
+    sampler = usage.UsageSampler(restarted, conductor=conductor, interval=1,
+                                 timeout=5, proc_swaps=host.proc_swaps,
+                                 clock=lambda: NOW)
+    # Nothing known before the conductor is asked: the history would stop.
+    assert sampler.report() == []
+    assert sampler.recover() is False
+    assert sampler.recover() is True
+
+    assert list(restarted.memory_attachments) == ['lease-h']
+    # The lease's history goes on, as before the restart.
+    assert sampler.report() == [before[0]]
+    assert conductor.casts == [('compute-0', [before[0]])]
+    # A shrink and the detach work from what was learnt.
+    restarted.detach_memory(None, {'uuid': 'lease-h'}, [two], 'host')
+    [sample] = sampler.report()
+    assert (sample['used_mb'], sample['size_mb']) == (10, 64)
+    restarted.detach_memory(None, {'uuid': 'lease-h'}, [one], 'host')
+    assert restarted.memory_attachments == {}
+    assert sampler.report() == []

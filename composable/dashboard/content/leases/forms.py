@@ -78,6 +78,29 @@ class CreateLeaseForm(forms.SelfHandlingForm):
     end_at = forms.DateTimeField(
         label=_('End'), required=False,
         widget=forms.DateTimeInput(attrs={'type': 'datetime-local'}))
+    # An elastic memory lease (API 1.2): composable resizes it with its
+    # use, between the two limits; the memory above is where it starts.
+    elastic_min = forms.CharField(
+        label=_('Elastic: smallest size'), required=False, max_length=32,
+        help_text=_('Makes the memory lease elastic: composable grows and '
+                    'shrinks it with its use, between this size and the '
+                    'largest (e.g. 1GiB and 8GiB). Leave both empty for a '
+                    'lease of fixed size.'))
+    elastic_max = forms.CharField(
+        label=_('Elastic: largest size'), required=False, max_length=32)
+    observation_window = forms.IntegerField(
+        label=_('Elastic: observation window (s)'), required=False,
+        min_value=10, max_value=86400, initial=300,
+        help_text=_('Seconds of usage the prediction is fitted to.'))
+    prediction_window = forms.IntegerField(
+        label=_('Elastic: prediction window (s)'), required=False,
+        min_value=10, max_value=86400, initial=60,
+        help_text=_('Seconds ahead whose peak is provisioned for.'))
+    headroom = forms.FloatField(
+        label=_('Elastic: headroom'), required=False, min_value=0,
+        max_value=10,
+        help_text=_('Fraction of the predicted peak added on top; empty: '
+                    '0.2.'))
 
     def __init__(self, request, *args, **kwargs):
         super().__init__(request, *args, **kwargs)
@@ -93,6 +116,14 @@ class CreateLeaseForm(forms.SelfHandlingForm):
         value = (self.cleaned_data.get('memory') or '').strip()
         return parse_memory(value) if value else None
 
+    def clean_elastic_min(self):
+        value = (self.cleaned_data.get('elastic_min') or '').strip()
+        return parse_memory(value) if value else None
+
+    def clean_elastic_max(self):
+        value = (self.cleaned_data.get('elastic_max') or '').strip()
+        return parse_memory(value) if value else None
+
     def clean(self):
         data = super().clean()
         if not (data.get('memory') or data.get('device_count')):
@@ -103,7 +134,30 @@ class CreateLeaseForm(forms.SelfHandlingForm):
         if end and end <= (start or timezone.now()):
             raise forms.ValidationError(
                 _('The end must be after the start (and in the future).'))
+        low, high = data.get('elastic_min'), data.get('elastic_max')
+        if (low or high) and not (low and high):
+            raise forms.ValidationError(
+                _('An elastic lease needs both its smallest and its '
+                  'largest size.'))
+        if low and not data.get('memory'):
+            raise forms.ValidationError(
+                _('An elastic lease leases memory: give the memory size it '
+                  'starts at.'))
         return data
+
+    @staticmethod
+    def elastic(data):
+        """The elastic policy the form asks for, or None."""
+        if not data.get('elastic_min'):
+            return None
+        policy = {'min_mb': data['elastic_min'],
+                  'max_mb': data['elastic_max'],
+                  'observation_window': data.get('observation_window') or
+                  300,
+                  'prediction_window': data.get('prediction_window') or 60}
+        if data.get('headroom') is not None:
+            policy['headroom'] = data['headroom']
+        return policy
 
     def handle(self, request, data):
         fields = {'name': data['name'],
@@ -112,6 +166,9 @@ class CreateLeaseForm(forms.SelfHandlingForm):
             fields['description'] = data['description']
         if data.get('memory'):
             fields['memory_mb'] = data['memory']
+        elastic = self.elastic(data)
+        if elastic:
+            fields['elastic'] = elastic
         if data.get('device_count'):
             fields['device_count'] = data['device_count']
             fields['device_kind'] = data.get('device_kind') or 'gpu'
