@@ -106,4 +106,6 @@ class FabricDriver(object, metaclass=abc.ABCMeta):
         ``kind`` (one of KINDS), ``model``, ``vendor_id``, ``product_id``,
         ``serial``, ``health`` (one of HEALTHS), ``hosts`` (names of the
         hosts it may be bound to, or None for any) and ``bound_to`` (the
-        host name it is bound to now, or None)."""
+        host name it is bound to now, or None). None when the driver
+        cannot tell what the fabric holds: the sync then changes
+        nothing."""

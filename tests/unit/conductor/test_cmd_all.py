@@ -23,7 +23,13 @@ import time
 import requests
 
 from composable.cmd import all as cmd_all
+from composable.common import states
+from composable.conductor.allocator import claims as allocator
+from composable.conductor import fabric_sync
+from composable import conf
 from composable.db import api as db_api
+from composable import fabric as fabric_drivers
+from composable.fabric import fake
 from tests.unit.conductor import harness as h_mod
 
 
@@ -43,6 +49,43 @@ def test_demo_inventory_is_found_and_loaded_once(sqlite_db):
     assert len(gpus) == 4
     assert {d.model for d in gpus} == {'FakeGPU-16G'}
     assert db_api.pool_get(ctx, 'gpu-pool').total == 4
+
+
+def test_demo_keeps_its_gpus_through_fabric_syncs_and_restarts(sqlite_db):
+    """The conductor's fabric-sync loop (every [conductor]
+    fabric_sync_interval seconds, 600 by default) run on the demo
+    inventory, as composable-all runs it: the simulated fabric has no
+    inventory to discover, which must not read as "every GPU vanished"."""
+    conf.CONF.set_override('enabled_drivers', ['fake'], 'fabric')
+    fabric_drivers.reset()
+    fake.FakeFabricDriver.reset()
+    try:
+        ctx = h_mod.admin()
+        path = cmd_all.find_inventory()
+        cmd_all.load_inventory(ctx, path)
+        assert conf.CONF.conductor.fabric_sync_interval > 0
+        for restart in range(2):
+            # What the 'fabric-sync' loop of ConductorManager.start calls.
+            summary = fabric_sync.FabricSync(conf.CONF.host).run()
+            assert summary['demo-fabric']['gone'] == []
+            gpus = db_api.device_list(ctx)
+            assert {d.state for d in gpus} == {states.DEVICE_AVAILABLE}
+            pool = db_api.pool_get(ctx, 'gpu-pool')
+            assert (pool.total, pool.used) == (4, 0)
+            # A restart registers the inventory again (nothing new).
+            assert cmd_all.load_inventory(ctx, path) == 0
+        uuid, status = allocator.create_and_allocate(
+            ctx, {'project_id': 'demo', 'device_kind': 'gpu',
+                  'device_count': 1})
+        assert status == states.RESERVED
+        # Held by a lease, a device is still left alone by the sync.
+        fabric_sync.FabricSync(conf.CONF.host).run()
+        pool = db_api.pool_get(ctx, 'gpu-pool')
+        assert (pool.total, pool.used) == (4, 1)
+    finally:
+        fake.FakeFabricDriver.reset()
+        fabric_drivers.reset()
+        conf.CONF.clear_override('enabled_drivers', 'fabric')
 
 
 def _free_port():
