@@ -137,6 +137,22 @@ def test_composable_all_serves_and_stops(tmp_path):
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert lease['status'] == 'bound', lease
+        # The demo samples (simulated) usage every few seconds: points
+        # within a minute of the bind.
+        deadline = time.monotonic() + 60
+        while True:
+            resp = requests.get(
+                base + '/v1/leases/%s/usage' % lease['uuid'],
+                headers=dict(headers, **{
+                    'OpenStack-API-Version': 'composable 1.1'}),
+                timeout=30)
+            assert resp.status_code == 200, resp.text
+            samples = resp.json()['usage']
+            if samples:
+                break
+            assert time.monotonic() < deadline, 'no usage samples'
+            time.sleep(0.5)
+        assert 0 < samples[0]['used_mb'] <= samples[0]['size_mb'] == 1024
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -151,6 +167,42 @@ def test_composable_all_serves_and_stops(tmp_path):
             'demo-fabric is SIMULATED)' % port) in log
     assert code == 0, log
     assert os.path.exists(tmp_path / 'all.sqlite')
+    assert 'SIMULATED usage' in log
+
+
+def test_demo_defaults_sample_often_unless_configured(tmp_path):
+    from oslo_config import cfg
+
+    from composable.conf import compute
+    from composable.conf import elastic
+
+    def parsed(*args):
+        conf_ = cfg.ConfigOpts()
+        compute.register_opts(conf_)
+        elastic.register_opts(conf_)
+        conf_(list(args), project='composable', default_config_files=[],
+              default_config_dirs=[])
+        return conf_
+
+    production = parsed()
+    assert production.compute_node.usage_report_interval == 60
+    assert production.compute_node.simulated_usage is False
+    assert production.elastic.sample_interval == 60
+    demo = parsed()
+    cmd_all.apply_demo_defaults(demo)
+    assert demo.compute_node.usage_report_interval == 5
+    assert demo.compute_node.simulated_usage is True
+    assert demo.elastic.sample_interval == 5
+    assert demo.elastic.resize_interval == 5
+    assert demo.elastic.shrink_hysteresis == 30
+    config = tmp_path / 'demo.conf'
+    config.write_text('[compute_node]\nusage_report_interval = 20\n'
+                      'simulated_usage = false\n')
+    chosen = parsed('--config-file', str(config))
+    cmd_all.apply_demo_defaults(chosen)
+    assert chosen.compute_node.usage_report_interval == 20
+    assert chosen.compute_node.simulated_usage is False
+    assert chosen.elastic.sample_interval == 5
 
 
 def test_standalone_auth_strategy_is_noauth_unless_configured(tmp_path):
