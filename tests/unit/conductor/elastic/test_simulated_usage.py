@@ -70,8 +70,7 @@ def test_simulated_samples_follow_a_wave_within_the_lease():
     assert max(seen) == 1024
     # Its workload keeps the scale of the lease's first size: grown to
     # 4 GiB, the lease holds all of it at the top of the wave (3 GiB).
-    agent.leases[lease] = ({'uuid': lease}, _extents(1024, 1024, 1024,
-                                                      1024))
+    agent.leases[lease] = ({'uuid': lease}, _extents(*[1024] * 4))
     peaks = []
     for step in range(0, usage_mod.SIMULATED_PERIOD, 5):
         now[0] = 1e9 + step
