@@ -242,7 +242,7 @@ class AgentManager(object):
                          {'host': self.host,
                           'iqn': CONF.compute_node.initiator_iqn})
             self._start_devices()
-            self._start_usage()
+            self.start_usage()
             if CONF.compute_node.hook_socket:
                 self._start_hook_server()
             else:
@@ -296,13 +296,19 @@ class AgentManager(object):
             return False
         return True
 
-    def _start_usage(self):
+    def start_usage(self):
         """Report how much of each memory lease attached here is in use
         (composable.agent.compute_node.usage); simulated memory has no
-        use to measure."""
+        use to measure, so it reports a simulated one only when
+        [compute_node]simulated_usage asks for it (the demo).
+        composable-all calls it alone (its agents share the process, so
+        they do not take the hook socket); stop() ends it."""
         if self.simulate:
-            return
-        sampler = usage_mod.UsageSampler(self)
+            if not CONF.compute_node.simulated_usage:
+                return
+            sampler = usage_mod.SimulatedUsageSampler(self)
+        else:
+            sampler = usage_mod.UsageSampler(self)
         if sampler.start():
             self._usage = sampler
 
@@ -652,6 +658,9 @@ class AgentManager(object):
                 details[extent['uuid']] = {'mode': states.ATTACH_HOST,
                                            'device': path,
                                            'swap_priority': SWAP_PRIORITY}
+            # What the simulated usage (usage.SimulatedUsageSampler)
+            # takes as the lease's size.
+            details[extent['uuid']]['size_mb'] = extent.get('size_mb')
         return details
 
     def attach_devices(self, context, lease, devices):

@@ -207,14 +207,31 @@ class APIService(object):
         self._server = self._thread = None
 
 
+class _UsageReports(object):
+    """Starts and stops only the usage reports of a compute agent: the
+    agents of composable-all share one process, so none of them takes the
+    libvirt hook's socket, and their memory is simulated anyway."""
+
+    def __init__(self, agent):
+        self.agent = agent
+
+    def start(self):
+        self.agent.start_usage()
+
+    def stop(self):
+        self.agent.stop()
+
+
 def agent_services(context):
-    """One agent RPC server per registered host and memory node."""
+    """One agent RPC server per registered host and memory node; the
+    compute agents report the (simulated) use of their memory leases."""
     services = []
     for host in db_api.host_list(context):
         agent = agent_manager.AgentManager(host.name,
                                            [agent_manager.COMPUTE_NODE])
         services.append(service.RPCService(rpc.AGENT_TOPIC, host.name,
-                                           [agent]))
+                                           [agent],
+                                           manager=_UsageReports(agent)))
     for node in db_api.memory_node_list(context):
         agent = agent_manager.AgentManager(node.name,
                                            [agent_manager.MEMORY_NODE])
@@ -233,6 +250,28 @@ def _simulated_fabrics(context):
         if getattr(driver, 'simulated', False):
             names.append(fabric.name)
     return names
+
+
+#: What composable-all changes from the production defaults, unless a
+#: configuration file sets them: usage sampled every few seconds, and made
+#: up (SIMULATED) for the simulated memory of the demo, so that ``lease
+#: usage show`` has points within a minute and elastic leases grow and
+#: shrink while one watches. (group, option, demo value).
+DEMO_DEFAULTS = (
+    ('compute_node', 'usage_report_interval', 5),
+    ('compute_node', 'simulated_usage', True),
+    ('elastic', 'sample_interval', 5),
+    ('elastic', 'resize_interval', 5),
+    ('elastic', 'shrink_hysteresis', 30),
+)
+
+
+def apply_demo_defaults(conf_=None):
+    """The demo's defaults (DEMO_DEFAULTS); values a configuration file
+    or the command line gives still win."""
+    conf_ = conf_ or CONF
+    for group, name, value in DEMO_DEFAULTS:
+        conf_.set_default(name, value, group=group)
 
 
 def standalone_auth_strategy(conf_=None):
@@ -261,6 +300,7 @@ def main(argv=None):
     service.prepare_service(argv)
     CONF.set_override('transport_url', 'fake://')
     CONF.set_override('auth_strategy', standalone_auth_strategy())
+    apply_demo_defaults()
 
     prepare_database()
     context = composable_context.get_admin_context()

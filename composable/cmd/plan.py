@@ -17,12 +17,16 @@
     composable-plan TRACE.csv [--local-share 25%] [--chunk-mb 1024]
         [--observation 600] [--prediction 30] [--order 4] [--headroom 5%]
         [--attach-delay 30] [--shrink-after S] [--max-refused 1%]
-        [--pool-cost-factor 1] [--step S] [--format table|json]
+        [--pool-cost-factor 1] [--max-lease-mb MB] [--step S]
+        [--format table|json]
         [--plot FILE.png] [--progress]
 
 Works offline: no configuration file, database or service. Exit status 0
 with the plan, 2 for a malformed trace (naming the line), a bad option or a
-plot that cannot be written, 130 when interrupted.
+plot that cannot be written, 130 when interrupted. A plan in which pooling
+needs more memory than static provisioning is printed with a warning (also
+on standard error). Output cut short by its reader (``| head``) ends the
+command quietly.
 See doc/source/admin/pool-sizing.rst.
 """
 
@@ -109,6 +113,10 @@ def build_parser():
                         default=defaults.pool_cost_factor,
                         help='price of a pooled MiB relative to a local '
                              'one, for the cost per used MiB (default 1)')
+    parser.add_argument('--max-lease-mb', type=float, default=None,
+                        help="the most one node's lease may hold, in MiB, "
+                             "as an elastic lease's max_mb (default: what "
+                             "the node's peak exceeds its local memory by)")
     parser.add_argument('--step', type=seconds, default=None,
                         help='seconds between samples (default: the median '
                              'interval between a node\'s samples)')
@@ -161,7 +169,8 @@ def main(argv=None):
         prediction_s=args.prediction, headroom=args.headroom,
         attach_delay_s=args.attach_delay, shrink_after_s=args.shrink_after,
         max_refused=args.max_refused,
-        pool_cost_factor=args.pool_cost_factor)
+        pool_cost_factor=args.pool_cost_factor,
+        max_lease_mb=args.max_lease_mb)
     try:
         replay.check(params, trace)
         bar = _progress_bar(trace.demand.size, args.progress)
@@ -180,10 +189,26 @@ def main(argv=None):
     finally:
         if bar is not None:
             bar.close()
-    if args.format == 'json':
-        print(report.to_json(plan))
-    else:
-        print(report.table(plan))
+    for warning in plan.warnings():
+        print('composable-plan: warning: %s' % warning, file=sys.stderr)
+    text = (report.to_json(plan) if args.format == 'json'
+            else report.table(plan))
+    return _write(text)
+
+
+def _write(text):
+    """Print the plan; a reader that stops reading (``| head``) ends the
+    command quietly, as with other command line tools."""
+    try:
+        sys.stdout.write(text + '\n')
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit, which would fail the same
+        # way: point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
     return 0
 
 

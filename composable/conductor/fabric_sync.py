@@ -17,6 +17,9 @@ driver of every fabric it has enabled what the fabric holds
 (``FabricDriver.discover``) and compares it with the device rows of the
 fabric's pools, matched by ``devices.address`` (the fabric's own id):
 
+* a driver that cannot tell what its fabric holds (``discover`` answers
+  None: the fake driver without a simulated inventory, as in the demo of
+  composable-all) changes nothing;
 * a device the fabric reports and no row has joins the fabric's pool of
   its kind (resource class), ``available`` -- or ``faulty`` when the
   fabric says it is unhealthy, ``maintenance`` when the fabric has it
@@ -146,10 +149,11 @@ def discover(fabric_row, timeout):
             with _RUNNING_LOCK:
                 _RUNNING.discard(key)
 
+    # None: the driver cannot tell what the fabric holds (not: nothing).
     return utils.call_with_timeout(
         _run, timeout, 'Discovery on fabric %s (driver %s)' % (
             fabric_row['name'], fabric_row['driver']),
-        name='fabric-discover') or []
+        name='fabric-discover')
 
 
 class FabricSync(object):
@@ -187,6 +191,14 @@ class FabricSync(object):
             # host, not composed by the fabric: nothing to discover.
             if p.kind in DEVICE_POOL_KINDS and p.sriov_host_id is None]
         found = discover(fabric.as_dict(), CONF.fabric.operation_timeout)
+        if found is None:
+            # A driver that cannot list the fabric (the fake one without
+            # a simulated inventory, as in composable-all's demo) says
+            # nothing about the devices registered on it: leaving them
+            # alone, not taking them all out of service.
+            LOG.debug('Fabric %s: its driver reports no inventory; '
+                      'nothing to sync', fabric.name)
+            return summary
         pool_uuids = {pool.id: pool.uuid for pool in pools}
         rows = {}
         for pool in pools:

@@ -121,6 +121,16 @@ opts = [
                     'mode, of the guest through its QEMU guest agent in '
                     'guest mode), sent to the conductor for the lease\'s '
                     'usage history and elastic resizing. 0: no reports.'),
+    cfg.BoolOpt('simulated_usage',
+                default=False,
+                help='With the noop memory exporter (leased memory is '
+                     'simulated, nothing is attached), report a SIMULATED '
+                     'use of each memory lease bound to this host every '
+                     'usage_report_interval seconds: a workload that rises '
+                     'and falls over a few minutes, so that usage history '
+                     'and elastic resizing can be seen without hardware. '
+                     'composable-all turns it on for its demo; never use it '
+                     'on a real compute node.'),
     cfg.IntOpt('usage_sample_timeout',
                default=10,
                min=1,

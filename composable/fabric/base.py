@@ -107,7 +107,9 @@ class FabricDriver(object, metaclass=abc.ABCMeta):
         ``serial``, ``health`` (one of HEALTHS), ``hosts`` (names of the
         hosts it may be bound to, or None for any) and ``bound_to`` (the
         host name it is bound to now, or None; with several holders, all
-        of them, comma separated, and ``holders`` lists them).
+        of them, comma separated, and ``holders`` lists them). None
+        instead of a list when the driver cannot tell what the fabric
+        holds: the sync then changes nothing.
 
         Optional keys say what the sync must not take at face value:
         ``error`` (the device could not be read this round -- a

@@ -26,7 +26,10 @@ What it discovers is what ``driver_info`` lists under ``inventory``: a list
 of devices, each ``{"address": ..., "kind": "gpu", "model": ...,
 "vendor_id": ..., "product_id": ..., "serial": ..., "health": "ok"}``
 (only ``address`` is required), so that the conductor's fabric sync can be
-tried without hardware.
+tried without hardware. A fabric whose driver_info has no ``inventory`` at
+all (the demo's) simulates no discovery: ``discover`` answers None, "cannot
+tell", and the sync leaves the devices registered through the API alone. An
+empty list is an inventory too: a fabric that holds nothing.
 """
 
 import threading
@@ -174,6 +177,10 @@ class FakeFabricDriver(base.FabricDriver):
 
     def discover(self, fabric):
         info = fabric.get('driver_info') or {}
+        if info.get('inventory') is None:
+            # Nothing simulated to discover: "cannot tell", not "empty",
+            # or every device registered through the API would vanish.
+            return None
         with self._lock:
             bound = {address: host for (name, address), host
                      in self._bindings.items() if name == fabric.get('name')}

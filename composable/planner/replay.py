@@ -18,7 +18,10 @@ Pooled: every node has ``local_share`` of its peak as local memory and one
 elastic lease on a shared pool of ``pool_mb``. At each sample the lease's
 controller sees the node's demand so far, asks the predictor for the peak
 of the next prediction window plus headroom, and sets the lease's target
-to what that exceeds the local memory by, in whole chunks:
+to what that exceeds the local memory by, in whole chunks, at most the
+lease's maximum (``max_lease_mb``, as an elastic lease's ``max_mb``; by
+default what the node's peak exceeds its local memory by, so that a node
+never holds more than static provisioning gives it):
 
 - *grow*: if the target is above what the lease holds, that is one growth
   request. The pool grants it whole or refuses it whole (a refused lease
@@ -65,6 +68,9 @@ class Parameters:
     max_refused: float = 0.01
     #: Price of a pooled MiB relative to a local one.
     pool_cost_factor: float = 1.0
+    #: The most one lease may hold, MiB (an elastic lease's max_mb);
+    #: None: each node's peak less its local memory, in whole chunks.
+    max_lease_mb: float = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +106,14 @@ def check(params, trace):
             or not isinstance(params.chunk_mb, int) or params.chunk_mb < 1):
         raise ValueError('chunk must be a positive whole number of MiB, not '
                          '%r' % (params.chunk_mb,))
+    if params.max_lease_mb is not None and (
+            isinstance(params.max_lease_mb, bool)
+            or not isinstance(params.max_lease_mb, (int, float))
+            or not math.isfinite(params.max_lease_mb)
+            or params.max_lease_mb < params.chunk_mb):
+        raise ValueError('max lease must be a number of MiB of at least one '
+                         'chunk (%d MiB), not %r'
+                         % (params.chunk_mb, params.max_lease_mb))
     if (isinstance(params.order, bool) or not isinstance(params.order, int)
             or not 1 <= params.order <= 1000):
         raise ValueError('order must be a whole number from 1 to 1000, not '
@@ -155,9 +169,27 @@ class Forecasts:
     target_chunks: np.ndarray
     #: Local memory per node, MiB.
     local_mb: np.ndarray
+    #: The most each node's lease may hold, in chunks.
+    cap_chunks: np.ndarray
     #: Mean absolute percentage error of the predicted peaks against the
     #: peaks that came, in %; None if nothing could be compared.
     mape_pct: float
+
+
+def lease_caps(demand, local, params):
+    """The most each node's lease may hold, in chunks: ``max_lease_mb``
+    (whole chunks of it), or by default what the node's peak exceeds its
+    local memory by, rounded up to a chunk. Without a cap, the
+    predictor's guard against runaway forecasts (no faster rise than over
+    the last steps) still lets a lease reach several times what its node
+    ever uses at each step of a step-shaped demand."""
+    chunk = params.chunk_mb
+    if params.max_lease_mb is not None:
+        return np.full(demand.shape[0],
+                       int(math.floor(params.max_lease_mb / chunk + 1e-9)),
+                       dtype=np.int64)
+    above = np.clip(demand.max(axis=1) - local, 0.0, None)
+    return np.ceil(above / chunk - 1e-9).astype(np.int64)
 
 
 def forecast(trace, params, windows, progress=None):
@@ -172,6 +204,7 @@ def forecast(trace, params, windows, progress=None):
     demand = trace.demand
     nodes, samples = demand.shape
     local = np.ceil(demand.max(axis=1) * params.local_share)
+    cap = lease_caps(demand, local, params)
     peak = np.empty_like(demand)
     target = np.empty(demand.shape, dtype=np.int64)
     errors = []
@@ -182,7 +215,9 @@ def forecast(trace, params, windows, progress=None):
             prediction = predictor.predict(series[start:t + 1])
             peak[node, t] = prediction.peak
             remote = max(prediction.provision - local[node], 0.0)
-            target[node, t] = int(math.ceil(remote / params.chunk_mb - 1e-9))
+            target[node, t] = min(
+                int(math.ceil(remote / params.chunk_mb - 1e-9)),
+                int(cap[node]))
         # Error of each peak predicted with a full window still to come.
         horizon = windows.prediction
         if samples > horizon:
@@ -197,7 +232,7 @@ def forecast(trace, params, windows, progress=None):
     errors = np.concatenate(errors) if errors else np.empty(0)
     mape = float(errors.mean() * 100.0) if errors.size else None
     return Forecasts(peak=peak, target_chunks=target, local_mb=local,
-                     mape_pct=mape)
+                     cap_chunks=cap, mape_pct=mape)
 
 
 @dataclasses.dataclass
@@ -372,6 +407,21 @@ class Plan:
         return ((self.local_mb + self.oracle_pool_mb) / self.static_mb
                 if self.static_mb else None)
 
+    def warnings(self):
+        """What the reader of the plan must not miss."""
+        found = []
+        if self.static_mb and self.pooled_mb > self.static_mb:
+            found.append(
+                'pooling loses on this trace: local memory and pool need '
+                '%.0f MiB, static provisioning %.0f MiB (%.2f times), where '
+                'a perfect predictor would need %.2f times; the predictor '
+                'does not follow this demand (try a longer --observation, '
+                'a lower --headroom or a --max-lease-mb), or the demand of '
+                'the nodes does not vary enough to gain from a pool'
+                % (self.pooled_mb, self.static_mb, self.ratio,
+                   self.oracle_ratio))
+        return found
+
     @property
     def mean_used_mb(self):
         return float(self.trace.demand.sum(axis=0).mean())
@@ -423,6 +473,9 @@ class Plan:
                                    if self.pooled_mb else None),
             'cost_per_used_mb_static': static_cost,
             'cost_per_used_mb_pooled': pooled_cost,
+            'max_lease_mb': [int(c) * self.params.chunk_mb
+                             for c in self.forecasts.cap_chunks],
+            'warnings': self.warnings(),
             'parameters': dataclasses.asdict(self.params),
             'windows_samples': dataclasses.asdict(self.windows),
         }

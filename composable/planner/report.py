@@ -50,6 +50,11 @@ def table(plan):
          % (_fmt(data['pool_mb'], ' MiB'), plan.pooled.pool_chunks,
             params['chunk_mb'])),
         ('pooled memory (local + pool)', _fmt(data['pooled_mb'], ' MiB')),
+        ('largest lease allowed', _fmt(
+            float(max(data['max_lease_mb'] or [0])), ' MiB')
+         if params['max_lease_mb'] is not None else
+         "node's peak less its local memory (at most %s)" % _fmt(
+             float(max(data['max_lease_mb'] or [0])), ' MiB')),
         ('pooled / static', _fmt(data['ratio'])),
         ('same, with perfect prediction', _fmt(data['oracle_ratio'])),
         ('growth requests refused', '%d of %d (%s %%; limit %g %%)'
@@ -67,6 +72,7 @@ def table(plan):
          % (_fmt(data['cost_per_used_mb_static']),
             _fmt(data['cost_per_used_mb_pooled']))),
     ]
+    rows.extend(('WARNING', text) for text in data['warnings'])
     width = max(len(name) for name, _ in rows)
     return '\n'.join('%-*s  %s' % (width, name, value)
                      for name, value in rows)

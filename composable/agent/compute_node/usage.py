@@ -41,12 +41,22 @@ and reports them as before.
 A sample: ``{'lease_uuid', 'taken_at' (ISO 8601, UTC), 'used_mb',
 'size_mb'}``; ``size_mb`` is what the kernel has as swap on the lease's
 extents (a swap area's size plus its header page).
+
+SimulatedUsageSampler reports made-up use instead, for the simulated
+memory of the noop exporter (``[compute_node]simulated_usage``, which
+composable-all's demo turns on): a workload per lease that rises and falls
+over SIMULATED_PERIOD seconds, so the demo shows usage history and elastic
+leases growing and shrinking. Its samples say ``'simulated': True`` and
+its start is logged as SIMULATED.
 """
 
 from concurrent import futures
 import datetime
+import math
 import os
 import threading
+import time
+import zlib
 
 from oslo_log import log as logging
 
@@ -297,4 +307,73 @@ class UsageSampler(object):
                     LOG.debug('The guest of instance %(instance)s does not '
                               'swap to lease %(lease)s (yet)',
                               {'instance': instance, 'lease': lease_uuid})
+        return samples
+
+
+#: Seconds one cycle of the simulated workload takes.
+SIMULATED_PERIOD = 240
+#: The simulated workload of a lease goes from this share of the size
+#: the lease had when first attached...
+SIMULATED_LOW = 0.25
+#: ... up to this multiple of it: an elastic lease has to grow to hold
+#: it, a fixed one is simply full at the top of the cycle.
+SIMULATED_HIGH = 3.0
+SIMULATED = 'SIMULATED usage'
+
+
+def simulated_demand_mb(base_mb, lease_uuid, now):
+    """The simulated workload's demand, in MiB, of a lease that was
+    ``base_mb`` when first attached, at time ``now`` (seconds): a smooth
+    wave from SIMULATED_LOW to SIMULATED_HIGH times ``base_mb`` over
+    SIMULATED_PERIOD seconds, its phase set by the lease so that leases
+    do not all peak together."""
+    phase = (zlib.crc32(lease_uuid.encode('utf-8')) % 1000) / 1000.0
+    position = (now / SIMULATED_PERIOD + phase) % 1.0
+    wave = (1.0 - math.cos(2.0 * math.pi * position)) / 2.0  # 0..1
+    share = SIMULATED_LOW + (SIMULATED_HIGH - SIMULATED_LOW) * wave
+    return base_mb * share
+
+
+class SimulatedUsageSampler(UsageSampler):
+    """Reports a SIMULATED use of the memory leases attached by the noop
+    exporter's simulation (nothing is attached, so nothing can be
+    measured): ``min(size, simulated_demand_mb(...))`` per lease."""
+
+    def __init__(self, agent, conductor=None, interval=None,
+                 clock=utc_now_iso, now=time.time):
+        super(SimulatedUsageSampler, self).__init__(
+            agent, conductor=conductor, interval=interval, clock=clock)
+        self._now = now
+        # lease uuid -> its size when first sampled: the scale of its
+        # simulated workload, which does not follow the lease's resizes.
+        self._base = {}
+
+    def start(self):
+        started = super(SimulatedUsageSampler, self).start()
+        if started:
+            LOG.warning('%(sim)s: the use of leased memory reported by '
+                        '%(host)s every %(interval)s s is made up '
+                        '([compute_node]simulated_usage; leased memory is '
+                        'simulated by the noop exporter)',
+                        {'sim': SIMULATED, 'host': self.agent.host,
+                         'interval': self.interval})
+        return started
+
+    def sample(self):
+        leases = self.agent.memory_leases()
+        taken_at = self._clock()
+        now = self._now()
+        samples = []
+        for lease_uuid, (lease, details) in sorted(leases.items()):
+            size = sum(int((d or {}).get('size_mb') or 0)
+                       for d in details.values())
+            if size <= 0:
+                continue
+            base = self._base.setdefault(lease_uuid, size)
+            demand = simulated_demand_mb(base, lease_uuid, now)
+            samples.append({'lease_uuid': lease_uuid, 'taken_at': taken_at,
+                            'used_mb': int(min(size, round(demand))),
+                            'size_mb': size, 'simulated': True})
+        for gone in set(self._base) - set(leases):
+            del self._base[gone]
         return samples

@@ -98,7 +98,10 @@ def test_discover_lists_the_inventory_and_who_holds_what():
     assert found[DEVICE['address']]['serial'] == 'S1'
     assert found['fake-nvme-0']['bound_to'] is None
     assert found['fake-nvme-0']['health'] == 'critical'
-    assert driver.discover(FABRIC) == []
+    # No inventory simulated: the driver cannot tell (None), which is
+    # not an empty fabric (an empty list).
+    assert driver.discover(FABRIC) is None
+    assert driver.discover(dict(FABRIC, driver_info={'inventory': []})) == []
 
 
 def test_as_locator_fills_in_from_the_device():

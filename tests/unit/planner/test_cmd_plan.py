@@ -13,6 +13,8 @@
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -138,3 +140,53 @@ def test_plot_into_a_missing_folder_fails_before_the_replay(tmp_path,
     assert plan.main([SAMPLE, '--plot', str(target)]) == 2
     assert 'no folder' in capsys.readouterr().err
     assert not target.parent.exists()
+
+
+def _flat_trace(tmp_path):
+    flat = tmp_path / 'flat.csv'
+    flat.write_text('timestamp_s,node,used_mb\n'
+                    + ''.join('%d,a,8192\n' % t for t in range(0, 600, 10)))
+    return str(flat)
+
+
+def test_a_losing_plan_warns_on_stderr_and_in_the_output(tmp_path, capsys):
+    args = [_flat_trace(tmp_path), '--max-lease-mb', '32768',
+            '--observation', '120', '--prediction', '30']
+    assert plan.main(args + ['--format', 'json']) == 0
+    captured = capsys.readouterr()
+    assert 'composable-plan: warning: pooling loses' in captured.err
+    data = json.loads(captured.out)
+    assert data['ratio'] > 1.0
+    assert len(data['warnings']) == 1
+    assert plan.main(args) == 0
+    assert 'WARNING' in capsys.readouterr().out
+
+
+def test_max_lease_mb_reaches_the_replay(capsys):
+    assert plan.main([SAMPLE, '--format', 'json', '--max-lease-mb',
+                      '2048']) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data['parameters']['max_lease_mb'] == 2048
+    assert set(data['max_lease_mb']) == {2048}
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """``composable-plan ... --format json | head``: the reader goes away
+    before the plan is written."""
+    proc = subprocess.Popen(
+        [sys.executable, '-c', 'import sys; from composable.cmd.plan '
+         'import main; sys.exit(main())', SAMPLE, '--format', 'json'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(tmp_path),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    # Nobody reads: the write finds the pipe closed.
+    proc.stdout.close()
+    try:
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert 'Traceback' not in err and 'BrokenPipeError' not in err, err
+    assert code == 0, err

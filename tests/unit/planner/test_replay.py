@@ -175,3 +175,56 @@ def test_bad_parameters_are_refused(kwargs, message):
 def test_a_trace_of_one_instant_is_refused():
     with pytest.raises(ValueError, match='single instant'):
         replay.check(_params(), _trace([100.0]))
+
+
+def _steps(step=10.0, turn_s=300.0, hours=1.0, high=8192.0, low=2048.0):
+    """Three nodes taking turns at ``high`` (the others at ``low``): the
+    total is flat, each node jumps at its turn."""
+    samples = int(hours * 3600 / step)
+    turn = (np.arange(samples) * step // turn_s).astype(int) % 3
+    demand = np.array([np.where(turn == node, high, low)
+                       for node in range(3)])
+    return trace_mod.Trace(nodes=['n0', 'n1', 'n2'], step=step, start=0.0,
+                           demand=demand)
+
+
+def test_step_demand_is_capped_at_each_lease_maximum():
+    trace = _steps()
+    plan = replay.plan(trace, replay.Parameters())
+    # Local memory is 2 GiB per node; the largest lease a node needs is
+    # 6 GiB. The predictor's guard lets a jump of 6 GiB be forecast to go
+    # on for the prediction window (some 26 GiB): the cap stops it there.
+    assert list(plan.forecasts.cap_chunks) == [6, 6, 6]
+    assert plan.forecasts.target_chunks.max() == 6
+    assert plan.as_dict()['max_lease_mb'] == [6144, 6144, 6144]
+    # Never worse than giving each node its peak.
+    assert plan.ratio <= 1.0
+    assert plan.warnings() == []
+    assert plan.pool_mb <= 3 * 6144
+    # An explicit maximum, in whole chunks, for every lease.
+    capped = replay.plan(trace, replay.Parameters(max_lease_mb=4500.0))
+    assert list(capped.forecasts.cap_chunks) == [4, 4, 4]
+    assert capped.forecasts.target_chunks.max() == 4
+
+
+def test_a_plan_where_pooling_loses_warns():
+    # Flat demand: nothing to gain from a pool, and the headroom above a
+    # lease maximum this high makes it lose.
+    trace = _trace([8192.0] * 60)
+    plan = replay.plan(trace, _params(chunk_mb=1024, headroom=0.05,
+                                      max_lease_mb=32768.0))
+    assert plan.ratio > 1.0
+    (warning,) = plan.warnings()
+    assert 'pooling loses on this trace' in warning
+    assert plan.as_dict()['warnings'] == [warning]
+    # The default maximum (the node's peak less its local memory) keeps
+    # it at static provisioning.
+    even = replay.plan(trace, _params(chunk_mb=1024, headroom=0.05))
+    assert even.ratio == 1.0
+    assert even.warnings() == []
+
+
+def test_a_lease_maximum_below_one_chunk_is_refused():
+    with pytest.raises(ValueError, match='max lease must be'):
+        replay.check(_params(chunk_mb=100, max_lease_mb=50.0),
+                     _trace([100.0] * 20))
