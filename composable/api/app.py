@@ -12,6 +12,8 @@
 
 """The WSGI application of composable-api."""
 
+import io
+
 from keystonemiddleware import auth_token
 from oslo_log import log as logging
 from oslo_middleware import http_proxy_to_wsgi
@@ -110,6 +112,53 @@ class AuthTokenExceptVersions(object):
         return response
 
 
+class BodySizeLimit(object):
+    """Refuse a request body larger than [api]max_request_body_size with
+    413 in the API's error format, before anything reads it: by its
+    Content-Length, or, for a chunked body, once more than the limit has
+    been read (the body read so far is then given to the application, so
+    it is read only once)."""
+
+    def __init__(self, app, conf_):
+        self.app = app
+        self.conf = conf_
+
+    def _refuse(self, environ, start_response, limit):
+        request = webob.Request(environ)
+        response = errors.error_response(
+            request, 413, 'composable.too_large',
+            'The request body is larger than the %d bytes this API '
+            'accepts ([api]max_request_body_size).' % limit)
+        # The unread body is not drained: the connection is closed.
+        response.headers['Connection'] = 'close'
+        return response(environ, start_response)
+
+    def __call__(self, environ, start_response):
+        if environ.get('REQUEST_METHOD') not in hooks.FORM_METHODS:
+            # GET and HEAD bodies are never read.
+            return self.app(environ, start_response)
+        limit = self.conf.api.max_request_body_size
+        length = environ.get('CONTENT_LENGTH')
+        if length:
+            try:
+                length = int(length)
+            except ValueError:
+                return errors.error_response(
+                    webob.Request(environ), 400, 'composable.invalid',
+                    'The Content-Length header is not a number.')(
+                        environ, start_response)
+            if length > limit:
+                return self._refuse(environ, start_response, limit)
+        elif 'chunked' in environ.get('HTTP_TRANSFER_ENCODING', '').lower():
+            body = environ['wsgi.input'].read(limit + 1)
+            if len(body) > limit:
+                return self._refuse(environ, start_response, limit)
+            environ['wsgi.input'] = io.BytesIO(body)
+            environ['CONTENT_LENGTH'] = str(len(body))
+            environ.pop('HTTP_TRANSFER_ENCODING', None)
+        return self.app(environ, start_response)
+
+
 def _remember_controller_signatures():
     """Pecan inspects the signature of the controller it dispatches to on
     every request, and its inspection builds a new namedtuple class each
@@ -147,6 +196,7 @@ def setup_app(auth_strategy=None):
     app_hooks = [
         hooks.ErrorHook(),
         hooks.FormBodyHook(),
+        hooks.JsonBodyHook(),
         hooks.MicroversionHook(),
         hooks.ContextHook(auth_strategy),
         hooks.ConductorHook(),
@@ -159,6 +209,7 @@ def setup_app(auth_strategy=None):
         debug=False,
         logging=False,
     )
+    app = BodySizeLimit(app, CONF)
     if auth_strategy == 'keystone':
         register_auth_opts()
         app = AuthTokenExceptVersions(app, CONF)
