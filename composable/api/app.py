@@ -13,6 +13,8 @@
 """The WSGI application of composable-api."""
 
 import io
+import re
+from urllib import parse
 
 from keystonemiddleware import auth_token
 from oslo_log import log as logging
@@ -34,6 +36,8 @@ from composable import conf
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
+
+_CONTROL = re.compile('[\x00-\x1f\x7f]')
 
 # Version discovery needs no token (keystoneauth reads it before it has
 # one).
@@ -112,47 +116,76 @@ class AuthTokenExceptVersions(object):
         return response
 
 
-class BodySizeLimit(object):
-    """Refuse a request body larger than [api]max_request_body_size with
-    413 in the API's error format, before anything reads it: by its
-    Content-Length, or, for a chunked body, once more than the limit has
-    been read (the body read so far is then given to the application, so
-    it is read only once)."""
+class RequestLimits(object):
+    """Refuse, before anything reads the request and in the API's error
+    format:
+
+    - a URL that is not UTF-8 once percent-decoded, or holds control
+      characters (no name or UUID can hold them, and PostgreSQL cannot
+      even compare a string holding NUL): 400;
+    - a body larger than [api]max_request_body_size: 413, by its
+      Content-Length, or, for a chunked body, once more than the limit
+      has been read (what was read is then given to the application, so
+      it is read only once).
+    """
 
     def __init__(self, app, conf_):
         self.app = app
         self.conf = conf_
 
-    def _refuse(self, environ, start_response, limit):
-        request = webob.Request(environ)
-        response = errors.error_response(
-            request, 413, 'composable.too_large',
-            'The request body is larger than the %d bytes this API '
-            'accepts ([api]max_request_body_size).' % limit)
-        # The unread body is not drained: the connection is closed.
-        response.headers['Connection'] = 'close'
+    @staticmethod
+    def _error(environ, start_response, status, code, detail):
+        response = errors.error_response(webob.Request(environ), status,
+                                         code, detail)
+        if status == 413:
+            # The unread body is not drained: the connection is closed.
+            response.headers['Connection'] = 'close'
         return response(environ, start_response)
 
+    @staticmethod
+    def _url_problem(environ):
+        path = environ.get('PATH_INFO', '')
+        query = environ.get('QUERY_STRING', '')
+        try:
+            path = path.encode('latin-1').decode('utf-8')
+            query = parse.unquote_to_bytes(
+                query.replace('+', ' ')).decode('utf-8')
+        except UnicodeError:
+            return ('The URL is not valid UTF-8 once percent-decoded '
+                    '(RFC 3986); quote each byte of UTF-8 text as %XX.')
+        if _CONTROL.search(path) or _CONTROL.search(query):
+            return ('The URL holds control characters (such as %00 or a '
+                    'newline); no name or UUID can hold them.')
+        return None
+
     def __call__(self, environ, start_response):
+        problem = self._url_problem(environ)
+        if problem:
+            return self._error(environ, start_response, 400,
+                               'composable.invalid', problem)
         if environ.get('REQUEST_METHOD') not in hooks.FORM_METHODS:
             # GET and HEAD bodies are never read.
             return self.app(environ, start_response)
         limit = self.conf.api.max_request_body_size
+        too_large = ('The request body is larger than the %d bytes this '
+                     'API accepts ([api]max_request_body_size).' % limit)
         length = environ.get('CONTENT_LENGTH')
         if length:
             try:
                 length = int(length)
             except ValueError:
-                return errors.error_response(
-                    webob.Request(environ), 400, 'composable.invalid',
-                    'The Content-Length header is not a number.')(
-                        environ, start_response)
+                return self._error(environ, start_response, 400,
+                                   'composable.invalid',
+                                   'The Content-Length header is not a '
+                                   'number.')
             if length > limit:
-                return self._refuse(environ, start_response, limit)
+                return self._error(environ, start_response, 413,
+                                   'composable.too_large', too_large)
         elif 'chunked' in environ.get('HTTP_TRANSFER_ENCODING', '').lower():
             body = environ['wsgi.input'].read(limit + 1)
             if len(body) > limit:
-                return self._refuse(environ, start_response, limit)
+                return self._error(environ, start_response, 413,
+                                   'composable.too_large', too_large)
             environ['wsgi.input'] = io.BytesIO(body)
             environ['CONTENT_LENGTH'] = str(len(body))
             environ.pop('HTTP_TRANSFER_ENCODING', None)
@@ -209,7 +242,7 @@ def setup_app(auth_strategy=None):
         debug=False,
         logging=False,
     )
-    app = BodySizeLimit(app, CONF)
+    app = RequestLimits(app, CONF)
     if auth_strategy == 'keystone':
         register_auth_opts()
         app = AuthTokenExceptVersions(app, CONF)

@@ -230,3 +230,20 @@ def test_chunked_body_is_limited_too(app, api_env, client, no_tracebacks):
     resp = _chunked(app, json.dumps({'name': 'f', 'driver': 'fake'}).encode())
     assert resp.status == 201, resp
     assert client.get('/v1/fabrics/f').status == 200
+
+
+@pytest.mark.parametrize('url', [
+    '/v1/leases/%ff', '/v1/leases?name=%ff', '/v1/pools/%ED%A0%80',
+    '/v1/leases?%ff=1', '/v1/leases/a%00b', '/v1/leases?name=a%00b',
+    '/v1/pools/a%0Ab', '/v1/leases?name=a%0d'])
+def test_urls_that_are_not_text_are_refused(client, no_tracebacks, url):
+    resp = client.get(url)
+    detail = _refused(resp, 400)
+    assert 'UTF-8' in detail or 'control characters' in detail
+    assert '\x00' not in resp.text
+
+
+def test_urls_with_text_still_work(client, inventory):
+    assert client.get('/v1/leases?name=caf%C3%A9').status == 200
+    assert client.get('/v1/pools/caf%C3%A9').status == 404
+    assert client.get('/v1/leases?name=a+b').status == 200
