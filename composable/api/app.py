@@ -135,11 +135,10 @@ class RequestLimits(object):
 
     @staticmethod
     def _error(environ, start_response, status, code, detail):
+        # An unread body is left to the server (a WSGI application may
+        # not send hop-by-hop headers such as Connection: close).
         response = errors.error_response(webob.Request(environ), status,
                                          code, detail)
-        if status == 413:
-            # The unread body is not drained: the connection is closed.
-            response.headers['Connection'] = 'close'
         return response(environ, start_response)
 
     @staticmethod

@@ -58,7 +58,8 @@ def _refused(resp, status=400, *words):
     ('/v1/pools', {'name': 'm2', 'kind': 'memory', 'fabric': 'fab1',
                    'step_size': 1024.0}, None, 'step_size'),
 ])
-def test_integral_floats_are_not_integers(client, inventory, no_tracebacks,
+def test_integral_floats_are_not_integers(client, inventory, conductor,
+                                          no_tracebacks,
                                           path, body, headers, field):
     detail = _refused(client.post(path, body, headers=headers), 400,
                       "'%s'" % field, 'is not an integer')
@@ -247,3 +248,14 @@ def test_urls_with_text_still_work(client, inventory):
     assert client.get('/v1/leases?name=caf%C3%A9').status == 200
     assert client.get('/v1/pools/caf%C3%A9').status == 404
     assert client.get('/v1/leases?name=a+b').status == 200
+
+
+def test_413_is_a_valid_wsgi_response(client, api_env):
+    # wsgiref (the standalone service's server) answers 500 when an
+    # application sends a hop-by-hop header such as Connection.
+    from wsgiref import util as wsgi_util
+    limit = api_env.api.max_request_body_size
+    resp = client.post('/v1/fabrics', raw=b'x' * (limit + 1))
+    assert resp.status == 413, resp
+    assert not [name for name in resp.headers
+                if wsgi_util.is_hop_by_hop(name)], resp.headers
