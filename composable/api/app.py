@@ -12,6 +12,10 @@
 
 """The WSGI application of composable-api."""
 
+import io
+import re
+from urllib import parse
+
 from keystonemiddleware import auth_token
 from oslo_log import log as logging
 from oslo_middleware import http_proxy_to_wsgi
@@ -32,6 +36,8 @@ from composable import conf
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
+
+_CONTROL = re.compile('[\x00-\x1f\x7f]')
 
 # Version discovery needs no token (keystoneauth reads it before it has
 # one).
@@ -110,6 +116,81 @@ class AuthTokenExceptVersions(object):
         return response
 
 
+class RequestLimits(object):
+    """Refuse, before anything reads the request and in the API's error
+    format:
+
+    - a URL that is not UTF-8 once percent-decoded, or holds control
+      characters (no name or UUID can hold them, and PostgreSQL cannot
+      even compare a string holding NUL): 400;
+    - a body larger than [api]max_request_body_size: 413, by its
+      Content-Length, or, for a chunked body, once more than the limit
+      has been read (what was read is then given to the application, so
+      it is read only once).
+    """
+
+    def __init__(self, app, conf_):
+        self.app = app
+        self.conf = conf_
+
+    @staticmethod
+    def _error(environ, start_response, status, code, detail):
+        # An unread body is left to the server (a WSGI application may
+        # not send hop-by-hop headers such as Connection: close).
+        response = errors.error_response(webob.Request(environ), status,
+                                         code, detail)
+        return response(environ, start_response)
+
+    @staticmethod
+    def _url_problem(environ):
+        path = environ.get('PATH_INFO', '')
+        query = environ.get('QUERY_STRING', '')
+        try:
+            path = path.encode('latin-1').decode('utf-8')
+            query = parse.unquote_to_bytes(
+                query.replace('+', ' ')).decode('utf-8')
+        except UnicodeError:
+            return ('The URL is not valid UTF-8 once percent-decoded '
+                    '(RFC 3986); quote each byte of UTF-8 text as %XX.')
+        if _CONTROL.search(path) or _CONTROL.search(query):
+            return ('The URL holds control characters (such as %00 or a '
+                    'newline); no name or UUID can hold them.')
+        return None
+
+    def __call__(self, environ, start_response):
+        problem = self._url_problem(environ)
+        if problem:
+            return self._error(environ, start_response, 400,
+                               'composable.invalid', problem)
+        if environ.get('REQUEST_METHOD') not in hooks.FORM_METHODS:
+            # GET and HEAD bodies are never read.
+            return self.app(environ, start_response)
+        limit = self.conf.api.max_request_body_size
+        too_large = ('The request body is larger than the %d bytes this '
+                     'API accepts ([api]max_request_body_size).' % limit)
+        length = environ.get('CONTENT_LENGTH')
+        if length:
+            try:
+                length = int(length)
+            except ValueError:
+                return self._error(environ, start_response, 400,
+                                   'composable.invalid',
+                                   'The Content-Length header is not a '
+                                   'number.')
+            if length > limit:
+                return self._error(environ, start_response, 413,
+                                   'composable.too_large', too_large)
+        elif 'chunked' in environ.get('HTTP_TRANSFER_ENCODING', '').lower():
+            body = environ['wsgi.input'].read(limit + 1)
+            if len(body) > limit:
+                return self._error(environ, start_response, 413,
+                                   'composable.too_large', too_large)
+            environ['wsgi.input'] = io.BytesIO(body)
+            environ['CONTENT_LENGTH'] = str(len(body))
+            environ.pop('HTTP_TRANSFER_ENCODING', None)
+        return self.app(environ, start_response)
+
+
 def _remember_controller_signatures():
     """Pecan inspects the signature of the controller it dispatches to on
     every request, and its inspection builds a new namedtuple class each
@@ -147,6 +228,7 @@ def setup_app(auth_strategy=None):
     app_hooks = [
         hooks.ErrorHook(),
         hooks.FormBodyHook(),
+        hooks.JsonBodyHook(),
         hooks.MicroversionHook(),
         hooks.ContextHook(auth_strategy),
         hooks.ConductorHook(),
@@ -159,6 +241,7 @@ def setup_app(auth_strategy=None):
         debug=False,
         logging=False,
     )
+    app = RequestLimits(app, CONF)
     if auth_strategy == 'keystone':
         register_auth_opts()
         app = AuthTokenExceptVersions(app, CONF)

@@ -31,6 +31,8 @@ from composable import conf
 
 CONF = conf.CONF
 
+# Where composable.api.hooks.JsonBodyHook leaves the parsed body.
+BODY_KEY = 'composable.body'
 PAGINATION_PARAMS = ('limit', 'marker', 'sort_key', 'sort_dir')
 COMMON_SORT_KEYS = ('created_at', 'updated_at', 'uuid', 'name')
 
@@ -74,6 +76,83 @@ def no_content():
     return response
 
 
+# Deeper than this, a body is refused before it is validated: no schema
+# of the API nests more than a few levels.
+MAX_BODY_DEPTH = 32
+
+
+def _refuse_constant(name):
+    raise exception.Invalid(
+        'Malformed JSON in request body: %s is not a JSON number' % name)
+
+
+def _check_text(value, where=()):
+    """Refuse what JSON can carry but the API cannot keep: strings holding
+    a lone UTF-16 surrogate ("\\ud800" is valid JSON, not valid Unicode,
+    and no database could store it) and absurdly deep nesting."""
+    if len(where) > MAX_BODY_DEPTH:
+        raise exception.Invalid(
+            'Invalid input: the body nests deeper than %d levels'
+            % MAX_BODY_DEPTH)
+    if isinstance(value, str):
+        try:
+            value.encode('utf-8')
+        except UnicodeEncodeError:
+            field = '/'.join(validation.shorten(str(p)) for p in where)
+            raise exception.Invalid(
+                "Invalid input%s: the text holds a lone UTF-16 surrogate "
+                "(an escape like \\ud800 without its pair), which is not "
+                "Unicode" % (" for field '%s'" % field if field else ''))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, where)
+            _check_text(item, where + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_text(item, where + (index,))
+
+
+def load_json(raw):
+    """The JSON document in the bytes ``raw`` (UTF-8, as RFC 8259 asks),
+    or Invalid with what is wrong with it."""
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as exc:
+        raise exception.Invalid(
+            'The request body is not valid UTF-8 (byte 0x%02x at offset '
+            '%d); send JSON encoded as UTF-8.' % (raw[exc.start],
+                                                  exc.start))
+    try:
+        body = jsonutils.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise exception.Invalid(
+            'Invalid input: the body nests deeper than %d levels'
+            % MAX_BODY_DEPTH)
+    except ValueError as exc:
+        raise exception.Invalid('Malformed JSON in request body: %s' %
+                                validation.shorten(str(exc)))
+    _check_text(body)
+    return body
+
+
+def _charset(request):
+    """The charset parameter of the request's Content-Type, or None."""
+    for param in request.headers.get('Content-Type', '').split(';')[1:]:
+        key, _, value = param.partition('=')
+        if key.strip().lower() == 'charset':
+            return value.strip().strip('"')
+    return None
+
+
+def check_charset(request):
+    """415 for a body in another charset than UTF-8 (RFC 8259's)."""
+    charset = _charset(request)
+    if charset is not None and charset.lower().replace('-', '') != 'utf8':
+        raise webob_exc.HTTPUnsupportedMediaType(
+            'Charset %s is not supported; send JSON encoded as UTF-8.' %
+            validation.shorten(charset))
+
+
 def read_body(request, schemas_by_version, allow_empty=False):
     """The JSON object in the body, validated for the request's version."""
     raw = request.body
@@ -87,11 +166,12 @@ def read_body(request, schemas_by_version, allow_empty=False):
     if request.content_type != 'application/json':
         raise webob_exc.HTTPUnsupportedMediaType(
             'Content-Type %s is not supported; send application/json.' %
-            (request.content_type or '(none)'))
-    try:
-        body = jsonutils.loads(raw.decode(request.charset or 'utf-8'))
-    except (ValueError, UnicodeDecodeError):
-        raise exception.Invalid('Malformed JSON in request body')
+            validation.shorten(request.content_type or '(none)'))
+    if BODY_KEY in request.environ:
+        body = request.environ[BODY_KEY]
+    else:
+        check_charset(request)
+        body = load_json(raw)
     validation.validate_versioned(schemas_by_version, version(request),
                                   body)
     return body

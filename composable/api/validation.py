@@ -21,7 +21,40 @@ import jsonschema
 from jsonschema import exceptions as js_exc
 
 from composable.api import microversion
+from composable.api import schemas
 from composable.common import exception
+
+# An error message shows this much of a submitted value, never all of it:
+# a 1 MB name must not come back as a 1 MB error.
+SHOWN_CHARS = 64
+
+
+def _is_integer(checker, instance):
+    # JSON Schema draft 6 and later call 1.0 an integer; the API's
+    # document is OpenAPI 3.0, whose schema dialect (draft Wright-00)
+    # does not ("a JSON number without a fraction or exponent part"), and
+    # OpenStack APIs refuse it too. Refusing it keeps every integer field
+    # an int from the body to the database.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft7Validator,
+    type_checker=jsonschema.Draft7Validator.TYPE_CHECKER.redefine(
+        'integer', _is_integer))
+
+
+def shorten(value, limit=SHOWN_CHARS):
+    """``value`` as shown in a message: its repr for non-strings, cut to
+    ``limit`` characters with the number of those left out."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return '%s... (%d more characters)' % (text[:limit], len(text) - limit)
+
+
+def _shown(instance):
+    return shorten(repr(instance))
 
 
 def _field(error):
@@ -41,19 +74,33 @@ def _message(error):
         unknown = sorted(set(error.instance) - set(known))
         where = _field(error)
         return ("Invalid input for field '%s': unknown field; %s" % (
-            '/'.join([where, unknown[0]]).strip('/') if unknown else where,
+            '/'.join([where, shorten(unknown[0])]).strip('/') if unknown
+            else where,
             'known fields are %s' % ', '.join(known) if known
             else 'no fields are accepted'))
-    field = _field(error)
+    field = shorten(_field(error))
+    message = error.message
+    shown = _shown(error.instance)
+    if error.validator == 'pattern' and error.schema.get('pattern') == \
+            schemas.NAME_PATTERN:
+        message = '%s is not a usable name: %s' % (shown, schemas.NAME_RULE)
+    elif error.validator == 'type' and isinstance(error.instance, float) \
+            and 'integer' in error.validator_value:
+        message = ('%s is not an integer; give a whole number without a '
+                   'decimal point or exponent' % shown)
+    else:
+        message = message.replace(repr(error.instance), shown)
+    if len(message) > 4 * SHOWN_CHARS:
+        message = shorten(message, 4 * SHOWN_CHARS)
     if not field:
-        return 'Invalid input: %s' % error.message
-    return "Invalid input for field '%s': %s" % (field, error.message)
+        return 'Invalid input: %s' % message
+    return "Invalid input for field '%s': %s" % (field, message)
 
 
 def validate(schema, body):
     """Raise exception.Invalid (400) with a readable message when ``body``
     does not match ``schema``."""
-    validator = jsonschema.Draft7Validator(schema)
+    validator = Validator(schema)
     error = js_exc.best_match(validator.iter_errors(body))
     if error is not None:
         raise exception.Invalid(_message(error))

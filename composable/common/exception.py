@@ -112,6 +112,13 @@ class InUse(Conflict):
     error_code = 'composable.in_use'
 
 
+class NameInUse(Conflict):
+    msg_fmt = ('A lease named %(name)s already exists in this project and '
+               'is not released; choose another name, or delete that lease '
+               'first.')
+    error_code = 'composable.lease.name_in_use'
+
+
 class InvalidState(Conflict):
     msg_fmt = ('Lease %(lease)s is %(status)s; %(action)s is not possible in '
                'that state.%(hint)s')

@@ -27,6 +27,7 @@ composable.common.exception types (listed in allowed_remote_exmods).
 from concurrent import futures
 import threading
 
+from oslo_db import exception as db_exc
 from oslo_log import log as logging
 import oslo_messaging as messaging
 from oslo_utils import timeutils
@@ -286,6 +287,18 @@ class ConductorManager(object):
         Without ``check_fit`` it is created in alloc_failed instead.
         """
         values = self._create_values(context, values)
+        # The name a lease is given through the API is the project's for
+        # as long as the lease lives (the unique constraint on live_name
+        # settles two creates racing for it).
+        values['live_name'] = values.get('name')
+        try:
+            return self._create_lease(context, values, check_fit)
+        except db_exc.DBDuplicateEntry as exc:
+            if 'live_name' not in (exc.columns or []):
+                raise
+            raise exception.NameInUse(name=values['name'])
+
+    def _create_lease(self, context, values, check_fit):
         pools = self._check_requested(context, values)
         named = bool(pools or values.get('requested_devices'))
         if values.get('elastic'):

@@ -35,6 +35,13 @@ opts = [
                help='Public URL of the API, used in links returned to '
                     'clients when the API sits behind a proxy. Defaults to '
                     'the request host URL.'),
+    cfg.IntOpt('max_request_body_size',
+               default=256 * 1024,
+               min=1024,
+               help='Largest request body, in bytes, the API reads; a '
+                    'larger one is refused with 413 before it is parsed. '
+                    'The largest valid request (a lease naming 4096 devices '
+                    'by UUID) is about 160 KiB.'),
     cfg.IntOpt('workers',
                default=8,
                min=1,

@@ -734,13 +734,23 @@ def _lease_view_options():
     )
 
 
+def _lease_by_ident(query, ident):
+    """By UUID, any lease; by name, only leases not released: a released
+    lease is history, reachable by its UUID, and its name is free for a
+    new lease."""
+    if uuidutils.is_uuid_like(ident):
+        return query.filter(models.Lease.uuid == ident)
+    return query.filter(models.Lease.name == ident,
+                        models.Lease.status != states.RELEASED)
+
+
 def lease_get(context, ident, session=None, for_view=False):
-    """A lease by UUID or name, scoped to the caller's project unless the
-    context is admin. A name that several leases of a project share is
-    refused with 409. ``for_view``: load only what the API renders."""
+    """A lease by UUID or name (released leases by UUID only), scoped to
+    the caller's project unless the context is admin. A name that several
+    live leases share (of several projects, for an admin) is refused with
+    409. ``for_view``: load only what the API renders."""
     with reader(context) as session:
-        query = _by_ident(_lease_query(context, session), models.Lease,
-                          ident)
+        query = _lease_by_ident(_lease_query(context, session), ident)
         if for_view:
             query = query.options(*_lease_view_options())
         found = query.limit(2).all()
@@ -766,6 +776,7 @@ _LEASE_REF_COLUMNS = (
 _LEASE_REFS = {
     (by, scoped): (sa.select(*_LEASE_REF_COLUMNS).where(
         column == sa.bindparam('b_ident'),
+        *([_LEASES.c.status != states.RELEASED] if by == 'name' else []),
         *([_LEASES.c.project_id == sa.bindparam('b_project')]
           if scoped else [])).limit(2))
     for by, column in (('uuid', _LEASES.c.uuid), ('name', _LEASES.c.name))
@@ -866,6 +877,12 @@ def lease_update(context, lease_id, values, expected_status=None,
             query = query.filter(models.Lease.reservation == reservation)
         values = dict(values)
         values['updated_at'] = utils.utcnow()
+        if 'name' in values and 'live_name' not in values:
+            # A rename takes the name among the project's live leases
+            # (DBDuplicateEntry when a live lease has it already).
+            values['live_name'] = sa.case(
+                (models.Lease.status == states.RELEASED, None),
+                else_=sa.literal(values['name'], sa.String(255)))
         count = query.update(values, synchronize_session=False)
         return count == 1
 
@@ -916,6 +933,10 @@ def lease_transition(context, lease_id, current, event, values=None,
 def _transition_in(session, lease_id, current, target, values, statement,
                    params):
     now = utils.utcnow()
+    if target == states.RELEASED:
+        # A released lease's name is free for a new lease (a prebuilt
+        # statement clears it itself).
+        values = dict(values or {}, live_name=None)
     if statement is not None:
         return session.execute(statement, dict(
             params or {}, b_lease=lease_id, b_status=target,

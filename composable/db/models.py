@@ -217,6 +217,12 @@ class Lease(Base):
     __tablename__ = 'leases'
     __table_args__ = (
         sa.UniqueConstraint('uuid', name='uniq_leases0uuid'),
+        # A name given through the API names one live lease of a
+        # project: live_name is the name until the lease is released,
+        # then NULL (and NULLs never collide in a unique constraint, on
+        # SQLite, MariaDB and PostgreSQL alike).
+        sa.UniqueConstraint('project_id', 'live_name',
+                            name='uniq_leases0project_id0live_name'),
         sa.Index('leases_project_id_idx', 'project_id'),
         sa.Index('leases_status_idx', 'status'),
         sa.Index('leases_reservation_idx', 'reservation'),
@@ -226,6 +232,10 @@ class Lease(Base):
     id = sa.Column(sa.Integer, primary_key=True)
     uuid = sa.Column(sa.String(36), nullable=False)
     name = sa.Column(sa.String(255), nullable=True)
+    # The name while the lease is not released, for leases named through
+    # the API (a flavor's composable:lease_name is shared by its
+    # instances' leases and is not unique); NULL otherwise.
+    live_name = sa.Column(sa.String(255), nullable=True)
     description = sa.Column(sa.String(255), nullable=True)
     project_id = sa.Column(sa.String(255), nullable=False)
     user_id = sa.Column(sa.String(255), nullable=True)

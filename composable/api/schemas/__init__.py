@@ -24,9 +24,22 @@ MAX_MB = 2 ** 40  # One exbibyte in MiB: far beyond any rack.
 MAX_DEVICES = 4096
 MAX_LIST = 64
 
-name = {'type': 'string', 'minLength': 1, 'maxLength': 255}
+# A name is looked up in URLs and shown in tables: no "/" (a path
+# separator), no control characters (U+0000 to U+001F, U+007F to U+009F)
+# or line separators, and no whitespace at either end (so not blank). The
+# pattern means the same in Python and ECMA 262 (OpenAPI's dialect); its
+# end is a look-ahead rather than "$", which in Python also matches before
+# a final newline.
+_NAME_EDGE = r'[^\s/\x00-\x1f\x7f-\x9f]'
+NAME_PATTERN = (r'^%s(?:[^/\x00-\x1f\x7f-\x9f\u2028\u2029]*%s)?(?![\s\S])'
+                % (_NAME_EDGE, _NAME_EDGE))
+NAME_RULE = ('a name may not be blank, start or end with whitespace, or '
+             'hold "/" or control characters such as a newline')
+
+name = {'type': 'string', 'minLength': 1, 'maxLength': 255,
+        'pattern': NAME_PATTERN}
 nullable_name = {'type': ['string', 'null'], 'minLength': 1,
-                 'maxLength': 255}
+                 'maxLength': 255, 'pattern': NAME_PATTERN}
 description = {'type': ['string', 'null'], 'maxLength': 255}
 ident = {'type': 'string', 'minLength': 1, 'maxLength': 255}
 uuid = {'type': 'string',

@@ -278,23 +278,33 @@ class DeleteLease(base.DeleteCommand):
 
 
 class BindLease(base.ShowCommand):
-    """Bind a lease to a server or a host: attach what it holds."""
+    """Bind a lease to a server or a host: attach what it holds.
+
+    --host alone binds to a host; --server alone to a server, on the host
+    where Nova says it runs; both bind to the server on that host.
+    """
 
     resource = LEASE
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
-        target = parser.add_mutually_exclusive_group(required=True)
-        target.add_argument('--server', metavar='<server-uuid>',
-                            help='Nova server to bind the lease to')
-        target.add_argument('--host', metavar='<host>',
-                            help='Host to bind the lease to (name or UUID)')
+        parser.add_argument('--server', metavar='<server-uuid>',
+                            help='Nova server to bind the lease to (with '
+                                 'no --host, on the host it runs on)')
+        parser.add_argument('--host', metavar='<host>',
+                            help='Host to bind the lease to (name or '
+                                 'UUID); with --server, the host the '
+                                 'server runs on')
         parser.add_argument(
             '--attach-mode', choices=ATTACH_MODES,
-            help='host or guest (default: the lease\'s attach mode)')
+            help='host or guest (default: the lease\'s attach mode); '
+                 'guest needs --server')
+        self._parser = parser
         return parser
 
     def take_action(self, parsed_args):
+        if parsed_args.server is None and parsed_args.host is None:
+            self._parser.error('give --host, --server, or both')
         return _show(self.manager.bind(
             parsed_args.lease, host=parsed_args.host,
             server=parsed_args.server, attach_mode=parsed_args.attach_mode))

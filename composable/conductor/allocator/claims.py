@@ -479,8 +479,9 @@ def allocate(context, lease_id):
 
 # Lease fields a create may set, and their defaults.
 _LEASE_DEFAULTS = {
-    'uuid': None, 'name': None, 'description': None, 'project_id': None,
-    'user_id': None, 'memory_mb': 0, 'device_count': 0, 'device_kind': None,
+    'uuid': None, 'name': None, 'live_name': None, 'description': None,
+    'project_id': None, 'user_id': None, 'memory_mb': 0, 'device_count': 0,
+    'device_kind': None,
     'device_model': None, 'device_traits': None, 'requested_pools': None,
     'requested_devices': None, 'memory_pool_id': None,
     'device_pool_id': None, 'start_at': None, 'end_at': None,

@@ -148,7 +148,7 @@ QUICK_RELEASE = LEASES.update().where(
         DEVICES.c.lease_id == _B('b_lease'),
         sa.or_(DEVICES.c.state != states.DEVICE_RESERVED,
                DEVICES.c.pci_address.isnot(None)))).values(
-    status=_B('b_status'), updated_at=_B('b_now'))
+    status=_B('b_status'), updated_at=_B('b_now'), live_name=None)
 # An expiry, also only while the lease's end has passed: an end_at moved
 # on (under the lease's reservation, see ConductorManager.update_lease)
 # since the lease was read keeps it.

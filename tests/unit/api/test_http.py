@@ -155,7 +155,8 @@ def test_a_form_content_type_on_a_get_is_ignored(client):
 def test_malformed_json(client):
     resp = client.post('/v1/fabrics', raw=b'{"name": ')
     error = _assert_error(resp, 400, 'composable.invalid')
-    assert error['detail'] == 'Malformed JSON in request body'
+    assert error['detail'].startswith('Malformed JSON in request body: ')
+    assert 'line 1 column 10' in error['detail']
 
 
 def test_body_must_be_object(client):

@@ -56,21 +56,21 @@ def run(api, *args):
     return fakes.run_openstack(api.url, *args)
 
 
-# -- lease bind: --server or --host, exactly one ---------------------------
+# -- lease bind: --server, --host, or both (as the API takes them) --------
 
 def test_bind_requires_server_or_host(api):
     code, out, err = run(api, 'lease', 'bind', 'l1')
     assert code == 2
-    assert 'one of the arguments --server --host is required' in err
+    assert 'give --host, --server, or both' in err
     assert api.requests == []
 
 
-def test_bind_refuses_server_and_host(api):
-    code, out, err = run(api, 'lease', 'bind', 'l1', '--server', 's',
-                         '--host', 'h')
-    assert code == 2
-    assert 'not allowed with argument' in err
-    assert api.requests == []
+def test_bind_to_server_on_host(api):
+    api.add('POST', '/v1/leases/l1/bind', _echo_lease(202))
+    fakes.run_json(api.url, 'lease', 'bind', 'l1', '--server', 'srv-1',
+                   '--host', 'compute-1', '--attach-mode', 'guest')
+    assert api.requests[-1].body == {'server': 'srv-1', 'host': 'compute-1',
+                                     'attach_mode': 'guest'}
 
 
 def test_bind_to_host(api):

@@ -376,6 +376,37 @@ def test_lease_lifecycle(service, inventory, agents):
 
 
 @needs_conductor
+@needs_agents
+def test_bind_to_a_server(service, inventory, agents):
+    """lease bind takes --server with --host (the server on that host),
+    as the API does; --server alone asks Nova where the server runs,
+    which this service (no [nova]) refuses with the API's message."""
+    server = '0c7d5a1e-5b0a-4c55-9d7e-3f1f9a1b2c3d'
+    lease = cli(service, 'lease', 'create', 'for-server', '--memory',
+                '1GiB')
+    assert _wait_for_status(service, lease['uuid'], (
+        'reserved', 'alloc_failed'))['status'] == 'reserved'
+    lease = cli(service, 'lease', 'bind', 'for-server', '--server', server,
+                '--host', 'compute-1')
+    assert lease['status'] in ('binding', 'bound')
+    lease = _wait_for_status(service, 'for-server', ('bound', 'bind_failed'))
+    assert lease['status'] == 'bound', lease['fault']
+    assert (lease['host'], lease['instance_uuid']) == ('compute-1', server)
+    cli(service, 'lease', 'unbind', 'for-server')
+    assert _wait_for_status(service, 'for-server', (
+        'reserved', 'error'))['status'] == 'reserved'
+    err = cli_fails(service, 'lease', 'bind', 'for-server', '--server',
+                    server)
+    assert '(HTTP 400)' in err and '[nova] configured' in err
+    assert cli(service, 'lease', 'show', 'for-server')['status'] == \
+        'reserved'
+    code, out, err = fakes.run_openstack(service.url, 'lease', 'delete',
+                                         'for-server')
+    assert code == 0, err
+    _wait_for_status(service, lease['uuid'], ('released',))
+
+
+@needs_conductor
 def test_gpu_lease_and_errors(service, inventory):
     lease = cli(service, 'lease', 'create', 'g', '--gpu', '1',
                 '--gpu-model', 'A100')

@@ -25,6 +25,7 @@ its existence is not the caller's business.
 
 import copy
 
+from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 
 from composable.api.schemas import lease as schema
@@ -94,8 +95,8 @@ def _get_lease(ctx, ident, rule, lookup=db_api.lease_get):
     if uuidutils.is_uuid_like(ident):
         lease = lookup(_admin_context(), ident)
     else:
-        # A name is looked up in the caller's own project (every project
-        # for admins): names are only unique by convention.
+        # A name is looked up among the live leases of the caller's own
+        # project (every project for admins), where it is unique.
         lease = lookup(ctx, ident)
     target = {'project_id': lease.project_id}
     if not policies.check('composable:lease:get', ctx, target):
@@ -369,7 +370,10 @@ def update_lease(request, ident):
             _rpc_context(ctx, lease), lease.uuid,
             {'end_at': utils.isotime(end_at)})
     if body:
-        db_api.lease_update(ctx, lease.id, body)
+        try:
+            db_api.lease_update(ctx, lease.id, body)
+        except db_exc.DBDuplicateEntry:
+            raise exception.NameInUse(name=body.get('name'))
     return utils.json_response(render(request, _reread(lease)))
 
 
