@@ -165,46 +165,33 @@ class ElasticResizer(object):
 
     # ------------------------------------------------------------ pass
 
-    def run(self, context, now=None):
-        """One pass over the bound elastic leases; the futures of the
-        resizes it started (tests wait for them)."""
-        started = []
-        for ref in db_api.elastic_lease_refs(context):
-            try:
-                future = self.consider(context, ref, now=now)
-            except Exception:
-                # One lease must not stop the pass over the others.
-                LOG.exception('Elastic resizing of lease %s failed',
-                              ref.uuid)
-                continue
-            if future is not None:
-                started.append(future)
-        return started
+    @lease_task.lease_periodic(
+        'elastic resizing',
+        lister=lambda self, context: db_api.elastic_lease_refs(context))
+    def run(self, task, context, now=None):
+        """Predict for one bound elastic lease and start its resize in a
+        worker. Called, one pass over the bound elastic leases: the
+        futures of the resizes it started (tests wait for them)."""
+        lease = task.lease
+        if lease.status != states.BOUND or not lease.elastic or \
+                lease.host is None:
+            return None
+        if _pending(context, lease):
+            # A resize cut short (its conductor died): settle it
+            # before predicting anything.
+            task.spawn_after(self.manager.spawn, self.settle, context,
+                             lease.id)
+        else:
+            decision = self.decide(context, task, now=now)
+            if decision is None:
+                return None
+            task.spawn_after(self.manager.spawn, self.resize, context,
+                             lease.id, decision)
 
     def consider(self, context, ref, now=None):
         """Predict for one lease (``ref``: an elastic_lease_refs row) and
         start its resize in a worker; the worker's future, or None."""
-        task = lease_task.try_acquire(context, ref.id, self.host,
-                                      listed=ref)
-        if task is None:
-            return None
-        with task:
-            lease = task.lease
-            if lease.status != states.BOUND or not lease.elastic or \
-                    lease.host is None:
-                return None
-            if _pending(context, lease):
-                # A resize cut short (its conductor died): settle it
-                # before predicting anything.
-                task.spawn_after(self.manager.spawn, self.settle, context,
-                                 lease.id)
-            else:
-                decision = self.decide(context, task, now=now)
-                if decision is None:
-                    return None
-                task.spawn_after(self.manager.spawn, self.resize, context,
-                                 lease.id, decision)
-        return task.future
+        return self.run.for_lease(context, ref, now=now)
 
     def decide(self, context, task, now=None):
         """The Decision for the task's lease, or None to leave it. Keeps
