@@ -274,11 +274,12 @@ class ElasticResizer(object):
         if shrink:
             victims = [e for e in lease.extents if e.uuid in set(shrink)]
             try:
-                self.flows._call_agent(
+                self.flows.call_agent(
                     context, lease.host.name,
                     'detaching %d extent(s) on host %s' % (
                         len(victims), lease.host.name),
-                    'detach_memory', lease_flows.lease_view(lease),
+                    self.flows.agents.detach_memory,
+                    lease_flows.lease_view(lease),
                     [lease_flows.extent_view(lease, e) for e in victims],
                     lease.attach_mode, lease.instance_uuid)
             except lease_flows.StepFailed as exc:
@@ -363,11 +364,12 @@ class ElasticResizer(object):
                                              portal=portals.get(e.uuid),
                                              credentials=True)
                      for e in extents]
-            attached = self.flows._call_agent(
+            attached = self.flows.call_agent(
                 context, host.name,
                 'attaching %d more MiB on host %s' % (decision.amount_mb,
                                                       host.name),
-                'attach_memory', lease_flows.lease_view(lease), views,
+                self.flows.agents.attach_memory,
+                lease_flows.lease_view(lease), views,
                 lease.attach_mode, lease.instance_uuid) or {}
         except lease_flows.StepFailed as exc:
             problems = self._undo_grow(context, lease_id, new)
@@ -392,10 +394,11 @@ class ElasticResizer(object):
         host = lease.host
         if host is not None:
             try:
-                self.flows._call_agent(
+                self.flows.call_agent(
                     context, host.name,
                     'detaching the new extents on host %s' % host.name,
-                    'detach_memory', lease_flows.lease_view(lease),
+                    self.flows.agents.detach_memory,
+                    lease_flows.lease_view(lease),
                     [lease_flows.extent_view(lease, e) for e in extents],
                     lease.attach_mode, lease.instance_uuid)
             except lease_flows.StepFailed as exc:
@@ -418,19 +421,19 @@ class ElasticResizer(object):
             try:
                 if (extent.export_state == states.EXTENT_EXPORTED or
                         extent.chap_username):
-                    self.flows._call_agent(
+                    self.flows.call_agent(
                         context, node,
                         'unexporting extent %d on memory node %s' % (
                             extent.index, node),
-                        'unexport_extent',
+                        self.flows.agents.unexport_extent,
                         lease_flows.extent_view(lease, extent))
                     db_api.extent_update(context, extent.id,
                                          lease_flows.CLEAR_EXPORT)
-                    self.flows._call_agent(
+                    self.flows.call_agent(
                         context, node,
                         'scrubbing extent %d on memory node %s' % (
                             extent.index, node),
-                        'scrub_extent',
+                        self.flows.agents.scrub_extent,
                         lease_flows.extent_view(lease, extent))
                     db_api.extent_update(
                         context, extent.id,
@@ -464,11 +467,11 @@ class ElasticResizer(object):
         host = lease.host
         _mark(context, lease, PENDING_SHRINK, [e.uuid for e in victims])
         try:
-            self.flows._call_agent(
+            self.flows.call_agent(
                 context, host.name,
                 'detaching %d MiB on host %s' % (decision.amount_mb,
                                                  host.name),
-                'detach_memory', lease_flows.lease_view(lease),
+                self.flows.agents.detach_memory, lease_flows.lease_view(lease),
                 [lease_flows.extent_view(lease, e) for e in victims],
                 lease.attach_mode, lease.instance_uuid)
         except lease_flows.StepFailed as exc:
