@@ -169,6 +169,27 @@ class LeaseTask(object):
         self.reload()
         return True
 
+    def set_fault(self, fault, action=None):
+        """Record ``fault``: why the lease cannot do what is asked of it
+        (None clears it). With ``action``, the lease's action log gets an
+        entry of that name that failed with ``fault`` as its message, so
+        the owner sees when and why. False when the lease left its state
+        meanwhile (nothing written)."""
+        if not self.update({'fault': fault}):
+            return False
+        if action is not None:
+            db_api.action_start(self.context, self.lease_id, action,
+                                message=fault)
+            db_api.action_finish(self.context, self.lease_id, action,
+                                 'error', message=fault)
+        return True
+
+    def link_instance(self, instance_uuid):
+        """Name the Nova instance the lease serves (None: no instance);
+        the lease is bound with it when it starts. False when the lease
+        left its state meanwhile (nothing written)."""
+        return self.update({'instance_uuid': instance_uuid})
+
     def spawn_after(self, spawn_method, fn, *args, **kwargs):
         """Once the ``with`` block ends without an error, run
         ``spawn_method(reservation, fn, *args, **kwargs)`` (the
