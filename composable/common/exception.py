@@ -119,6 +119,21 @@ class NameInUse(Conflict):
     error_code = 'composable.lease.name_in_use'
 
 
+class DeviceInLease(InUse):
+    """A device's state follows its lease; only the lease changes it."""
+
+    def __init__(self, message=None, **kwargs):
+        kwargs.setdefault('resource', 'Device')
+        kwargs.setdefault('reason',
+                          'it is in a lease; its state follows the lease')
+        super().__init__(message, **kwargs)
+
+
+class PoolCapacityInUse(InUse):
+    """Taking a device out of service would leave its pool with less than
+    its leases hold."""
+
+
 class InvalidState(Conflict):
     msg_fmt = ('Lease %(lease)s is %(status)s; %(action)s is not possible in '
                'that state.%(hint)s')

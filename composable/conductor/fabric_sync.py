@@ -404,13 +404,14 @@ class FabricSync(object):
         try:
             device = db_api.device_update(context, row.uuid,
                                           {'state': state})
-        except exception.InUse as exc:
-            if 'lease' not in exc.message or 'pool' in exc.message:
-                # Not a lease that won: the pool's leases need the device
-                # (its capacity would drop below what they hold).
-                LOG.warning('Device %(dev)s stays %(state)s: %(reason)s',
-                            {'dev': row.uuid, 'state': row.state,
-                             'reason': exc.message})
+        except exception.DeviceInLease:
+            return False
+        except exception.PoolCapacityInUse as exc:
+            # Not a lease that won: the pool's leases need the device
+            # (its capacity would drop below what they hold).
+            LOG.warning('Device %(dev)s stays %(state)s: %(reason)s',
+                        {'dev': row.uuid, 'state': row.state,
+                         'reason': exc.message})
             return False
         notifications.device_health(context, device,
                                     previous_state=row.state, health=health,

@@ -178,11 +178,12 @@ class LeaseFlows(object):
                              message=fault)
         return target
 
-    def _call_agent(self, context, node, what, method, *args, **kwargs):
-        """Call one agent; turn its failures into StepFailed."""
+    def call_agent(self, context, node, what, call, *args, **kwargs):
+        """``call(context, node, *args, **kwargs)``, one method of the
+        agent RPC API (``self.agents.attach_memory``, ...), on agent
+        ``node``; its failures become StepFailed saying ``what`` failed."""
         try:
-            return getattr(self.agents, method)(context, node, *args,
-                                                **kwargs)
+            return call(context, node, *args, **kwargs)
         except messaging.MessagingTimeout:
             exc = exception.AgentUnavailable(
                 host=node, timeout=CONF.rpc_response_timeout_bind)
@@ -197,25 +198,31 @@ class LeaseFlows(object):
                              'see its log' % (what, node, exc.exc_type),
                              node=node)
 
-    def _call_fabric(self, fabric, what, operation, *args):
-        """Run one fabric driver call, at most [fabric]operation_timeout
-        seconds.
+    @staticmethod
+    def _fabric_driver(fabric, what):
+        """The driver of ``fabric`` (a row as a dict); StepFailed saying
+        ``what`` failed when it cannot be loaded."""
+        try:
+            return fabric_drivers.get_driver(fabric['driver'])
+        except exception.DriverError as exc:
+            raise StepFailed('%s: %s' % (what, exc.message))
+
+    def _call_fabric(self, fabric, what, call, *args):
+        """Run ``call(fabric, *args)``, one method of the fabric's driver
+        (fabric.base.FabricDriver: ``driver.bind_device``, ...), at most
+        [fabric]operation_timeout seconds.
 
         The call runs in a daemon thread: a driver stuck on hardware cannot
         hold the flow (or the conductor's shutdown) forever. The operation
         is idempotent, so whatever it did late is redone or undone by the
         next flow on the lease.
         """
-        try:
-            driver = fabric_drivers.get_driver(fabric['driver'])
-        except exception.DriverError as exc:
-            raise StepFailed('%s: %s' % (what, exc.message))
         timeout = CONF.fabric.operation_timeout
         try:
             return utils.call_with_timeout(
-                lambda: getattr(driver, operation)(fabric, *args), timeout,
+                lambda: call(fabric, *args), timeout,
                 'Fabric %s (driver %s)' % (fabric['name'], fabric['driver']),
-                name='fabric-%s' % operation)
+                name='fabric-%s' % call.__name__)
         except Exception as error:
             if isinstance(error, exception.ComposableException):
                 reason = error.message
@@ -340,10 +347,10 @@ class LeaseFlows(object):
             extents = [extent_view(lease, e, portal=portals.get(e.uuid),
                                    credentials=True)
                        for e in lease.extents]
-            memory = self._call_agent(
+            memory = self.call_agent(
                 context, host.name,
                 'attaching the memory on host %s' % host.name,
-                'attach_memory', view, extents, lease.attach_mode,
+                self.agents.attach_memory, view, extents, lease.attach_mode,
                 lease.instance_uuid)
             details['memory'] = memory or {}
             details['portals'] = portals
@@ -359,8 +366,11 @@ class LeaseFlows(object):
                 what = ('binding device %s to host %s on fabric %s' %
                         (device.uuid, host.name, fabric.name))
                 view_dev = device_view(device)
-                answer = self._call_fabric(_row(fabric), what, 'bind_device',
-                                           view_dev, _row(host))
+                fabric_row = _row(fabric)
+                driver = self._fabric_driver(fabric_row, what)
+                answer = self._call_fabric(fabric_row, what,
+                                           driver.bind_device, view_dev,
+                                           _row(host))
                 try:
                     found = fabric_base.as_locator(answer, view_dev)
                 except TypeError as exc:
@@ -379,10 +389,10 @@ class LeaseFlows(object):
                 view_dev['locator'] = found
                 locators[device.uuid] = found
                 devices.append(view_dev)
-            attached = self._call_agent(
+            attached = self.call_agent(
                 context, host.name,
                 'attaching devices on host %s' % host.name,
-                'attach_devices', view, devices) or {}
+                self.agents.attach_devices, view, devices) or {}
             for dev in devices:
                 pci = attached.get(dev['uuid']) or dev['pci_address']
                 db_api.device_set_state(context, dev['id'],
@@ -428,12 +438,12 @@ class LeaseFlows(object):
                                  {'chap_username': username,
                                   'chap_secret': secret})
         node = extent.memory_node.name
-        result = self._call_agent(
+        result = self.call_agent(
             context, node,
             'exporting extent %d of the lease on memory node %s' %
             (extent.index, node),
-            'export_extent', extent_view(lease, extent), host.initiator_iqn,
-            username, secret) or {}
+            self.agents.export_extent, extent_view(lease, extent),
+            host.initiator_iqn, username, secret) or {}
         db_api.extent_update(context, extent.id,
                              {'export_state': states.EXTENT_EXPORTED,
                               'target_iqn': result.get('target_iqn'),
@@ -476,10 +486,10 @@ class LeaseFlows(object):
         does not pull them from under the host. A host still silent is
         abandoned as before (one more wait for it)."""
         try:
-            self._call_agent(context, host.name,
-                             'detaching devices on host %s' % host.name,
-                             'detach_devices', view,
-                             [device_view(d) for d in devices])
+            self.call_agent(context, host.name,
+                            'detaching devices on host %s' % host.name,
+                            self.agents.detach_devices, view,
+                            [device_view(d) for d in devices])
         except StepFailed as exc:
             LOG.warning('Host %(host)s did not let the devices of a failed '
                         'bind go (%(exc)s); the fabric unbinds them all the '
@@ -551,9 +561,9 @@ class LeaseFlows(object):
             if devices:
                 if host.name not in skip:
                     clean &= on_host(
-                        host, self._call_agent, context, host.name,
+                        host, self.call_agent, context, host.name,
                         'detaching devices on host %s' % host.name,
-                        'detach_devices', view,
+                        self.agents.detach_devices, view,
                         [device_view(d) for d in devices])
                 elif abandoned:
                     self._detach_from_silent_host(context, host, view,
@@ -568,9 +578,9 @@ class LeaseFlows(object):
             if extents:
                 if host.name not in skip:
                     clean &= on_host(
-                        host, self._call_agent, context, host.name,
+                        host, self.call_agent, context, host.name,
                         'detaching the memory on host %s' % host.name,
-                        'detach_memory', view,
+                        self.agents.detach_memory, view,
                         [extent_view(lease, e) for e in extents],
                         att.mode, att.instance_uuid)
                 elif not abandoned:
@@ -596,10 +606,11 @@ class LeaseFlows(object):
                 problems.append('memory node %s did not answer' % node)
                 unexported = False
                 continue
-            if attempt(self._call_agent, context, node,
+            if attempt(self.call_agent, context, node,
                        'unexporting extent %d of the lease on memory node '
                        '%s' % (extent.index, node),
-                       'unexport_extent', extent_view(lease, extent)):
+                       self.agents.unexport_extent,
+                       extent_view(lease, extent)):
                 db_api.extent_update(context, extent.id, CLEAR_EXPORT)
             else:
                 unexported = False
@@ -628,11 +639,12 @@ class LeaseFlows(object):
                                          'pci_address': None})
                 continue
             fabric = device.pool.fabric
-            self._call_fabric(
-                _row(fabric),
-                'unbinding device %s from host %s on fabric %s' %
-                (device.uuid, host.name, fabric.name),
-                'unbind_device', device_view(device), _row(host))
+            fabric_row = _row(fabric)
+            what = ('unbinding device %s from host %s on fabric %s' %
+                    (device.uuid, host.name, fabric.name))
+            driver = self._fabric_driver(fabric_row, what)
+            self._call_fabric(fabric_row, what, driver.unbind_device,
+                              device_view(device), _row(host))
             db_api.device_set_state(context, device.id,
                                     {'state': states.DEVICE_RESERVED,
                                      'pci_address': None})
@@ -731,11 +743,11 @@ class LeaseFlows(object):
                 # scrub, and no reason to wait for that node's agent.
                 continue
             node = extent.memory_node.name
-            self._call_agent(
+            self.call_agent(
                 context, node,
                 'scrubbing extent %d of the lease on memory node %s' %
                 (extent.index, node),
-                'scrub_extent', extent_view(lease, extent))
+                self.agents.scrub_extent, extent_view(lease, extent))
             db_api.extent_update(context, extent.id,
                                  dict(CLEAR_EXPORT,
                                       export_state=states.EXTENT_SCRUBBED))

@@ -21,9 +21,10 @@ periodic_interval`` seconds, in a thread of its own):
   under the lease's reservation (ConductorManager.update_lease), so an
   extension and the expiry never both happen.
 
-Each lease is handled only under its reservation, taken without waiting:
-when several conductors run these tasks at the same moment, exactly one of
-them acts on a given lease and the others skip it.
+Each lease is handled only under its reservation, taken without waiting
+(composable.conductor.task.lease_periodic): when several conductors run
+these tasks at the same moment, exactly one of them acts on a given lease
+and the others skip it.
 """
 
 from oslo_log import log as logging
@@ -63,6 +64,10 @@ def running_action(context, lease_id, default):
     return default
 
 
+def _due(when):
+    return when is None or when <= utils.utcnow()
+
+
 class PeriodicTasks(object):
 
     def __init__(self, manager):
@@ -81,10 +86,6 @@ class PeriodicTasks(object):
                 # One failing task must not stop the others, nor the loop.
                 LOG.exception('Periodic task %s failed', task.__name__)
 
-    def _acquire(self, context, lease):
-        return lease_task.try_acquire(context, lease.id, self.host,
-                                      listed=lease)
-
     # ------------------------------------------------------------ takeover
 
     def take_over_dead_conductors(self, context):
@@ -93,96 +94,91 @@ class PeriodicTasks(object):
         if dead:
             LOG.warning('Broke the lease reservations of conductors that '
                         'stopped beating: %s', ', '.join(dead))
-        leases = db_api.lease_list(
-            context, filters={'status': sorted(states.TRANSIENT_STATES)})
-        for lease in leases:
-            self.resume(context, lease)
+        return self.resume_leases(context)
+
+    def _resume_flow(self, method):
+        flows = self.manager.flows
+        return {'allocate': flows.allocate, 'bind': flows.bind,
+                'unbind': flows.unbind, 'release': flows.release}[method]
+
+    @lease_task.lease_periodic(
+        'resuming the leases of conductors that stopped',
+        filters={'status': sorted(states.TRANSIENT_STATES)})
+    def resume_leases(self, task, context):
+        lease = task.lease
+        if lease.status not in _RESUME:
+            return None
+        method, event, default_action = _RESUME[lease.status]
+        action = running_action(context, lease.id, default_action)
+        try:
+            task.process_event(event)
+        except Exception:
+            LOG.exception('Cannot resume lease %s', lease.uuid)
+            return None
+        LOG.warning('Resuming %(method)s of lease %(lease)s, left in '
+                    '%(status)s by a conductor that stopped',
+                    {'method': method, 'lease': lease.uuid,
+                     'status': lease.status})
+        options = {}
+        if method == 'unbind':
+            options = nova_actions.unbind_options(action)
+        task.spawn_after(self.manager.spawn, self._resume_flow(method),
+                         context, lease.id, action=action, **options)
 
     def resume(self, context, lease):
-        task = self._acquire(context, lease)
-        if task is None:
-            return None
-        with task:
-            lease = task.lease
-            if lease.status not in _RESUME:
-                return None
-            method, event, default_action = _RESUME[lease.status]
-            action = running_action(context, lease.id, default_action)
-            try:
-                task.process_event(event)
-            except Exception:
-                LOG.exception('Cannot resume lease %s', lease.uuid)
-                return None
-            LOG.warning('Resuming %(method)s of lease %(lease)s, left in '
-                        '%(status)s by a conductor that stopped',
-                        {'method': method, 'lease': lease.uuid,
-                         'status': lease.status})
-            options = {}
-            if method == 'unbind':
-                options = nova_actions.unbind_options(action)
-            task.spawn_after(self.manager.spawn,
-                             getattr(self.manager.flows, method),
-                             context, lease.id, action=action, **options)
-        return task.future
+        return self.resume_leases.for_lease(context, lease)
 
     # ------------------------------------------------------------ start
 
-    def start_due_leases(self, context):
-        now = utils.utcnow()
-        leases = db_api.lease_list(context,
-                                   filters={'status': states.REQUESTED})
-        for lease in leases:
-            if lease.start_at is not None and lease.start_at > now:
-                continue
-            self.start(context, lease)
+    def _start_due(self, context, lease):
+        return _due(lease.start_at)
+
+    @lease_task.lease_periodic('starting leases whose start time came',
+                               filters={'status': states.REQUESTED},
+                               predicate=_start_due)
+    def start_due_leases(self, task, context):
+        lease = task.lease
+        if lease.status != states.REQUESTED or not _due(lease.start_at):
+            return None
+        task.process_event(states.ALLOCATE, action='start')
+        LOG.info('Lease %s reached its start time; allocating it',
+                 lease.uuid)
+        task.spawn_after(self.manager.spawn, self.manager.flows.allocate,
+                         context, lease.id, action='start')
 
     def start(self, context, lease):
-        task = self._acquire(context, lease)
-        if task is None:
-            return None
-        with task:
-            lease = task.lease
-            now = utils.utcnow()
-            if lease.status != states.REQUESTED or (
-                    lease.start_at is not None and lease.start_at > now):
-                return None
-            task.process_event(states.ALLOCATE, action='start')
-            LOG.info('Lease %s reached its start time; allocating it',
-                     lease.uuid)
-            task.spawn_after(self.manager.spawn, self.manager.flows.allocate,
-                             context, lease.id, action='start')
-        return task.future
+        return self.start_due_leases.for_lease(context, lease)
 
     # ------------------------------------------------------------ expire
 
-    def expire_leases(self, context):
-        now = utils.utcnow()
-        leases = db_api.lease_list(context, filters={'status': EXPIRABLE})
-        for lease in leases:
-            if lease.end_at is None or lease.end_at > now:
-                continue
-            self.expire(context, lease)
-
-    def expire(self, context, lease):
+    def _end_due(self, context, lease):
+        """True when the listed lease has ended and needs its
+        reservation to be released; one that holds nothing live is
+        released here, at once, in one transaction (the conditional
+        UPDATE checks end_at again), and needs nothing more."""
+        if lease.end_at is None or not _due(lease.end_at):
+            return False
         if allocator.release_unbound(context, lease.id, 'expire'):
             LOG.info('Lease %s reached its end time; released', lease.uuid)
             if placement_claims.enabled():
                 placement_claims.release(lease.uuid)
+            return False
+        return True
+
+    @lease_task.lease_periodic('expiring leases whose end time passed',
+                               filters={'status': EXPIRABLE},
+                               predicate=_end_due)
+    def expire_leases(self, task, context):
+        # end_at changes only under the reservation (update_lease): what
+        # is read here holds until the lease is releasing.
+        lease = task.lease
+        if (lease.end_at is None or not _due(lease.end_at)
+                or lease.status not in EXPIRABLE):
             return None
-        task = self._acquire(context, lease)
-        if task is None:
-            return None
-        with task:
-            # end_at changes only under the reservation (update_lease):
-            # what is read here holds until the lease is releasing.
-            lease = task.lease
-            now = utils.utcnow()
-            if (lease.end_at is None or lease.end_at > now
-                    or lease.status not in EXPIRABLE):
-                return None
-            task.process_event(states.EXPIRE, action='expire')
-            LOG.info('Lease %s reached its end time; releasing it',
-                     lease.uuid)
-            task.spawn_after(self.manager.spawn, self.manager.flows.release,
-                             context, lease.id, action='expire')
-        return task.future
+        task.process_event(states.EXPIRE, action='expire')
+        LOG.info('Lease %s reached its end time; releasing it', lease.uuid)
+        task.spawn_after(self.manager.spawn, self.manager.flows.release,
+                         context, lease.id, action='expire')
+
+    def expire(self, context, lease):
+        return self.expire_leases.for_lease(context, lease)

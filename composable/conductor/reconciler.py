@@ -31,8 +31,9 @@ Every conductor runs it every ``[conductor]reconcile_interval`` seconds
    targets the exporter still serves for extents the database says are
    not exported are removed, and orphan extent files are scrubbed.
 
-Each lease is handled only under its reservation, taken without waiting:
-when several conductors reconcile at the same moment, exactly one acts on
+Each lease is handled only under its reservation, taken without waiting
+(composable.conductor.task.lease_periodic): when several conductors
+reconcile at the same moment, exactly one acts on
 a given lease and the others skip it. Every attempt on a lease is a lease
 action named ``reconcile`` (its message says what was tried, and why it
 failed), so the owner sees in the action log what happened to the lease.
@@ -230,10 +231,6 @@ class Reconciler(object):
     def host(self):
         return self.manager.host
 
-    def _stopping(self):
-        event = getattr(self.manager, '_stopping', None)
-        return event is not None and event.is_set()
-
     # ------------------------------------------------------------ run
 
     def run(self, context=None):
@@ -273,22 +270,30 @@ class Reconciler(object):
 
     # ------------------------------------------------------------ helpers
 
-    def _take(self, context, lease, unreachable, summary):
-        """A task on the lease (its reservation and the lease read again
-        under it), or None when the lease is busy, backing off, or needs a
-        node that did not answer in this run."""
-        if lease.reservation is not None:
-            return None
+    def _stopping(self):
+        event = getattr(self.manager, '_stopping', None)
+        return event is not None and event.is_set()
+
+    def _due(self, context, lease, flows, unreachable, summary):
+        """False when the listed lease waits for a later run: it is
+        backing off, or needs a node that did not answer in this run."""
         actions = db_api.action_list(context, lease.id)
         due = next_attempt(actions)
         if due is not None and utils.utcnow() < due:
             summary['waiting'].append(lease.uuid)
-            return None
+            return False
         if _lease_nodes(context, lease) & unreachable:
             summary['waiting'].append(lease.uuid)
-            return None
-        return lease_task.try_acquire(context, lease.id, self.host,
-                                      listed=lease)
+            return False
+        return True
+
+    def _holds_and_due(self, context, lease, flows, unreachable, summary):
+        return holds_something(context, lease) and self._due(
+            context, lease, flows, unreachable, summary)
+
+    def _failed(self, lease, exc, flows, unreachable, summary):
+        summary['problems'].append('lease %s: %s' % (lease.uuid,
+                                                     type(exc).__name__))
 
     @staticmethod
     def _start_action(context, lease_id, message):
@@ -302,41 +307,33 @@ class Reconciler(object):
 
     # ------------------------------------------------------------ error
 
-    def retry_errors(self, context, flows, unreachable, summary):
-        for lease in db_api.lease_list(context,
-                                       filters={'status': states.ERROR}):
-            if self._stopping():
-                return
-            self.retry(context, lease, flows, unreachable, summary)
-
-    def retry(self, context, lease, flows, unreachable, summary):
+    @lease_task.lease_periodic(
+        'retrying leases in error', filters={'status': states.ERROR},
+        predicate=_due, stop=_stopping, on_error=_failed)
+    def retry_errors(self, task, context, flows, unreachable, summary):
         """Retry the release or unbind of one lease in error."""
-        task = self._take(context, lease, unreachable, summary)
-        if task is None:
+        lease = task.lease
+        if lease.status != states.ERROR:
             return None
-        with task:
-            lease = task.lease
-            if lease.status != states.ERROR:
-                return None
-            intent = user_intent(db_api.action_list(context, lease.id))
-            if intent != 'release':
-                event = states.UNBIND
-                flow = functools.partial(flows.unbind,
-                                         **nova_actions.unbind_options(intent))
-                message = ('The reconciler retries the unbind that '
-                           'failed.')
-            else:
-                event, flow = states.DELETE, flows.release
-                message = ('The reconciler retries the release that '
-                           'failed.')
-            try:
-                task.process_event(event)
-            except lease_task.StatusChanged:
-                return None
-            self._start_action(context, lease.id, message)
-            LOG.info('Reconciler: retrying the %(what)s of lease %(lease)s',
-                     {'what': intent, 'lease': lease.uuid})
-            result = flow(context, lease.id, action=RECONCILE)
+        intent = user_intent(db_api.action_list(context, lease.id))
+        if intent != 'release':
+            event = states.UNBIND
+            flow = functools.partial(flows.unbind,
+                                     **nova_actions.unbind_options(intent))
+            message = ('The reconciler retries the unbind that '
+                       'failed.')
+        else:
+            event, flow = states.DELETE, flows.release
+            message = ('The reconciler retries the release that '
+                       'failed.')
+        try:
+            task.process_event(event)
+        except lease_task.StatusChanged:
+            return None
+        self._start_action(context, lease.id, message)
+        LOG.info('Reconciler: retrying the %(what)s of lease %(lease)s',
+                 {'what': intent, 'lease': lease.uuid})
+        result = flow(context, lease.id, action=RECONCILE)
         if result == states.RELEASED:
             summary['released'].append(lease.uuid)
         elif result == states.RESERVED:
@@ -346,51 +343,51 @@ class Reconciler(object):
             summary['retry_failed'][lease.uuid] = fault
         return result
 
+    def retry(self, context, lease, flows, unreachable, summary):
+        return self.retry_errors.for_lease(context, lease, flows,
+                                           unreachable, summary)
+
     # ------------------------------------------------------------ bind_failed
 
-    def clean_failed_binds(self, context, flows, unreachable, summary):
-        for lease in db_api.lease_list(
-                context, filters={'status': states.BIND_FAILED}):
-            if self._stopping():
-                return
-            if holds_something(context, lease):
-                self.clean(context, lease, flows, unreachable, summary)
-
-    def clean(self, context, lease, flows, unreachable, summary):
+    @lease_task.lease_periodic(
+        'tearing down what failed binds left',
+        filters={'status': states.BIND_FAILED}, predicate=_holds_and_due,
+        stop=_stopping, on_error=_failed)
+    def clean_failed_binds(self, task, context, flows, unreachable, summary):
         """Tear down what a failed bind left; the lease stays
         bind_failed. True when nothing is left."""
-        task = self._take(context, lease, unreachable, summary)
-        if task is None:
+        lease = task.lease
+        if lease.status != states.BIND_FAILED or \
+                not holds_something(context, lease):
             return None
-        with task:
-            lease = task.lease
-            if lease.status != states.BIND_FAILED or \
-                    not holds_something(context, lease):
-                return None
-            self._start_action(
-                context, lease.id,
-                'The reconciler removes what the failed bind left '
-                'exported or attached; the lease stays bind_failed.')
-            LOG.info('Reconciler: tearing down what the failed bind of '
-                     'lease %s left', lease.uuid)
-            try:
-                problems = flows.teardown(context, lease, best_effort=True)
-            except Exception as exc:
-                LOG.exception('Tearing down the failed bind of lease %s '
-                              'failed', lease.uuid)
-                problems = ['an internal error (%s); see the conductor '
-                            'log' % type(exc).__name__]
-            if problems:
-                message = ('Could not remove all the failed bind left: '
-                           '%s. The reconciler tries again later.' %
-                           '; '.join(problems))
-                db_api.action_finish(context, lease.id, RECONCILE, ERROR,
-                                     message=message)
-                summary['clean_failed'][lease.uuid] = message
-                return False
-            db_api.action_finish(context, lease.id, RECONCILE, SUCCESS)
+        self._start_action(
+            context, lease.id,
+            'The reconciler removes what the failed bind left '
+            'exported or attached; the lease stays bind_failed.')
+        LOG.info('Reconciler: tearing down what the failed bind of '
+                 'lease %s left', lease.uuid)
+        try:
+            problems = flows.teardown(context, lease, best_effort=True)
+        except Exception as exc:
+            LOG.exception('Tearing down the failed bind of lease %s '
+                          'failed', lease.uuid)
+            problems = ['an internal error (%s); see the conductor '
+                        'log' % type(exc).__name__]
+        if problems:
+            message = ('Could not remove all the failed bind left: '
+                       '%s. The reconciler tries again later.' %
+                       '; '.join(problems))
+            db_api.action_finish(context, lease.id, RECONCILE, ERROR,
+                                 message=message)
+            summary['clean_failed'][lease.uuid] = message
+            return False
+        db_api.action_finish(context, lease.id, RECONCILE, SUCCESS)
         summary['cleaned'].append(lease.uuid)
         return True
+
+    def clean(self, context, lease, flows, unreachable, summary):
+        return self.clean_failed_binds.for_lease(context, lease, flows,
+                                                 unreachable, summary)
 
     # ------------------------------------------------------------ nodes
 

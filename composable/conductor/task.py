@@ -30,9 +30,14 @@ ends::
 :func:`acquire` waits for the reservation (RPC methods, which answer
 LeaseLocked after ``[conductor]reservation_wait``); :func:`try_acquire`
 does not (periodic tasks, the reconciler, Nova's events: a lease busy now
-is looked at again on the next pass). The flows, which run in the worker
-holding the reservation, end their transitions with :func:`transition`.
+is looked at again on the next pass). The periodic tasks, the reconciler
+and the elastic resizer write only what they do to one lease, decorated
+with :func:`lease_periodic`, which lists the leases and takes each one's
+reservation. The flows, which run in the worker holding the reservation,
+end their transitions with :func:`transition`.
 """
+
+import functools
 
 from oslo_log import log as logging
 
@@ -164,6 +169,27 @@ class LeaseTask(object):
         self.reload()
         return True
 
+    def set_fault(self, fault, action=None):
+        """Record ``fault``: why the lease cannot do what is asked of it
+        (None clears it). With ``action``, the lease's action log gets an
+        entry of that name that failed with ``fault`` as its message, so
+        the owner sees when and why. False when the lease left its state
+        meanwhile (nothing written)."""
+        if not self.update({'fault': fault}):
+            return False
+        if action is not None:
+            db_api.action_start(self.context, self.lease_id, action,
+                                message=fault)
+            db_api.action_finish(self.context, self.lease_id, action,
+                                 'error', message=fault)
+        return True
+
+    def link_instance(self, instance_uuid):
+        """Name the Nova instance the lease serves (None: no instance);
+        the lease is bound with it when it starts. False when the lease
+        left its state meanwhile (nothing written)."""
+        return self.update({'instance_uuid': instance_uuid})
+
     def spawn_after(self, spawn_method, fn, *args, **kwargs):
         """Once the ``with`` block ends without an error, run
         ``spawn_method(reservation, fn, *args, **kwargs)`` (the
@@ -202,3 +228,142 @@ def _task(context, reservation):
         reservation.release()
         raise
     return LeaseTask(context, reservation, lease)
+
+
+# ---------------------------------------------------------------- periodic
+
+class _LeasePeriodic(object):
+    """What :func:`lease_periodic` makes of a method (a descriptor: on an
+    instance it is a :class:`LeasePass`)."""
+
+    def __init__(self, fn, purpose, filters, lister, predicate, stop,
+                 on_error):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.purpose = purpose
+        self.filters = filters
+        self.lister = lister
+        self.predicate = predicate
+        self.stop = stop
+        self.on_error = on_error
+
+    def __get__(self, owner, owner_type=None):
+        if owner is None:
+            return self
+        return LeasePass(self, owner)
+
+
+class LeasePass(object):
+    """One lease periodic of one object (a conductor's periodic tasks,
+    reconciler, resizer): called, it makes a pass over its leases;
+    :meth:`for_lease` acts on one lease as the pass would."""
+
+    def __init__(self, periodic, owner):
+        self._periodic = periodic
+        self._owner = owner
+        self.__name__ = periodic.__name__
+        self.__doc__ = periodic.__doc__
+
+    def leases(self, context):
+        """The leases the pass looks at, as its list reads them."""
+        periodic, owner = self._periodic, self._owner
+        if periodic.lister is not None:
+            return periodic.lister(owner, context)
+        filters = periodic.filters
+        if callable(filters):
+            filters = filters(owner)
+        return db_api.lease_list(context, filters=filters)
+
+    def __call__(self, context, *args, **kwargs):
+        """One pass; the results the leases acted upon gave (see
+        for_lease), those that are None left out."""
+        periodic, owner = self._periodic, self._owner
+        results = []
+        for lease in self.leases(context):
+            if periodic.stop is not None and periodic.stop(owner):
+                LOG.debug('Stopping %s: the conductor stops',
+                          periodic.purpose)
+                break
+            try:
+                result = self.for_lease(context, lease, *args, **kwargs)
+            except Exception as exc:
+                # One lease must not stop the pass over the others.
+                LOG.exception('%(purpose)s failed on lease %(lease)s',
+                              {'purpose': periodic.purpose.capitalize(),
+                               'lease': lease.uuid})
+                if periodic.on_error is not None:
+                    periodic.on_error(owner, lease, exc, *args, **kwargs)
+                continue
+            if result is not None:
+                results.append(result)
+        return results
+
+    def for_lease(self, context, lease, *args, **kwargs):
+        """Act on one ``lease`` (as the pass listed it) under its
+        reservation, taken without waiting. None when the lease is busy,
+        gone, or the predicate passes it by; else the future of the worker
+        the method handed the reservation to (spawn_after), or the
+        method's own result."""
+        periodic, owner = self._periodic, self._owner
+        if lease.reservation is not None:
+            return None
+        if periodic.predicate is not None and not periodic.predicate(
+                owner, context, lease, *args, **kwargs):
+            return None
+        try:
+            task = try_acquire(context, lease.id, owner.host, listed=lease)
+        except exception.LeaseNotFound:
+            LOG.debug('Lease %s is gone; %s passes it by', lease.uuid,
+                      periodic.purpose)
+            return None
+        if task is None:
+            return None
+        with task:
+            result = periodic.fn(owner, task, context, *args, **kwargs)
+        if task.future is not None:
+            return task.future
+        return result
+
+
+def lease_periodic(purpose, filters=None, lister=None, predicate=None,
+                   stop=None, on_error=None):
+    """The skeleton of every periodic lease task, after Ironic's
+    ``node_periodic``: list the leases, take each one's reservation
+    without waiting, pass by those that are busy, act on the others.
+
+    Decorates ``fn(self, task, context, *args, **kwargs)``: what to do to
+    one lease, given a :class:`LeaseTask` on it (``task.lease`` is the
+    lease read under its reservation; check there whatever the list
+    showed, the lease may have changed since). ``self`` has a ``host``
+    (the conductor's name: the reservation's holder). The decorated name
+    is then a :class:`LeasePass`: ``self.name(context, *args, **kwargs)``
+    runs one pass, ``self.name.for_lease(context, lease, ...)`` acts on one
+    lease as the pass would.
+
+    One pass:
+
+    * lists the leases: ``db_api.lease_list`` with ``filters`` (a dict, or
+      a callable of ``self`` giving one), or ``lister(self, context)`` for
+      another list (its rows need ``id``, ``uuid`` and ``reservation``);
+    * before each lease, ends early when ``stop(self)`` is true;
+    * passes by a lease the list shows reserved, then one that
+      ``predicate(self, context, lease, *args, **kwargs)`` refuses. The
+      predicate sees the lease as listed, without its reservation; it may
+      finish a lease that needs no reservation (the expiry releases a
+      lease that holds nothing live in one conditional UPDATE) and refuse
+      it then;
+    * takes the lease's reservation without waiting; a lease busy now is
+      looked at again on the next pass;
+    * runs ``fn`` under it. An exception there (or in the predicate) is
+      logged, given to ``on_error(self, lease, exc, *args, **kwargs)`` if
+      set, and the pass goes on with the next lease.
+
+    ``purpose``: what the pass does, for the log ("expiring leases").
+    """
+    if (filters is None) == (lister is None):
+        raise TypeError('lease_periodic needs filters or a lister')
+
+    def decorator(fn):
+        return _LeasePeriodic(fn, purpose, filters, lister, predicate, stop,
+                              on_error)
+    return decorator

@@ -675,7 +675,11 @@ def device_list(context, **kwargs):
 
 def device_update(context, ident, values):
     """Operators may set name, model, traits and move a device between
-    available and maintenance/faulty; a leased device keeps its state."""
+    available and maintenance/faulty; a leased device keeps its state.
+
+    DeviceInLease when the device is in a lease and its state would
+    change; PoolCapacityInUse when its pool would hold less than its
+    leases use (both are InUse)."""
     with writer(context) as session:
         device = _get(session, models.Device, ident)
         pool = lock_pool(session, device.pool_id)
@@ -684,14 +688,12 @@ def device_update(context, ident, values):
         new_state = values.get('state')
         if new_state and new_state != device.state:
             if device.lease_id is not None:
-                raise exception.InUse(
-                    resource='Device', name=device.uuid,
-                    reason='it is in a lease; its state follows the lease')
+                raise exception.DeviceInLease(name=device.uuid)
         device.update(values)
         session.flush()
         _recompute_pool_total(session, pool)
         if pool.total - pool.reserved < pool.used:
-            raise exception.InUse(
+            raise exception.PoolCapacityInUse(
                 resource='Device', name=device.uuid,
                 reason='pool %s would hold less than its leases use' %
                 pool.name)

@@ -30,8 +30,8 @@ import subprocess
 
 from oslo_log import log as logging
 
-from composable.common import exception
 from composable import privsep
+from composable.privsep import lio as priv_lio
 
 LOG = logging.getLogger(__name__)
 
@@ -256,40 +256,40 @@ def list_extent_files(directory, prefix):
         os.close(dfd)
 
 
-def _lio_call(method, *args):
-    # Imported here: the lio module imports this one.
-    from composable.memory.exporters import lio
-    rtslib = lio.load_rtslib()
+def _lio(call, *args):
+    """``call(LioConfig over rtslib_fb, *args)``: a method of
+    composable.privsep.lio.LioConfig; LioError for any failure."""
+    rtslib = priv_lio.load_rtslib()
     try:
-        return getattr(lio.LioConfig(rtslib), method)(*args)
+        return call(priv_lio.LioConfig(rtslib), *args)
     except rtslib.RTSLibError as exc:
         # rtslib's exceptions may not exist on the other side of the
         # privsep channel, and their text never carries CHAP secrets.
-        raise exception.DriverError(reason='LIO: %s' % exc)
+        raise priv_lio.LioError('LIO: %s' % exc)
 
 
 @privsep.sys_admin_pctxt.entrypoint
 def lio_export(iqn, path, size_bytes, initiator_iqn, user, password, ip,
                port, iser):
     """Create or update the LIO target of an extent (see
-    composable.memory.exporters.lio.LioConfig.export)."""
-    _lio_call('export', iqn, path, size_bytes, initiator_iqn, user,
-              password, ip, port, iser)
+    composable.privsep.lio.LioConfig.export)."""
+    _lio(priv_lio.LioConfig.export, iqn, path, size_bytes, initiator_iqn,
+         user, password, ip, port, iser)
 
 
 @privsep.sys_admin_pctxt.entrypoint
 def lio_unexport(iqn):
     """Remove the LIO target and backstore of an extent."""
-    return _lio_call('unexport', iqn)
+    return _lio(priv_lio.LioConfig.unexport, iqn)
 
 
 @privsep.sys_admin_pctxt.entrypoint
 def lio_holders(path):
     """Names of the LIO backstores serving ``path``."""
-    return _lio_call('holders', path)
+    return _lio(priv_lio.LioConfig.holders, path)
 
 
 @privsep.sys_admin_pctxt.entrypoint
 def lio_target_names():
     """The IQNs of every LIO iSCSI target."""
-    return _lio_call('target_names')
+    return _lio(priv_lio.LioConfig.target_names)

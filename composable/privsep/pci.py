@@ -11,7 +11,7 @@
 # under the License.
 
 """Privileged PCI work of a compute node: the sysfs writes of
-composable.agent.compute_node.pci, and the search for a composed function
+composable.privsep.pci_sysfs, and the search for a composed function
 (which reads the Device Serial Number from config space, readable by
 root only).
 
@@ -24,8 +24,8 @@ that itself.
 
 import re
 
-from composable.agent.compute_node import pci
 from composable import privsep
+from composable.privsep import pci_sysfs as pci
 
 # The host's root directory, and the writer of sysfs files. Fixed here;
 # tests run these functions in-process against a fake sysfs tree.

@@ -71,11 +71,11 @@ import threading
 
 from oslo_log import log as logging
 
-from composable.agent.compute_node import pci
 from composable.common import exception
 from composable.common import sriov
 from composable import conf
 from composable.privsep import pci as priv_pci
+from composable.privsep import pci_sysfs as pci
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ class SysfsPci(object):
     through the privileged functions ``ops`` (composable.privsep.pci).
 
     HostPciDevices does all its PCI work through such an object; each
-    method is one call of composable.agent.compute_node.pci (the attach
+    method is one call of composable.privsep.pci_sysfs (the attach
     and the detach are one each, see pci.attach_function), so a host
     whose PCI module runs elsewhere can stand in with the same methods.
     """

@@ -13,7 +13,7 @@
 """Leased PCI devices passed through into a running Nova instance.
 
 Once the host side has bound a composed function to ``vfio-pci``
-(composable.agent.compute_node.pci), the function is hot-plugged into the
+(composable.privsep.pci_sysfs), the function is hot-plugged into the
 libvirt domain of the lease's instance as::
 
     <hostdev mode='subsystem' type='pci' managed='no'>

@@ -165,46 +165,33 @@ class ElasticResizer(object):
 
     # ------------------------------------------------------------ pass
 
-    def run(self, context, now=None):
-        """One pass over the bound elastic leases; the futures of the
-        resizes it started (tests wait for them)."""
-        started = []
-        for ref in db_api.elastic_lease_refs(context):
-            try:
-                future = self.consider(context, ref, now=now)
-            except Exception:
-                # One lease must not stop the pass over the others.
-                LOG.exception('Elastic resizing of lease %s failed',
-                              ref.uuid)
-                continue
-            if future is not None:
-                started.append(future)
-        return started
+    @lease_task.lease_periodic(
+        'elastic resizing',
+        lister=lambda self, context: db_api.elastic_lease_refs(context))
+    def run(self, task, context, now=None):
+        """Predict for one bound elastic lease and start its resize in a
+        worker. Called, one pass over the bound elastic leases: the
+        futures of the resizes it started (tests wait for them)."""
+        lease = task.lease
+        if lease.status != states.BOUND or not lease.elastic or \
+                lease.host is None:
+            return None
+        if _pending(context, lease):
+            # A resize cut short (its conductor died): settle it
+            # before predicting anything.
+            task.spawn_after(self.manager.spawn, self.settle, context,
+                             lease.id)
+        else:
+            decision = self.decide(context, task, now=now)
+            if decision is None:
+                return None
+            task.spawn_after(self.manager.spawn, self.resize, context,
+                             lease.id, decision)
 
     def consider(self, context, ref, now=None):
         """Predict for one lease (``ref``: an elastic_lease_refs row) and
         start its resize in a worker; the worker's future, or None."""
-        task = lease_task.try_acquire(context, ref.id, self.host,
-                                      listed=ref)
-        if task is None:
-            return None
-        with task:
-            lease = task.lease
-            if lease.status != states.BOUND or not lease.elastic or \
-                    lease.host is None:
-                return None
-            if _pending(context, lease):
-                # A resize cut short (its conductor died): settle it
-                # before predicting anything.
-                task.spawn_after(self.manager.spawn, self.settle, context,
-                                 lease.id)
-            else:
-                decision = self.decide(context, task, now=now)
-                if decision is None:
-                    return None
-                task.spawn_after(self.manager.spawn, self.resize, context,
-                                 lease.id, decision)
-        return task.future
+        return self.run.for_lease(context, ref, now=now)
 
     def decide(self, context, task, now=None):
         """The Decision for the task's lease, or None to leave it. Keeps
@@ -287,11 +274,12 @@ class ElasticResizer(object):
         if shrink:
             victims = [e for e in lease.extents if e.uuid in set(shrink)]
             try:
-                self.flows._call_agent(
+                self.flows.call_agent(
                     context, lease.host.name,
                     'detaching %d extent(s) on host %s' % (
                         len(victims), lease.host.name),
-                    'detach_memory', lease_flows.lease_view(lease),
+                    self.flows.agents.detach_memory,
+                    lease_flows.lease_view(lease),
                     [lease_flows.extent_view(lease, e) for e in victims],
                     lease.attach_mode, lease.instance_uuid)
             except lease_flows.StepFailed as exc:
@@ -376,11 +364,12 @@ class ElasticResizer(object):
                                              portal=portals.get(e.uuid),
                                              credentials=True)
                      for e in extents]
-            attached = self.flows._call_agent(
+            attached = self.flows.call_agent(
                 context, host.name,
                 'attaching %d more MiB on host %s' % (decision.amount_mb,
                                                       host.name),
-                'attach_memory', lease_flows.lease_view(lease), views,
+                self.flows.agents.attach_memory,
+                lease_flows.lease_view(lease), views,
                 lease.attach_mode, lease.instance_uuid) or {}
         except lease_flows.StepFailed as exc:
             problems = self._undo_grow(context, lease_id, new)
@@ -405,10 +394,11 @@ class ElasticResizer(object):
         host = lease.host
         if host is not None:
             try:
-                self.flows._call_agent(
+                self.flows.call_agent(
                     context, host.name,
                     'detaching the new extents on host %s' % host.name,
-                    'detach_memory', lease_flows.lease_view(lease),
+                    self.flows.agents.detach_memory,
+                    lease_flows.lease_view(lease),
                     [lease_flows.extent_view(lease, e) for e in extents],
                     lease.attach_mode, lease.instance_uuid)
             except lease_flows.StepFailed as exc:
@@ -431,19 +421,19 @@ class ElasticResizer(object):
             try:
                 if (extent.export_state == states.EXTENT_EXPORTED or
                         extent.chap_username):
-                    self.flows._call_agent(
+                    self.flows.call_agent(
                         context, node,
                         'unexporting extent %d on memory node %s' % (
                             extent.index, node),
-                        'unexport_extent',
+                        self.flows.agents.unexport_extent,
                         lease_flows.extent_view(lease, extent))
                     db_api.extent_update(context, extent.id,
                                          lease_flows.CLEAR_EXPORT)
-                    self.flows._call_agent(
+                    self.flows.call_agent(
                         context, node,
                         'scrubbing extent %d on memory node %s' % (
                             extent.index, node),
-                        'scrub_extent',
+                        self.flows.agents.scrub_extent,
                         lease_flows.extent_view(lease, extent))
                     db_api.extent_update(
                         context, extent.id,
@@ -477,11 +467,11 @@ class ElasticResizer(object):
         host = lease.host
         _mark(context, lease, PENDING_SHRINK, [e.uuid for e in victims])
         try:
-            self.flows._call_agent(
+            self.flows.call_agent(
                 context, host.name,
                 'detaching %d MiB on host %s' % (decision.amount_mb,
                                                  host.name),
-                'detach_memory', lease_flows.lease_view(lease),
+                self.flows.agents.detach_memory, lease_flows.lease_view(lease),
                 [lease_flows.extent_view(lease, e) for e in victims],
                 lease.attach_mode, lease.instance_uuid)
         except lease_flows.StepFailed as exc:

@@ -82,8 +82,11 @@ both flavors' leases at once; Placement does, until the confirm. The
 confirm normally finds nothing to do: it repairs a lost resize_finish.
 
 Redelivery: every handler is idempotent (a lease already where the
-instance is, or already released, is left alone). A lease busy with
-another operation is waited for up to ``[nova] notifications_busy_wait``
+instance is, or already released, is left alone). Every change to a lease
+is made under its reservation: through the conductor's own methods
+(bind, unbind, delete), or a task (composable.conductor.task) for the
+instance a lease names and its fault. A lease busy with another
+operation is waited for up to ``[nova] notifications_busy_wait``
 seconds, then the message is put back on the queue (requeue) and handled
 again later.
 
@@ -318,6 +321,19 @@ class NovaEventHandler(object):
                      'handled again.', ', '.join(busy))
             raise Requeue()
 
+    def _task(self, context, lease):
+        """A task on ``lease``: its reservation, taken without waiting
+        (_Busy when someone else holds it: _for_each waits, then
+        requeues), and the lease read again under it; _Busy too when the
+        lease left the state it was seen in (_for_each looks again)."""
+        task = lease_task.try_acquire(context, lease.id, self.manager.host)
+        if task is None:
+            raise _Busy()
+        if task.lease.status != lease.status:
+            task.reservation.release()
+            raise _Busy()
+        return task
+
     def _ensure_flavor_leases(self, context, instance, host, data,
                               allocations=None):
         if not placement_claims.enabled():
@@ -411,8 +427,8 @@ class NovaEventHandler(object):
                      {'inst': instance, 'lease': lease.uuid})
             rpc.call_unwrapped(self.manager.unbind_lease, context, lease.uuid)
         elif lease.instance_uuid == instance:
-            db_api.lease_update(context, lease.id, {'instance_uuid': None},
-                                expected_status=lease.status)
+            with self._task(context, lease) as task:
+                task.link_instance(None)
 
     def _on_create(self, context, event, instance, data):
         host, known = self._where(context, instance, data)
@@ -434,7 +450,7 @@ class NovaEventHandler(object):
         wanted = hints.get(LEASE_HINT) or []
         if isinstance(wanted, str):
             wanted = [wanted]
-        linked = False
+        hinted = []
         for ident in wanted:
             try:
                 lease = db_api.lease_get(context, ident)
@@ -448,17 +464,23 @@ class NovaEventHandler(object):
                             '%(lease)s of another project; ignored.',
                             {'inst': instance, 'lease': lease.uuid})
                 continue
-            if lease.instance_uuid not in (None, instance):
-                continue
-            db_api.lease_update(context, lease.id,
-                                {'instance_uuid': instance},
-                                expected_status=[states.RESERVED,
-                                                 states.BIND_FAILED])
-            linked = True
+            hinted.append(lease)
+        linked = []
+        self._for_each(context, hinted, self._link_hinted, instance, linked)
         if linked:
             # The agents' caches answer the libvirt hook: tell them now
             # rather than at their next refresh.
             instance_binding.notify_agents(context, instance)
+
+    def _link_hinted(self, context, lease, instance, linked):
+        """Name ``instance`` in a lease it was booted with, if the lease
+        is reserved (or failed to bind) and names no other instance."""
+        if lease.instance_uuid not in (None, instance) or lease.status not in (
+                states.RESERVED, states.BIND_FAILED):
+            return
+        with self._task(context, lease) as task:
+            if task.link_instance(instance):
+                linked.append(lease.uuid)
 
     def _on_follow(self, context, event, instance, data):
         host, known = self._where(context, instance, data)
@@ -490,13 +512,11 @@ class NovaEventHandler(object):
                   'Refuse it in the libvirt hook (migrate) or the '
                   'scheduler; a notification cannot stop Nova.',
                   {'inst': instance, 'reason': reason})
-        for lease in self._leases(context, instance, data.get('tenant_id')):
-            if _cannot_follow(lease) and lease.fault != reason:
-                db_api.lease_update(context, lease.id, {'fault': reason})
-                db_api.action_start(context, lease.id, 'live_migration',
-                                    message=reason)
-                db_api.action_finish(context, lease.id, 'live_migration',
-                                     'error', message=reason)
+        leases = [lease for lease in self._leases(context, instance,
+                                                  data.get('tenant_id'))
+                  if _cannot_follow(lease)]
+        self._for_each(context, leases, self._refused, 'live_migration',
+                       reason)
 
     def _on_suspend(self, context, event, instance, data):
         leases = [lease for lease in self._leases(context, instance,
@@ -512,14 +532,15 @@ class NovaEventHandler(object):
                 lease.uuid) for lease in leases])
         LOG.error('Nova is suspending server %(inst)s: %(reason)s',
                   {'inst': instance, 'reason': reason})
-        for lease in leases:
-            if lease.fault == reason:
-                continue
-            db_api.lease_update(context, lease.id, {'fault': reason})
-            db_api.action_start(context, lease.id, 'suspend',
-                                message=reason)
-            db_api.action_finish(context, lease.id, 'suspend', 'error',
-                                 message=reason)
+        self._for_each(context, leases, self._refused, 'suspend', reason)
+
+    def _refused(self, context, lease, action, reason):
+        """Give ``lease`` the fault ``reason`` and a failed ``action`` in
+        its log, once."""
+        if lease.fault == reason:
+            return
+        with self._task(context, lease) as task:
+            task.set_fault(reason, action=action)
 
     # ------------------------------------------------------------ moving
 

@@ -23,15 +23,16 @@ half-built target is never reachable.
 
 LIO lives in configfs, so every change runs as root: ``LioExporter`` calls
 the privileged ``composable.privsep.memory.lio_*`` functions, which run
-``LioConfig`` with the real ``rtslib_fb`` module inside the privsep
-daemon. Tests give ``LioExporter`` a ``LioConfig`` over a fake rtslib
-instead (``backend=``).
+``LioConfig`` (composable.privsep.lio) with the real ``rtslib_fb`` module
+inside the privsep daemon. Tests give ``LioExporter`` a ``LioConfig`` over
+a fake rtslib instead (``backend=``). Either way a LioError becomes a
+DriverError here.
 
 LIO configuration is not saved: after a reboot the tmpfs is empty, and
 the conductor exports the extents again.
 """
 
-import importlib
+import contextlib
 
 from oslo_log import log as logging
 
@@ -39,25 +40,16 @@ from composable.common import exception
 from composable import conf
 from composable.memory.exporters import base
 from composable.memory import tmpfs
+from composable.privsep import lio as priv_lio
 from composable.privsep import memory as priv_memory
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
-LUN = 1
-TPG_TAG = 1
+LUN = priv_lio.LUN
 DEFAULT_PORT = 3260
-BACKSTORE_PREFIX = 'composable-'
-
-
-def load_rtslib():
-    """The rtslib_fb module, or a DriverError saying how to get it."""
-    try:
-        return importlib.import_module('rtslib_fb')
-    except ImportError:
-        raise exception.DriverError(
-            reason='the lio memory exporter needs rtslib-fb (python3-rtslib-'
-                   'fb or "pip install rtslib-fb") on the memory node')
+# The LIO work itself, run as root (composable.privsep.lio).
+LioConfig = priv_lio.LioConfig
 
 
 def split_portal(portal):
@@ -70,122 +62,6 @@ def split_portal(portal):
     else:
         addr, port = portal, ''
     return addr, int(port) if port else DEFAULT_PORT
-
-
-def backstore_name(iqn):
-    return BACKSTORE_PREFIX + iqn.rsplit(':', 1)[-1]
-
-
-class LioConfig(object):
-    """The LIO work, over an rtslib-like module ``rtslib``."""
-
-    def __init__(self, rtslib):
-        self.rtslib = rtslib
-
-    def _root(self):
-        return self.rtslib.RTSRoot()
-
-    def _find_target(self, root, iqn):
-        for target in root.targets:
-            if target.wwn == iqn:
-                return target
-        return None
-
-    def _find_backstore(self, root, name):
-        for so in root.storage_objects:
-            if so.name == name:
-                return so
-        return None
-
-    def export(self, iqn, path, size_bytes, initiator_iqn, user, password,
-               ip, port, iser):
-        rts = self.rtslib
-        root = self._root()
-        name = backstore_name(iqn)
-        so = self._find_backstore(root, name)
-        if so is not None and so.udev_path != path:
-            LOG.warning('Backstore %(name)s serves %(old)s, not %(new)s; '
-                        'recreating it', {'name': name, 'old': so.udev_path,
-                                          'new': path})
-            target = self._find_target(root, iqn)
-            if target is not None:
-                target.delete()
-            so.delete()
-            so = None
-        if so is None:
-            so = rts.FileIOStorageObject(name, dev=path, size=size_bytes,
-                                         write_back=False)
-        target = rts.Target(rts.FabricModule('iscsi'), iqn, mode='any')
-        tpg = rts.TPG(target, TPG_TAG, mode='any')
-        tpg.set_attribute('authentication', '1')
-        tpg.set_attribute('generate_node_acls', '0')
-        tpg.set_attribute('demo_mode_write_protect', '1')
-
-        lun = None
-        for existing in tpg.luns:
-            if existing.lun != LUN:
-                continue
-            if existing.storage_object.name == name:
-                lun = existing
-            else:
-                existing.delete()
-        if lun is None:
-            lun = rts.LUN(tpg, LUN, so)
-
-        for acl in list(tpg.node_acls):
-            if acl.node_wwn != initiator_iqn:
-                acl.delete()
-        acl = rts.NodeACL(tpg, initiator_iqn, mode='any')
-        acl.chap_userid = user
-        acl.chap_password = password
-        mapped = False
-        for existing in list(acl.mapped_luns):
-            if existing.mapped_lun == LUN and existing.tpg_lun.lun == LUN:
-                mapped = True
-            else:
-                existing.delete()
-        if not mapped:
-            rts.MappedLUN(acl, LUN, lun)
-
-        for portal in list(tpg.network_portals):
-            if (portal.ip_address, portal.port) != (ip, port):
-                portal.delete()
-        portal = rts.NetworkPortal(tpg, ip, port, mode='any')
-        if bool(portal.iser) != bool(iser):
-            try:
-                portal.iser = bool(iser)
-            except rts.RTSLibError as exc:
-                raise exception.DriverError(
-                    reason='cannot %s iSER on portal %s:%s (%s); load the '
-                           'ib_isert module and check the RDMA NIC' %
-                           ('enable' if iser else 'disable', ip, port, exc))
-        tpg.enable = True
-
-    def unexport(self, iqn):
-        """Remove the target and its backstore; True if there was one."""
-        root = self._root()
-        found = False
-        target = self._find_target(root, iqn)
-        if target is not None:
-            target.delete()
-            found = True
-        so = self._find_backstore(root, backstore_name(iqn))
-        if so is not None:
-            so.delete()
-            found = True
-        if self._find_target(root, iqn) is not None:
-            raise exception.DriverError(
-                reason='LIO target %s is still there after its removal' % iqn)
-        return found
-
-    def holders(self, path):
-        """Names of the backstores serving ``path``."""
-        return [so.name for so in self._root().storage_objects
-                if getattr(so, 'udev_path', None) == path]
-
-    def target_names(self):
-        """The IQNs of every iSCSI target LIO has."""
-        return sorted(target.wwn for target in self._root().targets)
 
 
 class PrivilegedLio(object):
@@ -202,6 +78,14 @@ class PrivilegedLio(object):
 
     def target_names(self):
         return priv_memory.lio_target_names()
+
+
+@contextlib.contextmanager
+def _driver_errors():
+    try:
+        yield
+    except priv_lio.LioError as exc:
+        raise exception.DriverError(reason=str(exc))
 
 
 class LioExporter(base.MemoryExporter):
@@ -228,9 +112,11 @@ class LioExporter(base.MemoryExporter):
         iser = self._iser(extent)
         iqn = base.target_iqn(extent)
         path = self.area.create(extent)
-        self.backend.export(iqn, path, int(extent['size_mb']) * tmpfs.MiB,
-                            initiator_iqn, chap_username, chap_secret,
-                            ip, port, iser)
+        with _driver_errors():
+            self.backend.export(iqn, path,
+                                int(extent['size_mb']) * tmpfs.MiB,
+                                initiator_iqn, chap_username, chap_secret,
+                                ip, port, iser)
         LOG.info('Exported extent %(extent)s (%(size)s MiB) as %(iqn)s lun '
                  '%(lun)s on %(portal)s%(iser)s to %(initiator)s with LIO',
                  {'extent': extent['uuid'], 'size': extent['size_mb'],
@@ -241,20 +127,24 @@ class LioExporter(base.MemoryExporter):
 
     def unexport(self, extent):
         iqn = base.target_iqn(extent)
-        if self.backend.unexport(iqn):
+        with _driver_errors():
+            found = self.backend.unexport(iqn)
+        if found:
             LOG.info('Unexported extent %(extent)s (LIO target %(iqn)s)',
                      {'extent': extent['uuid'], 'iqn': iqn})
 
     def exported(self):
-        uuids = {base.extent_uuid_of(iqn)
-                 for iqn in self.backend.target_names()}
+        with _driver_errors():
+            names = self.backend.target_names()
+        uuids = {base.extent_uuid_of(iqn) for iqn in names}
         uuids.discard(None)
         return sorted(uuids)
 
     def scrub(self, extent):
         self.unexport(extent)
         path = self.area.file_path(extent)
-        holders = self.backend.holders(path)
+        with _driver_errors():
+            holders = self.backend.holders(path)
         if holders:
             raise exception.DriverError(
                 reason='memory node %s cannot scrub extent %s: LIO '

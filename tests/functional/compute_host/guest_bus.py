@@ -35,7 +35,7 @@ import time
 
 from oslo_log import log as logging
 
-from composable.agent.compute_node import pci
+from composable.privsep import pci_sysfs as pci
 from tests.functional.compute_host import guest_exec
 
 # How often the module in the guest rescans while it waits for a

@@ -29,7 +29,7 @@ the fabric can compose devices into:
   kernel), and the host's Python (``/usr/bin/python3.11``, Debian's
   python3.11-minimal) with its shared libraries and only the standard
   library modules the agent's PCI module imports, so that
-  ``composable/agent/compute_node/pci.py`` runs in the guest unchanged.
+  ``composable/privsep/pci_sysfs.py`` runs in the guest unchanged.
 
 Its ``/init`` prints ``COMPOSABLE-GUEST iommu-groups N`` and then
 ``COMPOSABLE-GUEST booted`` on the serial console once the guest agent
@@ -56,7 +56,7 @@ PYTHON = '/usr/bin/python3.11'
 PCI_MODULE = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))),
-    'composable', 'agent', 'compute_node', 'pci.py')
+    'composable', 'privsep', 'pci_sysfs.py')
 # Load order matters: each module after the ones it needs (modules.dep).
 HOST_MODULES = ('virtio_ring', 'virtio', 'virtio_pci_modern_dev',
                 'virtio_pci_legacy_dev', 'virtio_pci', 'virtio_console',

@@ -22,12 +22,12 @@ import threading
 import pytest
 
 from composable.agent.compute_node import host_pci
-from composable.agent.compute_node import pci
 from composable.agent import manager
 from composable.common import exception
 from composable.common import sriov
 from composable import privsep
 from composable.privsep import pci as priv_pci
+from composable.privsep import pci_sysfs as pci
 from tests.unit.compute_node import test_host_pci
 from tests.unit.compute_node import test_pci
 

@@ -26,7 +26,7 @@ import threading
 
 import pytest
 
-from composable.agent.compute_node import pci
+from composable.privsep import pci_sysfs as pci
 
 GPU = '0000:41:00.0'
 NIC = '0000:41:00.1'

@@ -20,7 +20,6 @@ SQLite, the functional ones on MariaDB and PostgreSQL."""
 import os
 
 from composable.agent.compute_node import host_pci as host_pci_mod
-from composable.agent.compute_node import pci
 from composable.agent import manager as agent_manager
 from composable.common import rpc
 from composable.common import service
@@ -28,6 +27,7 @@ from composable.common import sriov
 from composable.db import api as db_api
 from composable import privsep
 from composable.privsep import pci as priv_pci
+from composable.privsep import pci_sysfs as pci
 from tests.unit.compute_node import test_pci
 from tests.unit.conductor import harness as h_mod
 

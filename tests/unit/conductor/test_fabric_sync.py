@@ -24,9 +24,11 @@ from composable.conductor.allocator import claims as allocator
 from composable.conductor import fabric_sync
 from composable import conf
 from composable.db import api as dbapi
+from composable.db import models
 from composable import fabric as fabric_drivers
 from composable.fabric import fake
 from tests.unit.allocator import inventory as inv
+from tests.unit.db import inventory as db_inv
 
 CONF = conf.CONF
 
@@ -134,6 +136,33 @@ def test_a_leased_device_is_never_changed_only_reported(caplog):
     row = _devices(pool)['gpu-0']
     assert (row.state, row.lease_id) == (states.DEVICE_RESERVED, lease.id)
     assert 'its state follows its lease' in caplog.text
+
+
+def test_a_device_the_pool_needs_stays_in_service_with_a_warning(caplog):
+    fabric = _fabric([{'address': 'gpu-1', 'kind': 'gpu'}])
+    pool, devices = inv.gpu_inventory(fabric, models_=('A', 'A'))
+    # Both devices are counted as used: taking gpu-0 out of service
+    # would leave the pool with less than its leases hold.
+    db_inv.update_row(models.Pool, pool.id, used=2)
+    summary = _sync()['fab']
+    assert summary['gone'] == []
+    assert _devices(pool)['gpu-0'].state == states.DEVICE_AVAILABLE
+    assert 'stays available' in caplog.text
+    assert 'would hold less than its leases use' in caplog.text
+
+
+def test_a_lease_that_took_the_device_first_wins_quietly(caplog):
+    fabric = _fabric([])
+    pool, devices = inv.gpu_inventory(fabric, models_=('A',))
+    # The sync read the device before a claim took it.
+    listed = _devices(pool)['gpu-0']
+    lease = inv.new_lease(device_count=1)
+    inv.allocate(lease)
+    assert not fabric_sync.FabricSync._set_state(
+        inv.admin(), listed, states.DEVICE_MAINTENANCE, reason='test')
+    row = _devices(pool)['gpu-0']
+    assert (row.state, row.lease_id) == (states.DEVICE_RESERVED, lease.id)
+    assert 'stays' not in caplog.text
 
 
 def test_a_claim_racing_the_sync_keeps_its_device():

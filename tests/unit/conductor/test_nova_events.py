@@ -34,6 +34,7 @@ from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.nova import events as nova_events
 from composable.conductor.nova import flavor_leases as instance_leases
+from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
@@ -570,6 +571,49 @@ def test_a_busy_lease_puts_the_notification_back(events):
     db_api.lease_update(h_mod.admin(), lease.id, {'reservation': None})
     events.send(nova_events.DELETE_END, instance, 'compute-0')
     events.h.wait(uuid, states.RELEASED)
+
+
+def test_a_fault_waits_for_the_leases_reservation(events):
+    """Nova's events change a lease only under its reservation: the fault
+    of a refused live migration is not written while another conductor
+    works on the lease, and is once it let go."""
+    CONF.set_override('notifications_busy_wait', 0, 'nova')
+    instance = events.boot(gpus=1)
+    lease = events.only(instance)
+    assert lease.status == states.BOUND and lease.fault is None
+    with lease_task.acquire(h_mod.admin(), lease.id, 'cond-other'):
+        with pytest.raises(nova_events.Requeue):
+            events.handler.handle(nova_events.LIVE_MIGRATION_PRE_START,
+                                  payload(instance, 'compute-0'))
+        assert events.h.lease(lease.uuid).fault is None
+        assert ('live_migration', 'error') not in events.h.actions(
+            lease.uuid)
+    events.send(nova_events.LIVE_MIGRATION_PRE_START, instance, 'compute-0')
+    lease = events.h.lease(lease.uuid)
+    assert 'Cold migrate' in lease.fault
+    assert lease.reservation is None
+    assert events.h.actions(lease.uuid).count(
+        ('live_migration', 'error')) == 1
+
+
+def test_a_hinted_lease_is_linked_under_its_reservation(events,
+                                                        monkeypatch):
+    CONF.set_override('notifications_busy_wait', 0, 'nova')
+    uuid = new_lease(events.h, memory_mb=1024)
+    lease = events.h.wait(uuid, states.RESERVED)
+    instance = uuidutils.generate_uuid()
+    monkeypatch.setattr(nova_events.nova_api, 'configured', lambda: True)
+    monkeypatch.setattr(nova_events.nova_api, 'scheduler_hints',
+                        lambda context, inst: {'composable_lease': uuid})
+    with lease_task.acquire(h_mod.admin(), lease.id, 'cond-other'):
+        with pytest.raises(nova_events.Requeue):
+            events.handler._take_hinted_leases(h_mod.admin(), instance,
+                                               h_mod.PROJECT)
+        assert events.h.lease(uuid).instance_uuid is None
+    events.handler._take_hinted_leases(h_mod.admin(), instance,
+                                       h_mod.PROJECT)
+    lease = events.h.lease(uuid)
+    assert (lease.instance_uuid, lease.reservation) == (instance, None)
 
 
 def test_unknown_events_and_payloads_are_ignored(events):

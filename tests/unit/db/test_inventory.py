@@ -153,7 +153,7 @@ def test_device_in_a_lease_cannot_be_deleted_nor_change_state():
                    state='reserved')
     with pytest.raises(exception.InUse, match='it is in a lease'):
         dbapi.device_delete(inv.admin(), dev.uuid)
-    with pytest.raises(exception.InUse, match='its state follows'):
+    with pytest.raises(exception.DeviceInLease, match='its state follows'):
         dbapi.device_update(inv.admin(), dev.uuid, {'state': 'maintenance'})
     # Other fields may still change.
     dbapi.device_update(inv.admin(), dev.uuid, {'model': 'A100'})
@@ -255,7 +255,7 @@ def test_device_taken_out_of_service_may_not_shrink_pool_below_used():
     pool = inv.gpu_pool(fab)
     devs = [inv.device(pool, 'gpu-%d' % i) for i in range(2)]
     inv.update_row(models.Pool, pool.id, used=2)
-    with pytest.raises(exception.InUse, match='would hold less'):
+    with pytest.raises(exception.PoolCapacityInUse, match='would hold less'):
         dbapi.device_update(inv.admin(), devs[0].uuid, {'state': 'faulty'})
     assert dbapi.device_get(inv.admin(), devs[0].uuid).state == 'available'
     assert dbapi.pool_get(inv.admin(), pool.uuid).total == 2

@@ -21,6 +21,7 @@ from composable.common import exception
 from composable.memory.exporters import base
 from composable.memory.exporters import lio
 from composable import privsep
+from composable.privsep import lio as priv_lio
 from composable.privsep import memory as priv_memory
 from tests.unit.memory.conftest import INITIATOR
 from tests.unit.memory.conftest import make_extent
@@ -165,7 +166,7 @@ def test_split_portal(portal, expected):
 
 def test_privileged_functions_use_lio_config(privsep_in_process,
                                              monkeypatch, rts, all_logs):
-    monkeypatch.setattr(lio, 'load_rtslib', lambda: rts)
+    monkeypatch.setattr(priv_lio, 'load_rtslib', lambda: rts)
     iqn = 'iqn.2026-11.org.openstack.composable:extent-x'
     backend = lio.PrivilegedLio()
     backend.export(iqn, '/dev/shm/f', MiB, INITIATOR, 'u', SECRET,
@@ -185,18 +186,24 @@ def test_rtslib_errors_become_driver_errors(privsep_in_process,
         raise rts.RTSLibError('configfs is not mounted')
 
     rts.RTSRoot = broken
-    monkeypatch.setattr(lio, 'load_rtslib', lambda: rts)
-    with pytest.raises(exception.DriverError, match='LIO: configfs'):
+    monkeypatch.setattr(priv_lio, 'load_rtslib', lambda: rts)
+    # rtslib's errors cross the privsep channel as LioError ...
+    with pytest.raises(priv_lio.LioError, match='LIO: configfs'):
         priv_memory.lio_unexport('iqn.x:y')
+    # ... which the exporter turns into a DriverError.
+    exporter = lio.LioExporter('mem-1', backend=lio.PrivilegedLio(),
+                               area=object())
+    with pytest.raises(exception.DriverError, match='LIO: configfs'):
+        exporter.unexport(make_extent())
 
 
 def test_missing_rtslib_is_explained(monkeypatch):
     def no_module(name):
         raise ImportError(name)
 
-    monkeypatch.setattr(lio.importlib, 'import_module', no_module)
-    with pytest.raises(exception.DriverError, match='rtslib-fb'):
-        lio.load_rtslib()
+    monkeypatch.setattr(priv_lio.importlib, 'import_module', no_module)
+    with pytest.raises(priv_lio.LioError, match='rtslib-fb'):
+        priv_lio.load_rtslib()
 
 
 def test_privileged_entrypoints_are_registered():
@@ -221,7 +228,7 @@ def test_exported_lists_the_extents_lio_serves(exporter, rts):
 
 
 def test_privileged_target_names(privsep_in_process, monkeypatch, rts):
-    monkeypatch.setattr(lio, 'load_rtslib', lambda: rts)
+    monkeypatch.setattr(priv_lio, 'load_rtslib', lambda: rts)
     iqn = 'iqn.2026-11.org.openstack.composable:extent-x'
     backend = lio.PrivilegedLio()
     backend.export(iqn, '/dev/shm/f', MiB, INITIATOR, 'u', SECRET,

@@ -1,0 +1,187 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Cross-cutting: how composable's modules import each other, read from
+their source (every import statement, those inside functions included).
+
+* No import circle.
+* The privileged modules (composable/privsep/) are leaves: besides the
+  standard library and third-party packages they import only each other
+  and composable.conf (the option declarations the privsep daemon reads
+  its settings with, which in turn import nothing else of composable).
+"""
+
+import ast
+import os
+import sys
+
+import composable
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(composable.__file__))
+ROOT = os.path.dirname(PACKAGE_DIR)
+
+
+def _modules(top=PACKAGE_DIR):
+    """{dotted module name: path} of every module under ``top``."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if d != '__pycache__']
+        for name in filenames:
+            if not name.endswith('.py'):
+                continue
+            path = os.path.join(dirpath, name)
+            dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, '.')
+            if dotted.endswith('.__init__'):
+                dotted = dotted[:-len('.__init__')]
+            found[dotted] = path
+    return found
+
+
+def _package_of(module, path):
+    return module if path.endswith('__init__.py') else \
+        module.rpartition('.')[0]
+
+
+def imports_of(module, path, known):
+    """The composable modules ``module`` (at ``path``) imports."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                package = _package_of(module, path)
+                for _ in range(node.level - 1):
+                    package = package.rpartition('.')[0]
+                base = '.'.join(p for p in (package, base) if p)
+            names = []
+            for alias in node.names:
+                full = '%s.%s' % (base, alias.name)
+                names.append(full if full in known else base)
+        else:
+            continue
+        out.update(n for n in names
+                   if n.split('.')[0] == 'composable' and n in known)
+    out.discard(module)
+    return out
+
+
+def import_graph():
+    known = _modules()
+    return {m: imports_of(m, p, known) for m, p in known.items()}
+
+
+def cycles(graph):
+    """The import circles of ``graph`` (strongly connected components of
+    more than one module), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(start):
+        # Iterative Tarjan: the graph is deep enough for recursion limits.
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_circle():
+    graph = {'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}, 'e': set()}
+    assert cycles(graph) == [['a', 'b', 'c']]
+    assert cycles({'a': {'b'}, 'b': set()}) == []
+
+
+def test_the_graph_sees_imports_inside_functions(tmp_path):
+    path = tmp_path / 'm.py'
+    path.write_text('def f():\n    from composable.common import states\n'
+                    '    import composable.conf\n')
+    known = {'composable.common.states': '', 'composable.conf': ''}
+    assert imports_of('composable.x', str(path), known) == {
+        'composable.common.states', 'composable.conf'}
+
+
+def test_no_import_circle():
+    assert cycles(import_graph()) == []
+
+
+def _outside(module, allowed):
+    return not any(module == a or module.startswith(a + '.')
+                   for a in allowed)
+
+
+def test_privsep_modules_are_leaves():
+    graph = import_graph()
+    privsep = sorted(m for m in graph if m.startswith('composable.privsep'))
+    assert 'composable.privsep.memory' in privsep
+    wrong = {m: sorted(n for n in graph[m]
+                       if _outside(n, ('composable.privsep',
+                                       'composable.conf')))
+             for m in privsep}
+    assert {m: up for m, up in wrong.items() if up} == {}
+    # composable.conf is allowed there only because it is a leaf too.
+    conf_up = {m: sorted(n for n in graph[m]
+                         if _outside(n, ('composable.conf',)))
+               for m in graph if m.startswith('composable.conf')}
+    assert {m: up for m, up in conf_up.items() if up} == {}
+
+
+def test_the_privsep_modules_load_without_the_rest_of_composable():
+    # What the privsep daemon imports is what it runs as root: nothing
+    # else of the service comes with it.
+    import subprocess
+    code = ('import sys\n'
+            'import composable.privsep.memory, composable.privsep.pci\n'
+            'import composable.privsep.fabric, composable.privsep.compute\n'
+            'print("\\n".join(sorted(m for m in sys.modules\n'
+            '      if m.startswith("composable"))))\n')
+    out = subprocess.run([sys.executable, '-c', code], check=True,
+                         capture_output=True, text=True, cwd=ROOT,
+                         timeout=300).stdout.split()
+    assert [m for m in out
+            if _outside(m, ('composable.privsep', 'composable.conf'))
+            and m != 'composable'] == []
