@@ -489,5 +489,6 @@ def test_elastic_lease_and_its_usage(service, inventory, agents):
     code, out, err = fakes.run_openstack(service.url, 'lease', 'delete',
                                          'el')
     assert code == 0, err
-    assert _wait_for_status(service, 'el', ('released',))['status'] == \
-        'released'
+    # A released lease is found by its UUID only.
+    assert _wait_for_status(service, lease['uuid'], ('released',))[
+        'status'] == 'released'
