@@ -27,6 +27,7 @@ import webob
 from composable.api.controllers import root
 from composable.api import errors
 from composable.api import hooks
+from composable.api import request_log
 from composable.common import utils
 from composable import conf
 
@@ -168,6 +169,7 @@ def setup_app(auth_strategy=None):
                     'address.')
     else:
         raise ValueError('Unknown auth_strategy %s' % auth_strategy)
+    app = request_log.RequestLog(app)
     app = request_id.RequestId(app)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, CONF)
     return app
