@@ -15,7 +15,6 @@
 from keystonemiddleware import auth_token
 from oslo_log import log as logging
 from oslo_middleware import http_proxy_to_wsgi
-from oslo_middleware import request_id
 import pecan
 import pecan.core
 import pecan.decorators
@@ -169,7 +168,7 @@ def setup_app(auth_strategy=None):
                     'address.')
     else:
         raise ValueError('Unknown auth_strategy %s' % auth_strategy)
+    # oslo.middleware's RequestId, which also logs each request.
     app = request_log.RequestLog(app)
-    app = request_id.RequestId(app)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, CONF)
     return app

@@ -18,9 +18,10 @@
 The line carries the request's context (so its request id, user and
 project, in oslo.log's usual brackets), the client's address, the method
 and path with its query string, the status, the body's length, the
-microversion served and the seconds the application took. It sits just
-inside oslo.middleware's RequestId, so every request has its id, also
-the ones refused before a context exists (a bad token, an unknown path).
+microversion served and the seconds the application took. It is
+oslo.middleware's RequestId that also logs: every request has its id,
+also the ones refused before a context exists (a bad token, an unknown
+path), and the pipeline keeps its shape.
 """
 
 import time
@@ -54,11 +55,10 @@ def _context(environ):
     return oslo_context.RequestContext(request_id=rid, overwrite=False)
 
 
-class RequestLog(object):
-    """WSGI middleware: logs each request once it has been answered."""
-
-    def __init__(self, application):
-        self.application = application
+class RequestLog(request_id_mw.RequestId):
+    """oslo.middleware's RequestId (an id for each request, in the
+    environment and the X-OpenStack-Request-ID header), which also logs
+    each request once it has been answered."""
 
     def __call__(self, environ, start_response):
         started = time.monotonic()
@@ -77,7 +77,7 @@ class RequestLog(object):
             return start_response(status, headers, exc_info)
 
         try:
-            result = self.application(environ, _start_response)
+            result = super().__call__(environ, _start_response)
         except Exception:
             answer.setdefault('status', '500')
             self._log(environ, answer, started)
