@@ -26,6 +26,7 @@ imports this package first:
   ignored; every other warning is left as it is.
 """
 
+import importlib
 import warnings
 
 from oslo_service import backend as _service_backend
@@ -35,5 +36,18 @@ from oslo_service import backend as _service_backend
 EVENTLET_DEPRECATION = r'\s*Eventlet is deprecated\.'
 
 warnings.filterwarnings('ignore', message=EVENTLET_DEPRECATION)
-_service_backend.register_backend_default_hook(
-    lambda: _service_backend.BackendType.THREADING)
+
+
+def _backend():
+    """oslo.service's threading backend, when it can be loaded (it needs
+    the ``threading`` extra of oslo.service, which requirements.txt asks
+    for); its eventlet one otherwise, as before."""
+    try:
+        importlib.import_module('oslo_service.backend._threading')
+    except ImportError:
+        return _service_backend.BackendType.EVENTLET
+    return _service_backend.BackendType.THREADING
+
+
+if hasattr(_service_backend, 'register_backend_default_hook'):
+    _service_backend.register_backend_default_hook(_backend)
