@@ -122,6 +122,7 @@ def test_dbsync_and_status_on_the_default_state(tmp_path):
     ('composable-dbsync', ['upgrade']),
     ('composable-status', ['upgrade', 'check']),
     ('composable-conductor', []),
+    ('composable-api', []),
     ('composable-all', []),
 ])
 def test_missing_config_file_is_one_line(tmp_path, name, args):
