@@ -30,7 +30,13 @@ function is_composable_enabled {
 
 # install_composable - install composable and its Python requirements
 function install_composable {
-    setup_develop $COMPOSABLE_DIR
+    if is_composable_compute; then
+        # The compute extra: libvirt-python, for the compute-node agent
+        # (Nova's libvirt set-up installs what it compiles against).
+        setup_develop $COMPOSABLE_DIR compute
+    else
+        setup_develop $COMPOSABLE_DIR
+    fi
     if is_service_enabled composable-api; then
         pip_install uwsgi
     fi

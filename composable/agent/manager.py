@@ -597,11 +597,11 @@ class AgentManager(object):
         mode = self._mode(mode)
         if self.simulate:
             for extent in extents:
-                LOG.warning('%(noop)s: would swapoff and log out of target '
-                            '%(iqn)s (lease %(lease)s)',
-                            {'noop': NOOP_ATTACH,
-                             'iqn': extent.get('target_iqn'),
-                             'lease': lease['uuid']})
+                LOG.debug('%(noop)s: would swapoff and log out of target '
+                          '%(iqn)s (lease %(lease)s)',
+                          {'noop': NOOP_ATTACH,
+                           'iqn': extent.get('target_iqn'),
+                           'lease': lease['uuid']})
         elif mode == states.ATTACH_GUEST:
             # forget_guest: while the libvirt hook of the domain runs, no
             # libvirt call may touch the domain; QEMU is gone anyway.
@@ -632,14 +632,14 @@ class AgentManager(object):
         for extent in extents:
             public = _public(extent)
             if mode == states.ATTACH_GUEST:
-                LOG.warning('%(noop)s: would hot-plug an iSCSI disk for '
-                            'target %(iqn)s lun %(lun)s at %(portal)s into '
-                            'instance %(instance)s',
-                            {'noop': NOOP_ATTACH,
-                             'iqn': public.get('target_iqn'),
-                             'lun': public.get('lun'),
-                             'portal': public.get('portal'),
-                             'instance': instance_uuid})
+                LOG.debug('%(noop)s: would hot-plug an iSCSI disk for '
+                          'target %(iqn)s lun %(lun)s at %(portal)s into '
+                          'instance %(instance)s',
+                          {'noop': NOOP_ATTACH,
+                           'iqn': public.get('target_iqn'),
+                           'lun': public.get('lun'),
+                           'portal': public.get('portal'),
+                           'instance': instance_uuid})
                 details[extent['uuid']] = {
                     'mode': states.ATTACH_GUEST,
                     'instance_uuid': instance_uuid,
@@ -649,12 +649,12 @@ class AgentManager(object):
                 path = ('/dev/disk/by-path/ip-%s-iscsi-%s-lun-%s' %
                         (public.get('portal'), public.get('target_iqn'),
                          public.get('lun')))
-                LOG.warning('%(noop)s: would log in to target %(iqn)s at '
-                            '%(portal)s and swapon -p %(prio)d %(path)s',
-                            {'noop': NOOP_ATTACH,
-                             'iqn': public.get('target_iqn'),
-                             'portal': public.get('portal'),
-                             'prio': SWAP_PRIORITY, 'path': path})
+                LOG.debug('%(noop)s: would log in to target %(iqn)s at '
+                          '%(portal)s and swapon -p %(prio)d %(path)s',
+                          {'noop': NOOP_ATTACH,
+                           'iqn': public.get('target_iqn'),
+                           'portal': public.get('portal'),
+                           'prio': SWAP_PRIORITY, 'path': path})
                 details[extent['uuid']] = {'mode': states.ATTACH_HOST,
                                            'device': path,
                                            'swap_priority': SWAP_PRIORITY}
@@ -680,10 +680,10 @@ class AgentManager(object):
             where = device.get('pci_address') or '%s:%s serial %s' % (
                 found.get('vendor_id'), found.get('product_id'),
                 found.get('serial'))
-            LOG.warning('%(noop)s: would rescan PCI and bind device '
-                        '%(dev)s found at %(where)s (lease %(lease)s)',
-                        {'noop': NOOP_ATTACH, 'dev': device['uuid'],
-                         'where': where, 'lease': lease['uuid']})
+            LOG.debug('%(noop)s: would rescan PCI and bind device '
+                      '%(dev)s found at %(where)s (lease %(lease)s)',
+                      {'noop': NOOP_ATTACH, 'dev': device['uuid'],
+                       'where': where, 'lease': lease['uuid']})
             result[device['uuid']] = device.get('pci_address')
         with self._lock:
             self.device_attachments.setdefault(lease['uuid'], {}).update(
@@ -702,10 +702,10 @@ class AgentManager(object):
             held = self.device_attachments.get(lease['uuid'], {})
             for device in devices:
                 if self.simulate_devices:
-                    LOG.warning('%(noop)s: would remove device %(dev)s from '
-                                'PCI (lease %(lease)s)',
-                                {'noop': NOOP_ATTACH, 'dev': device['uuid'],
-                                 'lease': lease['uuid']})
+                    LOG.debug('%(noop)s: would remove device %(dev)s from '
+                              'PCI (lease %(lease)s)',
+                              {'noop': NOOP_ATTACH, 'dev': device['uuid'],
+                               'lease': lease['uuid']})
                 held.pop(device['uuid'], None)
             if not held:
                 self.device_attachments.pop(lease['uuid'], None)
@@ -717,9 +717,9 @@ class AgentManager(object):
         Refused while one of its VFs that would go is leased."""
         self._require(COMPUTE_NODE, 'set up SR-IOV virtual functions')
         if self.simulate_devices:
-            LOG.warning('%(noop)s: would give %(pf)s %(n)s virtual '
-                        'function(s)', {'noop': NOOP_ATTACH,
-                                        'pf': pf_address, 'n': count})
+            LOG.debug('%(noop)s: would give %(pf)s %(n)s virtual '
+                      'function(s)', {'noop': NOOP_ATTACH,
+                                      'pf': pf_address, 'n': count})
             return {'pf_address': pf_address, 'vfs': [], 'simulated': True}
         return self.host_pci.set_virtual_functions(pf_address, count)
 
@@ -735,11 +735,11 @@ class AgentManager(object):
         if not instance or not addresses:
             return
         if self.simulate_devices:
-            LOG.warning('%(noop)s: would hot-plug device(s) %(devices)s of '
-                        'lease %(lease)s into instance %(instance)s',
-                        {'noop': NOOP_ATTACH,
-                         'devices': ', '.join(sorted(addresses)),
-                         'lease': lease['uuid'], 'instance': instance})
+            LOG.debug('%(noop)s: would hot-plug device(s) %(devices)s of '
+                      'lease %(lease)s into instance %(instance)s',
+                      {'noop': NOOP_ATTACH,
+                       'devices': ', '.join(sorted(addresses)),
+                       'lease': lease['uuid'], 'instance': instance})
             return
         if self.hook_server is not None and \
                 self.hook_server.defer_guest_devices(lease, addresses,

@@ -19,7 +19,6 @@ from urllib import parse
 from keystonemiddleware import auth_token
 from oslo_log import log as logging
 from oslo_middleware import http_proxy_to_wsgi
-from oslo_middleware import request_id
 import pecan
 import pecan.core
 import pecan.decorators
@@ -31,6 +30,7 @@ import webob
 from composable.api.controllers import root
 from composable.api import errors
 from composable.api import hooks
+from composable.api import request_log
 from composable.common import utils
 from composable import conf
 
@@ -251,6 +251,7 @@ def setup_app(auth_strategy=None):
                     'address.')
     else:
         raise ValueError('Unknown auth_strategy %s' % auth_strategy)
-    app = request_id.RequestId(app)
+    # oslo.middleware's RequestId, which also logs each request.
+    app = request_log.RequestLog(app)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, CONF)
     return app

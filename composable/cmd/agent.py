@@ -14,6 +14,7 @@
 name = [DEFAULT]host, which must match the host or memory node name
 registered in the API), with the roles in [agent]roles."""
 
+import importlib
 import sys
 
 from oslo_log import log as logging
@@ -26,12 +27,40 @@ from composable import conf
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
+# What a compute node needs for libvirt-python, which pip compiles (it has
+# no wheel): Debian's package names.
+COMPUTE_SYSTEM_PACKAGES = 'gcc pkg-config libvirt-dev python3-dev'
+NO_LIBVIRT = (
+    'composable-agent: the compute_node role needs the libvirt Python '
+    'binding, which is not installed; install the compute extra: '
+    'pip install \'composable[compute]\' (it compiles libvirt-python, '
+    'which needs the packages %s on Debian)' % COMPUTE_SYSTEM_PACKAGES)
+
+
+def libvirt_missing(agent):
+    """The one-line error for a compute node that would use libvirt
+    without the binding, or None. A compute node whose memory and devices
+    are both simulated (noop) never calls libvirt."""
+    if manager.COMPUTE_NODE not in agent.roles:
+        return None
+    if agent.simulate and agent.simulate_devices:
+        return None
+    try:
+        importlib.import_module('libvirt')
+    except ImportError:
+        return NO_LIBVIRT
+    return None
+
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     service.prepare_service(argv)
-    rpc.init()
     agent = manager.AgentManager(CONF.host, CONF.agent.roles)
+    missing = libvirt_missing(agent)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 1
+    rpc.init()
     # The manager starts first: a memory node's tmpfs area is mounted or
     # checked before any request is taken.
     server = service.RPCService(rpc.AGENT_TOPIC, CONF.host, [agent],

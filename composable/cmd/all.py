@@ -21,6 +21,7 @@ say so in the log). Listens on 127.0.0.1:6590 by default ([api]host_ip,
 [api]port).
 """
 
+import errno
 import os
 import sys
 import threading
@@ -39,6 +40,7 @@ from composable.common import rpc
 from composable.common import service
 from composable import conf
 from composable.conductor import manager as conductor_manager
+from composable.conf import database as conf_database
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
 from composable import notifications
@@ -183,19 +185,27 @@ class APIService(object):
         self._server = None
         self._thread = None
 
+    def bind(self):
+        """Take host:port now (OSError when it cannot, as when another
+        process listens there); connections are refused until start()."""
+        from composable.common import wsgi_server
+        if self._server is None:
+            self._server = wsgi_server.make_server(
+                None, self.host, self.port, self.threads, listen=False)
+
     def start(self):
         # Imported here: the API package is only needed when serving it.
         from composable.api import app as api_app
-        from composable.common import wsgi_server
+        self.bind()
         application = api_app.setup_app(auth_strategy=CONF.auth_strategy)
-        self._server = wsgi_server.make_server(application, self.host,
-                                               self.port, self.threads)
+        self._server.set_app(application)
+        self._server.server_activate()
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name='composable-api', daemon=True)
         self._thread.start()
 
     def stop(self):
-        if self._server is not None:
+        if self._server is not None and self._thread is not None:
             self._server.shutdown()
 
     def wait(self):
@@ -289,6 +299,18 @@ def standalone_auth_strategy(conf_=None):
     return 'noauth'
 
 
+def address_error(exc, host, port):
+    """One line for an API address composable-all cannot listen on."""
+    where = '%s:%s' % (host, port)
+    if exc.errno == errno.EADDRINUSE:
+        return ('composable-all: cannot listen on %s: the address is '
+                'already in use, most likely by another composable-all '
+                'that is still running (stop it first), or set [api]port '
+                'to another port' % where)
+    return 'composable-all: cannot listen on %s: %s' % (
+        where, exc.strerror or exc)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     CONF.register_cli_opts(_cli_opts)
@@ -302,7 +324,22 @@ def main(argv=None):
     CONF.set_override('auth_strategy', standalone_auth_strategy())
     apply_demo_defaults()
 
-    prepare_database()
+    # The port first: a second composable-all stops here, before it
+    # touches the database the first one uses.
+    api = APIService(CONF.api.host_ip, CONF.api.port, CONF.api.workers)
+    try:
+        api.bind()
+    except OSError as exc:
+        print(address_error(exc, CONF.api.host_ip, CONF.api.port),
+              file=sys.stderr)
+        return 1
+    try:
+        conf_database.ensure_state_dir(CONF)
+        LOG.info('State: %s', conf_database.describe(CONF))
+        prepare_database()
+    except Exception:
+        api.wait()
+        raise
     context = composable_context.get_admin_context()
     inventory = find_inventory(CONF.inventory)
     if inventory:
@@ -319,8 +356,7 @@ def main(argv=None):
     services = agent_services(context)
     services.append(service.RPCService(rpc.CONDUCTOR_TOPIC, CONF.host,
                                        [conductor], manager=conductor))
-    services.append(APIService(CONF.api.host_ip, CONF.api.port,
-                               CONF.api.workers))
+    services.append(api)
     stop = threading.Event()
 
     def _started():
@@ -334,6 +370,14 @@ def main(argv=None):
 
     try:
         _run(services, stop, _started)
+    except OSError as exc:
+        # Two started at the same moment: both took the address, the
+        # second to listen fails.
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        print(address_error(exc, CONF.api.host_ip, CONF.api.port),
+              file=sys.stderr)
+        return 1
     except messaging.MessagingException:
         LOG.exception('Messaging failed')
         return 1

@@ -19,6 +19,7 @@ from oslo_log import log as logging
 
 from composable.api import app as api_app
 from composable.common import rpc
+from composable.common import service
 from composable.common import wsgi_server
 from composable import conf
 from composable import notifications
@@ -34,14 +35,21 @@ def main(argv=None):
     except cfg.ArgsAlreadyParsedError:
         # Already registered and parsed once in this process (tests).
         pass
-    CONF(argv, project='composable')
+    service.parse_config(argv)
     logging.setup(CONF, 'composable')
     rpc.init()
     notifications.init('composable-api')
     app = api_app.setup_app()
     host, port = CONF.api.host_ip, CONF.api.port
-    server = wsgi_server.make_server(app, host, port,
-                                     threads=CONF.api.workers)
+    try:
+        server = wsgi_server.make_server(app, host, port,
+                                         threads=CONF.api.workers)
+    except OSError as exc:
+        print('composable-api: cannot listen on %s:%s: %s' % (
+            host, port, exc.strerror or exc), file=sys.stderr)
+        notifications.cleanup()
+        rpc.cleanup()
+        return 1
     LOG.info('composable-api listening on http://%s:%s', host, port)
     try:
         server.serve_forever()

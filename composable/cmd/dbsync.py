@@ -29,10 +29,12 @@ import sys
 
 from alembic import util as alembic_util
 from oslo_config import cfg
+from oslo_db import exception as db_exc
 
 from composable.common import exception
 from composable.common import service
 from composable import conf
+from composable.conf import database as conf_database
 from composable.db import migration
 
 CONF = conf.CONF
@@ -82,6 +84,10 @@ command_opt = cfg.SubCommandOpt('command',
 def main(argv=None):
     CONF.register_cli_opt(command_opt)
     service.prepare_service(sys.argv[1:] if argv is None else argv)
+    # Only the commands that write make the default SQLite file's
+    # directory (the user's state directory).
+    if CONF.command.name in ('upgrade', 'stamp'):
+        conf_database.ensure_state_dir(CONF)
     try:
         CONF.command.func()
     except exception.ComposableException as exc:
@@ -90,7 +96,17 @@ def main(argv=None):
     except alembic_util.CommandError as exc:
         print('ERROR: %s' % exc, file=sys.stderr)
         return 1
+    except db_exc.DBError as exc:
+        print('ERROR: cannot use the database of [database]connection, '
+              '%s: %s' % (conf_database.describe(CONF), _first_line(exc)),
+              file=sys.stderr)
+        return 1
     return 0
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else exc.__class__.__name__
 
 
 if __name__ == '__main__':

@@ -22,12 +22,15 @@ Exit code 0: all good, 1: warnings, 2: failures.
 """
 
 from importlib import metadata
+import os
 import sys
 
 from oslo_upgradecheck import upgradecheck
 
 from composable.common import context
+from composable.common import service
 from composable import conf
+from composable.conf import database as conf_database
 from composable.db import api as db_api
 from composable.db import migration
 
@@ -99,10 +102,31 @@ class Checks(upgradecheck.UpgradeCommands):
             _Code.SUCCESS,
             '%d fabric(s), all on enabled drivers.' % len(fabrics))
 
+    def check(self):
+        # SQLite makes the file it is asked to open: a check run where no
+        # database was ever made would leave an empty one behind.
+        missing = _missing_sqlite_file()
+        if missing:
+            print(missing, file=sys.stderr)
+            return _Code.FAILURE
+        return super().check()
+
     _upgrade_checks = (
         ('Database schema', _check_db_schema),
         ('Fabric drivers', _check_fabric_drivers),
     )
+
+
+def _missing_sqlite_file():
+    """The one-line refusal when [database]connection names a SQLite file
+    that does not exist, else None."""
+    path = conf_database.sqlite_path(CONF.database.connection)
+    if path is None or os.path.exists(path):
+        return None
+    return ('composable-status: no database at %s (%s); create it with '
+            '"composable-dbsync upgrade" (or start composable-all, which '
+            'makes it), or point [database]connection at the existing '
+            'one' % (path, conf_database.source(CONF)))
 
 
 def _first_line(exc):
@@ -114,9 +138,14 @@ def main(argv=None):
     # A check reports an unreachable database at once instead of retrying
     # for minutes (or forever, with max_retries = -1).
     CONF.set_override('max_retries', 0, group='database')
-    return upgradecheck.main(
-        CONF, project='composable', upgrade_command=Checks(),
-        argv=sys.argv[1:] if argv is None else argv)
+    try:
+        return upgradecheck.main(
+            CONF, project='composable', upgrade_command=Checks(),
+            argv=sys.argv[1:] if argv is None else argv)
+    except service.CONFIG_FILE_ERRORS as exc:
+        print(service.config_file_error(exc, 'composable-status'),
+              file=sys.stderr)
+        return _Code.FAILURE
 
 
 if __name__ == '__main__':

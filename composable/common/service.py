@@ -14,9 +14,12 @@
 small threaded RPC service (no eventlet) that stops cleanly on SIGTERM or
 SIGINT."""
 
+import os
 import signal
+import sys
 import threading
 
+from oslo_config import cfg
 from oslo_log import log as logging
 
 from composable.common import rpc
@@ -27,13 +30,45 @@ CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 
+# What oslo.config raises for a configuration file it cannot use.
+CONFIG_FILE_ERRORS = (cfg.ConfigFilesNotFoundError,
+                      cfg.ConfigFilesPermissionDeniedError,
+                      cfg.ConfigFileParseError,
+                      cfg.ConfigFileValueError)
+
+
+def config_file_error(exc, prog=None):
+    """One line saying which configuration file cannot be used and why,
+    for a command to print instead of a traceback."""
+    prog = prog or os.path.basename(sys.argv[0] or 'composable')
+    if isinstance(exc, cfg.ConfigFilesNotFoundError):
+        files = ', '.join(exc.config_files)
+        return ('%s: configuration file %s does not exist; create it (see '
+                'the installation guide) or give another --config-file' %
+                (prog, files))
+    if isinstance(exc, cfg.ConfigFilesPermissionDeniedError):
+        return ('%s: configuration file %s cannot be read (permission '
+                'denied)' % (prog, ', '.join(exc.config_files)))
+    return '%s: %s' % (prog, ' '.join(str(exc).split()))
+
+
+def parse_config(argv=None, default_config_files=None, prog=None):
+    """CONF(argv) for project 'composable'; a configuration file that
+    cannot be used ends the command with one line (SystemExit, status
+    1) instead of a traceback."""
+    try:
+        CONF(argv if argv is not None else [], project='composable',
+             default_config_files=default_config_files)
+    except CONFIG_FILE_ERRORS as exc:
+        raise SystemExit(config_file_error(exc, prog))
+
+
 def prepare_service(argv=None, default_config_files=None):
     """Parse the command line and configuration files (project
     'composable') and set up logging."""
     logging.register_options(CONF)
     opts.set_config_defaults()
-    CONF(argv if argv is not None else [], project='composable',
-         default_config_files=default_config_files)
+    parse_config(argv, default_config_files)
     logging.setup(CONF, 'composable')
 
 

@@ -50,11 +50,19 @@ class ThreadPoolWSGIServer(socketserver.ThreadingMixIn,
     # Connections waiting for accept(); beyond this the kernel refuses.
     request_queue_size = 128
 
-    def __init__(self, server_address, threads=8):
+    def __init__(self, server_address, threads=8, listen=True):
         self._pool = futures.ThreadPoolExecutor(
             max_workers=max(1, threads),
             thread_name_prefix='composable-api')
-        super().__init__(server_address, _RequestHandler)
+        try:
+            super().__init__(server_address, _RequestHandler,
+                             bind_and_activate=False)
+            self.server_bind()
+            if listen:
+                self.server_activate()
+        except BaseException:
+            self.server_close()
+            raise
 
     def process_request(self, request, client_address):
         self._pool.submit(self.process_request_thread, request,
@@ -65,13 +73,15 @@ class ThreadPoolWSGIServer(socketserver.ThreadingMixIn,
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def make_server(app, host, port, threads=8):
+def make_server(app, host, port, threads=8, listen=True):
     """A server for ``app`` bound to host:port; call serve_forever() on it
-    and shutdown() from another thread to stop it."""
+    and shutdown() from another thread to stop it. With ``listen=False``
+    the address is taken (a second server on it fails now) but
+    connections are refused until ``server_activate()``."""
     server_class = ThreadPoolWSGIServer
     if ':' in host:
         server_class = type('ThreadPoolWSGIServerV6', (ThreadPoolWSGIServer,),
                             {'address_family': socket.AF_INET6})
-    server = server_class((host, port), threads=threads)
+    server = server_class((host, port), threads=threads, listen=listen)
     server.set_app(app)
     return server

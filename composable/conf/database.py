@@ -10,14 +10,50 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+"""[database]: oslo.db's options, with composable's default.
+
+Unless ``[database]connection`` is set, the state is one SQLite file in
+the user's state directory (XDG): ``$XDG_STATE_HOME/composable/
+composable.sqlite``, or ``~/.local/state/composable/composable.sqlite``
+when XDG_STATE_HOME is unset. The same file whatever directory a command
+starts from.
+"""
+
+import os
+
 from oslo_config import cfg
 from oslo_db import options as db_options
 
-_DEFAULT_SQL_CONNECTION = 'sqlite:///composable.sqlite'
+STATE_FILE = 'composable.sqlite'
+SAMPLE_CONNECTION = 'sqlite:///<XDG_STATE_HOME>/composable/' + STATE_FILE
+
+
+def state_dir(environ=None):
+    """$XDG_STATE_HOME/composable, or ~/.local/state/composable. The XDG
+    specification says a relative XDG_STATE_HOME is to be ignored."""
+    environ = os.environ if environ is None else environ
+    base = environ.get('XDG_STATE_HOME') or ''
+    if not os.path.isabs(base):
+        home = environ.get('HOME') or os.path.expanduser('~')
+        base = os.path.join(home, '.local', 'state')
+    return os.path.join(base, 'composable')
+
+
+def default_connection(environ=None):
+    return 'sqlite:///' + os.path.join(state_dir(environ), STATE_FILE)
+
+
+def _set_defaults(conf):
+    db_options.set_defaults(conf, connection=default_connection())
+    # The generated sample shows where the file goes, not this machine's
+    # home directory.
+    for opt in db_options.database_opts:
+        if opt.dest == 'connection':
+            opt.sample_default = SAMPLE_CONNECTION
 
 
 def register_opts(conf):
-    db_options.set_defaults(conf, connection=_DEFAULT_SQL_CONNECTION)
+    _set_defaults(conf)
 
 
 def list_opts():
@@ -25,5 +61,53 @@ def list_opts():
 
 
 def set_defaults(conf=None):
-    db_options.set_defaults(conf or cfg.CONF,
-                            connection=_DEFAULT_SQL_CONNECTION)
+    _set_defaults(conf or cfg.CONF)
+
+
+def sqlite_path(connection):
+    """The absolute path of the SQLite file ``connection`` names, or None
+    (not SQLite, or an in-memory database)."""
+    if not connection or not connection.startswith('sqlite'):
+        return None
+    from sqlalchemy.engine import url as sa_url
+    path = sa_url.make_url(connection).database
+    if not path or path == ':memory:' or path.startswith('file:'):
+        return None
+    return os.path.abspath(path)
+
+
+def source(conf):
+    """Where [database]connection's value comes from, in words."""
+    location = conf.get_location('connection', 'database')
+    if location is None or location.location in (
+            cfg.Locations.opt_default, cfg.Locations.set_default):
+        return 'the default; set [database]connection to change it'
+    if location.detail:
+        return '[database]connection in %s' % location.detail
+    return '[database]connection'
+
+
+def describe(conf):
+    """Where the state lives, for the log: the SQLite file's absolute
+    path, or the URL without its password; and where that comes from."""
+    connection = conf.database.connection or ''
+    path = sqlite_path(connection)
+    if path:
+        where = 'SQLite database %s' % path
+    else:
+        try:
+            from sqlalchemy.engine import url as sa_url
+            where = sa_url.make_url(connection).render_as_string(
+                hide_password=True)
+        except Exception:
+            where = connection.split('://', 1)[0] + '://...'
+    return '%s (%s)' % (where, source(conf))
+
+
+def ensure_state_dir(conf):
+    """Create the directory of the SQLite file ``[database]connection``
+    names (owner only), for the commands that create the database."""
+    path = sqlite_path(conf.database.connection)
+    if path:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    return path

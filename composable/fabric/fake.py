@@ -145,10 +145,10 @@ class FakeFabricDriver(base.FabricDriver):
                        'simulate_failure)' % (operation, fabric.get('name')))
 
     def bind_device(self, fabric, device, host):
-        LOG.warning('%(sim)s: binding device %(dev)s to host %(host)s on '
-                    'fabric %(fabric)s',
-                    {'sim': SIMULATED, 'dev': device.get('uuid'),
-                     'host': host.get('name'), 'fabric': fabric.get('name')})
+        LOG.debug('%(sim)s: binding device %(dev)s to host %(host)s on '
+                  'fabric %(fabric)s',
+                  {'sim': SIMULATED, 'dev': device.get('uuid'),
+                   'host': host.get('name'), 'fabric': fabric.get('name')})
         self._simulate(fabric, 'bind')
         key = (fabric.get('name'), device.get('address'))
         with self._lock:
@@ -165,11 +165,11 @@ class FakeFabricDriver(base.FabricDriver):
                             fabric_ref=device.get('address'))
 
     def unbind_device(self, fabric, device, host):
-        LOG.warning('%(sim)s: unbinding device %(dev)s from host %(host)s '
-                    'on fabric %(fabric)s',
-                    {'sim': SIMULATED, 'dev': device.get('uuid'),
-                     'host': host.get('name') if host else None,
-                     'fabric': fabric.get('name')})
+        LOG.debug('%(sim)s: unbinding device %(dev)s from host %(host)s '
+                  'on fabric %(fabric)s',
+                  {'sim': SIMULATED, 'dev': device.get('uuid'),
+                   'host': host.get('name') if host else None,
+                   'fabric': fabric.get('name')})
         self._simulate(fabric, 'unbind')
         with self._lock:
             self._bindings.pop((fabric.get('name'), device.get('address')),

@@ -39,14 +39,17 @@ class NoopExporter(base.MemoryExporter):
         self.exports = {}
         # extent uuids whose memory exists (exported once, not scrubbed)
         self.backed = set()
+        # Said once; each simulated step is logged at DEBUG.
+        LOG.warning('%(nothing)s from %(node)s: its extents are simulated',
+                    {'nothing': NOTHING, 'node': node_name})
 
     def export(self, extent, initiator_iqn, chap_username, chap_secret):
         # The CHAP credentials are deliberately not logged.
-        LOG.warning('%(nothing)s: would export extent %(extent)s '
-                    '(%(size)s MiB) on %(node)s to %(initiator)s',
-                    {'nothing': NOTHING, 'extent': extent['uuid'],
-                     'size': extent.get('size_mb'), 'node': self.node_name,
-                     'initiator': initiator_iqn})
+        LOG.debug('%(nothing)s: would export extent %(extent)s '
+                  '(%(size)s MiB) on %(node)s to %(initiator)s',
+                  {'nothing': NOTHING, 'extent': extent['uuid'],
+                   'size': extent.get('size_mb'), 'node': self.node_name,
+                   'initiator': initiator_iqn})
         iqn = base.target_iqn(extent)
         with self._lock:
             self.exports[extent['uuid']] = (iqn, initiator_iqn)
@@ -55,10 +58,10 @@ class NoopExporter(base.MemoryExporter):
                 'portal': extent.get('portal') or DEFAULT_PORTAL}
 
     def unexport(self, extent):
-        LOG.warning('%(nothing)s: would remove the target of extent '
-                    '%(extent)s on %(node)s',
-                    {'nothing': NOTHING, 'extent': extent['uuid'],
-                     'node': self.node_name})
+        LOG.debug('%(nothing)s: would remove the target of extent '
+                  '%(extent)s on %(node)s',
+                  {'nothing': NOTHING, 'extent': extent['uuid'],
+                   'node': self.node_name})
         with self._lock:
             self.exports.pop(extent['uuid'], None)
 
@@ -67,10 +70,10 @@ class NoopExporter(base.MemoryExporter):
             return sorted(self.exports)
 
     def scrub(self, extent):
-        LOG.warning('%(nothing)s: would delete the backing file of extent '
-                    '%(extent)s on %(node)s',
-                    {'nothing': NOTHING, 'extent': extent['uuid'],
-                     'node': self.node_name})
+        LOG.debug('%(nothing)s: would delete the backing file of extent '
+                  '%(extent)s on %(node)s',
+                  {'nothing': NOTHING, 'extent': extent['uuid'],
+                   'node': self.node_name})
         with self._lock:
             self.exports.pop(extent['uuid'], None)
             self.backed.discard(extent['uuid'])

@@ -19,6 +19,7 @@ sriov_numvfs as Linux does. Nothing here touches the machine's PCI bus.
 """
 
 import json
+import logging
 import os
 import threading
 
@@ -827,6 +828,7 @@ def test_pci_backend_follows_the_memory_exporter():
 
 
 def test_simulated_devices_only_log(caplog):
+    caplog.set_level(logging.DEBUG)
     agent = manager.AgentManager('compute-0', ['compute_node'])
     result = agent.set_sriov_vfs(None, '0000:41:00.0', 4)
     assert result['simulated'] and result['vfs'] == []

@@ -164,6 +164,9 @@ def test_install_puts_the_data_plane_on_the_host(devstack):
     calls = devstack.calls_list()
     assert 'install_package tgt' in calls
     assert 'install_package qemu-block-extra' in calls
+    # A compute node gets the libvirt binding with the compute extra.
+    assert [c for c in calls if c.startswith('setup_develop ')] == [
+        'setup_develop %s compute' % (devstack.tmp / 'composable')]
 
     devstack.calls.unlink()
     devstack.run('stack', 'install', STAND_IN_DISTRO='fedora')
@@ -173,6 +176,14 @@ def test_install_puts_the_data_plane_on_the_host(devstack):
     devstack.run('stack', 'install', COMPOSABLE_MEMORY_EXPORTER='noop')
     assert not [c for c in devstack.calls_list()
                 if c.startswith('install_package tgt')]
+
+    # The controller alone: no compute extra.
+    devstack.calls.unlink()
+    devstack.run('stack', 'install', ENABLED_SERVICES=(
+        'key,n-api,mysql,composable-api,composable-conductor'))
+    assert [c for c in devstack.calls_list()
+            if c.startswith('setup_develop ')] == [
+        'setup_develop %s' % (devstack.tmp / 'composable')]
 
 
 def test_extra_registers_the_inventory_and_flavors_once(devstack):

@@ -17,6 +17,8 @@ HookServer and GuestDeviceAttacher; the guest is the VFIO stand-in of
 tests/unit/compute_node/fake_vfio.py (VFIO cannot run on this machine),
 the conductor the recording one of test_hook_server."""
 
+import logging
+
 import pytest
 
 from composable.agent.compute_node import hostdev
@@ -291,6 +293,7 @@ class _NoGuest(object):
 
 
 def test_simulated_compute_side_touches_no_guest(caplog):
+    caplog.set_level(logging.DEBUG)
     agent = agent_manager.AgentManager(HOST, ['compute_node'],
                                        device_attacher=_NoGuest())
     assert agent.simulate
