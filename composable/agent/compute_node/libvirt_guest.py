@@ -127,15 +127,17 @@ echo "no-disk"
 # turn new disks into swap itself, even at the same moment). Prints what
 # it did: "swapon DEV", "already-swap DEV"; exits 3 with "no-disk" when
 # the disk did not show up. A bind waits for it, and the guest sees the
-# disk some time after the hot-plug returns: it looks every 20 ms, and
-# reads the serials and /proc/swaps with the shell's own read (no process
-# per disk and per look, which costs a guest under TCG milliseconds each).
+# disk some time after the hot-plug returns: it looks every 20 ms for the
+# first 200 ms, then every 100 ms (a guest slow to see the disk is not
+# kept busier by the looking), and reads the serials and /proc/swaps with
+# the shell's own read (no process per disk and per look, which costs a
+# guest under TCG milliseconds of its CPU each).
 GUEST_SWAPON_SCRIPT = r"""is_swap() {
   while read -r name rest; do [ "$name" = "$1" ] && return 0; done \
     < /proc/swaps
   return 1
 }
-tries=0
+waited=0
 while :; do
   for d in /sys/block/*; do
     s=
@@ -151,9 +153,12 @@ while :; do
     echo "mkswap/swapon of $dev failed" >&2
     exit 1
   done
-  tries=$((tries + 1))
-  if [ "$tries" -gt "$(($3 * 5))" ]; then echo "no-disk"; exit 3; fi
-  sleep 0.02
+  if [ "$waited" -ge "$(($3 * 10))" ]; then echo "no-disk"; exit 3; fi
+  if [ "$waited" -lt 20 ]; then
+    sleep 0.02; waited=$((waited + 2))
+  else
+    sleep 0.1; waited=$((waited + 10))
+  fi
 done
 """
 # Run by the guest agent in the guest to read its swap: the virtio disks
