@@ -283,6 +283,9 @@ class LeaseFlows(object):
                      'to bind.', {'lease': lease.uuid,
                                   'status': lease.status})
             return lease.status
+        # Debug-level marks of the bind's phases (tools/bench/memory_bind.py
+        # reads them); nothing is logged at the default level.
+        LOG.debug('Lease %s: bind started', lease.uuid)
         try:
             self._bind(context, lease)
         except Exception as exc:
@@ -347,11 +350,15 @@ class LeaseFlows(object):
             extents = [extent_view(lease, e, portal=portals.get(e.uuid),
                                    credentials=True)
                        for e in lease.extents]
+            LOG.debug('Lease %(lease)s: extents exported, attaching on '
+                      '%(host)s', {'lease': lease.uuid, 'host': host.name})
             memory = self.call_agent(
                 context, host.name,
                 'attaching the memory on host %s' % host.name,
                 self.agents.attach_memory, view, extents, lease.attach_mode,
                 lease.instance_uuid)
+            LOG.debug('Lease %(lease)s: memory attached on %(host)s',
+                      {'lease': lease.uuid, 'host': host.name})
             details['memory'] = memory or {}
             details['portals'] = portals
 

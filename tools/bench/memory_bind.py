@@ -26,18 +26,50 @@ timed, the guest shows on its serial console that it got a disk of the
 lease's size and swaps on it, and that the disk is gone after unbind.
 
 The first bind of a lease also reserves its memory in the tmpfs
-(fallocate); it is timed like the others. The last line is the summary:
+(fallocate); it is timed like the others.
 
-  memory_bind: p50_ms=... p99_ms=...
+Each bind is cut into phases by the timestamps the processes log (their
+log files, millisecond resolution, one clock: everything runs on this
+machine). The composable loggers that mark the phases at debug level
+are turned on, nothing else; a phase whose marks an older tree does not
+log is merged into the next one. The phases, each ending at its mark:
 
-Targets: p50 <= 250 ms, p99 <= 1 s.
+  api-call    POST /bind until the conductor moved the lease to binding
+              (API checks, the RPC call to the conductor, the transition)
+  handoff     until the conductor's worker starts the bind flow
+  prepare     until the memory node starts the export (attachment rows,
+              CHAP credentials, the RPC to the memory node)
+  export      tgtd target, LUN, CHAP account and initiator ACL
+  export-ack  until the conductor has the export's answer and records
+  attach-rpc  until the compute node starts the attach
+  attach-prep until the hot-plug starts (libvirt secret, live XML)
+  hotplug     libvirt attachDeviceFlags: QEMU logs in to the target
+  guest-swap  the guest sees the disk and makes it swap (guest agent)
+  attach-ack  until the conductor has the attach's answer
+  bound       until the lease is bound in the database
+  seen        until the benchmark's GET shows it bound
+
+The table gives p50 and p99 of each phase and of the whole bind, and the
+load average at the start and the end of the run. Each phase has a
+budget for its p50 and the whole bind one for its p50 and p99, scaled
+by the machine's load (x (1 + 1-minute load average / CPUs), or
+--budget-scale); a phase past its budget is named and the run exits 1.
+The last line is the summary:
+
+  memory_bind: p50_ms=... p99_ms=... load=... budget=ok|over:<phases>
+
+Targets: p50 <= 60 ms, p99 <= 150 ms on a quiet machine; with the TCG
+test guest, its guest-swap phase alone takes longer (see BUDGETS).
 
 Usage: tools/bench/memory_bind.py [--cycles 50] [--memory-mb 128]
-       [--per-guest 16] [--verbose]
+       [--per-guest 16] [--budget-scale X | --no-budget] [--verbose]
 """
 
 import argparse
+import bisect
+import datetime
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -53,6 +85,114 @@ from tests.functional import leftovers  # noqa: E402
 from tests.functional.compute_node import dataplane  # noqa: E402
 from tests.functional.dataplane import env  # noqa: E402
 from tests.functional.guest import build  # noqa: E402
+
+
+# The phases of a bind, in order: (name, process whose log has the mark
+# that ends it, regex of the mark). The first starts at the POST, the
+# last ends when the benchmark sees the lease bound.
+PHASES = (
+    ('api-call', 'conductor-0', r'Lease \S+: reserved -bind-> binding'),
+    ('handoff', 'conductor-0', r'Lease \S+: bind started'),
+    ('prepare', env.MEMORY, r'Exporting extent '),
+    ('export', env.MEMORY, r'Exported extent '),
+    ('export-ack', 'conductor-0', r'Lease \S+: extents exported'),
+    ('attach-rpc', env.COMPUTE, r'Attaching \d+ extent'),
+    ('attach-prep', env.COMPUTE, r'Hot-plugging memory extent '),
+    ('hotplug', env.COMPUTE, r'Hot-plugged extent '),
+    ('guest-swap', env.COMPUTE, r'Instance \S+: (swapon|already-swap) '),
+    ('attach-ack', 'conductor-0', r'Lease \S+: memory attached on '),
+    ('bound', 'conductor-0', r'Lease \S+: binding -done-> bound'),
+    ('seen', None, None),
+)
+# The loggers of those marks at debug level (the others keep their
+# level: the benchmark must not pay for debug logging elsewhere).
+TIMING_LOGGERS = ('composable.db.api', 'composable.conductor.flows')
+# Budgets of the p50 of each phase and of the whole bind (p50, p99), in
+# ms on a quiet machine, multiplied by the load scale (see
+# --budget-scale). From runs on a 2-core machine at load averages 10 to
+# 16 (scale 6 to 9), about twice what was measured there divided by the
+# scale. guest-swap is mostly the TCG guest's own time: the ACPI
+# interrupt link of the new PCI slot, the virtio disk's probe, mkswap and
+# swapon, every instruction emulated.
+BUDGETS = {
+    'api-call': 60, 'handoff': 40, 'prepare': 30, 'export': 40,
+    'export-ack': 40, 'attach-rpc': 20, 'attach-prep': 20, 'hotplug': 60,
+    'guest-swap': 1200, 'attach-ack': 20, 'bound': 25, 'seen': 40,
+}
+TOTAL_BUDGET = (1800, 4000)
+_LOG_TIME = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ')
+
+
+def log_levels():
+    """default_log_levels for the processes: the service's own, with
+    the loggers of the marks at debug."""
+    from oslo_log import log as logging
+    return ','.join(logging.get_default_log_levels() + [
+        'pecan=WARN', 'routes=WARN', 'stevedore=INFO'] + [
+        '%s=DEBUG' % name for name in TIMING_LOGGERS])
+
+
+def log_marks(path):
+    """[(wall time, line)] of a process's log file."""
+    marks = []
+    try:
+        with open(path, errors='replace') as f:
+            for line in f:
+                found = _LOG_TIME.match(line)
+                if found:
+                    when = datetime.datetime.strptime(
+                        found.group(1), '%Y-%m-%d %H:%M:%S.%f').timestamp()
+                    marks.append((when, line))
+    except FileNotFoundError:
+        pass
+    return marks
+
+
+def phase_times(logs, windows):
+    """{phase: [ms per bind]} from the processes' logs ({name: log
+    marks}) and each bind's (posted, seen, end of its window) wall
+    times. A mark missing from any bind (a tree that does not log it)
+    merges its phase into the next one for every bind, so all binds have
+    the same phases and each bind's phases add up to its total."""
+    found = []
+    regexes = {name: re.compile(pattern)
+               for name, proc, pattern in PHASES[:-1]}
+    for posted, seen, end in windows:
+        when = {}
+        for name, proc, pattern in PHASES[:-1]:
+            marks = logs.get(proc, ())
+            first = bisect.bisect_left(marks, (posted - 0.002,))
+            for at, line in marks[first:]:
+                if at >= end:
+                    break
+                if regexes[name].search(line):
+                    # Marks logged after the benchmark saw the lease
+                    # bound (a log written after the commit) end there.
+                    when[name] = min(at, seen)
+                    break
+        found.append(when)
+    kept = [name for name, proc, pattern in PHASES[:-1]
+            if all(name in when for when in found)] + ['seen']
+    merged = {}
+    pending = []
+    for name, proc, pattern in PHASES:
+        pending.append(name)
+        if name in kept:
+            merged[name] = '+'.join(pending)
+            pending = []
+    times = {merged[name]: [] for name in kept}
+    for (posted, seen, end), when in zip(windows, found):
+        previous = posted
+        for name in kept:
+            at = seen if name == 'seen' else max(when[name], previous)
+            times[merged[name]].append((at - previous) * 1000.0)
+            previous = at
+    return times
+
+
+def budget_of(phase):
+    """The p50 budget of a phase, merged ones included."""
+    return sum(BUDGETS.get(part, 0) for part in phase.split('+'))
 
 
 def percentile(values, pct):
@@ -82,6 +222,9 @@ def run(args):
     tgt = env.Tgt()
     dp = env.DataPlaneStack(workdir, tgt, memory_mb=args.memory_mb * 2,
                             step_mb=args.memory_mb)
+    # (Through the stack's options, as older trees' stacks take them.)
+    dp.stack.extra.setdefault('DEFAULT', {})['default_log_levels'] = (
+        log_levels())
     conn = dataplane.libvirt_connection()
     try:
         dp.start()
@@ -89,26 +232,30 @@ def run(args):
             'name': 'bench', 'memory_mb': args.memory_mb,
             'attach_mode': 'guest'}, expect=201).json()
         times = []
+        windows = []
         while len(times) < args.cycles:
             # A disk pulled from under the guest stays in its swap table
             # (Linux has room for about 25 swap areas), so a fresh guest
             # takes over every --per-guest cycles.
             count = min(args.per_guest, args.cycles - len(times))
             with build.running_guest(conn) as guest:
-                times += cycles(dp, guest, args, lease, count, len(times))
+                times += cycles(dp, guest, args, lease, count, len(times),
+                                windows)
+        logs = {name: log_marks(os.path.join(workdir, name + '.log'))
+                for name in set(p[1] for p in PHASES if p[1])}
         dp.user.delete('/leases/%s' % lease['uuid'])
         dp.user.wait_lease(lease['uuid'], ('released',), timeout=120)
         files_left = dp.extent_files()
         if files_left:
             raise RuntimeError('extent files left after release: %s' %
                                files_left)
-        return times
+        return times, phase_times(logs, windows)
     finally:
         dp.stop()
         conn.close()
 
 
-def cycles(dp, guest, args, lease, count, first):
+def cycles(dp, guest, args, lease, count, first, windows):
     session = requests.Session()
     headers = dict(dp.user.headers)
     url = dp.user.endpoint + '/leases/%s' % lease['uuid']
@@ -119,6 +266,7 @@ def cycles(dp, guest, args, lease, count, first):
     times = []
     for i in range(first, first + count):
         since = guest.mark()
+        posted = time.time()
         start = time.monotonic()
         resp = session.post(url + '/bind', json=body, headers=headers,
                             timeout=60)
@@ -128,6 +276,7 @@ def cycles(dp, guest, args, lease, count, first):
         accepted = (time.monotonic() - start) * 1000.0
         bound = wait_status(session, url, headers, ('bound', 'bind_failed'))
         elapsed = (time.monotonic() - start) * 1000.0
+        seen_at = posted + elapsed / 1000.0
         if bound['status'] != 'bound':
             raise RuntimeError('bind %d failed: %s' % (i, bound['fault']))
         times.append(elapsed)
@@ -141,6 +290,7 @@ def cycles(dp, guest, args, lease, count, first):
         guest.wait_for_line(r'^swap-on %s ok$' % seen.group(1), 60,
                             since=since)
         since = guest.mark()
+        windows.append((posted, seen_at, time.time()))
         resp = session.post(url + '/unbind', json={}, headers=headers,
                             timeout=60)
         if resp.status_code != 202:
@@ -158,19 +308,69 @@ def cycles(dp, guest, args, lease, count, first):
     return times
 
 
+def report(times, phases, loads, scale):
+    """Print the table and the summary line; the phases over budget
+    (None without budgets)."""
+    over = []
+    print('%-26s %9s %9s %9s' % ('phase', 'p50_ms', 'p99_ms', 'budget'))
+    for phase, values in phases.items():
+        p50 = percentile(values, 50)
+        limit = None if scale is None else budget_of(phase) * scale
+        if limit is not None and p50 > limit:
+            over.append(phase)
+        print('%-26s %9.1f %9.1f %9s%s' % (
+            phase, p50, percentile(values, 99),
+            '-' if limit is None else '%.0f' % limit,
+            '  OVER BUDGET' if phase in over else ''))
+    p50, p99 = percentile(times, 50), percentile(times, 99)
+    if scale is not None:
+        if p50 > TOTAL_BUDGET[0] * scale:
+            over.append('total-p50')
+        if p99 > TOTAL_BUDGET[1] * scale:
+            over.append('total-p99')
+    print('%-26s %9.1f %9.1f %9s' % (
+        'total', p50, p99, '-' if scale is None else '%.0f/%.0f' % (
+            TOTAL_BUDGET[0] * scale, TOTAL_BUDGET[1] * scale)))
+    print('binds: %d, min %.1f ms, mean %.1f ms, max %.1f ms' % (
+        len(times), min(times), statistics.mean(times), max(times)))
+    print('load average: start %s, end %s (%d CPUs); budget scale %s' % (
+        '/'.join('%.2f' % x for x in loads[0]),
+        '/'.join('%.2f' % x for x in loads[1]), os.cpu_count() or 1,
+        'off' if scale is None else '%.2f' % scale))
+    for phase in over:
+        print('memory_bind: %s is over its budget' % phase,
+              file=sys.stderr)
+    print('memory_bind: p50_ms=%.1f p99_ms=%.1f load=%.2f budget=%s' % (
+        p50, p99, max(loads[0][0], loads[1][0]),
+        'off' if scale is None else
+        ('over:' + ','.join(over) if over else 'ok')))
+    return over
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--cycles', type=int, default=50)
     parser.add_argument('--memory-mb', type=int, default=128)
     parser.add_argument('--per-guest', type=int, default=16)
+    parser.add_argument('--budget-scale', type=float, default=None,
+                        help='multiply the budgets by this (default: 1 + '
+                             'the 1-minute load average / CPUs, the larger '
+                             'of the start and the end of the run)')
+    parser.add_argument('--no-budget', action='store_true',
+                        help='report the phases, check no budget')
     parser.add_argument('--verbose', action='store_true')
     args = parser.parse_args(argv)
-    times = run(args)
-    print('binds: %d, min %.1f ms, mean %.1f ms, max %.1f ms' % (
-        len(times), min(times), statistics.mean(times), max(times)))
-    print('memory_bind: p50_ms=%.1f p99_ms=%.1f' % (
-        percentile(times, 50), percentile(times, 99)))
-    return 0
+    start_load = os.getloadavg()
+    times, phases = run(args)
+    end_load = os.getloadavg()
+    if args.no_budget:
+        scale = None
+    elif args.budget_scale is not None:
+        scale = args.budget_scale
+    else:
+        scale = 1 + max(start_load[0], end_load[0]) / (os.cpu_count() or 1)
+    over = report(times, phases, (start_load, end_load), scale)
+    return 1 if over else 0
 
 
 if __name__ == '__main__':

@@ -97,6 +97,11 @@ VIR_SECRET_USAGE_TYPE_ISCSI = 3
 
 # Seconds libvirt waits for one answer of the guest agent.
 GUEST_AGENT_TIMEOUT = 10
+# Seconds between the first two guest-exec-status polls of a command run
+# in the guest; the wait doubles after each poll, up to poll_interval / 5.
+# A bind waits for the swapon in the guest, which takes tens of ms: a
+# fixed 100 ms poll added up to 100 ms to every bind.
+GUEST_EXEC_FIRST_POLL = 0.005
 # Run by the guest agent in the guest, with the disk's serial as $1 (POSIX
 # sh, busybox included): swapoff of the virtio disk with that serial when
 # it is swap. Prints what it did; exits with swapoff's status.
@@ -121,24 +126,39 @@ echo "no-disk"
 # virtio disk with that serial unless it is swap already (the image may
 # turn new disks into swap itself, even at the same moment). Prints what
 # it did: "swapon DEV", "already-swap DEV"; exits 3 with "no-disk" when
-# the disk did not show up.
-GUEST_SWAPON_SCRIPT = r"""tries=0
+# the disk did not show up. A bind waits for it, and the guest sees the
+# disk some time after the hot-plug returns: it looks every 20 ms for the
+# first 200 ms, then every 100 ms (a guest slow to see the disk is not
+# kept busier by the looking), and reads the serials and /proc/swaps with
+# the shell's own read (no process per disk and per look, which costs a
+# guest under TCG milliseconds of its CPU each).
+GUEST_SWAPON_SCRIPT = r"""is_swap() {
+  while read -r name rest; do [ "$name" = "$1" ] && return 0; done \
+    < /proc/swaps
+  return 1
+}
+waited=0
 while :; do
   for d in /sys/block/*; do
-    [ "$(cat "$d/serial" 2>/dev/null)" = "$1" ] || continue
+    s=
+    read -r s 2>/dev/null < "$d/serial"
+    [ "$s" = "$1" ] || continue
     dev=/dev/${d##*/}
     [ -b "$dev" ] || break
-    if grep -q "^$dev " /proc/swaps; then echo "already-swap $dev"; exit 0; fi
+    if is_swap "$dev"; then echo "already-swap $dev"; exit 0; fi
     if mkswap "$dev" >/dev/null 2>&1; then
       swapon -p "$2" "$dev" 2>/dev/null || swapon "$dev"
     fi
-    if grep -q "^$dev " /proc/swaps; then echo "swapon $dev"; exit 0; fi
+    if is_swap "$dev"; then echo "swapon $dev"; exit 0; fi
     echo "mkswap/swapon of $dev failed" >&2
     exit 1
   done
-  tries=$((tries + 1))
-  if [ "$tries" -gt "$3" ]; then echo "no-disk"; exit 3; fi
-  sleep 0.1
+  if [ "$waited" -ge "$(($3 * 10))" ]; then echo "no-disk"; exit 3; fi
+  if [ "$waited" -lt 20 ]; then
+    sleep 0.02; waited=$((waited + 2))
+  else
+    sleep 0.1; waited=$((waited + 10))
+  fi
 done
 """
 # Run by the guest agent in the guest to read its swap: the virtio disks
@@ -947,6 +967,7 @@ class GuestMemoryAttacher(object):
         started = self._agent(domain, 'guest-exec', {
             'path': path, 'arg': list(args), 'capture-output': True})
         pid = started['pid']
+        wait = min(GUEST_EXEC_FIRST_POLL, self.poll_interval / 5)
         while True:
             status = self._agent(domain, 'guest-exec-status', {'pid': pid})
             if status.get('exited'):
@@ -957,7 +978,8 @@ class GuestMemoryAttacher(object):
                 raise exception.DriverTimeout(
                     what='%s (pid %s)' % (what, pid),
                     timeout=max(1, int(deadline - started_at)))
-            time.sleep(self.poll_interval / 5)
+            time.sleep(wait)
+            wait = min(wait * 2, self.poll_interval / 5)
 
 
 def _b64(data):

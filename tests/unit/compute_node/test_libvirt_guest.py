@@ -556,6 +556,24 @@ def test_a_swapoff_that_never_ends_times_out_and_keeps_the_disk(conn,
     assert domain.detach_calls == []
 
 
+def test_the_guest_exec_status_is_polled_soon_then_less_often(
+        conn, domain, monkeypatch):
+    """A bind waits for the swapon in the guest: the first polls of its
+    status come within milliseconds (a fixed poll_interval / 5 added up
+    to 100 ms to every bind), and the polls slow down to poll_interval
+    / 5 for a command that runs long."""
+    extent = _swap_extent()
+    attacher = _attacher(conn, poll_interval=0.5)
+    domain.agent.running_polls = 8
+    waits = []
+    monkeypatch.setattr(libvirt_guest.time, 'sleep', waits.append)
+
+    details = attacher.attach(INSTANCE, [extent], INITIATOR)
+
+    assert details[extent['uuid']]['guest_device'] == '/dev/vdb'
+    assert waits == [0.005, 0.01, 0.02, 0.04, 0.08, 0.1, 0.1, 0.1]
+
+
 def test_a_stopped_guest_is_not_asked(conn, domain):
     extent = _swap_extent()
     attacher = _plugged_swap(conn, domain, extent)
