@@ -144,11 +144,11 @@ function configure_composable {
         "sudo $COMPOSABLE_BIN_DIR/privsep-helper --config-file $COMPOSABLE_CONF_FILE"
 
     # The memory this host lends, mounted by the agent when it starts.
-    iniset $COMPOSABLE_CONF_FILE memory tmpfs_path $COMPOSABLE_TMPFS_PATH
-    iniset $COMPOSABLE_CONF_FILE memory tmpfs_size_mb \
+    iniset $COMPOSABLE_CONF_FILE memory_node tmpfs_path $COMPOSABLE_TMPFS_PATH
+    iniset $COMPOSABLE_CONF_FILE memory_node tmpfs_size_mb \
         $COMPOSABLE_TMPFS_SIZE_MB
-    iniset $COMPOSABLE_CONF_FILE memory manage_mount True
-    iniset $COMPOSABLE_CONF_FILE memory portal $COMPOSABLE_ISCSI_PORTAL
+    iniset $COMPOSABLE_CONF_FILE memory_node manage_mount True
+    iniset $COMPOSABLE_CONF_FILE memory_node portal $COMPOSABLE_ISCSI_PORTAL
     iniset $COMPOSABLE_CONF_FILE compute_node initiator_iqn \
         "$(composable_initiator_iqn)"
 

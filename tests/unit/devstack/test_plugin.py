@@ -137,9 +137,9 @@ def test_post_config_configures_nova_and_composable(devstack):
     assert conf['nova']['username'] == ['composable']
     assert conf['placement']['username'] == ['composable']
     assert conf['agent']['memory_exporter'] == ['tgt']
-    assert conf['memory']['manage_mount'] == ['True']
-    assert conf['memory']['tmpfs_size_mb'] == ['4096']
-    assert conf['memory']['portal'] == ['10.0.0.5:3260']
+    assert conf['memory_node']['manage_mount'] == ['True']
+    assert conf['memory_node']['tmpfs_size_mb'] == ['4096']
+    assert conf['memory_node']['portal'] == ['10.0.0.5:3260']
     # The fake fabric's GPUs never reach the host: no sysfs work.
     assert conf['compute_node']['pci_backend'] == ['noop']
     assert conf['compute_node']['pci_state_file'] == [
@@ -411,3 +411,27 @@ def test_extra_says_when_the_host_has_no_kernel_initiator(devstack):
         proc.stdout
     proc = devstack.run('stack', 'extra', COMPOSABLE_MEMORY_EXPORTER='noop')
     assert 'no kernel iSCSI initiator' not in proc.stdout
+
+
+def test_every_composable_option_written_is_one_composable_has(devstack):
+    # The real stack.sh found [memory]tmpfs_path and friends written
+    # where composable reads [memory_node]: the agent did not start.
+    from composable.conf import opts
+    known = {(group if isinstance(group, str) else group.name, opt.dest)
+             for group, group_opts in opts.list_opts()
+             for opt in group_opts}
+    devstack.run('stack', 'post-config', COMPOSABLE_REDFISH_EMULATOR='True')
+    conf = devstack.ini(devstack.composable_conf)
+    # Sections of other libraries DevStack's helpers fill in.
+    foreign = {'keystone_authtoken', 'nova', 'placement',
+               'oslo_messaging_notifications',
+               # oslo.privsep's options of composable's privsep context
+               'composable_sys_admin'}
+    unknown = sorted('[%s]%s' % (section, option)
+                     for section, options in conf.items()
+                     if section not in foreign
+                     for option in options
+                     if (section, option) not in known and
+                     (section != 'DEFAULT' or option not in (
+                         'transport_url', 'debug', 'use_syslog')))
+    assert unknown == []
