@@ -22,6 +22,9 @@
 _XTRACE_COMPOSABLE=$(set +o | grep xtrace)
 set -o xtrace
 
+COMPOSABLE_PLUGIN_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source $COMPOSABLE_PLUGIN_DIR/lib/composable-selfcheck
+
 function is_composable_enabled {
     is_service_enabled composable-api composable-conductor \
         composable-agent && return 0
@@ -47,6 +50,22 @@ function install_composable {
         # QEMU's iSCSI block driver: guest-mode memory is a disk QEMU
         # opens on the memory node's target itself.
         install_package qemu-block-extra
+    fi
+}
+
+# Whether this host has a kernel iSCSI initiator: host-mode memory (swap
+# on the LUN) needs one. Guest mode does not: QEMU opens the target with
+# its own initiator. The kernel's iSCSI transport is reached through a
+# NETLINK_ISCSI (8) socket, which a kernel without it refuses.
+function composable_has_kernel_initiator {
+    command -v iscsiadm >/dev/null || return 1
+    python3 -c 'import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 8).close()' \
+        2>/dev/null
+}
+
+function report_composable_initiator {
+    if ! composable_has_kernel_initiator; then
+        echo "composable: this host has no kernel iSCSI initiator: host-mode memory leases (composable:attach_mode=host) cannot attach here; guest-mode memory (QEMU's own initiator) and devices work"
     fi
 }
 
@@ -112,6 +131,10 @@ function configure_composable {
         $COMPOSABLE_MEMORY_EXPORTER
     iniset $COMPOSABLE_CONF_FILE allocator memory_extent_mb \
         $COMPOSABLE_MEMORY_EXTENT_MB
+    if [[ "$COMPOSABLE_REDFISH_EMULATOR" == "True" ]]; then
+        iniset $COMPOSABLE_CONF_FILE conductor fabric_sync_interval \
+            $COMPOSABLE_FABRIC_SYNC_INTERVAL
+    fi
     if [[ -n "$COMPOSABLE_PCI_BACKEND" ]]; then
         iniset $COMPOSABLE_CONF_FILE compute_node pci_backend \
             $COMPOSABLE_PCI_BACKEND
@@ -127,11 +150,11 @@ function configure_composable {
         "sudo $COMPOSABLE_BIN_DIR/privsep-helper --config-file $COMPOSABLE_CONF_FILE"
 
     # The memory this host lends, mounted by the agent when it starts.
-    iniset $COMPOSABLE_CONF_FILE memory tmpfs_path $COMPOSABLE_TMPFS_PATH
-    iniset $COMPOSABLE_CONF_FILE memory tmpfs_size_mb \
+    iniset $COMPOSABLE_CONF_FILE memory_node tmpfs_path $COMPOSABLE_TMPFS_PATH
+    iniset $COMPOSABLE_CONF_FILE memory_node tmpfs_size_mb \
         $COMPOSABLE_TMPFS_SIZE_MB
-    iniset $COMPOSABLE_CONF_FILE memory manage_mount True
-    iniset $COMPOSABLE_CONF_FILE memory portal $COMPOSABLE_ISCSI_PORTAL
+    iniset $COMPOSABLE_CONF_FILE memory_node manage_mount True
+    iniset $COMPOSABLE_CONF_FILE memory_node portal $COMPOSABLE_ISCSI_PORTAL
     iniset $COMPOSABLE_CONF_FILE compute_node initiator_iqn \
         "$(composable_initiator_iqn)"
 
@@ -238,7 +261,8 @@ function start_composable {
 # GPU blocks in its zone. Its password is made here and stays in the
 # emulator's file and composable's database (driver_info, never shown).
 function configure_composable_redfish_emulator {
-    local password xtrace
+    local password xtrace host
+    host=$(composable_compute_host)
     xtrace=$(set +o | grep xtrace)
     set +o xtrace
     password=$(generate_hex_string 16)
@@ -248,14 +272,14 @@ function configure_composable_redfish_emulator {
     cat <<EOF | sudo tee $COMPOSABLE_REDFISH_EMULATOR_CONF >/dev/null
 {"username": "composable", "password": "$password",
  "zones": [{"id": "1"}],
- "systems": [{"id": "$LOCAL_HOSTNAME", "name": "$LOCAL_HOSTNAME",
+ "systems": [{"id": "$host", "name": "$host",
               "zones": ["1"]}],
  "blocks": [{"id": "GPU0", "kind": "gpu", "vendor_id": "10de",
              "device_id": "2330", "serial": "EMU-GPU-0",
-             "model": "H100 80GB", "zones": ["1"]},
+             "model": "$COMPOSABLE_GPU_MODEL", "zones": ["1"]},
             {"id": "GPU1", "kind": "gpu", "vendor_id": "10de",
              "device_id": "2330", "serial": "EMU-GPU-1",
-             "model": "H100 80GB", "zones": ["1"]}]}
+             "model": "$COMPOSABLE_GPU_MODEL", "zones": ["1"]}]}
 EOF
     $xtrace
 }
@@ -271,27 +295,43 @@ function start_composable_redfish_emulator {
     fi
 }
 
-# The emulator as a fabric of composable; the conductor's fabric sync
-# then finds its GPUs (a pool of kind gpu on that fabric takes them).
+# The emulator as the plugin's fabric, in the Nova host aggregate $1; the
+# conductor's fabric sync then finds its GPUs (the GPU pool on that fabric
+# takes them).
 function register_composable_redfish_fabric {
-    local password xtrace
+    local aggregate_uuid=$1 password xtrace
     # The password stays out of the stack log.
     xtrace=$(set +o | grep xtrace)
     set +o xtrace
     password=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["password"])' \
         $COMPOSABLE_REDFISH_EMULATOR_CONF)
-    openstack composable fabric create redfish-emulator --driver redfish \
+    openstack composable fabric create $COMPOSABLE_FABRIC_NAME \
+        --driver redfish --aggregate-uuid $aggregate_uuid \
+        --description "DevStack: the Redfish composition emulator" \
         --driver-info address=http://$COMPOSABLE_SERVICE_HOST:$COMPOSABLE_REDFISH_EMULATOR_PORT \
         --driver-info username=composable \
         --driver-info password=$password
     $xtrace
 }
 
+# Wait until the fabric sync put the emulator's GPUs in the GPU pool.
+function wait_for_composable_redfish_gpus {
+    local deadline=$((SECONDS + SERVICE_TIMEOUT + COMPOSABLE_FABRIC_SYNC_INTERVAL))
+    while [[ $(openstack composable device list --pool $COMPOSABLE_GPU_POOL \
+            -f value -c uuid | wc -l) -lt $COMPOSABLE_REDFISH_EMULATOR_GPUS ]]; do
+        if [[ $SECONDS -ge $deadline ]]; then
+            die $LINENO "the fabric sync did not put the Redfish emulator's GPUs in $COMPOSABLE_GPU_POOL"
+        fi
+        sleep 5
+    done
+}
+
 # register_composable_inventory - what a first lease needs: a fabric
 # whose Nova host aggregate holds this compute node (the pools' sharing
 # providers in Placement join that aggregate), this host as a compute host
-# and as the memory node of a memory pool, and a GPU pool of simulated
-# GPUs. Only what is missing is made, so a second stack.sh keeps leases.
+# and as the memory node of a memory pool, and a GPU pool: simulated GPUs
+# on the fake fabric, or the Redfish emulator's. Only what is missing is
+# made.
 function register_composable_inventory {
     local compute_host aggregate_uuid i
     compute_host=$(composable_compute_host)
@@ -311,9 +351,13 @@ function register_composable_inventory {
 
     if ! openstack composable fabric show $COMPOSABLE_FABRIC_NAME \
             >/dev/null 2>&1; then
-        openstack composable fabric create $COMPOSABLE_FABRIC_NAME \
-            --driver fake --aggregate-uuid $aggregate_uuid \
-            --description "DevStack: simulated GPUs, memory of $compute_host"
+        if [[ "$COMPOSABLE_REDFISH_EMULATOR" == "True" ]]; then
+            register_composable_redfish_fabric $aggregate_uuid
+        else
+            openstack composable fabric create $COMPOSABLE_FABRIC_NAME \
+                --driver fake --aggregate-uuid $aggregate_uuid \
+                --description "DevStack: simulated GPUs, memory of $compute_host"
+        fi
     fi
     if ! openstack composable host show $compute_host >/dev/null 2>&1; then
         openstack composable host create $compute_host \
@@ -338,12 +382,17 @@ function register_composable_inventory {
         openstack composable pool create $COMPOSABLE_GPU_POOL \
             --kind gpu --fabric $COMPOSABLE_FABRIC_NAME
     fi
+    if [[ "$COMPOSABLE_REDFISH_EMULATOR" == "True" ]]; then
+        wait_for_composable_redfish_gpus
+        return
+    fi
     for ((i = 0; i < COMPOSABLE_FAKE_GPUS; i++)); do
         if ! openstack composable device show devstack-gpu-$i \
                 >/dev/null 2>&1; then
             openstack composable device create --pool $COMPOSABLE_GPU_POOL \
                 --address devstack-gpu-$i --name devstack-gpu-$i \
-                --model FakeGPU --vendor-id 10de --product-id 0001
+                --model $COMPOSABLE_GPU_MODEL --vendor-id 10de \
+                --product-id 0001
         fi
     done
 }
@@ -361,93 +410,57 @@ function create_composable_flavors {
         openstack flavor create $COMPOSABLE_GPU_FLAVOR \
             --ram 256 --disk 1 --vcpus 1 \
             --property resources:CUSTOM_COMPOSABLE_GPU=1 \
-            --property composable:gpu_model=FakeGPU
+            --property composable:gpu_model=$COMPOSABLE_GPU_MODEL
     fi
 }
 
-function delete_composable_flavors {
-    local flavor
-    for flavor in $COMPOSABLE_MEMORY_FLAVOR $COMPOSABLE_GPU_FLAVOR; do
-        openstack flavor delete $flavor 2>/dev/null || true
-    done
-}
-
-# The lease of a server, "<uuid> <status> <fault>", or nothing.
-function composable_lease_of_server {
-    local server=$1
-    openstack composable lease list --all-projects --long -f json | \
-        python3 -c '
-import json, sys
-for lease in json.load(sys.stdin):
-    if lease.get("Instance UUID", lease.get("instance_uuid")) == sys.argv[1]:
-        print(lease.get("UUID", lease.get("uuid")),
-              lease.get("Status", lease.get("status")))
-        break' $server
-}
-
-# verify_composable - boot a server with the memory flavor, wait until
-# its lease is bound and the guest has the disk, then remove it all. A
-# failure stops stack.sh with what went wrong.
+# verify_composable - the self-check (lib/composable-selfcheck): a server
+# with the memory flavor, a lease-first boot and a GPU lease bound to this
+# host. A failure stops stack.sh with what went wrong.
 function verify_composable {
-    local server lease status instance deadline
-    echo "Verifying composable: booting a server with $COMPOSABLE_MEMORY_FLAVOR"
-    openstack server delete --wait composable-verify 2>/dev/null || true
-    server=$(openstack server create --flavor $COMPOSABLE_MEMORY_FLAVOR \
-        --image $DEFAULT_IMAGE_NAME --network $PRIVATE_NETWORK_NAME \
-        --wait -f value -c id composable-verify) || \
-        die $LINENO "composable check: the server with $COMPOSABLE_MEMORY_FLAVOR did not boot (openstack server show composable-verify)"
-    deadline=$((SECONDS + COMPOSABLE_VERIFY_TIMEOUT))
-    status=""
-    while [[ $SECONDS -lt $deadline ]]; do
-        read -r lease status <<< "$(composable_lease_of_server $server)"
-        case "$status" in
-            bound) break ;;
-            error|released)
-                openstack composable lease show $lease
-                die $LINENO "composable check: lease $lease of server $server is $status" ;;
-        esac
-        sleep 2
-    done
-    if [[ "$status" != "bound" ]]; then
-        die $LINENO "composable check: the lease of server $server is '${status:-missing}', not bound, after $COMPOSABLE_VERIFY_TIMEOUT s"
-    fi
-    instance=$(openstack server show $server -f value \
-        -c OS-EXT-SRV-ATTR:instance_name)
-    # The agent hot-plugs the disk after the domain started: wait for it.
-    while ! sudo virsh -c qemu:///system dumpxml $instance | \
-            grep -q "protocol='iscsi'"; do
-        if [[ $SECONDS -ge $deadline ]]; then
-            die $LINENO "composable check: lease $lease is bound but domain $instance has no iSCSI disk"
-        fi
-        sleep 2
-    done
-    openstack server delete --wait $server
-    while [[ -n "$(composable_lease_of_server $server)" ]]; do
-        if [[ $SECONDS -ge $deadline ]]; then
-            die $LINENO "composable check: lease $lease outlived server $server"
-        fi
-        sleep 2
-    done
-    echo "composable check passed: lease $lease was bound to $server and released"
+    composable_selfcheck "$(composable_compute_host)"
 }
 
-# Remove the inventory and the Nova objects the plugin made.
+# The openstack client as DevStack's admin (clouds.yaml), also where
+# openrc set the demo user's variables (unstack.sh sources it).
+function composable_admin_openstack {
+    (
+        for var in $(compgen -v OS_); do
+            unset "$var"
+        done
+        export OS_CLOUD=devstack-admin
+        openstack "$@"
+    )
+}
+
+# Remove the Nova objects and the catalog entry the plugin made. Run at
+# unstack, while the APIs still answer (DevStack stops them after the
+# plugins' unstack phase).
 function cleanup_composable_inventory {
-    local compute_host
+    local compute_host flavor
     compute_host=$(composable_compute_host)
-    delete_composable_flavors
-    if openstack aggregate show $COMPOSABLE_AGGREGATE >/dev/null 2>&1; then
-        openstack aggregate remove host $COMPOSABLE_AGGREGATE \
-            $compute_host 2>/dev/null || true
-        openstack aggregate delete $COMPOSABLE_AGGREGATE || true
+    for flavor in $COMPOSABLE_MEMORY_FLAVOR $COMPOSABLE_GPU_FLAVOR; do
+        composable_admin_openstack flavor delete $flavor 2>/dev/null || true
+    done
+    if composable_admin_openstack aggregate show $COMPOSABLE_AGGREGATE \
+            >/dev/null 2>&1; then
+        composable_admin_openstack aggregate remove host \
+            $COMPOSABLE_AGGREGATE $compute_host >/dev/null 2>&1 || true
+        composable_admin_openstack aggregate delete $COMPOSABLE_AGGREGATE \
+            || true
     fi
+}
+
+function cleanup_composable_accounts {
+    # Deleting the service deletes its endpoints.
+    composable_admin_openstack service delete composable 2>/dev/null || true
 }
 
 # Targets of composable's IQN prefix left in tgtd, and the tmpfs.
 function cleanup_composable_memory_data_plane {
     local tid
     if command -v tgtadm >/dev/null; then
-        for tid in $(sudo tgtadm --lld iscsi --mode target --op show | \
+        for tid in $(sudo tgtadm --lld iscsi --mode target --op show 2>/dev/null | \
                 awk '/^Target [0-9]+: iqn.2010-10.org.openstack.composable/ {sub(":", "", $2); print $2}'); do
             sudo tgtadm --lld iscsi --mode target --op delete --force \
                 --tid $tid || true
@@ -456,6 +469,20 @@ function cleanup_composable_memory_data_plane {
     if mountpoint -q $COMPOSABLE_TMPFS_PATH; then
         sudo umount $COMPOSABLE_TMPFS_PATH
     fi
+}
+
+# The database, dropped as DevStack's recreate_database makes it.
+function drop_composable_database {
+    case "$DATABASE_TYPE" in
+        mysql)
+            mysql -u$DATABASE_USER -p$DATABASE_PASSWORD -h$MYSQL_HOST \
+                -e "DROP DATABASE IF EXISTS composable;" ;;
+        postgresql)
+            dropdb -h$DATABASE_HOST -U$DATABASE_USER --if-exists \
+                composable ;;
+        *)
+            return 0 ;;
+    esac && echo "composable: database composable dropped"
 }
 
 # stop_composable - stop the services
@@ -467,7 +494,27 @@ function stop_composable {
     done
 }
 
-# cleanup_composable - remove what the plugin left behind
+# unstack_composable - the plugin's Nova objects and catalog entry (while
+# the APIs answer), the services, composable's targets in tgtd and the
+# tmpfs. For clean.sh (unstack.sh --all) also the database, while the
+# database server still runs.
+function unstack_composable {
+    if is_service_enabled nova && [[ "$COMPOSABLE_REGISTER_INVENTORY" == "True" ]]; then
+        cleanup_composable_inventory
+    fi
+    if is_service_enabled keystone; then
+        cleanup_composable_accounts
+    fi
+    stop_composable
+    if is_composable_memory_node; then
+        cleanup_composable_memory_data_plane
+    fi
+    if [[ -n "$UNSTACK_ALL" ]]; then
+        drop_composable_database || true
+    fi
+}
+
+# cleanup_composable - remove the files the plugin left behind
 function cleanup_composable {
     if is_service_enabled composable-api; then
         remove_uwsgi_config "$COMPOSABLE_UWSGI_CONF" "composable-api"
@@ -476,12 +523,10 @@ function cleanup_composable {
     if is_composable_memory_node; then
         cleanup_composable_memory_data_plane
     fi
-    if is_service_enabled nova && [[ -r $TOP_DIR/openrc ]]; then
-        cleanup_composable_inventory
-    fi
     if [[ -x $COMPOSABLE_BIN_DIR/composable-libvirt-hook ]]; then
         sudo $COMPOSABLE_BIN_DIR/composable-libvirt-hook --uninstall
     fi
+    sudo rm -rf $COMPOSABLE_CONF_DIR $COMPOSABLE_STATE_DIR
 }
 
 if is_composable_enabled; then
@@ -508,8 +553,9 @@ if is_composable_enabled; then
             start_composable_redfish_emulator
         fi
         start_composable
-        if [[ "$COMPOSABLE_REDFISH_EMULATOR" == "True" ]]; then
-            register_composable_redfish_fabric
+        if is_composable_compute && \
+                [[ "$COMPOSABLE_MEMORY_EXPORTER" != "noop" ]]; then
+            report_composable_initiator
         fi
         if is_service_enabled nova && \
                 [[ "$COMPOSABLE_REGISTER_INVENTORY" == "True" ]]; then
@@ -528,7 +574,7 @@ if is_composable_enabled; then
     fi
 
     if [[ "$1" == "unstack" ]]; then
-        stop_composable
+        unstack_composable
     fi
 
     if [[ "$1" == "clean" ]]; then

@@ -16,7 +16,15 @@
 plugin runs from the objects under CLOUD_DIR/objects/<kind>/<name>
 (``show`` fails for a missing object, as the real client does). The
 server the check boots gets a lease whose status is read from
-CLOUD_DIR/lease-status (default ``bound``).
+CLOUD_DIR/lease-status (default ``bound``) when the server's flavor asks
+for pooled memory. Leases made with ``lease create`` are reserved; a
+server booted with ``--hint composable_lease=<lease>`` binds its lease
+(unless CLOUD_DIR/hint-lease-status says otherwise) and unbinds it when
+deleted; ``lease bind --host`` binds one to a host; ``lease delete``
+releases it. ``pool show -c used`` answers how many leases made with
+``--pool <pool>`` are not released, plus one once such a lease was
+deleted if CLOUD_DIR/pool-leak-<pool> exists (a pool whose usage does not
+return).
 """
 
 import json
@@ -62,12 +70,84 @@ def _positionals(args):
     return out
 
 
+def _read(cloud, name, default=''):
+    path = os.path.join(cloud, name)
+    if not os.path.exists(path):
+        return default
+    with open(path) as f:
+        return f.read().strip()
+
+
+def _lease(cloud, ident):
+    """The lease made with ``lease create`` named or numbered ident."""
+    for name in (os.listdir(os.path.join(cloud, 'objects', 'lease'))
+                 if _exists(cloud, 'lease', '') else []):
+        body = _load(cloud, 'lease', name)
+        if ident in (name, body['uuid']):
+            return name, body
+    return None, None
+
+
+def _pool_used(cloud, pool):
+    used = deleted = 0
+    for name in (os.listdir(os.path.join(cloud, 'objects', 'lease'))
+                 if _exists(cloud, 'lease', '') else []):
+        body = _load(cloud, 'lease', name)
+        if _option(body['args'], '--pool') != pool:
+            continue
+        if body['status'] == 'released':
+            deleted += 1
+        else:
+            used += 1
+    if deleted and os.path.exists(os.path.join(cloud, 'pool-leak-' + pool)):
+        used += 1
+    return used
+
+
+def _leases(cloud, args):
+    verb, rest = args[1], args[2:]
+    if verb == 'create':
+        name = _positionals(rest)[0]
+        body = {'uuid': 'lease-%s' % name, 'status': 'reserved',
+                'host': '', 'args': rest}
+        _save(cloud, 'lease', name, body)
+        print(body['uuid'])
+        return 0
+    name, body = _lease(cloud, _positionals(rest)[-1])
+    if body is None:
+        print('No lease %s' % _positionals(rest)[-1], file=sys.stderr)
+        return 1
+    if verb == 'show':
+        column = _option(rest, '-c')
+        print(body.get(column, '') if column else
+              'fault: the stand-in cloud says so')
+    elif verb == 'bind':
+        body.update(status='bound', host=_option(rest, '--host'))
+    elif verb == 'delete':
+        body['status'] = 'released'
+    _save(cloud, 'lease', name, body)
+    return 0
+
+
 def main(argv):
     cloud, args = argv[0], argv[1:]
     if args[0] == 'composable':
         args = args[1:]
         if args[:2] == ['memory', 'node']:
             args = ['memory-node'] + args[2:]
+        if args[0] == 'lease' and args[1] != 'list' and (
+                args[1] != 'show' or _lease(
+                    cloud, _positionals(args[2:])[-1])[1] is not None):
+            return _leases(cloud, args)
+        if args[:2] == ['pool', 'show'] and _option(args, '-c') == 'used':
+            print(_pool_used(cloud, _positionals(args[2:])[0]))
+            return 0
+        if args[:2] == ['device', 'list']:
+            for name in (sorted(os.listdir(os.path.join(
+                    cloud, 'objects', 'device')))
+                    if _exists(cloud, 'device', '') else []):
+                print(name)
+            return 0
     kind, verb, rest = args[0], args[1], args[2:]
     if kind == 'aggregate' and verb in ('add', 'remove'):
         name, host = _positionals(rest[1:])
@@ -79,7 +159,8 @@ def main(argv):
         return 0
     if kind == 'lease' and verb == 'list':
         leases = []
-        if _exists(cloud, 'server', SERVER_ID):
+        if _exists(cloud, 'server', SERVER_ID) and 'composable.mem2g' in \
+                _load(cloud, 'server', SERVER_ID)['args']:
             status = 'bound'
             if os.path.exists(os.path.join(cloud, 'lease-status')):
                 with open(os.path.join(cloud, 'lease-status')) as f:
@@ -99,8 +180,20 @@ def main(argv):
         _save(cloud, kind, SERVER_ID, {
             'name': name, 'args': rest,
             'OS-EXT-SRV-ATTR:instance_name': 'instance-00000001'})
+        hint = _option(rest, '--hint')
+        if hint:
+            lease_name, lease = _lease(cloud, hint.split('=', 1)[1])
+            lease['status'] = _read(cloud, 'hint-lease-status', 'bound')
+            _save(cloud, 'lease', lease_name, lease)
         print(SERVER_ID)
         return 0
+    if kind == 'server' and verb == 'delete' and _exists(
+            cloud, kind, SERVER_ID) and SERVER_ID in rest:
+        hint = _option(_load(cloud, kind, SERVER_ID)['args'], '--hint')
+        if hint:
+            lease_name, lease = _lease(cloud, hint.split('=', 1)[1])
+            lease['status'] = 'reserved'
+            _save(cloud, 'lease', lease_name, lease)
     if verb == 'show':
         if not _exists(cloud, kind, name):
             print('No %s with a name or ID of %s exists.' % (kind, name),

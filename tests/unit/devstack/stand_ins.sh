@@ -133,15 +133,23 @@ sudo() {
                 cat "$CLOUD/tgt-show" 2>/dev/null
             fi ;;
         umount) rm -f "$CLOUD/mounted" ;;
+        tee) shift; builtin command tee "$@" ;;
     esac
     return 0
 }
+# tgtadm is there; iscsiadm only when the cloud has $CLOUD/iscsiadm.
 command() {
     if [[ "$1" == -v && "$2" == tgtadm ]]; then
         return 0
     fi
+    if [[ "$1" == -v && "$2" == iscsiadm ]]; then
+        [[ -e "$CLOUD/iscsiadm" ]]
+        return
+    fi
     builtin command "$@"
 }
+mysql() { record mysql "$@"; }
+dropdb() { record dropdb "$@"; }
 
 # --- the cloud
 openstack() {

@@ -60,6 +60,10 @@ class DevStack(object):
             'PRIVATE_NETWORK_NAME': 'private',
             'NOVA_FILTERS': 'ComputeFilter,ImagePropertiesFilter',
             'NOVA_NOTIFICATION_FORMAT': 'unversioned',
+            'DATABASE_TYPE': 'mysql',
+            'DATABASE_USER': 'root',
+            'DATABASE_PASSWORD': 'secret',
+            'MYSQL_HOST': '127.0.0.1',
         }
 
     def run(self, *phase, check=True, **env):
@@ -133,9 +137,9 @@ def test_post_config_configures_nova_and_composable(devstack):
     assert conf['nova']['username'] == ['composable']
     assert conf['placement']['username'] == ['composable']
     assert conf['agent']['memory_exporter'] == ['tgt']
-    assert conf['memory']['manage_mount'] == ['True']
-    assert conf['memory']['tmpfs_size_mb'] == ['4096']
-    assert conf['memory']['portal'] == ['10.0.0.5:3260']
+    assert conf['memory_node']['manage_mount'] == ['True']
+    assert conf['memory_node']['tmpfs_size_mb'] == ['4096']
+    assert conf['memory_node']['portal'] == ['10.0.0.5:3260']
     # The fake fabric's GPUs never reach the host: no sysfs work.
     assert conf['compute_node']['pci_backend'] == ['noop']
     assert conf['compute_node']['pci_state_file'] == [
@@ -222,18 +226,72 @@ def test_extra_registers_the_inventory_and_flavors_once(devstack):
     assert creates == []
 
 
-def test_check_at_test_config_passes_and_cleans_up(devstack):
-    devstack.run('stack', 'extra')
+def _domain_with_disk(devstack):
     (devstack.cloud / 'domain.xml').write_text(
         "<domain><devices><disk type='network'>"
         "<source protocol='iscsi' name='iqn.x/0'/></disk></devices>"
         "</domain>")
+
+
+def _lease(devstack, name):
+    return json.loads((devstack.cloud / 'objects' / 'lease' / name)
+                      .read_text())
+
+
+def test_check_at_test_config_passes_and_cleans_up(devstack):
+    devstack.run('stack', 'extra')
+    _domain_with_disk(devstack)
     proc = devstack.run('stack', 'test-config')
-    assert 'composable check passed' in proc.stdout
-    assert devstack.objects('server') == []
+    out = proc.stdout
+    # 1. the memory flavor's server, its lease bound and released
+    assert 'composable check passed: lease lease-1 was bound to ' \
+        'server-1 and released' in out
+    # 2. lease-first: a guest-mode lease, a server booted with the hint
+    hinted = _lease(devstack, 'composable-verify-lease')
+    assert '--attach-mode' in hinted['args']
+    assert hinted['args'][hinted['args'].index('--attach-mode') + 1] == \
+        'guest'
+    assert hinted['status'] == 'released'
     calls = devstack.calls_list()
-    assert any(c.startswith('openstack server create --flavor '
+    assert any(c.startswith('openstack server create ') and
+               '--hint composable_lease=lease-composable-verify-lease' in c
+               for c in calls)
+    assert 'composable check passed: lease lease-composable-verify-lease ' \
+        '(lease-first)' in out
+    # 3. a GPU lease bound to this host, then released
+    gpu = _lease(devstack, 'composable-verify-gpu')
+    assert gpu['host'] == 'compute-a'
+    assert gpu['status'] == 'released'
+    assert 'GPU lease lease-composable-verify-gpu was bound to host ' \
+        'compute-a' in out
+    assert 'composable self-check passed' in out
+    assert devstack.objects('server') == []
+    assert any(c.startswith('openstack server create --image '
+                            'cirros-0.6.3-x86_64-disk --network private '
+                            '--wait -f value -c id --flavor '
                             'composable.mem2g') for c in calls)
+
+
+def test_check_stops_stack_when_the_hinted_lease_is_not_bound(devstack):
+    devstack.run('stack', 'extra')
+    _domain_with_disk(devstack)
+    (devstack.cloud / 'hint-lease-status').write_text('reserved')
+    proc = devstack.run('stack', 'test-config', check=False,
+                        COMPOSABLE_VERIFY_TIMEOUT='1')
+    assert proc.returncode == 3
+    assert "DIE: composable check: lease lease-composable-verify-lease " \
+        "is 'reserved', not bound" in proc.stderr
+
+
+def test_check_stops_stack_when_the_pool_usage_does_not_return(devstack):
+    devstack.run('stack', 'extra')
+    _domain_with_disk(devstack)
+    (devstack.cloud / 'pool-leak-gpu-pool').write_text('')
+    proc = devstack.run('stack', 'test-config', check=False,
+                        COMPOSABLE_VERIFY_TIMEOUT='1')
+    assert proc.returncode == 3
+    assert 'DIE: composable check: pool gpu-pool uses 1, not 0 as before ' \
+        'the check' in proc.stderr
 
 
 @pytest.mark.parametrize('status', ['error', 'released'])
@@ -263,19 +321,128 @@ def test_check_can_be_turned_off(devstack):
                 if c.startswith('openstack server create')]
 
 
-def test_clean_removes_flavors_aggregate_targets_and_tmpfs(devstack):
+def test_unstack_removes_nova_objects_service_targets_and_tmpfs(devstack):
     devstack.run('stack', 'extra')
-    (devstack.tmp / 'openrc').write_text('')
+    (devstack.cloud / 'objects' / 'service').mkdir()
+    (devstack.cloud / 'objects' / 'service' / 'composable').write_text('{}')
     (devstack.cloud / 'mounted').write_text('')
     (devstack.cloud / 'tgt-show').write_text(
         'Target 1: iqn.2010-10.org.openstack.composable:extent-1\n'
         '    System information:\n'
         'Target 2: iqn.2003-01.org.example:not-ours\n')
-    devstack.run('clean')
+    # unstack.sh sources openrc: the demo user's variables are set, and
+    # the plugin must act as DevStack's admin all the same.
+    proc = devstack.run('unstack', OS_USERNAME='demo',
+                        OS_PROJECT_NAME='demo')
+    # Flavors, aggregate and the catalog entry go while the APIs answer
+    # (the plugins' unstack phase runs before DevStack stops them).
     assert devstack.objects('flavor') == []
     assert devstack.objects('aggregate') == []
+    assert devstack.objects('service') == []
     calls = devstack.calls_list()
+    assert 'stop_process composable-agent' in calls
     assert ('sudo tgtadm --lld iscsi --mode target --op delete --force '
             '--tid 1') in calls
     assert not [c for c in calls if c.endswith('--tid 2')]
-    assert 'sudo umount %s' % '/var/lib/composable/memory' in calls
+    assert 'sudo umount /var/lib/composable/memory' in calls
+    # unstack.sh alone keeps the database.
+    assert not [c for c in calls if c.startswith('mysql')]
+    assert 'database composable dropped' not in proc.stdout
+
+
+def test_unstack_for_clean_drops_the_database(devstack):
+    # clean.sh runs "unstack.sh --all" (UNSTACK_ALL): the database server
+    # still runs in the unstack phase and is stopped after it.
+    proc = devstack.run('unstack', UNSTACK_ALL='-1')
+    assert ('mysql -uroot -psecret -h127.0.0.1 -e DROP DATABASE IF EXISTS '
+            'composable;') in devstack.calls_list()
+    assert 'composable: database composable dropped' in proc.stdout
+
+    devstack.calls.unlink()
+    devstack.run('unstack', UNSTACK_ALL='-1', DATABASE_TYPE='postgresql',
+                 DATABASE_HOST='127.0.0.1')
+    assert ('dropdb -h127.0.0.1 -Uroot --if-exists composable'
+            in devstack.calls_list())
+
+
+def test_clean_removes_hook_configuration_and_data_plane(devstack):
+    (devstack.cloud / 'mounted').write_text('')
+    devstack.run('clean')
+    calls = devstack.calls_list()
+    assert 'remove_uwsgi_config %s composable-api' % (
+        devstack.tmp / 'composable-api-uwsgi.ini') in calls
+    assert 'sudo umount /var/lib/composable/memory' in calls
+    assert 'sudo rm -rf %s %s' % (devstack.tmp, devstack.tmp / 'data' /
+                                  'composable') in calls
+
+
+def test_extra_with_the_redfish_emulator_makes_it_the_fabric(devstack):
+    # The fabric sync has put the emulator's two GPUs in the pool.
+    devices = devstack.cloud / 'objects' / 'device'
+    devices.mkdir(parents=True)
+    for i in range(2):
+        (devices / ('gpu%d' % i)).write_text('{}')
+    devstack.run('stack', 'post-config', COMPOSABLE_REDFISH_EMULATOR='True')
+    conf = devstack.ini(devstack.composable_conf)
+    assert conf['fabric']['enabled_drivers'] == ['fake,redfish']
+    assert conf['conductor']['fabric_sync_interval'] == ['20']
+    devstack.run('stack', 'extra', COMPOSABLE_REDFISH_EMULATOR='True')
+    # One fabric: the emulator, in the aggregate, with the host and pools.
+    assert devstack.objects('fabric') == ['redfish-emulator']
+    args = json.loads((devstack.cloud / 'objects' / 'fabric' /
+                       'redfish-emulator').read_text())['args']
+    assert args[args.index('--driver') + 1] == 'redfish'
+    assert args[args.index('--aggregate-uuid') + 1] == 'aggregate-uuid-1'
+    assert 'password=00112233445566778899aabbccddeeff' in args
+    host = json.loads((devstack.cloud / 'objects' / 'host' /
+                       'compute-a').read_text())['args']
+    assert host[host.index('--fabric') + 1] == 'redfish-emulator'
+    # No simulated GPUs: the emulator's are the pool's.
+    assert devstack.objects('device') == ['gpu0', 'gpu1']
+    emulator = json.loads((devstack.tmp / 'redfish-emulator.json')
+                          .read_text())
+    assert [s['name'] for s in emulator['systems']] == ['compute-a']
+    assert {b['model'] for b in emulator['blocks']} == {'FakeGPU'}
+
+
+def test_extra_waits_for_the_emulators_gpus(devstack):
+    proc = devstack.run('stack', 'extra', check=False,
+                        COMPOSABLE_REDFISH_EMULATOR='True',
+                        SERVICE_TIMEOUT='0',
+                        COMPOSABLE_FABRIC_SYNC_INTERVAL='1')
+    assert proc.returncode == 3
+    assert "the fabric sync did not put the Redfish emulator's GPUs in " \
+        "gpu-pool" in proc.stderr
+
+
+def test_extra_says_when_the_host_has_no_kernel_initiator(devstack):
+    proc = devstack.run('stack', 'extra')
+    assert 'this host has no kernel iSCSI initiator: host-mode memory ' \
+        'leases (composable:attach_mode=host) cannot attach here' in \
+        proc.stdout
+    proc = devstack.run('stack', 'extra', COMPOSABLE_MEMORY_EXPORTER='noop')
+    assert 'no kernel iSCSI initiator' not in proc.stdout
+
+
+def test_every_composable_option_written_is_one_composable_has(devstack):
+    # The real stack.sh found [memory]tmpfs_path and friends written
+    # where composable reads [memory_node]: the agent did not start.
+    from composable.conf import opts
+    known = {(group if isinstance(group, str) else group.name, opt.dest)
+             for group, group_opts in opts.list_opts()
+             for opt in group_opts}
+    devstack.run('stack', 'post-config', COMPOSABLE_REDFISH_EMULATOR='True')
+    conf = devstack.ini(devstack.composable_conf)
+    # Sections of other libraries DevStack's helpers fill in.
+    foreign = {'keystone_authtoken', 'nova', 'placement',
+               'oslo_messaging_notifications',
+               # oslo.privsep's options of composable's privsep context
+               'composable_sys_admin'}
+    unknown = sorted('[%s]%s' % (section, option)
+                     for section, options in conf.items()
+                     if section not in foreign
+                     for option in options
+                     if (section, option) not in known and
+                     (section != 'DEFAULT' or option not in (
+                         'transport_url', 'debug', 'use_syslog')))
+    assert unknown == []
