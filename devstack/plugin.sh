@@ -466,7 +466,13 @@ function cleanup_composable_memory_data_plane {
 }
 
 # The database, dropped as DevStack's recreate_database makes it.
+# unstack.sh sources lib/database before openrc reads local.conf, so no
+# backend is selected there yet (DATABASE_TYPE is empty): select it from
+# the enabled services as stack.sh does.
 function drop_composable_database {
+    if [[ -z "$DATABASE_TYPE" ]]; then
+        initialize_database_backends || return 0
+    fi
     case "$DATABASE_TYPE" in
         mysql)
             mysql -u$DATABASE_USER -p$DATABASE_PASSWORD -h$MYSQL_HOST \

@@ -73,7 +73,9 @@ class DevStack(object):
                   'echo "NOVA_FILTERS=$NOVA_FILTERS"; '
                   'echo "NOVA_NOTIFICATION_FORMAT=$NOVA_NOTIFICATION_FORMAT"'
                   % (ROOT, ROOT))
+        # A variable given as None is unset.
         full_env = dict(self.env, **env)
+        full_env = {k: v for k, v in full_env.items() if v is not None}
         proc = subprocess.run(['bash', '-c', script, 'plugin'] + list(phase),
                               env=full_env, capture_output=True, text=True,
                               timeout=120)
@@ -352,6 +354,38 @@ def test_unstack_for_clean_drops_the_database(devstack):
                  DATABASE_HOST='127.0.0.1')
     assert ('dropdb -h127.0.0.1 -Uroot --if-exists composable'
             in devstack.calls_list())
+
+
+def test_unstack_for_clean_selects_the_database_backend_itself(devstack):
+    # unstack.sh sources lib/database before openrc has read local.conf:
+    # no backend is selected (DATABASE_TYPE is empty) when the plugin's
+    # unstack phase runs, and the database must be dropped all the same.
+    proc = devstack.run('unstack', UNSTACK_ALL='-1', DATABASE_TYPE=None,
+                        DATABASE_USER=None, MYSQL_HOST=None,
+                        SERVICE_LOCAL_HOST='127.0.0.1')
+    assert ('mysql -uroot -psecret -h127.0.0.1 -e DROP DATABASE IF EXISTS '
+            'composable;') in devstack.calls_list()
+    assert 'composable: database composable dropped' in proc.stdout
+
+    devstack.calls.unlink()
+    services = devstack.env['ENABLED_SERVICES'].replace(
+        'mysql', 'postgresql')
+    devstack.run('unstack', UNSTACK_ALL='-1', DATABASE_TYPE=None,
+                 DATABASE_USER=None, MYSQL_HOST=None,
+                 SERVICE_LOCAL_HOST='127.0.0.1', ENABLED_SERVICES=services)
+    assert ('dropdb -h127.0.0.1 -Uroot --if-exists composable'
+            in devstack.calls_list())
+
+
+def test_unstack_for_clean_without_a_database_service_drops_nothing(
+        devstack):
+    # A compute-only host runs no database server.
+    services = devstack.env['ENABLED_SERVICES'].replace(',mysql', '')
+    proc = devstack.run('unstack', UNSTACK_ALL='-1', DATABASE_TYPE=None,
+                        ENABLED_SERVICES=services)
+    assert not [c for c in devstack.calls_list()
+                if c.startswith(('mysql', 'dropdb'))]
+    assert 'database composable dropped' not in proc.stdout
 
 
 def test_clean_removes_hook_configuration_and_data_plane(devstack):
