@@ -450,12 +450,13 @@ function cleanup_composable_accounts {
     composable_admin_openstack service delete composable 2>/dev/null || true
 }
 
-# Targets of composable's IQN prefix left in tgtd, and the tmpfs.
+# composable's targets left in tgtd, and the tmpfs.
 function cleanup_composable_memory_data_plane {
     local tid
     if command -v tgtadm >/dev/null; then
         for tid in $(sudo tgtadm --lld iscsi --mode target --op show 2>/dev/null | \
-                awk '/^Target [0-9]+: iqn.2010-10.org.openstack.composable/ {sub(":", "", $2); print $2}'); do
+                awk -v prefix="$COMPOSABLE_TARGET_PREFIX" \
+                    '$1 == "Target" && index($3, prefix) == 1 {sub(":", "", $2); print $2}'); do
             sudo tgtadm --lld iscsi --mode target --op delete --force \
                 --tid $tid || true
         done

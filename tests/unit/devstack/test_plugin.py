@@ -23,6 +23,8 @@ import subprocess
 
 import pytest
 
+from composable.memory.exporters.base import TARGET_PREFIX
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, '..', '..', '..'))
 
@@ -318,7 +320,7 @@ def test_unstack_removes_nova_objects_service_targets_and_tmpfs(devstack):
     (devstack.cloud / 'objects' / 'service' / 'composable').write_text('{}')
     (devstack.cloud / 'mounted').write_text('')
     (devstack.cloud / 'tgt-show').write_text(
-        'Target 1: iqn.2010-10.org.openstack.composable:extent-1\n'
+        'Target 1: %s1\n' % TARGET_PREFIX +
         '    System information:\n'
         'Target 2: iqn.2003-01.org.example:not-ours\n')
     # unstack.sh sources openrc: the demo user's variables are set, and
@@ -339,6 +341,20 @@ def test_unstack_removes_nova_objects_service_targets_and_tmpfs(devstack):
     # unstack.sh alone keeps the database.
     assert not [c for c in calls if c.startswith('mysql')]
     assert 'database composable dropped' not in proc.stdout
+
+
+def test_plugin_and_check_know_the_exporters_target_names():
+    # unstack removes composable's targets left in tgtd, and
+    # tools/devstack-check.sh counts them, by the settings' prefix: it
+    # must be the one the exporters name their targets with.
+    with open(os.path.join(ROOT, 'devstack', 'settings')) as f:
+        prefixes = [line.strip().split('=', 1)[1] for line in f
+                    if line.startswith('COMPOSABLE_TARGET_PREFIX=')]
+    assert prefixes == [TARGET_PREFIX]
+    with open(os.path.join(ROOT, 'tools', 'devstack-check.sh')) as f:
+        check = f.read()
+    assert 'org.openstack.composable' not in check
+    assert check.count('grep -c -F ": $prefix"') == 2
 
 
 def test_unstack_for_clean_drops_the_database(devstack):
