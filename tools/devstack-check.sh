@@ -39,6 +39,10 @@
 #
 # Exit status 0 only if every phase passed and nothing was left over.
 
+# The whole script is one block, read before any of it runs: bash reads
+# a script as it goes, and a run lasts long enough for its file to be
+# edited or checked out meanwhile.
+{
 set -u
 
 ROOT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -345,3 +349,5 @@ for phase in container stack selfcheck user_path unstack clean; do
     [[ "${RESULT[$phase]}" == ok ]] || exit 1
 done
 [[ "$LEFTOVERS" == 0 ]]
+exit
+}
