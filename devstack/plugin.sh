@@ -456,12 +456,13 @@ function cleanup_composable_accounts {
     composable_admin_openstack service delete composable 2>/dev/null || true
 }
 
-# Targets of composable's IQN prefix left in tgtd, and the tmpfs.
+# composable's targets left in tgtd, and the tmpfs.
 function cleanup_composable_memory_data_plane {
     local tid
     if command -v tgtadm >/dev/null; then
         for tid in $(sudo tgtadm --lld iscsi --mode target --op show 2>/dev/null | \
-                awk '/^Target [0-9]+: iqn.2010-10.org.openstack.composable/ {sub(":", "", $2); print $2}'); do
+                awk -v prefix="$COMPOSABLE_TARGET_PREFIX" \
+                    '$1 == "Target" && index($3, prefix) == 1 {sub(":", "", $2); print $2}'); do
             sudo tgtadm --lld iscsi --mode target --op delete --force \
                 --tid $tid || true
         done
@@ -472,7 +473,13 @@ function cleanup_composable_memory_data_plane {
 }
 
 # The database, dropped as DevStack's recreate_database makes it.
+# unstack.sh sources lib/database before openrc reads local.conf, so no
+# backend is selected there yet (DATABASE_TYPE is empty): select it from
+# the enabled services as stack.sh does.
 function drop_composable_database {
+    if [[ -z "$DATABASE_TYPE" ]]; then
+        initialize_database_backends || return 0
+    fi
     case "$DATABASE_TYPE" in
         mysql)
             mysql -u$DATABASE_USER -p$DATABASE_PASSWORD -h$MYSQL_HOST \

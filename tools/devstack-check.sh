@@ -39,6 +39,10 @@
 #
 # Exit status 0 only if every phase passed and nothing was left over.
 
+# The whole script is one block, read before any of it runs: bash reads
+# a script as it goes, and a run lasts long enough for its file to be
+# edited or checked out meanwhile.
+{
 set -u
 
 ROOT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -104,6 +108,9 @@ STATE=$DS_STATE
 mkdir -p "$STATE"
 LOCAL_CONF=$ROOT_DIR/doc/source/install/samples/devstack-local.conf
 DB_PASSWORD=$(sed -n 's/^ADMIN_PASSWORD=//p' "$LOCAL_CONF")
+# The names of composable's targets in tgtd.
+TARGET_PREFIX=$(sed -n 's/^COMPOSABLE_TARGET_PREFIX=//p' \
+    "$ROOT_DIR/devstack/settings")
 
 T0=$(date +%s)
 declare -A RESULT WALL
@@ -255,14 +262,15 @@ EOF
 # plugin's flavors, aggregate and catalog entry, composable's targets in
 # tgtd, the tmpfs, running composable services.
 count_unstack_leftovers() {
-    in_ds bash -s "$DB_PASSWORD" <<'EOF'
+    in_ds bash -s "$DB_PASSWORD" "$TARGET_PREFIX" <<'EOF'
 pw=$1
+prefix=$2
 n=0
 q() { mysql -uroot -p$pw -h127.0.0.1 -N -e "$1" 2>/dev/null || echo 0; }
 c=$(q "SELECT COUNT(*) FROM nova_api.flavors WHERE name LIKE 'composable.%'"); echo "flavors: $c"; n=$((n + c))
 c=$(q "SELECT COUNT(*) FROM nova_api.aggregates WHERE name = 'composable'"); echo "aggregates: $c"; n=$((n + c))
 c=$(q "SELECT COUNT(*) FROM keystone.service WHERE type = 'composable'"); echo "catalog services: $c"; n=$((n + c))
-c=$(tgtadm --lld iscsi --mode target --op show 2>/dev/null | grep -c '^Target .*iqn.2010-10.org.openstack.composable'); echo "tgt targets: $c"; n=$((n + c))
+c=$(tgtadm --lld iscsi --mode target --op show 2>/dev/null | grep -c -F ": $prefix"); echo "tgt targets: $c"; n=$((n + c))
 c=$(grep -c ' /var/lib/composable/memory ' /proc/mounts); echo "tmpfs mounts: $c"; n=$((n + c))
 c=$(systemctl list-units --no-legend --state=active 'devstack@composable*' | wc -l); echo "active units: $c"; n=$((n + c))
 echo "unstack leftovers: $n"
@@ -273,13 +281,14 @@ EOF
 # After clean.sh also: the database (dropped by clean.sh), the libvirt
 # hook, the unit files, the configuration, any composable process.
 count_clean_leftovers() {
-    in_ds bash -s <<'EOF'
+    in_ds bash -s "$TARGET_PREFIX" <<'EOF'
+prefix=$1
 n=0
 c=$(ls -d /var/lib/mysql/composable 2>/dev/null | wc -l); echo "database: $c"; n=$((n + c))
 c=$(ls /etc/libvirt/hooks/qemu.d/50-composable 2>/dev/null | wc -l); echo "libvirt hook: $c"; n=$((n + c))
 c=$(ls /etc/systemd/system/devstack@composable* 2>/dev/null | wc -l); echo "unit files: $c"; n=$((n + c))
 c=$(ls -d /etc/composable 2>/dev/null | wc -l); echo "configuration: $c"; n=$((n + c))
-c=$(tgtadm --lld iscsi --mode target --op show 2>/dev/null | grep -c '^Target .*iqn.2010-10.org.openstack.composable'); echo "tgt targets: $c"; n=$((n + c))
+c=$(tgtadm --lld iscsi --mode target --op show 2>/dev/null | grep -c -F ": $prefix"); echo "tgt targets: $c"; n=$((n + c))
 c=$(grep -c ' /var/lib/composable/memory ' /proc/mounts); echo "tmpfs mounts: $c"; n=$((n + c))
 c=$(pgrep -f 'composable-(api|conductor|agent)|redfish_emulator' | wc -l); echo "processes: $c"; n=$((n + c))
 echo "clean leftovers: $n"
@@ -340,3 +349,5 @@ for phase in container stack selfcheck user_path unstack clean; do
     [[ "${RESULT[$phase]}" == ok ]] || exit 1
 done
 [[ "$LEFTOVERS" == 0 ]]
+exit
+}

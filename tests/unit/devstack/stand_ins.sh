@@ -148,6 +148,20 @@ command() {
     fi
     builtin command "$@"
 }
+# As lib/database's: the backend is the enabled database service, and
+# the MYSQL_* variables give the DATABASE_* defaults.
+initialize_database_backends() {
+    local backend
+    for backend in mysql postgresql; do
+        is_service_enabled $backend && DATABASE_TYPE=$backend
+    done
+    [[ -z "$DATABASE_TYPE" ]] && return 1
+    MYSQL_HOST=${MYSQL_HOST:-$SERVICE_LOCAL_HOST}
+    MYSQL_USER=${MYSQL_USER:-root}
+    DATABASE_HOST=${DATABASE_HOST:-$MYSQL_HOST}
+    DATABASE_USER=${DATABASE_USER:-$MYSQL_USER}
+    return 0
+}
 mysql() { record mysql "$@"; }
 dropdb() { record dropdb "$@"; }
 

@@ -23,6 +23,8 @@ import subprocess
 
 import pytest
 
+from composable.memory.exporters.base import TARGET_PREFIX
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, '..', '..', '..'))
 
@@ -73,7 +75,9 @@ class DevStack(object):
                   'echo "NOVA_FILTERS=$NOVA_FILTERS"; '
                   'echo "NOVA_NOTIFICATION_FORMAT=$NOVA_NOTIFICATION_FORMAT"'
                   % (ROOT, ROOT))
+        # A variable given as None is unset.
         full_env = dict(self.env, **env)
+        full_env = {k: v for k, v in full_env.items() if v is not None}
         proc = subprocess.run(['bash', '-c', script, 'plugin'] + list(phase),
                               env=full_env, capture_output=True, text=True,
                               timeout=120)
@@ -327,7 +331,7 @@ def test_unstack_removes_nova_objects_service_targets_and_tmpfs(devstack):
     (devstack.cloud / 'objects' / 'service' / 'composable').write_text('{}')
     (devstack.cloud / 'mounted').write_text('')
     (devstack.cloud / 'tgt-show').write_text(
-        'Target 1: iqn.2010-10.org.openstack.composable:extent-1\n'
+        'Target 1: %s1\n' % TARGET_PREFIX +
         '    System information:\n'
         'Target 2: iqn.2003-01.org.example:not-ours\n')
     # unstack.sh sources openrc: the demo user's variables are set, and
@@ -350,6 +354,20 @@ def test_unstack_removes_nova_objects_service_targets_and_tmpfs(devstack):
     assert 'database composable dropped' not in proc.stdout
 
 
+def test_plugin_and_check_know_the_exporters_target_names():
+    # unstack removes composable's targets left in tgtd, and
+    # tools/devstack-check.sh counts them, by the settings' prefix: it
+    # must be the one the exporters name their targets with.
+    with open(os.path.join(ROOT, 'devstack', 'settings')) as f:
+        prefixes = [line.strip().split('=', 1)[1] for line in f
+                    if line.startswith('COMPOSABLE_TARGET_PREFIX=')]
+    assert prefixes == [TARGET_PREFIX]
+    with open(os.path.join(ROOT, 'tools', 'devstack-check.sh')) as f:
+        check = f.read()
+    assert 'org.openstack.composable' not in check
+    assert check.count('grep -c -F ": $prefix"') == 2
+
+
 def test_unstack_for_clean_drops_the_database(devstack):
     # clean.sh runs "unstack.sh --all" (UNSTACK_ALL): the database server
     # still runs in the unstack phase and is stopped after it.
@@ -363,6 +381,38 @@ def test_unstack_for_clean_drops_the_database(devstack):
                  DATABASE_HOST='127.0.0.1')
     assert ('dropdb -h127.0.0.1 -Uroot --if-exists composable'
             in devstack.calls_list())
+
+
+def test_unstack_for_clean_selects_the_database_backend_itself(devstack):
+    # unstack.sh sources lib/database before openrc has read local.conf:
+    # no backend is selected (DATABASE_TYPE is empty) when the plugin's
+    # unstack phase runs, and the database must be dropped all the same.
+    proc = devstack.run('unstack', UNSTACK_ALL='-1', DATABASE_TYPE=None,
+                        DATABASE_USER=None, MYSQL_HOST=None,
+                        SERVICE_LOCAL_HOST='127.0.0.1')
+    assert ('mysql -uroot -psecret -h127.0.0.1 -e DROP DATABASE IF EXISTS '
+            'composable;') in devstack.calls_list()
+    assert 'composable: database composable dropped' in proc.stdout
+
+    devstack.calls.unlink()
+    services = devstack.env['ENABLED_SERVICES'].replace(
+        'mysql', 'postgresql')
+    devstack.run('unstack', UNSTACK_ALL='-1', DATABASE_TYPE=None,
+                 DATABASE_USER=None, MYSQL_HOST=None,
+                 SERVICE_LOCAL_HOST='127.0.0.1', ENABLED_SERVICES=services)
+    assert ('dropdb -h127.0.0.1 -Uroot --if-exists composable'
+            in devstack.calls_list())
+
+
+def test_unstack_for_clean_without_a_database_service_drops_nothing(
+        devstack):
+    # A compute-only host runs no database server.
+    services = devstack.env['ENABLED_SERVICES'].replace(',mysql', '')
+    proc = devstack.run('unstack', UNSTACK_ALL='-1', DATABASE_TYPE=None,
+                        ENABLED_SERVICES=services)
+    assert not [c for c in devstack.calls_list()
+                if c.startswith(('mysql', 'dropdb'))]
+    assert 'database composable dropped' not in proc.stdout
 
 
 def test_clean_removes_hook_configuration_and_data_plane(devstack):
