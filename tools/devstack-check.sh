@@ -214,7 +214,27 @@ fi
 EOF
 }
 
+# stack.sh runs local.sh last, and the container's restarts libvirtd:
+# nova-compute then disables its service (COMPUTE_STATUS_DISABLED in
+# Placement, so no server is scheduled) until it has reconnected.
+wait_for_nova_compute() {
+    as_stack <<'EOF'
+export OS_CLOUD=devstack-admin
+deadline=$((SECONDS + 300))
+until [[ "$(openstack compute service list --service nova-compute -f value -c Status -c State)" == "enabled up" ]]; do
+    if [[ $SECONDS -ge $deadline ]]; then
+        echo "nova-compute is not enabled and up after 300 s"
+        openstack compute service list
+        exit 1
+    fi
+    sleep 5
+done
+echo "nova-compute is enabled and up"
+EOF
+}
+
 selfcheck() {
+    wait_for_nova_compute || return 1
     as_stack <<'EOF'
 /opt/stack/composable/devstack/selfcheck.sh
 EOF

@@ -31,8 +31,9 @@ def _write(path, text, mode=0o644):
     os.chmod(path, mode)
 
 
-def test_a_run_survives_its_script_being_edited(tmp_path):
-    # A copy of the project with the files the script reads, committed.
+def _project(tmp_path):
+    """A copy of the project with the files the script reads, committed,
+    and a folder of (empty) mirrors."""
     tree = tmp_path / 'composable'
     for rel in ('tools/devstack-check.sh', 'devstack/settings',
                 'doc/source/install/samples/devstack-local.conf'):
@@ -49,6 +50,11 @@ def test_a_run_survives_its_script_being_edited(tmp_path):
     for project in ('devstack', 'requirements', 'keystone', 'placement',
                     'nova', 'glance', 'neutron'):
         (mirrors / ('openstack+%s' % project) / 'repo').mkdir(parents=True)
+    return tree, script, mirrors
+
+
+def test_a_run_survives_its_script_being_edited(tmp_path):
+    tree, script, mirrors = _project(tmp_path)
     root = tmp_path / 'rootfs'
     # The recipe's stubs. Starting the container rewrites the script in
     # place, as an edit or a checkout in the working tree does while a
@@ -79,3 +85,59 @@ def test_a_run_survives_its_script_being_edited(tmp_path):
     assert lines[-1].startswith(
         'devstack-check: stack=ok selfcheck=ok user_path=ok '), (
         proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+def test_the_selfcheck_waits_for_nova_compute_to_be_enabled(tmp_path):
+    # The container's local.sh, last in stack.sh, restarts libvirtd:
+    # nova-compute disables its service until it has reconnected, and
+    # Placement then offers no host for a server.
+    tree, script, mirrors = _project(tmp_path)
+    root = tmp_path / 'rootfs'
+    stubs = tmp_path / 'stubs'
+    calls = tmp_path / 'calls'
+    devstack = root / 'opt' / 'stack' / 'devstack'
+    for name in ('stack.sh', 'unstack.sh', 'clean.sh'):
+        _write(devstack / name, '#!/bin/bash\nexit 0\n', 0o755)
+    _write(root / 'opt' / 'stack' / 'composable' / 'devstack' /
+           'selfcheck.sh', '#!/bin/bash\necho selfcheck >> %s\n' % calls,
+           0o755)
+    # nova-compute answers disabled twice, then enabled.
+    _write(stubs / 'openstack', '''\
+        #!/bin/bash
+        echo "openstack $*" >> %s
+        if [[ "$*" == "compute service list"* ]]; then
+            n=$(grep -c "compute service list" %s)
+            if [[ $n -le 2 ]]; then echo "disabled up"
+            else echo "enabled up"; fi
+        fi
+        ''' % (calls, calls), 0o755)
+    _write(stubs / 'sleep', '#!/bin/bash\nexit 0\n', 0o755)
+    recipe = tmp_path / 'recipe'
+    _write(recipe / 'run.sh', '#!/bin/bash\nexit 0\n', 0o755)
+    _write(recipe / 'start-ds.sh', '#!/bin/bash\nexit 0\n', 0o755)
+    _write(recipe / 'stop-ds.sh', '#!/bin/bash\nexit 0\n', 0o755)
+    # "Inside the container": the DevStack user's scripts run here, with
+    # /opt/stack in the rootfs and the stubs first on PATH.
+    _write(recipe / 'ds-exec', '''\
+        #!/bin/bash
+        if [[ "$1" == su ]]; then
+            script=$(sed "s|/opt/stack|%s/opt/stack|g")
+            PATH=%s:$PATH exec bash -c "$script"
+        fi
+        [[ "$1" == bash ]] && cat >/dev/null
+        exit 0
+        ''' % (root, stubs), 0o755)
+
+    proc = subprocess.run(
+        ['bash', str(script), '--mirrors', str(mirrors), '--recipe',
+         str(recipe), '--repo', str(tree), '--branch', 'check'],
+        env=dict(os.environ, DS_ROOT=str(root),
+                 DS_STATE=str(tmp_path / 'state')),
+        capture_output=True, text=True, timeout=120)
+
+    assert 'selfcheck=ok' in proc.stdout, (proc.stdout[-2000:],
+                                           proc.stderr[-2000:])
+    lines = calls.read_text().splitlines()
+    asked = [line for line in lines if 'compute service list' in line]
+    assert len(asked) == 3
+    assert lines.index('selfcheck') > lines.index(asked[-1])
