@@ -152,10 +152,14 @@ def stdlib_dir():
 def stdlib_files(python=PYTHON, pci_module=PCI_MODULE):
     """The standard library files (sources and extension modules) that
     running ``pci_module`` with ``python -I -S`` loads."""
-    out = subprocess.run(
-        [python, '-I', '-S', '-c', _PROBE, os.path.dirname(pci_module),
-         stdlib_dir() + '/'],
-        check=True, capture_output=True, text=True, timeout=120).stdout
+    # The guest holds the module as pci.py; beside it in the tree stands
+    # the privsep module of that name, so probe a copy alone.
+    with tempfile.TemporaryDirectory(prefix='composable-pci-') as where:
+        shutil.copy(pci_module, os.path.join(where, 'pci.py'))
+        out = subprocess.run(
+            [python, '-I', '-S', '-c', _PROBE, where, stdlib_dir() + '/'],
+            check=True, capture_output=True, text=True,
+            timeout=120).stdout
     files = json.loads(out)
     # The interpreter finds its prefix by this landmark.
     landmark = os.path.join(stdlib_dir(), 'os.py')

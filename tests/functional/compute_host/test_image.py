@@ -63,11 +63,15 @@ def test_contents(unpacked):
 def test_trimmed_python_runs_the_pci_module(unpacked, tmp_path):
     image, root, _ = unpacked
     home = os.path.join(root, 'usr')
+    # The module as the guest holds it: pci.py in a directory of its own.
+    module_dir = tmp_path / 'module'
+    module_dir.mkdir()
+    shutil.copy(image_mod.PCI_MODULE, str(module_dir / 'pci.py'))
     script = (
         'import json, sys; sys.argv = ["pci.py"] + sys.argv[1:]; '
         'sys.path.insert(0, %r); import pci; '
         'print(json.dumps(sys.path)); sys.exit(pci.main())'
-        % os.path.dirname(image_mod.PCI_MODULE))
+        % str(module_dir))
     fake = tmp_path / 'sys' / 'bus' / 'pci' / 'devices' / '0000:00:01.0'
     fake.mkdir(parents=True)
     # -S and a clean environment but PYTHONHOME: the interpreter finds
@@ -79,6 +83,6 @@ def test_trimmed_python_runs_the_pci_module(unpacked, tmp_path):
         timeout=60)
     assert proc.returncode == 0, proc.stderr
     path_line, answer = proc.stdout.splitlines()
-    assert all(p.startswith(root) or p in ('', os.path.dirname(
-        image_mod.PCI_MODULE)) for p in json.loads(path_line)), path_line
+    assert all(p.startswith(root) or p in ('', str(module_dir))
+               for p in json.loads(path_line)), path_line
     assert json.loads(answer) == {'result': ['0000:00:01.0']}
