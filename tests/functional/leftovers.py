@@ -286,7 +286,8 @@ def find(before, mount_roots=()):
     """{kind: {name: handle}} of what this run made since ``before`` (a
     snapshot) and is still there.
 
-    Processes, databases, virtual hosts and domains carry the run's tag.
+    Processes, databases, virtual hosts and domains carry the run's tag;
+    hook files carry it too, but count untagged while the run is alone.
     Mounts and tgt targets belong to the run when they (or the files a
     target serves) are under ``mount_roots`` or carry the tag. What
     cannot be told apart (libvirt secrets, swap areas, other new mounts
@@ -314,6 +315,8 @@ def find(before, mount_roots=()):
         elif kind == 'tgt target' and not alone:
             new = {name: handle for name, handle in new.items()
                    if any(ours(path) for path in handle[1])}
+        elif kind == 'hook file' and not alone:
+            new = {name: path for name, path in new.items() if tag in name}
         elif kind in ('libvirt secret', 'swap') and not alone:
             new = {}
         if new:

@@ -109,7 +109,10 @@ def installed_hook(config_file):
         dataplane.unavailable('installing a libvirt hook needs root')
     made_dirs = [d for d in (HOOKS_DIR, QEMU_D) if not os.path.isdir(d)]
     had_hooks = _hooks_present()
-    path = os.path.join(QEMU_D, '50-composable-test-%s' % uuid.uuid4().hex[:8])
+    # The run's tag in the name: another run's leftover check, on the same
+    # machine, leaves this file alone.
+    path = os.path.join(QEMU_D, '50-composable-test-%s-%s' % (
+        leftovers.run_tag(), uuid.uuid4().hex[:8]))
     hook.install(['--install', '--hook', path, '--config-file', config_file],
                  open(os.devnull, 'w'))
     try:
