@@ -223,7 +223,7 @@ def test_bind_and_unbind(client, cxl_fabric, network, conductor):
     attachment = client.get(url).json
     assert attachment['host'] == 'compute-1'
     assert member.post(url + '/unbind').status == 202
-    assert _wait(member, lease['uuid'], ['reserved', 'unbind_failed'])[
+    assert _wait(member, lease['uuid'], ['reserved', 'error'])[
         'status'] == 'reserved'
     assert member.delete(url).status == 204
     _wait(member, lease['uuid'], ['released'])
@@ -272,3 +272,94 @@ def test_cxl_fabric_driver_info_checked(client, api_env):
     finally:
         fabric_drivers.reset()
         api_env.clear_override('enabled_drivers', 'fabric')
+
+
+@pytest.fixture
+def cxl_host(api_env, tmp_path, monkeypatch):
+    """A conductor, and the compute agent of compute-1 with its CXL side
+    on the emulated kernel (the MOCK of tests/unit/compute_node/
+    fake_cxl.py), serving RPC on the fake transport."""
+    from composable.agent.compute_node import cxl_memory
+    from composable.agent import manager as agent_manager
+    from composable.common import rpc
+    from composable.conductor import manager as conductor_manager
+    from composable import privsep
+    from composable.privsep import cxl as priv_cxl
+    from tests.unit.compute_node import fake_cxl
+
+    kernel = fake_cxl.FakeCxlKernel(
+        tmp_path / 'host',
+        devices=[('0x5a5a0001', 1024 * fake_cxl.MIB, True)],
+        block_size=128 * fake_cxl.MIB)
+    # Generous: the machine running the tests may be busy.
+    api_env.set_override('rpc_response_timeout_bind', 60)
+    privsep.sys_admin_pctxt.set_client_mode(False)
+    monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
+    monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    memory = cxl_memory.CxlHostMemory(
+        ops=priv_cxl, state_file=str(tmp_path / 'cxl.json'),
+        offline_interval=0)
+    agent = agent_manager.AgentManager('compute-1', roles=['compute_node'],
+                                       cxl_memory=memory)
+    agent._start_cxl()
+    conductor = conductor_manager.ConductorManager('test-host')
+    servers = [rpc.get_server(rpc.CONDUCTOR_TOPIC, 'test-host', [conductor]),
+               rpc.get_server(rpc.AGENT_TOPIC, 'compute-1', [agent])]
+    conductor.start()
+    for server in servers:
+        server.start()
+    try:
+        yield kernel
+    finally:
+        for server in servers:
+            server.stop()
+        for server in servers:
+            server.wait()
+        conductor.stop()
+        privsep.sys_admin_pctxt.set_client_mode(True)
+        api_env.set_override('rpc_response_timeout_bind', 5)
+
+
+def test_bind_makes_a_numa_node_and_unbind_erases_it(client, cxl_fabric,
+                                                     cxl_host):
+    """API to conductor to agent to (emulated) kernel and back."""
+    kernel = cxl_host
+    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                              'fabric': 'cxl1', 'medium': 'cxl'},
+                headers=V15)
+    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
+                                     'capacity_mb': 1024})
+    member = client.as_('member')
+    lease = member.post('/v1/leases', {'memory_mb': 256,
+                                       'pools': ['cxl-mem']}).json
+    url = '/v1/leases/%s' % lease['uuid']
+    assert member.post(url + '/bind', {'host': 'compute-1'}).status == 202
+    bound = _wait(member, lease['uuid'], ['bound', 'bind_failed'])
+    assert bound['status'] == 'bound', bound['fault']
+    [region] = kernel.regions
+    assert kernel.regions[region]['size'] == 256 << 20
+    assert kernel.online_blocks() == sorted(kernel.blocks)
+    with open(kernel.memory_of(region), 'r+b') as f:
+        f.write(b'secret')
+    assert member.post(url + '/unbind').status == 202
+    assert _wait(member, lease['uuid'], ['reserved', 'error'])[
+        'status'] == 'reserved'
+    assert kernel.regions == {} and kernel.blocks == {}
+    assert kernel.sanitized == ['mem0']
+    assert kernel.read_media('mem0', 0, 6) == bytes(6)
+    # Bound again, then pages the kernel cannot move: the unbind fails
+    # and says why, and the host keeps its memory.
+    assert member.post(url + '/bind', {'host': 'compute-1'}).status == 202
+    assert _wait(member, lease['uuid'], ['bound', 'bind_failed'])[
+        'status'] == 'bound'
+    kernel.pinned.update(kernel.blocks)
+    assert member.post(url + '/unbind').status == 202
+    failed = _wait(member, lease['uuid'], ['reserved', 'error'],
+                   timeout=60)
+    assert failed['status'] == 'error'
+    assert 'could not be offlined' in failed['fault']
+    assert kernel.online_blocks() == sorted(kernel.blocks)
+    kernel.pinned.clear()
+    assert member.delete(url).status == 204
+    _wait(member, lease['uuid'], ['released'])
+    assert kernel.regions == {}
