@@ -36,6 +36,14 @@ devices, fabric unbind, detach memory, unexport. Release then scrubs every
 extent on its memory node and gives the capacity back
 (allocator.release_capacity).
 
+A lease of CXL memory (a pool of medium cxl) exports nothing: bind asks
+the fabric driver to make each of its memory devices reachable from the
+host (the ``local`` back end checks the host is wired to it) and passes
+the devices' locators to the host's agent, which makes and onlines the
+regions; unbind has the agent offline, erase and destroy them. A host
+that does not answer is never abandoned with CXL memory: its regions map
+the devices until the host itself removes them.
+
 A failure moves the lease to ``alloc_failed`` / ``bind_failed`` /
 ``error`` with a fault the user can act on, and ends the running lease
 action with result ``error``. A failed bind first undoes what it did,

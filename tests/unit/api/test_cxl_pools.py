@@ -363,3 +363,24 @@ def test_bind_makes_a_numa_node_and_unbind_erases_it(client, cxl_fabric,
     assert member.delete(url).status == 204
     _wait(member, lease['uuid'], ['released'])
     assert kernel.regions == {}
+
+
+def test_flavor_leases_of_cxl_memory_are_host_mode():
+    import types
+
+    from composable.conductor.nova import flavor_leases
+    pool = types.SimpleNamespace(uuid='p', kind='memory', medium='cxl',
+                                 resource_class='CUSTOM_COMPOSABLE_CXL_'
+                                                'MEMORY_MB')
+    values = flavor_leases._lease_values(
+        pool, 512, 'instance', 'project', 'user',
+        {'composable:attach_mode': 'guest'}, None)
+    assert values['attach_mode'] == 'host'
+    assert values['memory_mb'] == 512
+    network = types.SimpleNamespace(uuid='n', kind='memory',
+                                    medium='network',
+                                    resource_class='CUSTOM_COMPOSABLE_'
+                                                   'MEMORY_MB')
+    assert flavor_leases._lease_values(
+        network, 512, 'instance', 'project', 'user',
+        {'composable:attach_mode': 'guest'}, None)['attach_mode'] == 'guest'
