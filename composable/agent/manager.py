@@ -43,6 +43,14 @@ compute_node role
     each memory lease attached here (swap used on its extents) goes to
     the conductor (composable.agent.compute_node.usage).
 
+    The chunks of a CXL memory lease (extents with ``medium`` cxl, host
+    mode only) go to CxlHostMemory
+    (composable.agent.compute_node.cxl_memory): a RAM region per device,
+    onlined movable as a NUMA node without CPUs, and erased and destroyed
+    at detach. start() checks the kernel for it and finishes or undoes
+    what a previous run began; ``[compute_node]cxl_backend = noop``
+    simulates it.
+
     attach_devices/detach_devices go to HostPciDevices
     (composable.agent.compute_node.host_pci): the function the fabric
     composed is found on the PCI bus, checked and bound to vfio-pci, and
@@ -68,6 +76,7 @@ import threading
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
+from composable.agent.compute_node import cxl_memory as cxl_memory_mod
 from composable.agent.compute_node import host_pci as host_pci_mod
 from composable.agent.compute_node import host_swap as host_swap_mod
 from composable.agent import hook_server as hook_server_mod
@@ -77,8 +86,10 @@ from composable.agent.compute_node import memory_tuning
 from composable.agent.compute_node import usage as usage_mod
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import media
 from composable.common import states
 from composable import conf
+from composable.conf import compute_cxl as cxl_conf
 from composable.conf import compute_pci as pci_conf
 from composable.memory import exporters
 
@@ -108,6 +119,21 @@ def pci_backend():
             else pci_conf.SYSFS)
 
 
+def cxl_backend():
+    """The CXL backend in effect: [compute_node]cxl_backend, or when it is
+    unset, noop with the noop memory exporter and sysfs otherwise."""
+    backend = CONF.compute_node.cxl_backend
+    if backend:
+        return backend
+    return (cxl_conf.NOOP if CONF.agent.memory_exporter == NOOP
+            else cxl_conf.SYSFS)
+
+
+def is_cxl(extents):
+    """True for the chunks of a CXL memory lease."""
+    return any(e.get('medium') == media.CXL for e in extents or ())
+
+
 def _public(extent):
     """An extent dict without its CHAP credentials, for logs."""
     return {k: v for k, v in extent.items()
@@ -122,7 +148,8 @@ class AgentManager(object):
 
     def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
                  host_swap=None, simulate=None, memory_tuner=None,
-                 host_pci=None, device_attacher=None, conductor_api=None):
+                 host_pci=None, device_attacher=None, conductor_api=None,
+                 cxl_memory=None):
         self.host = host
         self._conductor = conductor_api
         self.roles = tuple(roles if roles is not None else CONF.agent.roles)
@@ -141,6 +168,10 @@ class AgentManager(object):
         # Simulated compute side: attach_memory/detach_memory only log.
         self.simulate = simulate
         self._host_pci = host_pci
+        self._cxl = cxl_memory
+        # Simulated CXL memory: its attaches and detaches only log.
+        self.simulate_cxl = (cxl_memory is None and
+                             cxl_backend() == cxl_conf.NOOP)
         # Simulated devices: attach_devices/detach_devices only log.
         self.simulate_devices = (host_pci is None and
                                  pci_backend() == pci_conf.NOOP)
@@ -210,6 +241,16 @@ class AgentManager(object):
         return self._host_swap
 
     @property
+    def cxl_memory(self):
+        """CXL memory of host-mode leases (regions onlined as NUMA
+        nodes)."""
+        if self._cxl is None:
+            with self._lock:
+                if self._cxl is None:
+                    self._cxl = cxl_memory_mod.CxlHostMemory()
+        return self._cxl
+
+    @property
     def host_pci(self):
         if self._host_pci is None:
             with self._lock:
@@ -242,6 +283,7 @@ class AgentManager(object):
                          {'host': self.host,
                           'iqn': CONF.compute_node.initiator_iqn})
             self._start_devices()
+            self._start_cxl()
             self.start_usage()
             if CONF.compute_node.hook_socket:
                 self._start_hook_server()
@@ -270,6 +312,19 @@ class AgentManager(object):
             return
         self.host_pci.create_configured_vfs()
         self.report_restored(self.host_pci.restore())
+
+    def _start_cxl(self):
+        """Check the kernel for CXL memory and finish or undo the region
+        work a previous run left. A host that fails the check keeps doing
+        its other work; its CXL binds fail with the reason."""
+        if self.simulate_cxl:
+            return
+        try:
+            self.cxl_memory.start()
+        except exception.ComposableException as exc:
+            LOG.warning('Leased CXL memory cannot be bound on %(host)s: '
+                        '%(reason)s', {'host': self.host,
+                                       'reason': exc.message})
 
     @property
     def conductor(self):
@@ -534,7 +589,9 @@ class AgentManager(object):
                                 'to': (' to instance %s' % instance_uuid
                                        if mode == states.ATTACH_GUEST
                                        else '')})
-        if self.simulate:
+        if is_cxl(extents):
+            details = self._attach_cxl(lease, extents, mode)
+        elif self.simulate:
             details = self._simulated_attach(extents, mode, instance_uuid)
         else:
             initiator = self._check_initiator(lease)
@@ -563,6 +620,28 @@ class AgentManager(object):
         self.memory_attached(lease['uuid'], details,
                              dict(lease, attach_mode=mode,
                                   instance_uuid=instance_uuid))
+        return details
+
+    def _attach_cxl(self, lease, extents, mode):
+        if mode != states.ATTACH_HOST:
+            raise exception.DriverError(
+                reason='CXL memory of lease %s is onlined on the host as a '
+                       'NUMA node; it cannot be attached in %s mode' % (
+                           lease['uuid'], mode))
+        if not self.simulate_cxl:
+            return self.cxl_memory.attach(lease, extents)
+        details = {}
+        for extent in extents:
+            LOG.debug('%(noop)s: would make a region of chunk %(chunk)s of '
+                      'CXL memory device %(device)s and online it movable '
+                      '(lease %(lease)s)',
+                      {'noop': NOOP_ATTACH, 'chunk': extent['uuid'],
+                       'device': extent.get('device'),
+                       'lease': lease['uuid']})
+            details[extent['uuid']] = {
+                'mode': states.ATTACH_HOST, 'medium': media.CXL,
+                'cxl_device': extent.get('device'), 'region': None,
+                'numa_node': None, 'size_mb': extent.get('size_mb')}
         return details
 
     def memory_attached(self, lease_uuid, details, lease=None):
@@ -595,7 +674,10 @@ class AgentManager(object):
                       instance_uuid=None):
         self._require(COMPUTE_NODE, 'detach memory')
         mode = self._mode(mode)
-        if self.simulate:
+        if is_cxl(extents):
+            if not self.simulate_cxl:
+                self.cxl_memory.detach(lease, extents)
+        elif self.simulate:
             for extent in extents:
                 LOG.debug('%(noop)s: would swapoff and log out of target '
                           '%(iqn)s (lease %(lease)s)',

@@ -32,6 +32,9 @@ Version  Change
 1.3      Pools: a pci pool may be made of the SR-IOV virtual functions
          of one physical function of one host (``sriov`` on create,
          shown on every pool).
+1.5      Pools: ``medium`` of a memory pool, ``network`` (the default)
+         or ``cxl`` (CXL memory devices, leased in whole chunks, bound
+         to a host as a NUMA node); on create, shown on every pool.
 =======  ==============================================================
 """
 
@@ -47,6 +50,7 @@ VERSIONS = (
     '1.1',
     '1.2',
     '1.3',
+    '1.5',
 )
 
 MIN_VERSION_STRING = VERSIONS[0]

@@ -15,7 +15,10 @@
 Every pool is a sharing resource provider with one inventory of its
 resource class:
 
-* memory pools: ``CUSTOM_COMPOSABLE_MEMORY_MB``
+* memory pools: ``CUSTOM_COMPOSABLE_MEMORY_MB`` (network memory: swap
+  or a guest disk over iSCSI) and ``CUSTOM_COMPOSABLE_CXL_MEMORY_MB``
+  (CXL memory onlined on a host as a NUMA node: another tier, which a
+  flavor asking for network memory must never get)
 * GPU pools: ``CUSTOM_COMPOSABLE_GPU``
 * PCIe device pools: ``CUSTOM_COMPOSABLE_PCI_<CLASS>`` (``<CLASS>`` the
   upper-case device class, e.g. ``CUSTOM_COMPOSABLE_PCI_NVME``)
@@ -36,6 +39,7 @@ import os_traits
 PREFIX = orc.CUSTOM_NAMESPACE + 'COMPOSABLE_'
 
 MEMORY_MB = PREFIX + 'MEMORY_MB'
+CXL_MEMORY_MB = PREFIX + 'CXL_MEMORY_MB'
 GPU = PREFIX + 'GPU'
 PCI_PREFIX = PREFIX + 'PCI_'
 
@@ -53,8 +57,11 @@ def pci(device_class):
     return PCI_PREFIX + device_class.upper()
 
 
-def for_pool(kind, device_class=None):
-    """The resource class of a pool of ``kind`` (memory, gpu or pci)."""
+def for_pool(kind, device_class=None, medium=None):
+    """The resource class of a pool of ``kind`` (memory, gpu or pci);
+    ``medium`` of a memory pool (composable.common.media)."""
+    if kind == 'memory' and medium == 'cxl':
+        return CXL_MEMORY_MB
     return _BY_KIND.get(kind) or pci(device_class)
 
 

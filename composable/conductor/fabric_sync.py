@@ -70,6 +70,7 @@ from composable.common import resource_classes
 from composable.common import states
 from composable.common import utils
 from composable import conf
+from composable.conductor import cxl_sync
 from composable.conductor.placement import claims as placement_claims
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
@@ -185,6 +186,14 @@ class FabricSync(object):
 
     def sync(self, context, fabric):
         summary = new_summary()
+        driver = fabric_drivers.get_driver(fabric.driver)
+        if getattr(driver, 'discover_memory', None) is not None:
+            memory = cxl_sync.sync_memory(context, fabric, driver)
+            summary['memory'] = memory
+            if memory and any(m['change'] for m in memory) and \
+                    placement_claims.enabled():
+                # The pool's total followed its devices.
+                placement_claims.sync_pool_now(memory[0]['pool_uuid'])
         pools = [p for p in db_api.pool_list(
             context, filters={'fabric_id': fabric.id})
             # The virtual functions of an SR-IOV pool are made on its

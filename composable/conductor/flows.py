@@ -36,6 +36,14 @@ devices, fabric unbind, detach memory, unexport. Release then scrubs every
 extent on its memory node and gives the capacity back
 (allocator.release_capacity).
 
+A lease of CXL memory (a pool of medium cxl) exports nothing: bind asks
+the fabric driver to make each of its memory devices reachable from the
+host (the ``local`` back end checks the host is wired to it) and passes
+the devices' locators to the host's agent, which makes and onlines the
+regions; unbind has the agent offline, erase and destroy them. A host
+that does not answer is never abandoned with CXL memory: its regions map
+the devices until the host itself removes them.
+
 A failure moves the lease to ``alloc_failed`` / ``bind_failed`` /
 ``error`` with a fault the user can act on, and ends the running lease
 action with result ``error``. A failed bind first undoes what it did,
@@ -52,6 +60,7 @@ import oslo_messaging as messaging
 
 from composable.agent import rpcapi as agent_rpcapi
 from composable.common import exception
+from composable.common import media
 from composable.common import sriov
 from composable.common import states
 from composable.common import utils
@@ -120,6 +129,11 @@ def extent_view(lease, extent, portal=None, credentials=False):
             'chap_username': extent.chap_username}
     if credentials:
         view['chap_secret'] = extent.chap_secret
+    if media.is_cxl(node.pool):
+        # Chunks of a CXL memory device: the host makes a region of them;
+        # nothing is exported.
+        view.update(medium=media.CXL, device=node.name, portal=None,
+                    transport=None)
     return view
 
 
@@ -330,7 +344,8 @@ class LeaseFlows(object):
             self.teardown(context, lease)
             lease = self._lease(context, lease.id)
 
-        if lease.extents and not host.initiator_iqn:
+        cxl = media.is_cxl(lease.memory_pool)
+        if lease.extents and not cxl and not host.initiator_iqn:
             raise StepFailed(
                 'preparing: host %s has no initiator_iqn, so no memory can '
                 'be exported to it; an administrator must set it '
@@ -339,9 +354,13 @@ class LeaseFlows(object):
 
         view = lease_view(lease)
         portals = {}
-        for extent in lease.extents:
-            portals[extent.uuid] = self._export(context, lease, extent,
-                                                host)
+        locators = {}
+        if cxl:
+            locators = self._cxl_locators(lease, host)
+        else:
+            for extent in lease.extents:
+                portals[extent.uuid] = self._export(context, lease, extent,
+                                                    host)
         lease = self._lease(context, lease.id)
         attachment = self._attachment(context, lease, host)
         details = dict(attachment.details or {})
@@ -350,6 +369,9 @@ class LeaseFlows(object):
             extents = [extent_view(lease, e, portal=portals.get(e.uuid),
                                    credentials=True)
                        for e in lease.extents]
+            for extent in extents:
+                if cxl:
+                    extent['locator'] = locators[extent['device']]
             LOG.debug('Lease %(lease)s: extents exported, attaching on '
                       '%(host)s', {'lease': lease.uuid, 'host': host.name})
             memory = self.call_agent(
@@ -431,6 +453,26 @@ class LeaseFlows(object):
                            'serial': None, 'pci_address': None,
                            'fabric_ref': device.address}
         return view
+
+    def _cxl_locators(self, lease, host):
+        """{device name: locator} of the CXL memory devices holding the
+        lease's chunks, each made reachable from ``host`` by the fabric
+        (the local back end only checks the host is wired to it)."""
+        fabric = lease.memory_pool.fabric
+        fabric_row = _row(fabric)
+        locators = {}
+        for name in sorted({e.memory_node.name for e in lease.extents}):
+            what = ('making CXL memory device %s reachable from host %s '
+                    'on fabric %s' % (name, host.name, fabric.name))
+            driver = self._fabric_driver(fabric_row, what)
+            bind = getattr(driver, 'bind_memory', None)
+            if bind is None:
+                raise StepFailed('%s: fabric driver %s has no CXL memory; '
+                                 'the pool must be on a fabric of driver '
+                                 'cxl' % (what, fabric.driver))
+            locators[name] = self._call_fabric(fabric_row, what, bind, name,
+                                               _row(host))
+        return locators
 
     def _export(self, context, lease, extent, host):
         """Export one extent to the host's initiator; returns the portal.
@@ -556,7 +598,11 @@ class LeaseFlows(object):
         # fabric unbind cuts them off, only the host's agent lets them go.
         # A host that did not answer keeps its attachment of them (failed)
         # so that unbind or delete asks it again.
-        on_host_only = any(sriov.is_sriov_pool(d.pool) for d in devices)
+        # CXL memory too: the host's region maps the device until the
+        # host itself destroys it, and a dead host's region is not
+        # scrubbed, so its chunks must not go to anyone else.
+        on_host_only = (any(sriov.is_sriov_pool(d.pool) for d in devices) or
+                        (bool(extents) and media.is_cxl(lease.memory_pool)))
         for att in attachments:
             host = att.host
             abandoned = (abandon_skipped and host.name in skip and

@@ -23,6 +23,7 @@ from composable.conf import agent
 from composable.conf import allocator
 from composable.conf import api
 from composable.conf import compute
+from composable.conf import compute_cxl
 from composable.conf import compute_devices
 from composable.conf import compute_pci
 from composable.conf import conductor
@@ -44,6 +45,7 @@ allocator.register_opts(CONF)
 agent.register_opts(CONF)
 compute.register_opts(CONF)
 compute_devices.register_opts(CONF)
+compute_cxl.register_opts(CONF)
 compute_pci.register_opts(CONF)
 fabric.register_opts(CONF)
 memory.register_opts(CONF)

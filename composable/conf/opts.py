@@ -21,6 +21,7 @@ from composable.conf import agent
 from composable.conf import allocator
 from composable.conf import api
 from composable.conf import compute
+from composable.conf import compute_cxl
 from composable.conf import compute_devices
 from composable.conf import compute_pci
 from composable.conf import conductor
@@ -33,8 +34,8 @@ from composable.conf import nova
 from composable.conf import placement
 
 _MODULES = (default, api, conductor, allocator, agent, compute,
-            compute_pci, compute_devices, fabric, memory, database,
-            placement, nova, elastic)
+            compute_pci, compute_devices, compute_cxl, fabric, memory,
+            database, placement, nova, elastic)
 
 
 def list_opts():

@@ -34,6 +34,7 @@ from sqlalchemy import orm
 from sqlalchemy.pool import base as sa_pool_base
 
 from composable.common import exception
+from composable.common import media
 from composable.common import sriov
 from composable.common import states
 from composable.common import utils
@@ -505,6 +506,8 @@ def pool_summaries(context, kind=None):
 
 
 def pool_create(context, values):
+    if values.get('kind') == 'memory' and not values.get('medium'):
+        values = dict(values, medium=media.NETWORK)
     return _create(context, models.Pool, values)
 
 

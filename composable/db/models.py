@@ -147,6 +147,10 @@ class Pool(Base):
     sriov_pf_address = sa.Column(sa.String(32), nullable=True)
     sriov_vf_count = sa.Column(sa.Integer, nullable=True)
     sriov_vf_mode = sa.Column(sa.String(16), nullable=True)
+    # Memory pools: how the memory reaches a host (network: iSCSI exports
+    # of memory nodes; cxl: CXL memory devices onlined as a NUMA node).
+    # NULL for device pools.
+    medium = sa.Column(sa.String(16), nullable=True)
 
     fabric = orm.relationship(Fabric, lazy='joined', innerjoin=True)
     sriov_host = orm.relationship(Host, lazy='joined')

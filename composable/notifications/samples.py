@@ -37,7 +37,8 @@ _MEMORY_POOL = types.SimpleNamespace(
     uuid='1b7e2c53-0e55-4a2c-8b55-2f0c5a3d9e10', name='rack-1-memory',
     kind='memory', resource_class='CUSTOM_COMPOSABLE_MEMORY_MB',
     total=262144, reserved=8192, used=16384, step_size=1024,
-    provider_uuid='6f0d0c57-75a3-4f1e-93f4-9c1f3d1b5a77', fabric=_FABRIC)
+    provider_uuid='6f0d0c57-75a3-4f1e-93f4-9c1f3d1b5a77', fabric=_FABRIC,
+    medium='network')
 _GPU_POOL = types.SimpleNamespace(
     uuid='d2a9c4b1-7e3f-4c8a-a1d6-3b5e9f2c7a40', name='rack-1-gpus',
     kind='gpu', resource_class='CUSTOM_COMPOSABLE_GPU', total=8, reserved=0,

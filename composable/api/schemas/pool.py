@@ -11,6 +11,7 @@
 # under the License.
 
 from composable.api import schemas
+from composable.common import media
 from composable.common import sriov
 
 KINDS = ['memory', 'gpu', 'pci']
@@ -52,5 +53,10 @@ SRIOV = schemas.obj({
 _CREATE_1_3 = dict(_CREATE, properties=dict(_CREATE['properties'],
                                             sriov=SRIOV))
 
-CREATE = {'1.0': _CREATE, '1.3': _CREATE_1_3}
+# 1.5: memory pools of CXL memory devices.
+_CREATE_1_5 = dict(_CREATE_1_3, properties=dict(
+    _CREATE_1_3['properties'],
+    medium={'type': 'string', 'enum': list(media.MEDIA)}))
+
+CREATE = {'1.0': _CREATE, '1.3': _CREATE_1_3, '1.5': _CREATE_1_5}
 UPDATE = {'1.0': _UPDATE}

@@ -16,11 +16,13 @@ from osc_lib import exceptions
 
 from composable.cli import utils
 from composable.cli.v1 import base
+from composable.common import media
 from composable.common import resource_classes
 from composable.common import sriov as sriov_words
 
 KINDS = ('memory', 'gpu', 'pci')
 SRIOV_VF_MODES = sriov_words.VF_MODES
+MEDIA = media.MEDIA
 
 POOL = base.Resource('pools', 'Pool')
 
@@ -55,6 +57,13 @@ class CreatePool(base.CreateCommand):
             type=utils.size_type(),
             help='Memory pools: leases are multiples of this size (%s; '
                  'default [allocator]memory_extent_mb)' % utils.SIZE_HELP)
+        parser.add_argument(
+            '--medium', choices=MEDIA,
+            help='Memory pools (API 1.5 or later): network (default: '
+                 'memory nodes exported over iSCSI) or cxl (CXL memory '
+                 'devices of a fabric of driver cxl, leased in whole '
+                 'chunks of --step-size, default 256 MiB, and onlined on '
+                 'the bound host as a NUMA node)')
         parser.add_argument('--description', metavar='<description>',
                             help='Description')
         sriov_group = parser.add_argument_group(
@@ -125,6 +134,14 @@ class CreatePool(base.CreateCommand):
             fields['reserved'] = parsed_args.reserved
         if parsed_args.step_size is not None:
             fields['step_size'] = parsed_args.step_size
+        if parsed_args.medium is not None:
+            version = self.manager.client.api_version
+            if tuple(int(p) for p in version.split('.')) < (1, 5):
+                raise exceptions.CommandError(
+                    'The medium of a memory pool needs API version 1.5 or '
+                    'later: add --os-composable-api-version 1.5 (this '
+                    'client uses %s)' % version)
+            fields['medium'] = parsed_args.medium
         if parsed_args.description is not None:
             fields['description'] = parsed_args.description
         return fields
@@ -136,8 +153,8 @@ class ListPool(base.ListCommand):
     resource = POOL
     columns = ['uuid', 'name', 'kind', 'resource_class', 'total',
                'reserved', 'used', 'free']
-    long_columns = ['fabric_uuid', 'traits', 'step_size', 'provider_uuid',
-                    'description']
+    long_columns = ['fabric_uuid', 'traits', 'step_size', 'medium',
+                    'provider_uuid', 'description']
     filters = ('kind', 'fabric')
 
     def add_filters(self, parser):

@@ -64,6 +64,7 @@ from oslo_utils import uuidutils
 import sqlalchemy as sa
 
 from composable.common import exception
+from composable.common import media
 from composable.common import pool_fit
 from composable.common import resource_classes
 from composable.common import states
@@ -135,6 +136,11 @@ def _memory_candidates(session, lease, fabric_id=None):
     query = statements.MEMORY_POOLS
     if lease.requested_pools:
         query = query.where(_POOLS.c.uuid.in_(lease.requested_pools))
+    else:
+        # CXL memory is another tier, bound as a NUMA node: a lease gets
+        # it only by naming its pool (composable.common.media).
+        query = query.where(sa.or_(_POOLS.c.medium.is_(None),
+                                   _POOLS.c.medium != media.CXL))
     if fabric_id is not None:
         query = query.where(_POOLS.c.fabric_id == fabric_id)
     return _pools_by_free(session, query)
@@ -208,6 +214,11 @@ def _device_candidates(session, lease, fabric_id):
         _POOLS.c.kind == kind, _POOLS.c.resource_class == resource_class)
     if lease.requested_pools:
         query = query.where(_POOLS.c.uuid.in_(lease.requested_pools))
+    else:
+        # CXL memory is another tier, bound as a NUMA node: a lease gets
+        # it only by naming its pool (composable.common.media).
+        query = query.where(sa.or_(_POOLS.c.medium.is_(None),
+                                   _POOLS.c.medium != media.CXL))
     if fabric_id is not None:
         query = query.where(_POOLS.c.fabric_id == fabric_id)
     return _pools_by_free(session, query)

@@ -47,7 +47,8 @@ _B = sa.bindparam
 # Columns the claim reads.
 POOL_COLUMNS = (POOLS.c.id, POOLS.c.uuid, POOLS.c.name, POOLS.c.kind,
                 POOLS.c.fabric_id, POOLS.c.total, POOLS.c.reserved,
-                POOLS.c.used, POOLS.c.step_size, POOLS.c.sriov_host_id)
+                POOLS.c.used, POOLS.c.step_size, POOLS.c.sriov_host_id,
+                POOLS.c.medium)
 NODE_COLUMNS = (NODES.c.id, NODES.c.name, NODES.c.capacity_mb,
                 NODES.c.reserved_mb, NODES.c.allocated_mb)
 DEVICE_COLUMNS = (DEVICES.c.id, DEVICES.c.uuid, DEVICES.c.pool_id,

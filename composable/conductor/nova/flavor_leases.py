@@ -44,6 +44,7 @@ import sqlalchemy as sa
 
 from composable.common import context as ctx_mod
 from composable.common import exception
+from composable.common import media
 from composable.common import resource_classes
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
@@ -97,6 +98,10 @@ def _lease_values(pool, amount, instance_uuid, project_id, user_id,
                               states.ATTACH_HOST)}
     if pool.kind == 'memory':
         values['memory_mb'] = int(amount)
+        if media.is_cxl(pool):
+            # CXL memory becomes the host's NUMA node, whatever the
+            # flavor says of network memory.
+            values['attach_mode'] = states.ATTACH_HOST
     elif pool.kind == 'gpu':
         values.update(device_count=int(amount), device_kind='gpu')
         if extra_specs.get(EXTRA_GPU_MODEL):

@@ -15,13 +15,15 @@ its inventory, or the fabric sync found devices come or go)."""
 
 from oslo_versionedobjects import fields
 
+from composable.common import media
 from composable.notifications.objects import base
 
 
 @base.NotificationObjectRegistry.register
 class PoolPayload(base.NotificationPayloadBase):
     # Version 1.0: first version
-    VERSION = '1.0'
+    # Version 1.1: medium
+    VERSION = '1.1'
 
     SCHEMA = {
         'uuid': ('pool', 'uuid'),
@@ -48,6 +50,8 @@ class PoolPayload(base.NotificationPayloadBase):
         'free': fields.IntegerField(),
         'step_size': fields.IntegerField(),
         'provider_uuid': fields.UUIDField(nullable=True),
+        # Memory pools: network or cxl; None for device pools.
+        'medium': fields.StringField(nullable=True),
     }
 
     def __init__(self, pool):
@@ -56,6 +60,7 @@ class PoolPayload(base.NotificationPayloadBase):
         self.fabric_uuid = (pool.fabric.uuid
                             if pool.fabric is not None else None)
         self.free = max(0, pool.total - pool.reserved - pool.used)
+        self.medium = media.medium(pool)
 
 
 @base.NotificationObjectRegistry.register

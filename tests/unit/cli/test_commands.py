@@ -472,6 +472,29 @@ def test_table_output(api):
     assert json.loads(out)['extents'] == LEASE['extents']
 
 
+def test_pool_create_cxl(api):
+    api.add('POST', '/v1/pools', _echo())
+    code, out, err = fakes.run_openstack(
+        api.url, 'pool', 'create', 'cxl-mem', '--kind', 'memory',
+        '--fabric', 'cxl1', '--medium', 'cxl', '--step-size', '512',
+        '-f', 'json', api_version='1.5')
+    assert code == 0, err
+    assert api.requests[-1].body == {
+        'name': 'cxl-mem', 'kind': 'memory', 'fabric': 'cxl1',
+        'medium': 'cxl', 'step_size': 512}
+    assert api.requests[-1].headers['openstack-api-version'] == (
+        'composable 1.5')
+    sent = len(api.requests)
+    code, out, err = run(api, 'pool', 'create', 'cxl-mem', '--kind',
+                         'memory', '--fabric', 'cxl1', '--medium', 'cxl')
+    assert code == 1
+    assert 'add --os-composable-api-version 1.5' in err
+    code, out, err = run(api, 'pool', 'create', 'cxl-mem', '--kind',
+                         'memory', '--fabric', 'cxl1', '--medium', 'tape')
+    assert code == 2
+    assert len(api.requests) == sent
+
+
 def test_pool_create_sriov(api):
     api.add('POST', '/v1/pools', _echo())
     code, out, err = fakes.run_openstack(

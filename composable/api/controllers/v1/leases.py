@@ -33,6 +33,7 @@ from composable.api import utils
 from composable.api import validation
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import media
 from composable.common import pool_fit
 from composable.common import sriov
 from composable.common import states
@@ -214,6 +215,42 @@ def _check_memory_pools(memory_mb, given):
             "pool, and the lease asks for memory_mb")
 
 
+def _check_cxl_pools(memory_mb, given, attach_mode, elastic):
+    """A lease on a cxl pool holds whole chunks of the device and is
+    bound to a host. A size that is not a whole number of chunks is
+    refused rather than rounded up: the lease's memory_mb is what
+    Placement claims and what the host gets, and an owner who asked for
+    1000 MiB must not be charged for 1024 without being told."""
+    memory = [p for p in given or [] if p.kind == 'memory']
+    cxl = [p for p in memory if media.is_cxl(p)]
+    if not cxl:
+        return
+    if len(cxl) != len(memory):
+        raise exception.Invalid(
+            "Invalid input for field 'pools': %s hold CXL memory and %s "
+            "network memory; name memory pools of one medium" % (
+                ', '.join(p.name for p in cxl),
+                ', '.join(p.name for p in memory if p not in cxl)))
+    if attach_mode == states.ATTACH_GUEST:
+        raise exception.Invalid(
+            "Invalid input for field 'attach_mode': CXL memory (pool %s) "
+            "is onlined on the host as a NUMA node, so it is bound in host "
+            "mode only; leave attach_mode out or give host" % cxl[0].name)
+    if elastic:
+        raise exception.Invalid(
+            "Invalid input for field 'elastic': leases of CXL memory (pool "
+            "%s) have a fixed size" % cxl[0].name)
+    for pool in cxl:
+        step = pool.step_size or media.CXL_GRANULE_MB
+        if memory_mb % step:
+            raise exception.Invalid(
+                "Invalid input for field 'memory_mb': pool %s gives CXL "
+                "memory in whole chunks of %d MiB; ask for a multiple of "
+                "%d MiB (%d or %d), not %d" % (
+                    pool.name, step, step, memory_mb // step * step or step,
+                    (memory_mb // step + 1) * step, memory_mb))
+
+
 def _requested_devices(ctx, idents, device_kind):
     """The devices ``idents`` name; whether they are still free is the
     conductor's to say, when it claims them."""
@@ -322,6 +359,9 @@ def create_lease(request):
             "Invalid input for field 'device_count': device filters are "
             "given but no devices are asked for")
     _check_memory_pools(memory_mb, given)
+    _check_cxl_pools(memory_mb, given,
+                     body.get('attach_mode', states.ATTACH_HOST),
+                     body.get('elastic'))
     elastic = _elastic_policy(body.get('elastic'), memory_mb, device_count,
                               given)
 
@@ -425,6 +465,13 @@ def bind_lease(request, ident):
         raise exception.Invalid(
             "Invalid input for field 'server': attach_mode guest attaches "
             "to a server; give its UUID")
+    if ((attach_mode or lease.attach_mode) == states.ATTACH_GUEST and
+            media.is_cxl(lease.memory_pool)):
+        raise exception.Invalid(
+            "Invalid input for field 'attach_mode': lease %s holds CXL "
+            "memory (pool %s), which is onlined on the host as a NUMA "
+            "node: bind it in host mode, to a host or to the host of a "
+            "server" % (lease.uuid, lease.memory_pool.name))
     _check_transition(lease, states.BIND, 'bind')
     host = None
     if body.get('host'):

@@ -18,6 +18,7 @@ from composable.api.controllers.v1 import pools as pools_controller
 from composable.api.schemas import memory_node as schema
 from composable.api import utils
 from composable.common import exception
+from composable.common import media
 from composable.db import api as db_api
 from composable import policies
 
@@ -56,6 +57,25 @@ def _check_reserved(capacity_mb, reserved_mb):
             "capacity_mb (%d)" % (reserved_mb, capacity_mb))
 
 
+def _check_cxl_device(pool, body):
+    """A memory node of a cxl pool is one CXL memory device: its name is
+    the device's in the fabric's driver_info, it serves no exports, and
+    its capacity is given out in whole chunks of the pool."""
+    exporter = body.setdefault('exporter', media.CXL_EXPORTER)
+    if exporter != media.CXL_EXPORTER:
+        raise exception.Invalid(
+            "Invalid input for field 'exporter': the memory nodes of cxl "
+            "pool %s are CXL memory devices, with exporter cxl, not %s" %
+            (pool.name, exporter))
+    step = pool.step_size or media.CXL_GRANULE_MB
+    for field in ('capacity_mb', 'reserved_mb'):
+        if body.get(field, 0) % step:
+            raise exception.Invalid(
+                "Invalid input for field '%s': pool %s gives CXL memory in "
+                "whole chunks of %d MiB; %d MiB is not a whole number of "
+                "them" % (field, pool.name, step, body[field]))
+
+
 def list_memory_nodes(request):
     ctx = utils.context(request)
     policies.authorize('composable:memory_node:list', ctx)
@@ -92,8 +112,15 @@ def create_memory_node(request):
             "nodes belong to memory pools" % (pool.name, pool.kind))
     body.setdefault('reserved_mb', 0)
     _check_reserved(body['capacity_mb'], body['reserved_mb'])
+    if media.is_cxl(pool):
+        _check_cxl_device(pool, body)
+    elif body.get('exporter') == media.CXL_EXPORTER:
+        raise exception.Invalid(
+            "Invalid input for field 'exporter': cxl is the exporter of the "
+            "memory devices of a cxl pool; pool %s is a network pool" %
+            pool.name)
     body.setdefault('exporter', 'noop')
-    exporters = _exporters()
+    exporters = _exporters() + [media.CXL_EXPORTER]
     if body['exporter'] not in exporters:
         raise exception.Invalid(
             "Invalid input for field 'exporter': %s is not installed; "
@@ -119,6 +146,10 @@ def update_memory_node(request, ident):
     node = db_api.memory_node_get(ctx, ident)
     _check_reserved(body.get('capacity_mb', node.capacity_mb),
                     body.get('reserved_mb', node.reserved_mb))
+    if media.is_cxl(node.pool):
+        _check_cxl_device(node.pool, dict(
+            {'capacity_mb': node.capacity_mb,
+             'reserved_mb': node.reserved_mb}, **body))
     db_api.memory_node_update(ctx, node.uuid, body)
     pools_controller.report_to_placement(request, ctx, node.pool.uuid)
     return utils.json_response(

@@ -21,6 +21,7 @@ from oslo_log import log as logging
 from composable.api.schemas import pool as schema
 from composable.api import utils
 from composable.common import exception
+from composable.common import media
 from composable.common import pool_fit
 from composable.common import resource_classes
 from composable.common import sriov
@@ -64,6 +65,8 @@ def render(request, pool):
     }
     if utils.version(request) >= (1, 3):
         body['sriov'] = sriov.view(pool)
+    if utils.version(request) >= (1, 5):
+        body['medium'] = media.medium(pool)
     return body
 
 
@@ -124,6 +127,12 @@ def create_pool(request):
                 '%s. Pools of SR-IOV virtual functions need API version '
                 '1.3 or later (header OpenStack-API-Version: composable '
                 '1.3)' % exc.message.rstrip('.'))
+        if (utils.version(request) < (1, 5) and
+                "field 'medium'" in exc.message):
+            raise exception.Invalid(
+                '%s. Pools of CXL memory need API version 1.5 or later '
+                '(header OpenStack-API-Version: composable 1.5)' %
+                exc.message.rstrip('.'))
         raise
     utils.check_name('pool', body['name'])
     kind = body['kind']
@@ -136,7 +145,17 @@ def create_pool(request):
         raise exception.Invalid(
             "Invalid input for field 'device_class': only pci pools have "
             "a device class")
+    medium = body.pop('medium', None)
+    if medium is not None and kind != 'memory':
+        raise exception.Invalid(
+            "Invalid input for field 'medium': only memory pools have a "
+            "medium, not %s pools" % kind)
     if kind == 'memory':
+        medium = medium or media.NETWORK
+        body['medium'] = medium
+        if medium == media.CXL:
+            _check_cxl_step(body.setdefault('step_size',
+                                            media.CXL_GRANULE_MB))
         body.setdefault('step_size', CONF.allocator.memory_extent_mb)
     elif 'step_size' in body:
         raise exception.Invalid(
@@ -147,9 +166,15 @@ def create_pool(request):
     utils.validate_traits('traits', body.get('traits'))
     fabric = utils.referenced(db_api.fabric_get, ctx, body.pop('fabric'),
                               'fabric', 'Fabric')
+    if medium == media.CXL and fabric.driver != media.CXL:
+        raise exception.Invalid(
+            "Invalid input for field 'fabric': a cxl memory pool is made of "
+            "the memory devices of a fabric with driver cxl (its "
+            "driver_info says which hosts reach which device); fabric %s "
+            "has driver %s" % (fabric.name, fabric.driver))
     body.update(fabric_id=fabric.id,
                 resource_class=resource_classes.for_pool(
-                    kind, device_class),
+                    kind, device_class, medium),
                 total=0, used=0)
     body.setdefault('reserved', 0)
     body.setdefault('traits', [])
@@ -165,6 +190,16 @@ def create_pool(request):
         render(request, pool), status=201,
         headers={'Location': utils.self_link(
             request, 'pools', pool.uuid)[0]['href']})
+
+
+def _check_cxl_step(step_size):
+    # A region is mapped by HDM decoders in whole granules: a chunk that
+    # is not a multiple of one could not be given to a host on its own.
+    if step_size % media.CXL_GRANULE_MB:
+        raise exception.Invalid(
+            "Invalid input for field 'step_size': the chunks of a cxl pool "
+            "are whole multiples of the %d MiB a CXL decoder maps, not %d "
+            "MiB" % (media.CXL_GRANULE_MB, step_size))
 
 
 def _normalized_pf_address(value):

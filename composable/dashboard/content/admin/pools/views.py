@@ -21,6 +21,11 @@ SLUG = 'composable_admin_pools'
 
 KIND_CHOICES = (('memory', _('Memory')), ('gpu', _('GPU')),
                 ('pci', _('PCI device')))
+# Empty: the API's default (network), and no field a client older than
+# API 1.5 would be refused for.
+MEDIUM_CHOICES = (('', _('Network (default)')),
+                  ('network', _('Network: memory nodes over iSCSI')),
+                  ('cxl', _('CXL: memory devices onlined as a NUMA node')))
 
 
 class CreatePool(base.CreateAction):
@@ -75,8 +80,14 @@ class CreatePoolForm(UpdatePoolForm):
         label=_('Step size (MiB)'), min_value=4, max_value=1048576,
         required=False,
         help_text=_('Memory pools only: leases are whole steps.'))
+    medium = forms.ThemableChoiceField(
+        label=_('Memory medium'), choices=MEDIUM_CHOICES, required=False,
+        help_text=_('Memory pools only. A CXL pool is on a fabric of '
+                    'driver cxl, its step size (default 256 MiB) is its '
+                    'chunk, and it needs COMPOSABLE_API_VERSION 1.5 or '
+                    'later.'))
     field_order = ['name', 'kind', 'fabric', 'device_class', 'traits',
-                   'reserved', 'step_size', 'description']
+                   'reserved', 'step_size', 'medium', 'description']
 
 
 class IndexView(base.IndexView):

@@ -1,0 +1,400 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""CXL memory of host-mode leases on this compute node.
+
+A lease of a cxl pool holds chunks of CXL memory devices
+(composable.common.media). On attach, for each device holding chunks of
+the lease, the agent finds the device by the serial the fabric's locator
+names, makes one RAM region of those chunks, moves its DAX device to
+kmem and onlines its memory movable: the host gets a NUMA node without
+CPUs (reported per chunk, ``numa_node``). On detach it offlines the
+memory (a few attempts, the kernel migrating pages meanwhile; when they
+cannot all move, the memory is onlined again and the detach fails naming
+the processes that hold pages on the node), erases the region (the
+device's sanitize when it has one and no other region maps it, else
+zeros written through the DAX device) and destroys it. Memory is erased
+before its capacity can go to anyone else.
+
+Every step is recorded before it is taken, in ``[compute_node]
+cxl_state_file`` (one record per region, by lease and device), so an
+agent killed in the middle finishes or undoes at its next start
+(``recover``): a region whose attach had not finished is erased and
+destroyed (the conductor's resumed or repeated bind makes it again); a
+detach that had begun is finished. A region the kernel holds on a leased
+device but no record names was made by an attach cut short before the
+record got its name: it is erased and destroyed too.
+
+The privileged side is composable.privsep.cxl.
+"""
+
+import json
+import os
+import threading
+import time
+
+from oslo_log import log as logging
+
+from composable.common import exception
+from composable.common import states
+from composable import conf
+from composable.privsep import cxl as priv_cxl
+
+CONF = conf.CONF
+LOG = logging.getLogger(__name__)
+
+MIB = 1 << 20
+
+# The steps of a record, in order. An attach records MAKING before the
+# region exists, MADE once it is made, ONLINING before its memory goes
+# online and ONLINE when the host has it; a detach records DETACHING
+# first, SCRUBBED once the memory is erased.
+MAKING = 'making'
+MADE = 'made'
+ONLINING = 'onlining'
+ONLINE = 'online'
+DETACHING = 'detaching'
+SCRUBBED = 'scrubbed'
+
+
+def _error(reason):
+    return exception.DriverError(reason=reason)
+
+
+class RegionRecords(object):
+    """The state file: {key: record}, written whole and atomically."""
+
+    def __init__(self, path):
+        self.path = path
+        self.regions = {}
+
+    def load(self):
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            data = {}
+        except (OSError, ValueError) as exc:
+            raise _error('cannot read the CXL region records %s: %s; fix '
+                         'or remove the file' % (self.path, exc))
+        self.regions = dict(data.get('regions') or {})
+        return self
+
+    def save(self):
+        directory = os.path.dirname(self.path) or '.'
+        os.makedirs(directory, exist_ok=True)
+        tmp = self.path + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump({'regions': self.regions}, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def put(self, key, record):
+        self.regions[key] = record
+        self.save()
+
+    def drop(self, key):
+        if self.regions.pop(key, None) is not None:
+            self.save()
+
+
+def record_key(lease_uuid, device):
+    return '%s/%s' % (lease_uuid, device)
+
+
+class CxlHostMemory(object):
+
+    def __init__(self, ops=None, state_file=None, offline_attempts=None,
+                 offline_interval=None, sanitize_timeout=None):
+        self.ops = ops or priv_cxl
+        self.records = RegionRecords(state_file or
+                                     CONF.compute_node.cxl_state_file)
+        self.offline_attempts = (offline_attempts or
+                                 CONF.compute_node.cxl_offline_attempts)
+        self.offline_interval = (
+            CONF.compute_node.cxl_offline_interval
+            if offline_interval is None else offline_interval)
+        self.sanitize_timeout = (sanitize_timeout or
+                                 CONF.compute_node.cxl_sanitize_timeout)
+        self._lock = threading.RLock()
+        # Why this host cannot take CXL memory (set by start), or None.
+        self.refusal = None
+
+    # ------------------------------------------------------------ life
+
+    def start(self):
+        """Check the kernel, then finish or undo what a previous run
+        began. Raises DriverError naming what the host lacks."""
+        missing = self.ops.probe()
+        if missing:
+            self.refusal = ('this host cannot take CXL memory: the kernel '
+                            'lacks %s' % '; '.join(missing))
+            raise _error(self.refusal)
+        self.refusal = None
+        with self._lock:
+            self.records.load()
+            return self.recover()
+
+    def recover(self):
+        """Finish or undo every record a previous run left unfinished;
+        {key: 'kept' | 'undone' | 'detached' | error text}."""
+        outcome = {}
+        with self._lock:
+            for key, record in sorted(self.records.regions.items()):
+                if record['step'] == ONLINE:
+                    outcome[key] = 'kept'
+                    continue
+                try:
+                    self._teardown(key, record)
+                    outcome[key] = ('detached' if record['step'] in
+                                    (DETACHING, SCRUBBED) else 'undone')
+                except exception.DriverError as exc:
+                    outcome[key] = exc.message
+                    LOG.error('CXL region of %(key)s: could not finish '
+                              'what the previous run began: %(reason)s',
+                              {'key': key, 'reason': exc.message})
+        if outcome:
+            LOG.info('CXL regions after restart: %s', outcome)
+        return outcome
+
+    def _check_ready(self):
+        if self.refusal:
+            raise _error(self.refusal)
+
+    # ------------------------------------------------------------ attach
+
+    @staticmethod
+    def _groups(extents):
+        """{device: [extent, ...]} in device order."""
+        groups = {}
+        for extent in extents:
+            if extent.get('medium') != 'cxl' or not extent.get('device'):
+                raise _error('extent %s is not a chunk of a CXL memory '
+                             'device' % extent.get('uuid'))
+            groups.setdefault(extent['device'], []).append(extent)
+        return dict(sorted(groups.items()))
+
+    def attach(self, lease, extents):
+        """Make the lease's chunks a NUMA node of this host; {extent uuid:
+        details}."""
+        self._check_ready()
+        details = {}
+        with self._lock:
+            for device, chunks in self._groups(extents).items():
+                record = self._attach_device(lease['uuid'], device, chunks)
+                for extent in chunks:
+                    details[extent['uuid']] = {
+                        'mode': states.ATTACH_HOST, 'medium': 'cxl',
+                        'cxl_device': device, 'region': record['region'],
+                        'numa_node': record['numa_node'],
+                        'size_mb': extent.get('size_mb')}
+        return details
+
+    def _attach_device(self, lease_uuid, device, chunks):
+        key = record_key(lease_uuid, device)
+        uuids = sorted(e['uuid'] for e in chunks)
+        record = self.records.regions.get(key)
+        if record is not None and record['step'] == ONLINE:
+            if sorted(record['extents']) == uuids:
+                return record
+            raise _error('lease %s already has a region of other chunks on '
+                         'CXL memory device %s; unbind it first' % (
+                             lease_uuid, device))
+        if record is not None:
+            # Begun and not finished (or a detach cut short): start over
+            # from nothing, erasing what may have been written.
+            self._teardown(key, record)
+        locator = chunks[0].get('locator') or {}
+        serial = locator.get('serial')
+        if not serial:
+            raise _error('the fabric gave no serial number for CXL memory '
+                         'device %s' % device)
+        memdev = self.ops.memdev_by_serial(serial)
+        if memdev is None:
+            raise _error('CXL memory device %s (serial %s) is not on this '
+                         'host\'s CXL bus; check that the host is wired to '
+                         'it and that cxl_pci and cxl_mem are loaded' % (
+                             device, serial))
+        size = sum(int(e['size_mb']) for e in chunks) * MIB
+        record = {'step': MAKING, 'lease': lease_uuid, 'device': device,
+                  'serial': serial, 'memdev': memdev, 'size': size,
+                  'extents': uuids, 'region': None, 'decoder': None,
+                  'root_decoder': None, 'numa_node': None,
+                  'known_regions': sorted(
+                      set(self.ops.regions_of(memdev)) |
+                      set(self.ops.untargeted_regions()))}
+        self.records.put(key, record)
+        try:
+            made = self.ops.make_region(memdev, size)
+            record.update(made, step=MADE)
+            self.records.put(key, record)
+            record['step'] = ONLINING
+            self.records.put(key, record)
+            online = self.ops.online_region(record['region'])
+            node = online.get('numa_node')
+            record.update(step=ONLINE, numa_node=node, dax=online['dax'])
+            self.records.put(key, record)
+        except (OSError, ValueError, exception.DriverError) as exc:
+            reason = getattr(exc, 'message', None) or str(exc)
+            LOG.error('Making a region of %(size)d MiB on CXL memory device '
+                      '%(device)s (%(memdev)s) failed: %(reason)s',
+                      {'size': size // MIB, 'device': device,
+                       'memdev': memdev, 'reason': reason})
+            try:
+                self._teardown(key, record)
+            except exception.DriverError as undo:
+                reason += '; undoing it failed too: %s' % undo.message
+            raise _error('making a region of %d MiB on CXL memory device %s '
+                         '(%s) failed: %s' % (size // MIB, device, memdev,
+                                              reason))
+        cpus = self.ops.node_cpus(node) if node is not None else ''
+        LOG.info('Lease %(lease)s: %(size)d MiB of CXL memory device '
+                 '%(device)s online as NUMA node %(node)s (region '
+                 '%(region)s%(cpus)s)',
+                 {'lease': lease_uuid, 'size': size // MIB,
+                  'device': device, 'node': node,
+                  'region': record['region'],
+                  'cpus': ', with CPUs %s!' % cpus if cpus else ''})
+        return record
+
+    # ------------------------------------------------------------ detach
+
+    def detach(self, lease, extents):
+        """Offline, erase and destroy the regions of the lease's chunks.
+        Raises DriverError (the memory stays online) when the kernel
+        cannot move the pages off the node."""
+        with self._lock:
+            for device, chunks in self._groups(extents).items():
+                key = record_key(lease['uuid'], device)
+                record = self.records.regions.get(key)
+                if record is None:
+                    # Never made here, or already given back.
+                    continue
+                wanted = sorted(e['uuid'] for e in chunks)
+                if record['step'] == ONLINE and \
+                        sorted(record['extents']) != wanted:
+                    raise _error('the region of lease %s on CXL memory '
+                                 'device %s holds chunks %s; it is given '
+                                 'back whole' % (
+                                     lease['uuid'], device,
+                                     ', '.join(record['extents'])))
+                self._teardown(key, record)
+
+    def _offline(self, key, record):
+        region = record['region']
+        busy = []
+        for attempt in range(self.offline_attempts):
+            busy = self.ops.offline_region(region)
+            if not busy:
+                return
+            if attempt + 1 < self.offline_attempts:
+                time.sleep(self.offline_interval)
+        # Give back what was taken, so the host does not lose a part of
+        # the node, and say who holds the pages.
+        try:
+            self.ops.online_blocks(busy)
+        except OSError:
+            pass
+        self.ops.online_region(region)
+        node = record.get('numa_node')
+        holders = []
+        if node is not None:
+            holders = ['%s (pid %d, %d MiB)' % (comm, pid, pages * 4096 //
+                                                MIB or 1)
+                       for pid, comm, pages in self.ops.page_holders(node)]
+        record['step'] = ONLINE
+        self.records.put(key, record)
+        raise _error(
+            'the memory of CXL region %s (NUMA node %s) could not be '
+            'offlined after %d attempts: %d memory block(s) hold pages the '
+            'kernel cannot move (%s); %s. The memory stays online; stop or '
+            'move those processes and unbind again' % (
+                region, node, self.offline_attempts, len(busy),
+                ', '.join(busy[:8]),
+                'pages on the node are held by ' + ', '.join(holders)
+                if holders else 'no process shows pages on the node, so '
+                'the kernel itself holds them (e.g. pinned or unmovable '
+                'allocations)'))
+
+    def _teardown(self, key, record):
+        """Give the region of ``record`` back: offline (when it went
+        online), erase, destroy; the record goes once it is all done."""
+        try:
+            self._teardown_steps(key, record)
+        except OSError as exc:
+            raise _error('giving back CXL region %s of device %s failed: %s'
+                         % (record.get('region'), record['device'],
+                            exc.strerror or exc))
+
+    def _teardown_steps(self, key, record):
+        memdev = record['memdev']
+        if record['step'] == MAKING:
+            # Killed before the region's name was recorded: a region on
+            # the device that no record names, and that was not there
+            # before this one began, is the one it made.
+            named = {r.get('region') for k, r in
+                     self.records.regions.items() if k != key}
+            before = set(record.get('known_regions') or ())
+            for region in (self.ops.regions_of(memdev) +
+                           self.ops.untargeted_regions()):
+                if region in named or region in before:
+                    continue
+                info = self.ops.region_info(region) or {}
+                record.update(region=region,
+                              decoder=(info.get('targets') or [None])[0],
+                              root_decoder=self.ops.root_decoders()[0])
+                break
+        region = record.get('region')
+        if region is None:
+            # Nothing was made, or only an endpoint decoder was given
+            # capacity: free it.
+            self.ops.release_idle_decoders(memdev)
+            self.records.drop(key)
+            return
+        if record['step'] != SCRUBBED:
+            if record['step'] == ONLINE:
+                record['step'] = DETACHING
+                self.records.put(key, record)
+            self._offline(key, record)
+            self.ops.release_dax(region)
+            sanitize = self._sanitize_after_destroy(record)
+            if not sanitize and self.ops.region_info(region) is not None \
+                    and self.ops.dax_of(region) is not None:
+                self.ops.overwrite(region)
+                record['step'] = SCRUBBED
+                self.records.put(key, record)
+        else:
+            sanitize = False
+        self.ops.destroy_region(region, record['decoder'] or
+                                self._decoder_of(region),
+                                record['root_decoder'])
+        self.ops.release_idle_decoders(memdev)
+        if sanitize:
+            self.ops.sanitize(memdev, self.sanitize_timeout)
+        LOG.info('CXL region %(region)s of device %(device)s (lease '
+                 '%(lease)s) erased and destroyed',
+                 {'region': region, 'device': record['device'],
+                  'lease': record['lease']})
+        self.records.drop(key)
+
+    def _decoder_of(self, region):
+        info = self.ops.region_info(region) or {}
+        return (info.get('targets') or [None])[0]
+
+    def _sanitize_after_destroy(self, record):
+        """The device's sanitize erases all of it: used only when it has
+        one and no other region maps it."""
+        memdev = record['memdev']
+        if not self.ops.can_sanitize(memdev):
+            return False
+        return set(self.ops.regions_of(memdev)) <= {record['region']}

@@ -1,0 +1,386 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Memory pools of CXL memory through the API (microversion 1.5): the
+medium, its checks, leases in whole chunks bound in host mode, the
+allocator's no-over-commit guarantee and the pool's Placement inventory.
+The compute agent's CXL side is simulated here ([agent]memory_exporter
+noop); tests/unit/compute_node/test_cxl_memory.py runs it."""
+
+import time
+
+import pytest
+
+from composable.common import context
+from composable.conductor.placement import sync as placement_sync
+from composable.db import api as db_api
+from composable import fabric as fabric_drivers
+from composable.fabric import cxl
+
+V15 = {'OpenStack-API-Version': 'composable 1.5'}
+V13 = {'OpenStack-API-Version': 'composable 1.3'}
+
+DRIVER_INFO = {'backend': 'local', 'devices': {
+    'cmm0': {'serial': '0x5A5A0001', 'capacity_mb': 1024,
+             'hosts': ['compute-1']},
+    'cmm1': {'serial': '0x5a5a0002', 'capacity_mb': 1024,
+             'hosts': ['compute-2']}}}
+
+
+@pytest.fixture
+def cxl_fabric(client, api_env):
+    api_env.set_override('enabled_drivers', ['fake', 'cxl'], 'fabric')
+    fabric_drivers._DRIVERS['cxl'] = cxl.CxlFabricDriver()
+    try:
+        resp = client.post('/v1/fabrics', {'name': 'cxl1', 'driver': 'cxl',
+                                           'driver_info': DRIVER_INFO})
+        assert resp.status == 201, resp
+        for name in ('compute-1', 'compute-2'):
+            assert client.post('/v1/hosts', {
+                'name': name, 'fabric': 'cxl1'}).status == 201
+        yield resp.json
+    finally:
+        fabric_drivers.reset()
+        api_env.clear_override('enabled_drivers', 'fabric')
+
+
+@pytest.fixture
+def cxl_pool(client, cxl_fabric):
+    resp = client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                                     'fabric': 'cxl1', 'medium': 'cxl'},
+                       headers=V15)
+    assert resp.status == 201, resp
+    for name in ('cmm0', 'cmm1'):
+        resp = client.post('/v1/memory_nodes', {
+            'name': name, 'pool': 'cxl-mem', 'capacity_mb': 1024})
+        assert resp.status == 201, resp
+        assert resp.json['exporter'] == 'cxl'
+    return client.get('/v1/pools/cxl-mem', headers=V15).json
+
+
+@pytest.fixture
+def network(client):
+    """A fake PCIe fabric with a network memory pool and a GPU pool (its
+    hosts are not needed: the CXL fabric has the hosts)."""
+    for path, body in (
+            ('/v1/fabrics', {'name': 'fab1', 'driver': 'fake'}),
+            ('/v1/pools', {'name': 'mem1', 'kind': 'memory',
+                           'fabric': 'fab1', 'step_size': 1024}),
+            ('/v1/memory_nodes', {'name': 'mn1', 'pool': 'mem1',
+                                  'capacity_mb': 2048}),
+            ('/v1/pools', {'name': 'gpu1', 'kind': 'gpu',
+                           'fabric': 'fab1'})):
+        resp = client.post(path, body)
+        assert resp.status == 201, resp
+    return client.get('/v1/pools/mem1').json
+
+
+def _wait(client, lease_uuid, statuses, timeout=20):
+    deadline = time.time() + timeout
+    while True:
+        lease = client.get('/v1/leases/%s' % lease_uuid).json
+        if lease['status'] in statuses:
+            return lease
+        assert time.time() < deadline, 'lease stayed %s' % lease['status']
+        time.sleep(0.05)
+
+
+def test_create_and_show(client, cxl_pool, network):
+    assert cxl_pool['medium'] == 'cxl'
+    assert cxl_pool['step_size'] == 256
+    assert cxl_pool['resource_class'] == 'CUSTOM_COMPOSABLE_CXL_MEMORY_MB'
+    assert cxl_pool['total'] == 2048
+    # Network pools say so from 1.5 on; device pools have no medium; an
+    # older client sees neither.
+    assert client.get('/v1/pools/mem1', headers=V15).json[
+        'medium'] == 'network'
+    assert client.get('/v1/pools/gpu1', headers=V15).json['medium'] is None
+    assert 'medium' not in client.get('/v1/pools/cxl-mem',
+                                      headers=V13).json
+    # Its Placement inventory: whole chunks, never over-committed.
+    pool = db_api.pool_get(context.get_admin_context(), 'cxl-mem')
+    assert placement_sync.pool_inventory(pool) == {
+        'CUSTOM_COMPOSABLE_CXL_MEMORY_MB': {
+            'total': 2048, 'reserved': 0, 'min_unit': 256,
+            'max_unit': 2048, 'step_size': 256, 'allocation_ratio': 1.0}}
+
+
+@pytest.mark.parametrize('body, headers, status, words', [
+    ({'medium': 'cxl'}, V13, 400, 'need API version 1.5'),
+    ({'medium': 'cxl', 'kind': 'gpu'}, V15, 400,
+     'only memory pools have a medium'),
+    ({'medium': 'cxl', 'fabric': 'fab1'}, V15, 400,
+     'fabric fab1 has driver fake'),
+    ({'medium': 'cxl', 'step_size': 300}, V15, 400,
+     'multiples of the 256 MiB a CXL decoder maps, not 300'),
+    ({'medium': 'tape'}, V15, 400, "'medium'"),
+])
+def test_bad_pools(client, cxl_fabric, network, body, headers, status,
+                   words):
+    request = dict({'name': 'bad', 'kind': 'memory', 'fabric': 'cxl1'},
+                   **body)
+    resp = client.post('/v1/pools', request, headers=headers)
+    assert resp.status == status, resp
+    assert words in resp.error['detail']
+    assert client.get('/v1/pools/bad').status == 404
+
+
+def test_bad_memory_devices(client, cxl_pool, network):
+    resp = client.post('/v1/memory_nodes', {
+        'name': 'cmm2', 'pool': 'cxl-mem', 'capacity_mb': 1000})
+    assert resp.status == 400
+    assert 'whole chunks of 256 MiB' in resp.error['detail']
+    resp = client.post('/v1/memory_nodes', {
+        'name': 'cmm2', 'pool': 'cxl-mem', 'capacity_mb': 1024,
+        'exporter': 'tgt'})
+    assert resp.status == 400
+    assert 'with exporter cxl, not tgt' in resp.error['detail']
+    resp = client.post('/v1/memory_nodes', {
+        'name': 'mn9', 'pool': 'mem1', 'capacity_mb': 1024,
+        'exporter': 'cxl'})
+    assert resp.status == 400
+    assert 'network pool' in resp.error['detail']
+
+
+@pytest.mark.parametrize('body, words', [
+    ({'memory_mb': 1000},
+     'whole chunks of 256 MiB; ask for a multiple of 256 MiB (768 or '
+     '1024), not 1000'),
+    ({'memory_mb': 512, 'attach_mode': 'guest'},
+     'bound in host mode only'),
+    ({'memory_mb': 512, 'elastic': {
+        'min_mb': 256, 'max_mb': 1024, 'observation_window': 60,
+        'prediction_window': 60}}, 'have a fixed size'),
+    ({'memory_mb': 512, 'pools': ['cxl-mem', 'mem1']},
+     'name memory pools of one medium'),
+])
+def test_bad_leases(client, cxl_pool, network, conductor, body, words):
+    member = client.as_('member')
+    request = dict({'pools': ['cxl-mem']}, **body)
+    resp = member.post('/v1/leases', request,
+                       headers={'OpenStack-API-Version': 'composable 1.5'})
+    assert resp.status == 400, resp
+    assert words in resp.error['detail']
+    assert member.get('/v1/leases').json['leases'] == []
+
+
+def test_lease_in_chunks_bound_to_a_host(client, cxl_pool, network,
+                                         conductor):
+    member = client.as_('member')
+    resp = member.post('/v1/leases', {'memory_mb': 768,
+                                      'pools': ['cxl-mem']})
+    assert resp.status == 201, resp
+    lease = resp.json
+    assert lease['status'] == 'reserved'
+    assert lease['memory_pool_uuid'] == cxl_pool['uuid']
+    assert sorted(e['size_mb'] for e in lease['extents']) == [256] * 3
+    url = '/v1/leases/%s' % lease['uuid']
+    resp = member.post(url + '/bind', {
+        'server': '9d5a1a5e-0e9b-4c3c-9b4e-2b1f2a1d2c3b',
+        'attach_mode': 'guest'})
+    assert resp.status == 400
+    assert 'bind it in host mode' in resp.error['detail']
+    # Spread over both devices (the default placement); compute-1 is
+    # wired to cmm0 only.
+    assert {e['memory_node'] for e in lease['extents']} == {'cmm0', 'cmm1'}
+    resp = member.post(url + '/bind', {'host': 'compute-1'})
+    assert resp.status == 202, resp
+    failed = _wait(member, lease['uuid'], ['bind_failed', 'bound'])
+    assert failed['status'] == 'bind_failed'
+    assert 'host compute-1 is not wired to CXL memory device cmm1 (hosts ' \
+        'reaching it: compute-2)' in failed['fault']
+
+
+def test_bind_and_unbind(client, cxl_fabric, network, conductor):
+    info = dict(DRIVER_INFO, devices={
+        name: dict(device, hosts=['compute-1', 'compute-2'])
+        for name, device in DRIVER_INFO['devices'].items()})
+    resp = client.patch('/v1/fabrics/cxl1', {'driver_info': info})
+    assert resp.status == 200, resp
+    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                              'fabric': 'cxl1', 'medium': 'cxl'},
+                headers=V15)
+    for name in ('cmm0', 'cmm1'):
+        client.post('/v1/memory_nodes', {'name': name, 'pool': 'cxl-mem',
+                                         'capacity_mb': 1024})
+    member = client.as_('member')
+    lease = member.post('/v1/leases', {'memory_mb': 512,
+                                       'pools': ['cxl-mem']}).json
+    url = '/v1/leases/%s' % lease['uuid']
+    assert member.post(url + '/bind', {'host': 'compute-1'}).status == 202
+    bound = _wait(member, lease['uuid'], ['bound', 'bind_failed'])
+    assert bound['status'] == 'bound', bound['fault']
+    # The agent's answer is the attachment (simulated here: no region).
+    attachment = client.get(url).json
+    assert attachment['host'] == 'compute-1'
+    assert member.post(url + '/unbind').status == 202
+    assert _wait(member, lease['uuid'], ['reserved', 'error'])[
+        'status'] == 'reserved'
+    assert member.delete(url).status == 204
+    _wait(member, lease['uuid'], ['released'])
+    assert client.get('/v1/pools/cxl-mem').json['used'] == 0
+
+
+def test_no_over_commit_and_never_given_unasked(client, cxl_pool,
+                                                network, conductor):
+    member = client.as_('member')
+    first = member.post('/v1/leases', {'memory_mb': 2048,
+                                       'pools': ['cxl-mem']}).json
+    assert first['status'] == 'reserved'
+    second = member.post('/v1/leases', {'memory_mb': 256,
+                                        'pools': ['cxl-mem']}).json
+    assert second['status'] == 'alloc_failed'
+    assert 'cxl-mem has 0 MiB free' in second['fault']
+    assert client.get('/v1/pools/cxl-mem').json['used'] == 2048
+    # A lease that names no pool gets network memory only.
+    plain = member.post('/v1/leases', {'memory_mb': 1024}).json
+    assert plain['memory_pool_uuid'] == network['uuid']
+
+
+def test_cxl_fabric_driver_info_checked(client, api_env):
+    api_env.set_override('enabled_drivers', ['fake', 'cxl'], 'fabric')
+    fabric_drivers._DRIVERS['cxl'] = cxl.CxlFabricDriver()
+    try:
+        for info, words in (
+                ({'backend': 'redfish'}, 'not available yet'),
+                ({'devices': {}}, 'give the memory devices'),
+                ({'devices': {'a': {'serial': 'zz', 'capacity_mb': 256,
+                                    'hosts': ['h']}}}, 'devices/a/serial'),
+                ({'devices': {'a': {'serial': '0x1', 'capacity_mb': 100,
+                                    'hosts': ['h']}}},
+                 'devices/a/capacity_mb'),
+                ({'devices': {'a': {'serial': '0x1', 'capacity_mb': 256,
+                                    'hosts': []}}}, 'devices/a/hosts'),
+                ({'devices': {
+                    'a': {'serial': '0x1', 'capacity_mb': 256,
+                          'hosts': ['h']},
+                    'b': {'serial': '0x01', 'capacity_mb': 256,
+                          'hosts': ['h']}}}, 'device a has it too')):
+            resp = client.post('/v1/fabrics', {'name': 'c', 'driver': 'cxl',
+                                               'driver_info': info})
+            assert resp.status == 400, (info, resp)
+            assert words in resp.error['detail'], resp.error['detail']
+    finally:
+        fabric_drivers.reset()
+        api_env.clear_override('enabled_drivers', 'fabric')
+
+
+@pytest.fixture
+def cxl_host(api_env, tmp_path, monkeypatch):
+    """A conductor, and the compute agent of compute-1 with its CXL side
+    on the emulated kernel (the MOCK of tests/unit/compute_node/
+    fake_cxl.py), serving RPC on the fake transport."""
+    from composable.agent.compute_node import cxl_memory
+    from composable.agent import manager as agent_manager
+    from composable.common import rpc
+    from composable.conductor import manager as conductor_manager
+    from composable import privsep
+    from composable.privsep import cxl as priv_cxl
+    from tests.unit.compute_node import fake_cxl
+
+    kernel = fake_cxl.FakeCxlKernel(
+        tmp_path / 'host',
+        devices=[('0x5a5a0001', 1024 * fake_cxl.MIB, True)],
+        block_size=128 * fake_cxl.MIB)
+    # Generous: the machine running the tests may be busy.
+    api_env.set_override('rpc_response_timeout_bind', 60)
+    privsep.sys_admin_pctxt.set_client_mode(False)
+    monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
+    monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    memory = cxl_memory.CxlHostMemory(
+        ops=priv_cxl, state_file=str(tmp_path / 'cxl.json'),
+        offline_interval=0)
+    agent = agent_manager.AgentManager('compute-1', roles=['compute_node'],
+                                       cxl_memory=memory)
+    agent._start_cxl()
+    conductor = conductor_manager.ConductorManager('test-host')
+    servers = [rpc.get_server(rpc.CONDUCTOR_TOPIC, 'test-host', [conductor]),
+               rpc.get_server(rpc.AGENT_TOPIC, 'compute-1', [agent])]
+    conductor.start()
+    for server in servers:
+        server.start()
+    try:
+        yield kernel
+    finally:
+        for server in servers:
+            server.stop()
+        for server in servers:
+            server.wait()
+        conductor.stop()
+        privsep.sys_admin_pctxt.set_client_mode(True)
+        api_env.set_override('rpc_response_timeout_bind', 5)
+
+
+def test_bind_makes_a_numa_node_and_unbind_erases_it(client, cxl_fabric,
+                                                     cxl_host):
+    """API to conductor to agent to (emulated) kernel and back."""
+    kernel = cxl_host
+    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                              'fabric': 'cxl1', 'medium': 'cxl'},
+                headers=V15)
+    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
+                                     'capacity_mb': 1024})
+    member = client.as_('member')
+    lease = member.post('/v1/leases', {'memory_mb': 256,
+                                       'pools': ['cxl-mem']}).json
+    url = '/v1/leases/%s' % lease['uuid']
+    assert member.post(url + '/bind', {'host': 'compute-1'}).status == 202
+    bound = _wait(member, lease['uuid'], ['bound', 'bind_failed'])
+    assert bound['status'] == 'bound', bound['fault']
+    [region] = kernel.regions
+    assert kernel.regions[region]['size'] == 256 << 20
+    assert kernel.online_blocks() == sorted(kernel.blocks)
+    with open(kernel.memory_of(region), 'r+b') as f:
+        f.write(b'secret')
+    assert member.post(url + '/unbind').status == 202
+    assert _wait(member, lease['uuid'], ['reserved', 'error'])[
+        'status'] == 'reserved'
+    assert kernel.regions == {} and kernel.blocks == {}
+    assert kernel.sanitized == ['mem0']
+    assert kernel.read_media('mem0', 0, 6) == bytes(6)
+    # Bound again, then pages the kernel cannot move: the unbind fails
+    # and says why, and the host keeps its memory.
+    assert member.post(url + '/bind', {'host': 'compute-1'}).status == 202
+    assert _wait(member, lease['uuid'], ['bound', 'bind_failed'])[
+        'status'] == 'bound'
+    kernel.pinned.update(kernel.blocks)
+    assert member.post(url + '/unbind').status == 202
+    failed = _wait(member, lease['uuid'], ['reserved', 'error'],
+                   timeout=60)
+    assert failed['status'] == 'error'
+    assert 'could not be offlined' in failed['fault']
+    assert kernel.online_blocks() == sorted(kernel.blocks)
+    kernel.pinned.clear()
+    assert member.delete(url).status == 204
+    _wait(member, lease['uuid'], ['released'])
+    assert kernel.regions == {}
+
+
+def test_flavor_leases_of_cxl_memory_are_host_mode():
+    import types
+
+    from composable.conductor.nova import flavor_leases
+    pool = types.SimpleNamespace(uuid='p', kind='memory', medium='cxl',
+                                 resource_class='CUSTOM_COMPOSABLE_CXL_'
+                                                'MEMORY_MB')
+    values = flavor_leases._lease_values(
+        pool, 512, 'instance', 'project', 'user',
+        {'composable:attach_mode': 'guest'}, None)
+    assert values['attach_mode'] == 'host'
+    assert values['memory_mb'] == 512
+    network = types.SimpleNamespace(uuid='n', kind='memory',
+                                    medium='network',
+                                    resource_class='CUSTOM_COMPOSABLE_'
+                                                   'MEMORY_MB')
+    assert flavor_leases._lease_values(
+        network, 512, 'instance', 'project', 'user',
+        {'composable:attach_mode': 'guest'}, None)['attach_mode'] == 'guest'

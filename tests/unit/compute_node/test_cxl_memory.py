@@ -1,0 +1,290 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""CXL memory on a compute host: region, kmem, movable NUMA node, and back
+with the memory erased; restarts that finish or undo; a host that cannot.
+
+The kernel is the MOCK of tests/unit/compute_node/fake_cxl.py (an
+emulated sysfs in a temporary directory, scaled down: 4 MiB chunks on a
+16 MiB device): no CXL hardware or 6.3+ kernel runs here. The privileged
+functions run in-process on it.
+"""
+
+import json
+
+import pytest
+
+from composable.agent.compute_node import cxl_memory
+from composable.common import exception
+from composable import privsep
+from composable.privsep import cxl as priv_cxl
+from tests.unit.compute_node import fake_cxl
+
+MIB = fake_cxl.MIB
+SERIAL = '0x5a5a0001'
+CHUNK_MB = 4
+LEASE = {'uuid': 'lease-1'}
+SECRET = b'the previous tenant\'s secret'
+
+
+def chunks(lease='lease-1', n=1, device='cmm0', serial=SERIAL):
+    return [{'uuid': '%s-chunk-%d' % (lease, i), 'index': i,
+             'size_mb': CHUNK_MB, 'lease_uuid': lease, 'medium': 'cxl',
+             'device': device, 'locator': {'serial': serial}}
+            for i in range(n)]
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    return fake_cxl.FakeCxlKernel(tmp_path / 'host')
+
+
+@pytest.fixture
+def privileged(kernel, monkeypatch):
+    privsep.sys_admin_pctxt.set_client_mode(False)
+    monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
+    monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    yield priv_cxl
+    privsep.sys_admin_pctxt.set_client_mode(True)
+
+
+@pytest.fixture
+def state_file(tmp_path):
+    return str(tmp_path / 'state' / 'cxl-regions.json')
+
+
+def host(privileged, state_file, **kwargs):
+    memory = cxl_memory.CxlHostMemory(ops=privileged, state_file=state_file,
+                                      offline_interval=0, **kwargs)
+    memory.start()
+    return memory
+
+
+def records(state_file):
+    try:
+        with open(state_file) as f:
+            return json.load(f)['regions']
+    except FileNotFoundError:
+        return {}
+
+
+def assert_nothing_left(kernel, state_file):
+    assert kernel.regions == {}
+    assert all(d['size'] == 0 for d in kernel.decoders.values())
+    assert kernel.blocks == {} and kernel.dax == {}
+    assert records(state_file) == {}
+
+
+def test_bind_onlines_a_movable_numa_node_and_unbind_erases(
+        kernel, privileged, state_file):
+    memory = host(privileged, state_file)
+    details = memory.attach(LEASE, chunks(n=2))
+    assert set(details) == {'lease-1-chunk-0', 'lease-1-chunk-1'}
+    first = details['lease-1-chunk-0']
+    assert first['numa_node'] == fake_cxl.NODE
+    assert first['medium'] == 'cxl' and first['mode'] == 'host'
+    region = first['region']
+    # One region of both chunks, its memory online movable.
+    assert kernel.regions[region]['size'] == 2 * CHUNK_MB * MIB
+    assert kernel.online_blocks() and all(
+        kernel.blocks[b]['zone'] == 'Movable' for b in kernel.blocks)
+    assert len(kernel.blocks) == 2 * CHUNK_MB * MIB // kernel.block_size
+    assert records(state_file)['lease-1/cmm0']['step'] == 'online'
+    # Repeated (the conductor resumes): the same answer, nothing more.
+    writes = len(kernel.writes)
+    assert memory.attach(LEASE, chunks(n=2)) == details
+    assert len(kernel.writes) == writes
+
+    # The host uses the memory.
+    with open(kernel.memory_of(region), 'r+b') as f:
+        f.write(SECRET)
+    memory.detach(LEASE, chunks(n=2))
+    assert_nothing_left(kernel, state_file)
+    # The only region of a device with sanitize: sanitized, after the
+    # region was gone (the kernel refuses it before).
+    assert kernel.sanitized == ['mem0']
+    assert kernel.read_media('mem0', 0, len(SECRET)) == bytes(len(SECRET))
+    # Detach again: nothing to do.
+    memory.detach(LEASE, chunks(n=2))
+
+
+def test_overwrite_when_the_device_cannot_sanitize_or_is_shared(
+        tmp_path, monkeypatch, state_file):
+    kernel = fake_cxl.FakeCxlKernel(
+        tmp_path / 'host', devices=[(SERIAL, 16 * MIB, False)])
+    privsep.sys_admin_pctxt.set_client_mode(False)
+    monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
+    monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    try:
+        memory = host(priv_cxl, state_file)
+        region = memory.attach(LEASE, chunks())['lease-1-chunk-0']['region']
+        other = {'uuid': 'lease-2'}
+        memory.attach(other, chunks('lease-2'))
+        with open(kernel.memory_of(region), 'r+b') as f:
+            f.write(SECRET)
+        offset = kernel.decoders[kernel.regions[region]['targets'][0]][
+            'dpa']
+        memory.detach(LEASE, chunks())
+        assert kernel.sanitized == []
+        assert kernel.read_media('mem0', offset, len(SECRET)) == bytes(
+            len(SECRET))
+        # The next lease on that capacity reads zeros.
+        again = memory.attach({'uuid': 'lease-3'}, chunks('lease-3'))
+        with open(kernel.memory_of(again['lease-3-chunk-0']['region']),
+                  'rb') as f:
+            assert f.read(len(SECRET)) == bytes(len(SECRET))
+        memory.detach({'uuid': 'lease-3'}, chunks('lease-3'))
+        memory.detach(other, chunks('lease-2'))
+        assert_nothing_left(kernel, state_file)
+    finally:
+        privsep.sys_admin_pctxt.set_client_mode(True)
+
+
+def test_memory_onlined_normal_by_the_kernel_is_made_movable(
+        tmp_path, monkeypatch, state_file):
+    kernel = fake_cxl.FakeCxlKernel(tmp_path / 'host', auto_online='online')
+    privsep.sys_admin_pctxt.set_client_mode(False)
+    monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
+    monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    try:
+        memory = host(priv_cxl, state_file)
+        memory.attach(LEASE, chunks())
+        assert {b['zone'] for b in kernel.blocks.values()} == {'Movable'}
+        memory.detach(LEASE, chunks())
+        assert_nothing_left(kernel, state_file)
+    finally:
+        privsep.sys_admin_pctxt.set_client_mode(True)
+
+
+def test_unbind_refused_while_pages_cannot_move(kernel, privileged,
+                                                state_file):
+    memory = host(privileged, state_file, offline_attempts=3)
+    memory.attach(LEASE, chunks())
+    pinned = sorted(kernel.blocks)[1]
+    kernel.pinned.add(pinned)
+    kernel.add_process(4242, 'qemu-system-x86', 20480)
+    with pytest.raises(exception.DriverError) as caught:
+        memory.detach(LEASE, chunks())
+    message = caught.value.message
+    assert 'after 3 attempts' in message and pinned in message
+    assert 'qemu-system-x86 (pid 4242, 80 MiB)' in message
+    assert 'NUMA node 1' in message
+    # Nothing taken from under the host: all of it online again.
+    assert kernel.online_blocks() == sorted(kernel.blocks)
+    assert records(state_file)['lease-1/cmm0']['step'] == 'online'
+    offline_tries = [w for w in kernel.writes
+                     if w == ('sys/devices/system/memory/%s/state' % pinned,
+                              'offline')]
+    assert len(offline_tries) == 3
+    # Once the pages can move, the unbind goes through.
+    kernel.pinned.clear()
+    memory.detach(LEASE, chunks())
+    assert_nothing_left(kernel, state_file)
+
+
+def test_device_not_on_this_host(kernel, privileged, state_file):
+    memory = host(privileged, state_file)
+    with pytest.raises(exception.DriverError) as caught:
+        memory.attach(LEASE, chunks(serial='0x77'))
+    assert 'serial 0x77' in caught.value.message
+    assert "not on this host's CXL bus" in caught.value.message
+    assert_nothing_left(kernel, state_file)
+
+
+def test_failed_make_is_undone(kernel, privileged, state_file):
+    memory = host(privileged, state_file)
+    # Two decoders on the device: the third region finds none free.
+    memory.attach({'uuid': 'a'}, chunks('a'))
+    memory.attach({'uuid': 'b'}, chunks('b'))
+    with pytest.raises(exception.DriverError) as caught:
+        memory.attach({'uuid': 'c'}, chunks('c'))
+    assert 'no free endpoint decoder' in caught.value.message
+    assert set(records(state_file)) == {'a/cmm0', 'b/cmm0'}
+    memory.detach({'uuid': 'a'}, chunks('a'))
+    memory.detach({'uuid': 'b'}, chunks('b'))
+    assert_nothing_left(kernel, state_file)
+
+
+@pytest.mark.parametrize('writes', [1, 2, 3, 4, 8, 9, 10, 11, 12])
+def test_agent_killed_while_making_the_region(kernel, privileged,
+                                              state_file, writes):
+    """Killed after ``writes`` sysfs writes of the bind (mode, dpa_size,
+    create_ram_region, ..., commit, region bind, kmem bind, onlines):
+    the next start undoes all of it."""
+    memory = host(privileged, state_file)
+    kernel.kill_after(writes)
+    with pytest.raises(fake_cxl.Killed):
+        memory.attach(LEASE, chunks(n=2))
+    assert records(state_file)['lease-1/cmm0']['step'] in (
+        'making', 'onlining')
+    restarted = host(privileged, state_file)
+    assert_nothing_left(kernel, state_file)
+    # And the conductor's bind, repeated, makes it afresh.
+    details = restarted.attach(LEASE, chunks(n=2))
+    assert details['lease-1-chunk-0']['numa_node'] == fake_cxl.NODE
+    restarted.detach(LEASE, chunks(n=2))
+    assert_nothing_left(kernel, state_file)
+
+
+def test_agent_killed_while_giving_back(kernel, privileged, state_file):
+    memory = host(privileged, state_file)
+    region = memory.attach(LEASE, chunks())['lease-1-chunk-0']['region']
+    with open(kernel.memory_of(region), 'r+b') as f:
+        f.write(SECRET)
+    # Killed after the memory went offline and back to device_dax.
+    kernel.kill_after(len(kernel.blocks) + 3)
+    with pytest.raises(fake_cxl.Killed):
+        memory.detach(LEASE, chunks())
+    assert records(state_file)['lease-1/cmm0']['step'] == 'detaching'
+    host(privileged, state_file)
+    assert_nothing_left(kernel, state_file)
+    assert kernel.read_media('mem0', 0, len(SECRET)) == bytes(len(SECRET))
+
+
+def test_a_bound_region_survives_a_restart(kernel, privileged, state_file):
+    memory = host(privileged, state_file)
+    details = memory.attach(LEASE, chunks())
+    restarted = host(privileged, state_file)
+    assert restarted.attach(LEASE, chunks()) == details
+    restarted.detach(LEASE, chunks())
+    assert_nothing_left(kernel, state_file)
+
+
+@pytest.mark.parametrize('missing, named', [
+    ('sys/bus/cxl/drivers/cxl_region', 'CONFIG_CXL_REGION'),
+    ('sys/bus/cxl/drivers/cxl_dax_region', 'CONFIG_DEV_DAX_CXL'),
+    ('sys/bus/dax/drivers/kmem', 'CONFIG_DEV_DAX_KMEM'),
+    ('sys/devices/system/memory/block_size_bytes', 'CONFIG_MEMORY_HOTPLUG'),
+])
+def test_kernel_too_old_is_named_at_start(tmp_path, monkeypatch,
+                                          state_file, missing, named):
+    kernel = fake_cxl.FakeCxlKernel(tmp_path / 'host', missing=(missing,))
+    monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
+    memory = cxl_memory.CxlHostMemory(ops=priv_cxl, state_file=state_file)
+    with pytest.raises(exception.DriverError) as caught:
+        memory.start()
+    assert named in caught.value.message
+    assert 'cannot take CXL memory' in caught.value.message
+    # Its binds say the same.
+    with pytest.raises(exception.DriverError) as caught:
+        memory.attach(LEASE, chunks())
+    assert named in caught.value.message
+
+
+def test_names_are_checked_before_they_become_paths(privileged):
+    for bad in ('../../etc', 'region0/../x', 'mem', '', None):
+        with pytest.raises(ValueError):
+            priv_cxl.check_name(bad)
+    with pytest.raises(ValueError):
+        priv_cxl.memdev_by_serial('0x1/../..')
+    with pytest.raises(ValueError):
+        priv_cxl.make_region('mem0', -1)
