@@ -879,6 +879,17 @@ class RedfishFabricDriver(base.FabricDriver):
         system, _ = self._system(conn, info, fabric, host)
         mode, composition = self._mode(conn, info, system)
         if mode == 'specific':
+            ref = info['system_map'].get(host.get('name')) or ''
+            if ref.startswith('/') and not composition.updatable:
+                # Composed again, the system gets a new @odata.id: the
+                # host would lose its system after the first bind.
+                raise exception.DriverError(
+                    reason='host %s is mapped to system %s by its '
+                           '@odata.id, but the Redfish service %s composes '
+                           'a system again to change its blocks, under a '
+                           'new @odata.id; map the host by the system\'s '
+                           'UUID or unique name in driver_info system_map' %
+                           (host.get('name'), ref, conn.address))
             held.enter_context(one_operation(
                 info['address'], 'system of host %s' % host.get('name')))
             system, _ = self._system(conn, info, fabric, host)

@@ -215,6 +215,22 @@ def test_an_unbind_waits_for_a_bind_still_running(profile, driver):
     assert _system_of(emulator, 'compute-0')[1] == ['compute-0-Compute']
 
 
+def test_a_host_mapped_by_odata_id_is_refused_before_anything(
+        profile, driver):
+    url, emulator = profile('specific')
+    fabric = _fabric(url, system_map={
+        'compute-0': emu.SYSTEMS + '/compute-0'})
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(fabric, _device(GPU0), HOST0)
+    assert 'UUID or unique name' in str(err.value)
+    assert _changes(emulator) == []
+    # By UUID it binds, and keeps binding after the system changed.
+    fabric = _fabric(url, system_map={'compute-0': UUID0})
+    driver.bind_device(fabric, _device(GPU0), HOST0)
+    driver.unbind_device(fabric, _device(GPU0), HOST0)
+    assert _gpu0(emulator) == ('Unused', None)
+
+
 # ---------------------------------------------------- choosing the mode
 
 def test_composition_mode_forces_one(profile, emulator, driver):
