@@ -709,19 +709,35 @@ class RedfishFabricDriver(base.FabricDriver):
         if forced == 'auto' and system.expandable:
             return 'expandable', None
         composition = self._system_composition(conn)
-        if forced == 'specific' or composition.offered:
+        if forced == 'specific':
             return 'specific', composition
-        if not system.offered:
+        # Only a system the service composed can be composed again: a
+        # Physical one is a server as it is.
+        composed = system.system_type in (None, 'Composed')
+        if composition.offered and composed:
+            return 'specific', composition
+        if not system.offered and not composition.constrained:
             # It advertises no actions at all: the standard action
             # targets are tried, as before.
             return 'expandable', None
+        offers = ('it offers only %s' % ', '.join(system.offered)
+                  if system.offered else 'it advertises no actions')
+        if composition.offered:
+            why = ('and it is a %s system, not one the service composed '
+                   '(SystemType Composed), so it cannot be composed again '
+                   'either' % system.system_type)
+        elif composition.constrained:
+            why = ('and the service composes systems only from a '
+                   'description (%s), picking the blocks itself, so a '
+                   'given device cannot be composed into a given host' %
+                   models.CONSTRAINED_USE_CASE)
+        else:
+            why = ('and the service does not compose systems either (its '
+                   'Systems collection has no %s capability)' %
+                   models.COMPOSITION_USE_CASE)
         raise exception.DriverError(
-            reason='system %s of Redfish service %s is not expandable: it '
-                   'offers only %s; and the service does not compose '
-                   'systems either (its Systems collection has no %s '
-                   'capability)' % (system.uri, conn.address,
-                                    ', '.join(system.offered),
-                                    models.COMPOSITION_USE_CASE))
+            reason='system %s of Redfish service %s is not expandable: %s; '
+                   '%s' % (system.uri, conn.address, offers, why))
 
     def describe_service(self, fabric):
         """What the service offers for composition: the modes its
@@ -742,6 +758,7 @@ class RedfishFabricDriver(base.FabricDriver):
                     s.uri: s.offered for s in systems if not s.expandable},
                 'unreadable_systems': unreadable,
                 'specific': composition.offered,
+                'constrained': composition.constrained,
                 'capabilities': composition.capabilities_uri,
                 'updatable_after_create': composition.updatable,
                 'allow_overprovisioning': service.get(

@@ -521,6 +521,9 @@ class Device(object):
 # The CollectionCapabilities use case of a Systems collection that
 # composes new systems (DSP2050's specific composition).
 COMPOSITION_USE_CASE = 'ComputerSystemComposition'
+# The use case of one that composes systems from a description (so many
+# processors, so much memory) and picks the blocks itself.
+CONSTRAINED_USE_CASE = 'ComputerSystemConstrainedComposition'
 
 
 class SystemComposition(object):
@@ -530,21 +533,25 @@ class SystemComposition(object):
     capabilities object is read (:meth:`read_capabilities`), whether a
     composed system's blocks may be changed afterwards."""
 
-    def __init__(self, offered, capabilities_uri):
+    def __init__(self, offered, capabilities_uri, constrained=False):
         self.offered = offered
         self.capabilities_uri = capabilities_uri
+        self.constrained = constrained
         self.updatable = False
 
     @classmethod
     def parse(cls, data):
         data = _obj(data, 'computer system collection')
         capabilities_uri = None
-        offered = False
+        offered = constrained = False
         caps = data.get('@Redfish.CollectionCapabilities')
         entries = caps.get('Capabilities') if isinstance(caps, dict) else None
         for entry in entries if isinstance(entries, list) else []:
-            if not isinstance(entry, dict) or entry.get(
-                    'UseCase') != COMPOSITION_USE_CASE:
+            if not isinstance(entry, dict):
+                continue
+            if entry.get('UseCase') == CONSTRAINED_USE_CASE:
+                constrained = True
+            if entry.get('UseCase') != COMPOSITION_USE_CASE:
                 continue
             offered = True
             try:
@@ -558,7 +565,7 @@ class SystemComposition(object):
             if isinstance(where.get('ResourceBlocks@Redfish.AllowableValues'),
                           list):
                 offered = True
-        return cls(offered, capabilities_uri)
+        return cls(offered, capabilities_uri, constrained)
 
     def read_capabilities(self, data):
         """The capabilities object: is Links.ResourceBlocks updatable

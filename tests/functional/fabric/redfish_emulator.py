@@ -291,10 +291,14 @@ class Emulator(object):
         # service root says so; otherwise $expand is refused.
         self.expand = bool(config.get('expand', False))
         # 'specific': systems are composed by POST /redfish/v1/Systems and
-        # decomposed by DELETE, not grown by actions.
+        # decomposed by DELETE, not grown by actions; 'constrained': the
+        # Systems collection only advertises composition from a
+        # description (and composes nothing).
         self.composition = config.get('composition', 'expandable')
-        if self.composition not in ('expandable', 'specific'):
-            raise ValueError('composition must be expandable or specific')
+        if self.composition not in ('expandable', 'specific',
+                                    'constrained'):
+            raise ValueError('composition must be expandable, specific or '
+                             'constrained')
         # With specific composition: a composed system's blocks may be
         # changed by PATCH of its Links.ResourceBlocks.
         self.updatable = bool(config.get('updatable', False))
@@ -704,6 +708,14 @@ class Emulator(object):
                 'ComputerSystemCollection', SYSTEMS,
                 'Computer System Collection',
                 [SYSTEMS + '/' + s for s in sorted(self.systems)])
+            if self.composition == 'constrained':
+                collection['@Redfish.CollectionCapabilities'] = {
+                    '@odata.type': '#CollectionCapabilities.v1_4_1.'
+                                   'CollectionCapabilities',
+                    'Capabilities': [{
+                        'CapabilitiesObject': _link(CAPABILITIES),
+                        'UseCase': 'ComputerSystemConstrainedComposition',
+                        'Links': {'TargetCollection': _link(SYSTEMS)}}]}
             if self.composition == 'specific':
                 collection['@Redfish.CollectionCapabilities'] = {
                     '@odata.type': '#CollectionCapabilities.v1_4_1.'
@@ -716,7 +728,7 @@ class Emulator(object):
                             'RelatedItem': [_link(ZONES + '/' + z)
                                             for z in sorted(self.zones)]}}]}
             return collection
-        if parts == ['Capabilities'] and self.composition == 'specific':
+        if parts == ['Capabilities'] and self.composition != 'expandable':
             return self._capabilities()
         if len(parts) != 1 or parts[0] not in self.systems:
             return None
@@ -725,8 +737,8 @@ class Emulator(object):
         uri = SYSTEMS + '/' + sid
         return self._resource(
             'ComputerSystem', uri, sid, system['name'],
-            SystemType=('Composed' if self.composition == 'specific'
-                        else 'Physical'), UUID=system['uuid'],
+            SystemType=('Physical' if self.composition == 'expandable'
+                        else 'Composed'), UUID=system['uuid'],
             HostName=system['host_name'], PowerState='On',
             Status={'State': 'Enabled', 'Health': 'OK'},
             Links={'ResourceBlocks': [_link(BLOCKS + '/' + b)

@@ -261,6 +261,19 @@ def test_a_service_offering_neither_mode_says_what_is_missing(profile,
     assert 'ComputerSystemComposition' in message
 
 
+def test_constrained_composition_only_is_said_to_be_no_way(
+        profile, driver):
+    url, emulator = profile(dict(emu.DEFAULT_CONFIG,
+                                 composition='constrained'))
+    assert driver.describe_service(_fabric(url))['constrained'] is True
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(_fabric(url), _device(GPU0), HOST0)
+    message = str(err.value)
+    assert 'not expandable' in message
+    assert 'ComputerSystemConstrainedComposition' in message
+    assert _changes(emulator) == []
+
+
 @pytest.mark.parametrize('mode', ['composed', '', 'Specific'])
 def test_an_unknown_composition_mode_is_refused(driver, mode):
     with pytest.raises(exception.Invalid) as err:

@@ -191,12 +191,17 @@ def _systems(**more):
      True, None),
     (_systems(**{'@Redfish.CollectionCapabilities': 'garbage'}), False,
      None),
+    (_systems(**{'@Redfish.CollectionCapabilities': {'Capabilities': [
+        {'UseCase': 'ComputerSystemConstrainedComposition',
+         'CapabilitiesObject': {'@odata.id': SYSTEMS + '/Constrained'}}]}}),
+     False, None),
 ])
 def test_system_composition(data, offered, capabilities):
     found = models.SystemComposition.parse(data)
     assert (found.offered, found.capabilities_uri) == (offered,
                                                        capabilities)
     assert found.updatable is False
+    assert found.constrained == ('Constrained' in str(data))
 
 
 @pytest.mark.parametrize('links,updatable', [
