@@ -798,9 +798,10 @@ class RedfishFabricDriver(base.FabricDriver):
         (``ResourceBlocks@Redfish.UpdatableAfterCreate``) the system is
         patched and keeps its identity. Otherwise it is decomposed
         (DELETE) and composed again with the blocks (POST to the Systems
-        collection) under its Name and HostName; if that POST fails,
-        the system is composed again with the blocks it had, so the
-        host is not left without one."""
+        collection) under its Name and HostName; if the service refuses
+        that POST, the system is composed again with the blocks it had,
+        so the host is not left without one. (A POST that may still be
+        done, one not answered in time, is not followed by another.)"""
         body = {'Links': {'ResourceBlocks': [{'@odata.id': uri}
                                              for uri in blocks]}}
         if composition.updatable:
@@ -819,7 +820,7 @@ class RedfishFabricDriver(base.FabricDriver):
         try:
             return self._post_system(conn, info, composition, system,
                                      body, deadline)
-        except exception.DriverError as exc:
+        except connection.HTTPFailure as exc:
             LOG.error('Redfish service %(addr)s: composing system '
                       '%(name)s again with %(blocks)s failed (%(reason)s); '
                       'composing it with the blocks it had',
@@ -995,8 +996,20 @@ class RedfishFabricDriver(base.FabricDriver):
         block, _ = conn.read(block_uri, models.ResourceBlock)
         mode = composition = None
         if host is not None:
-            system, mode, composition = self._host_system(
-                conn, info, fabric, host, held)
+            try:
+                system, mode, composition = self._host_system(
+                    conn, info, fabric, host, held)
+            except exception.DriverError:
+                if block.systems or block.state not in (models.UNUSED,
+                                                        models.FAILED):
+                    raise
+                # Nothing holds the block: there is nothing to undo,
+                # whatever became of the host's system.
+                LOG.warning('Resource block %(block)s is in no system; '
+                            'the system of host %(host)s is not found '
+                            'either', {'block': block.uri,
+                                       'host': host.get('name')})
+                return
             block, _ = conn.read(block_uri, models.ResourceBlock)
             systems = [system] if (system.uri in block.systems
                                    or block.uri in system.blocks) else []

@@ -185,6 +185,46 @@ def test_a_block_stuck_composing_times_out_and_is_undone(profile, driver):
     assert _system_of(emulator, 'compute-0')[1] == ['compute-0-Compute']
 
 
+def test_a_task_that_does_not_end_in_time_is_undone_after(profile,
+                                                          driver):
+    url, emulator = profile('specific')
+
+    slowed = []
+
+    def slow_post(record):
+        # Only the bind's POST: its task runs on and on.
+        if (record['method'] == 'POST' and record['path'] == emu.SYSTEMS
+                and not slowed):
+            slowed.append(record)
+            emulator.task_polls = 10000
+
+    emulator.observe(slow_post)
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(_fabric(url, timeout=1), _device(GPU0), HOST0)
+    assert 'did not finish within' in str(err.value)
+    # The conductor undoes the bind; the service had composed it.
+    emulator.task_polls = 0
+    driver.unbind_device(_fabric(url), _device(GPU0), HOST0)
+    assert _gpu0(emulator) == ('Unused', None)
+    assert _system_of(emulator, 'compute-0')[1] == ['compute-0-Compute']
+
+
+def test_an_undo_finds_nothing_to_do_where_the_host_lost_its_system(
+        profile, driver):
+    url, emulator = profile('specific')
+    with emulator.locked() as state:
+        state.systems.pop('compute-0')
+        state.blocks['compute-0-Compute'].update(state='Unused',
+                                                 system=None)
+    # The block is in no system: nothing to undo.
+    driver.unbind_device(_fabric(url), _device(GPU0), HOST0)
+    # One that is held somewhere is not let go unnoticed.
+    driver.bind_device(_fabric(url), _device(GPU0), {'name': 'compute-1'})
+    with pytest.raises(exception.DriverError) as err:
+        driver.unbind_device(_fabric(url), _device(GPU0), HOST0)
+    assert 'compute-0' in str(err.value)
+
+
 def test_a_failed_composition_reports_the_message(profile, driver):
     url, emulator = profile('specific')
     emulator.set_block_fault('GPU0', 'fail', 'retimer 3 lost the link')
