@@ -19,6 +19,14 @@ waits until the block is ``Composed``; unbinding removes it with
 ``ComputerSystem.RemoveResourceBlock`` and waits until it is ``Unused``.
 A block joins only a system it shares a ResourceZone with.
 
+On a service that composes whole systems instead (DSP2050's specific
+composition: systems offer only Reset, the Systems collection has the
+ComputerSystemComposition capability), binding composes the host's
+system again with the block: a PATCH of its Links.ResourceBlocks where
+the service allows it, else DELETE of the system and POST of a new one
+to the Systems collection with the same name; unbinding does the same
+without the block. ``composition_mode`` forces one mode or the other.
+
 Every action carries ``If-Match`` with the system's current ETag; when
 the service answers 412 (someone changed the system meanwhile) the system
 is read again and the action repeated with the fresh ETag, a bounded
@@ -26,8 +34,9 @@ number of times. Actions answered 202 are followed through their task
 monitor.
 
 A host maps to exactly one system (``system_map`` by @odata.id, UUID or
-a unique name; else the one system with the host's UUID or unique
-name); a name several systems share is refused, never guessed.
+a unique name; else the one system with the DMI UUID the host's agent
+reported; else the one system with the host's UUID or unique name); a
+name or DMI UUID several systems share is refused, never guessed.
 Discovery classifies each block by its members, reports blocks no host
 can be given (``not_poolable``) and blocks the service will not compose
 now (``unavailable``) with the reason, and makes one unreadable block
@@ -35,7 +44,8 @@ unknown (``error``) rather than failing the whole fabric.
 
 driver_info keys: ``address``, ``username``, ``password``, ``verify_ca``,
 ``system_map``, ``match_by``, ``poll_interval``, ``timeout``, ``mode``,
-``auth_type`` (see doc/source/admin/fabric-redfish.rst).
+``auth_type``, ``composition_mode`` (see
+doc/source/admin/fabric-redfish.rst).
 """
 
 import contextlib
