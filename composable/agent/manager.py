@@ -98,6 +98,9 @@ LOG = logging.getLogger(__name__)
 
 MEMORY_NODE = 'memory_node'
 COMPUTE_NODE = 'compute_node'
+# The machine's SMBIOS system UUID, as the kernel shows it (readable by
+# root only on most distributions).
+DMI_UUID_PATH = '/sys/class/dmi/id/product_uuid'
 ROLES = (MEMORY_NODE, COMPUTE_NODE)
 
 NOOP = 'noop'
@@ -284,6 +287,7 @@ class AgentManager(object):
                           'iqn': CONF.compute_node.initiator_iqn})
             self._start_devices()
             self._start_cxl()
+            self.report_host_facts()
             self.start_usage()
             if CONF.compute_node.hook_socket:
                 self._start_hook_server()
@@ -332,6 +336,33 @@ class AgentManager(object):
             from composable.conductor import rpcapi as conductor_rpcapi
             self._conductor = conductor_rpcapi.ConductorAPI()
         return self._conductor
+
+    def report_host_facts(self):
+        """Tell the conductor the machine's DMI UUID, by which a fabric
+        driver can match this host to the fabric's system (a Redfish
+        ComputerSystem's UUID). Nothing is sent when it cannot be read;
+        the agent goes on starting either way."""
+        try:
+            with open(DMI_UUID_PATH) as f:
+                dmi_uuid = f.read(64).strip()
+        except OSError as exc:
+            LOG.info('The DMI UUID of %(host)s cannot be read from %(path)s '
+                     '(%(exc)s); fabrics match this host by name or by '
+                     'their system_map', {'host': self.host,
+                                          'path': DMI_UUID_PATH,
+                                          'exc': exc.strerror or exc})
+            return False
+        if not dmi_uuid:
+            return False
+        try:
+            self.conductor.report_host_facts(
+                composable_context.get_admin_context(), self.host,
+                {'dmi_uuid': dmi_uuid})
+        except Exception as exc:
+            LOG.error('Could not tell the conductor the DMI UUID of '
+                      '%(host)s: %(exc)s', {'host': self.host, 'exc': exc})
+            return False
+        return True
 
     def report_restored(self, results):
         """Tell the conductor what the start did to the devices of the

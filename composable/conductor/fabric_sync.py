@@ -199,7 +199,15 @@ class FabricSync(object):
             # The virtual functions of an SR-IOV pool are made on its
             # host, not composed by the fabric: nothing to discover.
             if p.kind in DEVICE_POOL_KINDS and p.sriov_host_id is None]
-        found = discover(fabric.as_dict(), CONF.fabric.operation_timeout)
+        fabric_row = fabric.as_dict()
+        # The hosts on the fabric, so that a driver can name the host of
+        # a system it knows by the host's reported DMI UUID.
+        fabric_row['hosts'] = [
+            {'name': h.name, 'uuid': h.uuid,
+             'properties': dict(h.properties or {})}
+            for h in db_api.host_list(context,
+                                      filters={'fabric_id': fabric.id})]
+        found = discover(fabric_row, CONF.fabric.operation_timeout)
         if found is None:
             # A driver that cannot list the fabric (the fake one without
             # a simulated inventory, as in composable-all's demo) says

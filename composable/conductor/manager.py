@@ -44,6 +44,7 @@ from composable.conductor.elastic import usage as lease_usage
 from composable.conductor import device_reports
 from composable.conductor import fabric_sync
 from composable.conductor import flows as lease_flows
+from composable.conductor import host_facts
 from composable.conductor import node_reports
 from composable.conductor.nova import client as nova_api
 from composable.conductor.nova import events as nova_events
@@ -89,7 +90,8 @@ class ConductorManager(object):
     # 1.1: report_lease_usage
     # 1.2: report_devices_restored
     # 1.3: host_memory_leases
-    target = messaging.Target(version='1.3')
+    # 1.4: report_host_facts
+    target = messaging.Target(version='1.4')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -547,6 +549,17 @@ class ConductorManager(object):
             LOG.exception('Could not note the device report of host %s',
                           host)
             return []
+
+    def report_host_facts(self, context, host, facts):
+        """Keep what the agent of ``host`` reported of its machine (a
+        cast from that agent); see composable.conductor.host_facts."""
+        try:
+            return host_facts.record(self._admin(), host, facts)
+        except Exception:
+            # A cast: nobody would see the error.
+            LOG.exception('Could not note the facts host %s reported',
+                          host)
+            return False
 
     def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):
         """Bring one pool's resource provider up to date in Placement (a

@@ -16,13 +16,15 @@ Version history:
     1.0 - Initial version.
     1.1 - report_lease_usage.
     1.2 - report_devices_restored.
+    1.3 - host_memory_leases.
+    1.4 - report_host_facts.
 """
 
 from composable.common import rpc
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.3'
+    RPC_API_VERSION = '1.4'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
@@ -95,6 +97,17 @@ class ConductorAPI(object):
         cctxt = self.client.prepare(version='1.2')
         cctxt.cast(context, 'report_devices_restored', host=host,
                    results=results)
+
+    def report_host_facts(self, context, host, facts):
+        """Report what the agent of ``host`` knows of its machine (a
+        cast: the agent does not wait).
+
+        ``facts``: {'dmi_uuid': the SMBIOS system UUID, or None}. The
+        conductor keeps it in the host's ``properties``, where a fabric
+        driver matches the host to the fabric's system by it.
+        """
+        cctxt = self.client.prepare(version='1.4')
+        cctxt.cast(context, 'report_host_facts', host=host, facts=facts)
 
     def sync_pool_placement(self, context, pool_uuid, provider_uuid=None):
         """Ask a conductor to bring the pool's resource provider up to

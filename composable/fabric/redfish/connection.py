@@ -219,6 +219,16 @@ class Connection(object):
                               data=data, headers=headers)
         return self._response('POST', path, response)
 
+    def patch(self, path, data, headers=None):
+        response = self._call(self._connector.patch, 'PATCH', path, path,
+                              data=data, headers=headers)
+        return self._response('PATCH', path, response)
+
+    def delete(self, path, headers=None):
+        response = self._call(self._connector.delete, 'DELETE', path, path,
+                              headers=headers)
+        return self._response('DELETE', path, response)
+
     @property
     def expand_query(self):
         """The $expand query that gives a collection's members in full,

@@ -19,6 +19,14 @@ waits until the block is ``Composed``; unbinding removes it with
 ``ComputerSystem.RemoveResourceBlock`` and waits until it is ``Unused``.
 A block joins only a system it shares a ResourceZone with.
 
+On a service that composes whole systems instead (DSP2050's specific
+composition: systems offer only Reset, the Systems collection has the
+ComputerSystemComposition capability), binding composes the host's
+system again with the block: a PATCH of its Links.ResourceBlocks where
+the service allows it, else DELETE of the system and POST of a new one
+to the Systems collection with the same name; unbinding does the same
+without the block. ``composition_mode`` forces one mode or the other.
+
 Every action carries ``If-Match`` with the system's current ETag; when
 the service answers 412 (someone changed the system meanwhile) the system
 is read again and the action repeated with the fresh ETag, a bounded
@@ -26,8 +34,9 @@ number of times. Actions answered 202 are followed through their task
 monitor.
 
 A host maps to exactly one system (``system_map`` by @odata.id, UUID or
-a unique name; else the one system with the host's UUID or unique
-name); a name several systems share is refused, never guessed.
+a unique name; else the one system with the DMI UUID the host's agent
+reported; else the one system with the host's UUID or unique name); a
+name or DMI UUID several systems share is refused, never guessed.
 Discovery classifies each block by its members, reports blocks no host
 can be given (``not_poolable``) and blocks the service will not compose
 now (``unavailable``) with the reason, and makes one unreadable block
@@ -35,7 +44,8 @@ unknown (``error``) rather than failing the whole fabric.
 
 driver_info keys: ``address``, ``username``, ``password``, ``verify_ca``,
 ``system_map``, ``match_by``, ``poll_interval``, ``timeout``, ``mode``,
-``auth_type`` (see doc/source/admin/fabric-redfish.rst).
+``auth_type``, ``composition_mode`` (see
+doc/source/admin/fabric-redfish.rst).
 """
 
 import contextlib
@@ -59,12 +69,18 @@ LOG = logging.getLogger(__name__)
 
 REQUIRED = ('address', 'username', 'password')
 OPTIONAL = ('verify_ca', 'system_map', 'match_by', 'poll_interval',
-            'timeout', 'mode', 'auth_type')
+            'timeout', 'mode', 'auth_type', 'composition_mode')
 MATCH_BY = ('name', 'uuid')
 MODES = ('expandable',)
+# How a block joins a host's system: ``expandable`` grows the system
+# (ComputerSystem.AddResourceBlock), ``specific`` composes the system
+# again with the block (POST /redfish/v1/Systems, or a PATCH of its
+# Links.ResourceBlocks where the service allows it); ``auto`` asks the
+# service which it offers.
+COMPOSITION_MODES = ('auto', 'expandable', 'specific')
 DEFAULTS = {'verify_ca': True, 'system_map': {}, 'match_by': 'name',
             'poll_interval': 1, 'timeout': 60, 'mode': 'expandable',
-            'auth_type': 'auto'}
+            'auth_type': 'auto', 'composition_mode': 'auto'}
 # How many times an action refused with 412 is tried again.
 PRECONDITION_RETRIES = 5
 # Pages of one collection (Members@odata.nextLink) read at most: more is
@@ -76,6 +92,16 @@ MEMBER_LIMIT = 64
 
 _UUID = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
                    r'[0-9a-f]{12}$', re.I)
+
+
+def dmi_uuid(host):
+    """The SMBIOS (DMI) UUID the host's compute agent reported, lower
+    case, or None."""
+    props = (host or {}).get('properties')
+    value = props.get('dmi_uuid') if isinstance(props, dict) else None
+    if isinstance(value, str) and _UUID.match(value.strip()):
+        return value.strip().lower()
+    return None
 
 
 def _reason(exc):
@@ -251,6 +277,13 @@ class RedfishFabricDriver(base.FabricDriver):
             raise exception.Invalid(
                 reason='driver_info mode must be one of %s' %
                 ', '.join(MODES))
+        if info.get('composition_mode', 'auto') not in COMPOSITION_MODES:
+            raise exception.Invalid(
+                reason='driver_info composition_mode must be one of %s '
+                       '(auto: what the service offers; expandable: '
+                       'ComputerSystem.AddResourceBlock; specific: systems '
+                       'composed by POST /redfish/v1/Systems)' %
+                ', '.join(COMPOSITION_MODES))
         if info.get('auth_type', 'auto') not in connection.AUTH_TYPES:
             raise exception.Invalid(
                 reason='driver_info auth_type must be one of %s (auto: a '
@@ -442,6 +475,19 @@ class RedfishFabricDriver(base.FabricDriver):
             except exception.Invalid as exc:
                 raise exception.DriverError(reason=exc.message)
             return conn.read(system.uri, models.System)
+        reported = dmi_uuid(host)
+        if reported:
+            found = [s for s in systems if s.uuid == reported]
+            if len(found) > 1:
+                raise exception.DriverError(
+                    reason='host %s reports the DMI UUID %s, which several '
+                           'systems of Redfish fabric %s have: %s; map the '
+                           'host to one @odata.id in driver_info '
+                           'system_map' %
+                           (name, reported, fabric.get('name'),
+                            ', '.join(_describe(s) for s in found)))
+            if found:
+                return conn.read(found[0].uri, models.System)
         if info['match_by'] == 'uuid':
             wanted = str((host or {}).get('uuid') or '').lower()
             found = [s for s in systems if wanted and s.uuid == wanted]
@@ -478,11 +524,21 @@ class RedfishFabricDriver(base.FabricDriver):
                         else ''))
         return conn.read(found[0].uri, models.System)
 
-    def _host_names(self, conn, info, systems, unreadable):
+    def _host_names(self, conn, info, systems, unreadable, hosts=()):
         """system URI -> the host name the conductor knows it by: the
-        host system_map maps to it, else its unique HostName or Name
-        (the identity a bind matches by), else its @odata.id."""
+        host system_map maps to it, else the host whose reported DMI
+        UUID only it has, else its unique HostName or Name (the identity
+        a bind matches by), else its @odata.id."""
         names = {}
+        by_uuid = {}
+        for system in systems:
+            if system.uuid:
+                by_uuid.setdefault(system.uuid, []).append(system)
+        for host in hosts or ():
+            found = by_uuid.get(dmi_uuid(host) or '', [])
+            if len(found) == 1 and host.get('name') not in info[
+                    'system_map']:
+                names[found[0].uri] = host['name']
         for host in info['system_map']:
             try:
                 system = self._resolve(conn, info, systems, unreadable,
@@ -630,6 +686,196 @@ class RedfishFabricDriver(base.FabricDriver):
                             info['timeout'], ' or '.join(wanted)))
             time.sleep(info['poll_interval'])
 
+    # -------------------------------------------- composition modes
+
+    def _system_composition(self, conn):
+        """What the Systems collection says of composing systems by POST
+        (models.SystemComposition), with its capabilities object read."""
+        path = self._service_path(conn, 'Systems')
+        found, _ = conn.read(path, models.SystemComposition)
+        if found.capabilities_uri:
+            try:
+                found.read_capabilities(
+                    conn.get(found.capabilities_uri).body)
+            except (LOCAL_ERRORS + (models.ParseError,)) as exc:
+                # Then composed systems are not changed in place: they
+                # are composed again.
+                LOG.warning('Redfish service %(addr)s: the composition '
+                            'capabilities %(uri)s could not be read: '
+                            '%(reason)s', {'addr': conn.address,
+                                           'uri': found.capabilities_uri,
+                                           'reason': _reason(exc)})
+        found.path = path
+        return found
+
+    def _mode(self, conn, info, system):
+        """('expandable' or 'specific', SystemComposition or None): how
+        a block joins ``system``, as driver_info composition_mode forces
+        it or as the service offers it. DriverError when it offers
+        neither, saying what is missing."""
+        forced = info['composition_mode']
+        if forced == 'expandable':
+            return 'expandable', None
+        if forced == 'auto' and system.expandable:
+            return 'expandable', None
+        composition = self._system_composition(conn)
+        if forced == 'specific':
+            return 'specific', composition
+        # Only a system the service composed can be composed again: a
+        # Physical one is a server as it is.
+        composed = system.system_type in (None, 'Composed')
+        if composition.offered and composed:
+            return 'specific', composition
+        if not system.offered and not composition.constrained:
+            # It advertises no actions at all: the standard action
+            # targets are tried, as before.
+            return 'expandable', None
+        offers = ('it offers only %s' % ', '.join(system.offered)
+                  if system.offered else 'it advertises no actions')
+        if composition.offered:
+            why = ('and it is a %s system, not one the service composed '
+                   '(SystemType Composed), so it cannot be composed again '
+                   'either' % system.system_type)
+        elif composition.constrained:
+            why = ('and the service composes systems only from a '
+                   'description (%s), picking the blocks itself, so a '
+                   'given device cannot be composed into a given host' %
+                   models.CONSTRAINED_USE_CASE)
+        else:
+            why = ('and the service does not compose systems either (its '
+                   'Systems collection has no %s capability)' %
+                   models.COMPOSITION_USE_CASE)
+        raise exception.DriverError(
+            reason='system %s of Redfish service %s is not expandable: %s; '
+                   '%s' % (system.uri, conn.address, offers, why))
+
+    def describe_service(self, fabric):
+        """What the service offers for composition: the modes its
+        systems and its Systems collection show, and the
+        CompositionService's AllowOverprovisioning and
+        ReservationSupported (None where it does not say)."""
+        info = self._info(fabric)
+        with self._connect(info) as conn:
+            systems, unreadable = self._systems(conn)
+            composition = self._system_composition(conn)
+            service = conn.get(self._service_path(
+                conn, 'CompositionService')).body
+            service = service if isinstance(service, dict) else {}
+            return {
+                'expandable_systems': sorted(
+                    s.uri for s in systems if s.expandable),
+                'other_systems': {
+                    s.uri: s.offered for s in systems if not s.expandable},
+                'unreadable_systems': unreadable,
+                'specific': composition.offered,
+                'constrained': composition.constrained,
+                'capabilities': composition.capabilities_uri,
+                'updatable_after_create': composition.updatable,
+                'allow_overprovisioning': service.get(
+                    'AllowOverprovisioning'),
+                'reservation_supported': service.get(
+                    'ReservationSupported'),
+            }
+
+    def _task_answer(self, conn, info, response, path, deadline):
+        """The final answer of a request: itself, or what its task
+        monitor answers once the task ends (202)."""
+        if response.status == 202:
+            return self._follow_task(conn, info, response, path, deadline)
+        return response
+
+    def _with_etag(self, conn, system_uri, send, what):
+        """``send(headers)`` with If-Match of the system's current ETag,
+        again with the fresh one after a 412."""
+        for attempt in range(PRECONDITION_RETRIES + 1):
+            _, etag = conn.read(system_uri, models.System)
+            headers = {'If-Match': etag} if etag else {}
+            try:
+                return send(headers)
+            except connection.HTTPFailure as exc:
+                if exc.status != 412 or attempt == PRECONDITION_RETRIES:
+                    raise
+                LOG.info('%(what)s of %(system)s met a changed system '
+                         '(412); trying again with its new ETag',
+                         {'what': what, 'system': system_uri})
+
+    def _compose(self, conn, info, composition, system, blocks, deadline):
+        """Make ``blocks`` the resource blocks of the host's ``system``
+        (specific composition); returns the URI of the host's system
+        afterwards.
+
+        Where the service lets a composed system's blocks change
+        (``ResourceBlocks@Redfish.UpdatableAfterCreate``) the system is
+        patched and keeps its identity. Otherwise it is decomposed
+        (DELETE) and composed again with the blocks (POST to the Systems
+        collection) under its Name and HostName; if the service refuses
+        that POST, the system is composed again with the blocks it had,
+        so the host is not left without one. (A POST that may still be
+        done, one not answered in time, is not followed by another.)"""
+        body = {'Links': {'ResourceBlocks': [{'@odata.id': uri}
+                                             for uri in blocks]}}
+        if composition.updatable:
+            response = self._with_etag(
+                conn, system.uri,
+                lambda headers: conn.patch(system.uri, body,
+                                           headers=headers),
+                'PATCH of Links.ResourceBlocks')
+            self._task_answer(conn, info, response, system.uri, deadline)
+            return system.uri
+        response = self._with_etag(
+            conn, system.uri,
+            lambda headers: conn.delete(system.uri, headers=headers),
+            'DELETE')
+        self._task_answer(conn, info, response, system.uri, deadline)
+        try:
+            return self._post_system(conn, info, composition, system,
+                                     body, deadline)
+        except connection.HTTPFailure as exc:
+            LOG.error('Redfish service %(addr)s: composing system '
+                      '%(name)s again with %(blocks)s failed (%(reason)s); '
+                      'composing it with the blocks it had',
+                      {'addr': conn.address, 'name': system.name,
+                       'blocks': ', '.join(blocks), 'reason': _reason(exc)})
+            restore = {'Links': {'ResourceBlocks': [
+                {'@odata.id': uri} for uri in system.blocks]}}
+            try:
+                self._post_system(conn, info, composition, system, restore,
+                                  time.monotonic() + float(info['timeout']))
+            except exception.DriverError as again:
+                raise exception.DriverError(
+                    reason='%s; and composing system %s again with the '
+                           'blocks it had failed too: %s; the host has no '
+                           'system on the service now' %
+                           (_reason(exc), system.name or system.uri,
+                            _reason(again)))
+            raise
+
+    def _post_system(self, conn, info, composition, system, body, deadline):
+        body = dict(body)
+        body['Name'] = (system.name or system.host_name or
+                        system.uri.rsplit('/', 1)[-1])
+        if system.host_name:
+            body['HostName'] = system.host_name
+        response = conn.post(composition.path, body)
+        answer = self._task_answer(conn, info, response, composition.path,
+                                   deadline)
+        location = answer.headers.get('Location')
+        if not location and isinstance(answer.body, dict):
+            location = answer.body.get('@odata.id')
+        if not isinstance(location, str) or not location:
+            raise exception.DriverError(
+                reason='Redfish service %s composed a system (POST %s) '
+                       'without saying where it is (no Location)' %
+                       (conn.address, composition.path))
+        if '://' in location:
+            location = '/' + location.split('://', 1)[1].partition('/')[2]
+        LOG.info('Redfish service %(addr)s composed system %(uri)s from '
+                 '%(blocks)s', {'addr': conn.address, 'uri': location,
+                                'blocks': ', '.join(
+                                    link['@odata.id'] for link in
+                                    body['Links']['ResourceBlocks'])})
+        return location.rstrip('/')
+
     # -------------------------------------------------- the interface
 
     def _operation(self, fabric, device):
@@ -648,93 +894,165 @@ class RedfishFabricDriver(base.FabricDriver):
 
     def bind_device(self, fabric, device, host):
         info, deadline, block_uri = self._operation(fabric, device)
-        with one_operation(info['address'], block_uri), \
-                self._connect(info) as conn:
-            block, _ = conn.read(block_uri, models.ResourceBlock)
-            system, _ = self._system(conn, info, fabric, host)
-            composed = (models.COMPOSED, models.COMPOSED_AND_AVAILABLE)
-            device = self._bindable(conn, block)
-            if block.uri in system.blocks or system.uri in block.systems:
-                LOG.info('Resource block %(block)s is already in system '
-                         '%(system)s', {'block': block.uri,
-                                        'system': system.uri})
-            elif block.systems:
+        with contextlib.ExitStack() as held:
+            held.enter_context(one_operation(info['address'], block_uri))
+            conn = held.enter_context(self._connect(info))
+            return self._bind(conn, info, fabric, block_uri, host,
+                              deadline, held)
+
+    def _host_system(self, conn, info, fabric, host, held):
+        """(system, mode, SystemComposition) of the host. In specific
+        mode one operation at a time composes the host's system (each
+        composes it anew), and the system is read once that is so."""
+        system, _ = self._system(conn, info, fabric, host)
+        mode, composition = self._mode(conn, info, system)
+        if mode == 'specific':
+            ref = info['system_map'].get(host.get('name')) or ''
+            if ref.startswith('/') and not composition.updatable:
+                # Composed again, the system gets a new @odata.id: the
+                # host would lose its system after the first bind.
                 raise exception.DriverError(
-                    reason='resource block %s is composed into system %s, '
-                           'not %s (host %s)' %
-                           (block.uri, ', '.join(block.systems), system.uri,
-                            host.get('name')))
+                    reason='host %s is mapped to system %s by its '
+                           '@odata.id, but the Redfish service %s composes '
+                           'a system again to change its blocks, under a '
+                           'new @odata.id; map the host by the system\'s '
+                           'UUID or unique name in driver_info system_map' %
+                           (host.get('name'), ref, conn.address))
+            held.enter_context(one_operation(
+                info['address'], 'system of host %s' % host.get('name')))
+            system, _ = self._system(conn, info, fabric, host)
+        return system, mode, composition
+
+    def _bind(self, conn, info, fabric, block_uri, host, deadline, held):
+        block, _ = conn.read(block_uri, models.ResourceBlock)
+        system, mode, composition = self._host_system(
+            conn, info, fabric, host, held)
+        composed = (models.COMPOSED, models.COMPOSED_AND_AVAILABLE)
+        device = self._bindable(conn, block)
+        if block.uri in system.blocks or system.uri in block.systems:
+            LOG.info('Resource block %(block)s is already in system '
+                     '%(system)s', {'block': block.uri,
+                                    'system': system.uri})
+        elif block.systems:
+            raise exception.DriverError(
+                reason='resource block %s is composed into system %s, '
+                       'not %s (host %s)' %
+                       (block.uri, ', '.join(block.systems), system.uri,
+                        host.get('name')))
+        else:
+            # A composition under way (a removal not finished) is
+            # waited for below.
+            why = (None if block.state == models.COMPOSING
+                   else block.unavailable)
+            if why:
+                raise exception.DriverError(
+                    reason='resource block %s cannot be composed now: '
+                           '%s' % (block.uri, why))
+            zones = self._zones(conn)
+            if not (self._block_zones(block, zones)
+                    & self._system_zones(conn, system, zones)):
+                raise exception.DriverError(
+                    reason='resource block %s shares no resource zone '
+                           'with system %s (host %s): the fabric cannot '
+                           'connect them' % (block.uri, system.uri,
+                                             host.get('name')))
+            if block.state != models.UNUSED:
+                # A removal may still be under way.
+                block = self._wait(conn, info, block.uri,
+                                   (models.UNUSED,), deadline)
+            if mode == 'specific':
+                try:
+                    uri = self._compose(conn, info, composition, system,
+                                        system.blocks + [block.uri],
+                                        deadline)
+                except connection.HTTPFailure:
+                    # A repeated request may have been done already.
+                    again, _ = conn.read(block.uri,
+                                         models.ResourceBlock)
+                    if not again.systems:
+                        raise
+                    uri = again.systems[0]
+                system, _ = conn.read(uri, models.System)
             else:
-                # A composition under way (a removal not finished) is
-                # waited for below.
-                why = (None if block.state == models.COMPOSING
-                       else block.unavailable)
-                if why:
-                    raise exception.DriverError(
-                        reason='resource block %s cannot be composed now: '
-                               '%s' % (block.uri, why))
-                zones = self._zones(conn)
-                if not (self._block_zones(block, zones)
-                        & self._system_zones(conn, system, zones)):
-                    raise exception.DriverError(
-                        reason='resource block %s shares no resource zone '
-                               'with system %s (host %s): the fabric cannot '
-                               'connect them' % (block.uri, system.uri,
-                                                 host.get('name')))
-                if block.state != models.UNUSED:
-                    # A removal may still be under way.
-                    block = self._wait(conn, info, block.uri,
-                                       (models.UNUSED,), deadline)
                 try:
                     self._action(conn, info, system, models.System.ADD,
                                  block.uri, deadline)
                 except connection.HTTPFailure:
                     # A repeated request may have been done already.
-                    again, _ = conn.read(block.uri, models.ResourceBlock)
+                    again, _ = conn.read(block.uri,
+                                         models.ResourceBlock)
                     if system.uri not in again.systems:
                         raise
-            block = self._wait(conn, info, block.uri, composed, deadline)
-            LOG.info('Resource block %(block)s composed into system '
-                     '%(system)s for host %(host)s',
-                     {'block': block.uri, 'system': system.uri,
-                      'host': host.get('name')})
-            return {'vendor_id': device.vendor_id,
-                    'product_id': device.product_id,
-                    'serial': device.serial,
-                    'pci_address': None,
-                    'fabric_ref': block.uri}
+        block = self._wait(conn, info, block.uri, composed, deadline)
+        LOG.info('Resource block %(block)s composed into system '
+                 '%(system)s for host %(host)s',
+                 {'block': block.uri, 'system': system.uri,
+                  'host': host.get('name')})
+        return {'vendor_id': device.vendor_id,
+                'product_id': device.product_id,
+                'serial': device.serial,
+                'pci_address': None,
+                'fabric_ref': block.uri}
 
     def unbind_device(self, fabric, device, host):
         info, deadline, block_uri = self._operation(fabric, device)
-        with one_operation(info['address'], block_uri), \
-                self._connect(info) as conn:
-            block, _ = conn.read(block_uri, models.ResourceBlock)
-            if host is not None:
-                system, _ = self._system(conn, info, fabric, host)
-                systems = [system] if (system.uri in block.systems
-                                       or block.uri in system.blocks) else []
-            else:
-                systems = [conn.read(uri, models.System)[0]
-                           for uri in block.systems]
-            if not systems:
-                if block.state in (models.COMPOSING, models.COMPOSED) and \
-                        not block.systems:
-                    self._wait(conn, info, block.uri, (models.UNUSED,),
-                               deadline)
+        with contextlib.ExitStack() as held:
+            held.enter_context(one_operation(info['address'], block_uri))
+            conn = held.enter_context(self._connect(info))
+            self._unbind(conn, info, fabric, block_uri, host, deadline,
+                         held)
+
+    def _unbind(self, conn, info, fabric, block_uri, host, deadline, held):
+        block, _ = conn.read(block_uri, models.ResourceBlock)
+        mode = composition = None
+        if host is not None:
+            try:
+                system, mode, composition = self._host_system(
+                    conn, info, fabric, host, held)
+            except exception.DriverError:
+                if block.systems or block.state not in (models.UNUSED,
+                                                        models.FAILED):
+                    raise
+                # Nothing holds the block: there is nothing to undo,
+                # whatever became of the host's system.
+                LOG.warning('Resource block %(block)s is in no system; '
+                            'the system of host %(host)s is not found '
+                            'either', {'block': block.uri,
+                                       'host': host.get('name')})
                 return
-            for system in systems:
-                try:
-                    self._action(conn, info, system, models.System.REMOVE,
-                                 block.uri, deadline)
-                except connection.HTTPFailure:
-                    again, _ = conn.read(block.uri, models.ResourceBlock)
-                    if system.uri in again.systems:
-                        raise
-            self._wait(conn, info, block.uri,
-                       (models.UNUSED, models.FAILED), deadline)
-            LOG.info('Resource block %(block)s removed from %(systems)s',
-                     {'block': block.uri,
-                      'systems': ', '.join(s.uri for s in systems)})
+            block, _ = conn.read(block_uri, models.ResourceBlock)
+            systems = [system] if (system.uri in block.systems
+                                   or block.uri in system.blocks) else []
+        else:
+            systems = [conn.read(uri, models.System)[0]
+                       for uri in block.systems]
+        if not systems:
+            if block.state in (models.COMPOSING, models.COMPOSED) and \
+                    not block.systems:
+                self._wait(conn, info, block.uri, (models.UNUSED,),
+                           deadline)
+            return
+        for system in systems:
+            if mode is None:
+                mode, composition = self._mode(conn, info, system)
+            try:
+                if mode == 'specific':
+                    self._compose(conn, info, composition, system,
+                                  [uri for uri in system.blocks
+                                   if uri != block.uri], deadline)
+                else:
+                    self._action(conn, info, system,
+                                 models.System.REMOVE, block.uri,
+                                 deadline)
+            except connection.HTTPFailure:
+                again, _ = conn.read(block.uri, models.ResourceBlock)
+                if system.uri in again.systems:
+                    raise
+        self._wait(conn, info, block.uri,
+                   (models.UNUSED, models.FAILED), deadline)
+        LOG.info('Resource block %(block)s removed from %(systems)s',
+                 {'block': block.uri,
+                  'systems': ', '.join(s.uri for s in systems)})
 
     def _reservations(self, conn, service):
         """block URI -> the CompositionReservation that holds it."""
@@ -802,7 +1120,8 @@ class RedfishFabricDriver(base.FabricDriver):
         with self._connect(info) as conn:
             zones = self._zones(conn)
             systems, unreadable = self._systems(conn)
-            names = self._host_names(conn, info, systems, unreadable)
+            names = self._host_names(conn, info, systems, unreadable,
+                                     fabric.get('hosts'))
             system_zones = {s.uri: self._system_zones(conn, s, zones)
                             for s in systems}
             service = self._service_path(conn, 'CompositionService')

@@ -287,7 +287,13 @@ class System(object):
                      uuid.lower() if uuid else None, blocks, targets)
         # The actions it advertises (none advertised: unknown).
         system.offered = offered
+        system.system_type = _str(data.get('SystemType'))
         return system
+
+    @property
+    def expandable(self):
+        """True when it offers both Add- and RemoveResourceBlock."""
+        return self.ADD in self.targets and self.REMOVE in self.targets
 
     def target(self, action):
         """The action's target URI (the standard one if not advertised)."""
@@ -510,6 +516,64 @@ class Device(object):
         order = (None, 'ok', 'warning', 'critical')
         if order.index(found) > order.index(self.health):
             self.health = found
+
+
+# The CollectionCapabilities use case of a Systems collection that
+# composes new systems (DSP2050's specific composition).
+COMPOSITION_USE_CASE = 'ComputerSystemComposition'
+# The use case of one that composes systems from a description (so many
+# processors, so much memory) and picks the blocks itself.
+CONSTRAINED_USE_CASE = 'ComputerSystemConstrainedComposition'
+
+
+class SystemComposition(object):
+    """What a Systems collection says about composing systems by POST
+    (its ``@Redfish.CollectionCapabilities`` and
+    ``ResourceBlocks@Redfish.AllowableValues``) and, once its
+    capabilities object is read (:meth:`read_capabilities`), whether a
+    composed system's blocks may be changed afterwards."""
+
+    def __init__(self, offered, capabilities_uri, constrained=False):
+        self.offered = offered
+        self.capabilities_uri = capabilities_uri
+        self.constrained = constrained
+        self.updatable = False
+
+    @classmethod
+    def parse(cls, data):
+        data = _obj(data, 'computer system collection')
+        capabilities_uri = None
+        offered = constrained = False
+        caps = data.get('@Redfish.CollectionCapabilities')
+        entries = caps.get('Capabilities') if isinstance(caps, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict):
+                continue
+            if entry.get('UseCase') == CONSTRAINED_USE_CASE:
+                constrained = True
+            if entry.get('UseCase') != COMPOSITION_USE_CASE:
+                continue
+            offered = True
+            try:
+                capabilities_uri = _uri(entry.get('CapabilitiesObject'),
+                                        'composition capabilities')
+            except ParseError:
+                capabilities_uri = None
+            break
+        links = data.get('Links')
+        for where in (data, links if isinstance(links, dict) else {}):
+            if isinstance(where.get('ResourceBlocks@Redfish.AllowableValues'),
+                          list):
+                offered = True
+        return cls(offered, capabilities_uri, constrained)
+
+    def read_capabilities(self, data):
+        """The capabilities object: is Links.ResourceBlocks updatable
+        after the system was composed?"""
+        data = _obj(data, 'composition capabilities')
+        links = data.get('Links')
+        self.updatable = isinstance(links, dict) and links.get(
+            'ResourceBlocks@Redfish.UpdatableAfterCreate') is True
 
 
 def reserved_blocks(data):

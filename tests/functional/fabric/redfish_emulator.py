@@ -20,6 +20,16 @@ and shrink with ``ComputerSystem.AddResourceBlock`` and
 ``ComputerSystem.RemoveResourceBlock``; a block goes ``Composing`` ->
 ``Composed`` (after ``compose_delay`` seconds) and back to ``Unused``.
 
+With ``composition`` ``specific`` the service composes whole systems
+instead (DSP2050's specific composition): its systems offer only
+``ComputerSystem.Reset``, the Systems collection advertises a
+``ComputerSystemComposition`` capability, ``POST /redfish/v1/Systems``
+with ``Links.ResourceBlocks`` composes a new system (201 and its
+``Location``, or 202 and a task monitor) and ``DELETE`` of a system
+returns its blocks to the pool. With ``updatable`` the blocks of a
+composed system may also be changed by ``PATCH`` of its
+``Links.ResourceBlocks``.
+
 Every GET answers an ETag; a POST to an action with a stale ``If-Match``
 is answered 412. Everything but the service root, ``$metadata``, the
 OData service document and the login needs an ``X-Auth-Token`` from
@@ -68,6 +78,7 @@ SESSIONS = ROOT + '/SessionService/Sessions'
 CHASSIS = ROOT + '/Chassis'
 POOL = CHASSIS + '/Pool'
 MONITORS = ROOT + '/TaskService/TaskMonitors'
+CAPABILITIES = SYSTEMS + '/Capabilities'
 
 ADD = 'ComputerSystem.AddResourceBlock'
 REMOVE = 'ComputerSystem.RemoveResourceBlock'
@@ -235,6 +246,12 @@ PROFILES = {
                  sharers=['compute-0', 'compute-1']),
             dict(DEFAULT_CONFIG['blocks'][0], id='GPU-Foreign',
                  system='render-7', serial='GPU-SN-X')]}),
+    # DSP2050's specific composition: systems are composed whole from a
+    # compute block and device blocks (POST /redfish/v1/Systems) and
+    # decomposed with DELETE; they offer only Reset. The compute blocks
+    # carry the servers' SMBIOS UUIDs, so a system composed again from
+    # the same compute block keeps its UUID.
+    'specific': _profile({}, composition='specific'),
 }
 
 
@@ -273,6 +290,18 @@ class Emulator(object):
         # True: collections answer $expand=. (members in full) and the
         # service root says so; otherwise $expand is refused.
         self.expand = bool(config.get('expand', False))
+        # 'specific': systems are composed by POST /redfish/v1/Systems and
+        # decomposed by DELETE, not grown by actions; 'constrained': the
+        # Systems collection only advertises composition from a
+        # description (and composes nothing).
+        self.composition = config.get('composition', 'expandable')
+        if self.composition not in ('expandable', 'specific',
+                                    'constrained'):
+            raise ValueError('composition must be expandable, specific or '
+                             'constrained')
+        # With specific composition: a composed system's blocks may be
+        # changed by PATCH of its Links.ResourceBlocks.
+        self.updatable = bool(config.get('updatable', False))
         self.lock = threading.RLock()
         self.requests = []
         self.sessions = {}
@@ -296,12 +325,14 @@ class Emulator(object):
                 'uuid': system.get('uuid'),
                 # False: a system that only resets (its service composes
                 # new systems instead of growing them).
-                'expandable': system.get('expandable', True),
+                'expandable': (system.get('expandable', True)
+                               and self.composition == 'expandable'),
                 'blocks': ['%s-Compute' % sid]}
             self.blocks['%s-Compute' % sid] = {
                 'kind': 'compute', 'zones': [str(z) for z in
                                              system.get('zones', [])],
                 'state': 'Composed', 'system': sid, 'health': 'OK',
+                'uuid': system.get('uuid'),
                 'pending': None, 'fault': None}
         for block in config.get('blocks', []):
             bid = str(block['id'])
@@ -673,10 +704,32 @@ class Emulator(object):
 
     def _render_systems(self, parts):
         if not parts:
-            return self._collection(
+            collection = self._collection(
                 'ComputerSystemCollection', SYSTEMS,
                 'Computer System Collection',
                 [SYSTEMS + '/' + s for s in sorted(self.systems)])
+            if self.composition == 'constrained':
+                collection['@Redfish.CollectionCapabilities'] = {
+                    '@odata.type': '#CollectionCapabilities.v1_4_1.'
+                                   'CollectionCapabilities',
+                    'Capabilities': [{
+                        'CapabilitiesObject': _link(CAPABILITIES),
+                        'UseCase': 'ComputerSystemConstrainedComposition',
+                        'Links': {'TargetCollection': _link(SYSTEMS)}}]}
+            if self.composition == 'specific':
+                collection['@Redfish.CollectionCapabilities'] = {
+                    '@odata.type': '#CollectionCapabilities.v1_4_1.'
+                                   'CollectionCapabilities',
+                    'Capabilities': [{
+                        'CapabilitiesObject': _link(CAPABILITIES),
+                        'UseCase': 'ComputerSystemComposition',
+                        'Links': {
+                            'TargetCollection': _link(SYSTEMS),
+                            'RelatedItem': [_link(ZONES + '/' + z)
+                                            for z in sorted(self.zones)]}}]}
+            return collection
+        if parts == ['Capabilities'] and self.composition != 'expandable':
+            return self._capabilities()
         if len(parts) != 1 or parts[0] not in self.systems:
             return None
         sid = parts[0]
@@ -684,7 +737,8 @@ class Emulator(object):
         uri = SYSTEMS + '/' + sid
         return self._resource(
             'ComputerSystem', uri, sid, system['name'],
-            SystemType='Physical', UUID=system['uuid'],
+            SystemType=('Physical' if self.composition == 'expandable'
+                        else 'Composed'), UUID=system['uuid'],
             HostName=system['host_name'], PowerState='On',
             Status={'State': 'Enabled', 'Health': 'OK'},
             Links={'ResourceBlocks': [_link(BLOCKS + '/' + b)
@@ -697,6 +751,23 @@ class Emulator(object):
                     'target': uri + '/Actions/ComputerSystem.Reset',
                     'ResetType@Redfish.AllowableValues': ['On',
                                                           'ForceOff']}})
+
+    def _capabilities(self):
+        """What a POST to the Systems collection takes (DSP2050): a name
+        and the blocks, at most one of them a compute block."""
+        return self._resource(
+            'ComputerSystem', CAPABILITIES, 'Capabilities',
+            'Capabilities of the system collection',
+            **{'Name@Redfish.RequiredOnCreate': True,
+               'Name@Redfish.SetOnlyOnCreate': True,
+               'HostName@Redfish.OptionalOnCreate': True,
+               'Links@Redfish.RequiredOnCreate': True,
+               'Links': {
+                   'ResourceBlocks@Redfish.RequiredOnCreate': True,
+                   'ResourceBlocks@Redfish.UpdatableAfterCreate':
+                       self.updatable},
+               '@Redfish.ResourceBlockLimits': {'MinCompute': 1,
+                                                'MaxCompute': 1}})
 
     def _render_chassis(self, parts):
         devices = sorted(b for b in self.blocks if self._pcie(b))
@@ -1003,6 +1074,11 @@ class Emulator(object):
                     return 204, {}, None
             return self._error(404, 'ResourceMissingAtURI',
                                'No session %s.' % sid)
+        if self.composition == 'specific':
+            answer = self._specific(method, path.rstrip('/'), headers,
+                                    body)
+            if answer is not None:
+                return answer
         if method == 'POST' and path.startswith(SYSTEMS + '/'):
             parts = path[len(SYSTEMS) + 1:].split('/')
             if (len(parts) == 3 and parts[0] in self.systems
@@ -1011,6 +1087,149 @@ class Emulator(object):
                 return self._action(parts[0], parts[2], headers, body)
         return self._error(405, 'OperationNotAllowed',
                            '%s is not allowed on %s.' % (method, path))
+
+    # ------------------------------------------- specific composition
+
+    def _specific(self, method, path, headers, body):
+        """POST /Systems composes, DELETE decomposes and (when
+        ``updatable``) PATCH of Links.ResourceBlocks changes a composed
+        system; None for any other request."""
+        if method == 'POST' and path == SYSTEMS:
+            return self._compose_system(body)
+        sid = path[len(SYSTEMS) + 1:] if path.startswith(
+            SYSTEMS + '/') else None
+        if sid not in self.systems or method not in ('DELETE', 'PATCH'):
+            return None
+        uri = SYSTEMS + '/' + sid
+        if_match = headers.get('if-match')
+        if if_match is not None and if_match not in (
+                self.etag(uri, self._render(uri)), '*'):
+            return self._error(412, 'PreconditionFailed',
+                               'The ETag given in If-Match is not current.')
+        if method == 'DELETE':
+            for bid in list(self.systems[sid]['blocks']):
+                self._release(bid)
+            del self.systems[sid]
+            return self._accepted(204, {}, None)
+        if not self.updatable:
+            return self._error(405, 'PropertyNotWritable',
+                               'The resource blocks of %s cannot be '
+                               'changed after it was composed.' % uri)
+        wanted, error = self._wanted_blocks(body, sid)
+        if error:
+            return error
+        if not any(self.blocks[b]['kind'] == 'compute' for b in wanted):
+            return self._error(400, 'PropertyValueConflict',
+                               'A composed system needs a compute block.')
+        for bid in list(self.systems[sid]['blocks']):
+            if bid not in wanted:
+                self._release(bid)
+        for bid in wanted:
+            if bid not in self.systems[sid]['blocks']:
+                self._compose(bid, sid)
+        self._bump(uri)
+        return self._accepted(204, {}, None)
+
+    def _wanted_blocks(self, body, sid=None):
+        """(block ids of a request's Links.ResourceBlocks, error)."""
+        try:
+            links = body['Links']['ResourceBlocks']
+            uris = [link['@odata.id'].rstrip('/') for link in links]
+        except (TypeError, KeyError, AttributeError):
+            return None, self._error(
+                400, 'PropertyMissing', 'The request needs '
+                'Links.ResourceBlocks, an array of links.')
+        wanted = []
+        for uri in uris:
+            bid = uri.rsplit('/', 1)[-1]
+            if uri != BLOCKS + '/' + bid or bid not in self.blocks:
+                return None, self._error(
+                    400, 'ResourceNotFound', 'The resource block %s does '
+                    'not exist.' % uri)
+            block = self.blocks[bid]
+            mine = sid is not None and bid in self.systems[sid]['blocks']
+            if not mine and (block['system'] is not None
+                             or block['state'] != 'Unused'):
+                return None, self._error(
+                    400, 'ResourceInUse', 'The resource block %s is %s.' %
+                    (uri, block['state']))
+            if bid not in wanted:
+                wanted.append(bid)
+        computes = [b for b in wanted if self.blocks[b]['kind'] == 'compute']
+        if len(computes) > 1:
+            return None, self._error(400, 'PropertyValueConflict',
+                                     'A system takes one compute block.')
+        zones = set()
+        for bid in computes:
+            zones.update(self.blocks[bid]['zones'])
+        for bid in wanted:
+            if computes and not set(self.blocks[bid]['zones']) & zones:
+                return None, self._error(
+                    400, 'PropertyValueConflict',
+                    'The resource block %s shares no resource zone with '
+                    'the compute block %s.' % (BLOCKS + '/' + bid,
+                                               computes[0]))
+        return wanted, None
+
+    def _compose_system(self, body):
+        wanted, error = self._wanted_blocks(body)
+        if error:
+            return error
+        name = body.get('Name') if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name:
+            return self._error(400, 'PropertyMissing',
+                               'The request needs a Name.')
+        computes = [b for b in wanted if self.blocks[b]['kind'] == 'compute']
+        if not computes:
+            return self._error(400, 'PropertyValueConflict',
+                               'A composed system needs a compute block.')
+        sid = 'Composed-%d' % next(self._ids)
+        self.systems[sid] = {
+            'name': name, 'host_name': body.get('HostName') or name,
+            # The compute block's server answers with its own UUID.
+            'uuid': self.blocks[computes[0]].get('uuid'),
+            'expandable': False, 'blocks': []}
+        for bid in wanted:
+            self._compose(bid, sid)
+        uri = SYSTEMS + '/' + sid
+        return self._accepted(201, {'Location': uri}, self._render(uri))
+
+    def _compose(self, bid, sid):
+        block = self.blocks[bid]
+        self._attach(bid, sid)
+        if block['kind'] == 'compute':
+            block['state'] = 'Composed'
+            return
+        block['state'] = 'Composing'
+        block['message'] = None
+        if block['fault'] == 'stuck':
+            block['pending'] = None
+            return
+        block['pending'] = (time.monotonic() + self.compose_delay,
+                            'Failed' if block['fault'] == 'fail'
+                            else 'Composed')
+
+    def _release(self, bid):
+        block = self.blocks[bid]
+        self._detach(bid)
+        if block['kind'] == 'compute':
+            block['state'] = 'Unused'
+            return
+        block['pending'] = (time.monotonic() + self.compose_delay, 'Unused')
+        block['health'] = block['configured_health']
+
+    def _accepted(self, status, headers, body):
+        """The answer, or 202 and a task monitor that gives it once the
+        task ends (``task_polls``)."""
+        if not self.task_polls:
+            return status, headers, body
+        mid = str(next(self._ids))
+        self.monitors[mid] = {'left': self.task_polls,
+                              'final': (status, headers, body)}
+        return 202, {'Location': MONITORS + '/' + mid}, {
+            '@odata.type': '#Task.v1_7_4.Task',
+            '@odata.id': ROOT + '/TaskService/Tasks/' + mid,
+            'Id': mid, 'Name': 'Task ' + mid, 'TaskState': 'Running'}
 
     def _page(self, path, query, answer):
         status, extra, body = answer
@@ -1042,7 +1261,7 @@ class Emulator(object):
                 '@odata.id': ROOT + '/TaskService/Tasks/' + mid,
                 'Id': mid, 'Name': 'Task ' + mid, 'TaskState': 'Running'}
         del self.monitors[mid]
-        return 204, {}, None
+        return monitor.get('final') or (204, {}, None)
 
     def _login(self, body):
         if not self.session_service:

@@ -65,9 +65,9 @@ def driver_info(url, **more):
     return info
 
 
-def inventory(api, url):
+def inventory(api, url, **info):
     made = api.post('/v1/fabrics', {'name': 'rf', 'driver': 'redfish',
-                                    'driver_info': driver_info(url)})
+                                    'driver_info': driver_info(url, **info)})
     assert made.status == 201, made
     # Credentials are never shown back, not even to the admin.
     assert 'redfish-secret' not in made.text

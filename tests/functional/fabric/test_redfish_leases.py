@@ -24,6 +24,7 @@ fabric's inventory reaches the pool through the conductor's sync.
 import pytest
 
 from composable.common import states
+from composable.conductor import fabric_sync
 from composable.db import api as dbapi
 from composable import fabric as fabric_drivers
 from tests.functional.fabric import redfish_emulator
@@ -145,3 +146,41 @@ def test_misconfigured_fabric_is_refused_with_the_key_named(stack):
     assert 'poll_interval' in bad.error['detail']
     assert 'redfish-secret' not in bad.text
     assert api.get('/v1/fabrics/rf-bad').status == 404
+
+
+@pytest.fixture
+def specific_stack(tmp_path, profile):
+    with redfish_stack.running(tmp_path, profile('specific')) as parts:
+        yield parts
+
+
+def test_a_lease_on_a_service_that_composes_whole_systems(specific_stack):
+    """Specific composition: the bind composes the host's system again
+    with the block, the sync finds the lease's device on the host's new
+    system, and the unbind composes it again without the block."""
+    h, api, url, emu = specific_stack
+    uuid0 = redfish_emulator.DEFAULT_CONFIG['systems'][0]['uuid']
+    devices = _inventory(api, url, system_map={HOST: uuid0})
+    gpu0 = devices[redfish_emulator.BLOCKS + '/GPU0']
+    made = api.as_('member').post('/v1/leases', {
+        'device_count': 1, 'device_uuids': [gpu0['uuid']]})
+    assert made.status == 201, made
+    uuid = made.json['uuid']
+    api.post('/v1/leases/%s/bind' % uuid, {'host': HOST})
+    lease = _wait(h, uuid, [states.BOUND, states.BIND_FAILED])
+    assert lease.status == states.BOUND, lease.fault
+    state, system = _block(emu, 'GPU0')
+    assert state == 'Composed' and system != 'compute-0'
+    assert sorted(_composed_into(emu, system)) == ['GPU0',
+                                                   'compute-0-Compute']
+    # The sync finds the device bound to the lease's host.
+    fabric = dbapi.fabric_get(harness_mod.admin(), 'rf')
+    summary = fabric_sync.FabricSync('cond-0').sync(harness_mod.admin(),
+                                                    fabric)
+    assert not summary['bound_outside'], summary
+    assert api.get('/v1/devices/%s' % gpu0['uuid']).json['state'] == \
+        states.DEVICE_ATTACHED
+    api.post('/v1/leases/%s/unbind' % uuid)
+    assert _wait(h, uuid, [states.RESERVED, states.ERROR]).status == \
+        states.RESERVED
+    assert _block(emu, 'GPU0') == ('Unused', None)

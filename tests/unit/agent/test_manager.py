@@ -256,3 +256,43 @@ def test_loads_the_configured_exporter(real_conf, tmp_path):
     assert isinstance(agent.exporter, tgt.TgtExporter)
     assert agent.area is agent.exporter.area
     assert agent.area.node_name == 'memory-0'
+
+
+class _FactsConductor(object):
+
+    def __init__(self, fail=False):
+        self.reports = []
+        self.fail = fail
+
+    def report_host_facts(self, context, host, facts):
+        if self.fail:
+            raise RuntimeError('no conductor answers')
+        self.reports.append((host, facts))
+
+
+def test_compute_agent_reports_its_dmi_uuid(tmp_path, monkeypatch, caplog):
+    path = tmp_path / 'product_uuid'
+    path.write_text('4C4C4544-0042-3510-8052-B4C04F4E3432\n')
+    monkeypatch.setattr(manager, 'DMI_UUID_PATH', str(path))
+    agent = manager.AgentManager('compute-0', ['compute_node'])
+    agent._conductor = _FactsConductor()
+    assert agent.report_host_facts()
+    assert agent._conductor.reports == [
+        ('compute-0', {'dmi_uuid': '4C4C4544-0042-3510-8052-B4C04F4E3432'})]
+    # A conductor that cannot be told does not stop the agent.
+    agent._conductor = _FactsConductor(fail=True)
+    assert not agent.report_host_facts()
+    assert 'no conductor answers' in caplog.text
+
+
+def test_without_a_readable_dmi_uuid_nothing_is_reported(tmp_path,
+                                                         monkeypatch,
+                                                         caplog):
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(manager, 'DMI_UUID_PATH',
+                        str(tmp_path / 'missing'))
+    agent = manager.AgentManager('compute-0', ['compute_node'])
+    agent._conductor = _FactsConductor()
+    assert not agent.report_host_facts()
+    assert agent._conductor.reports == []
+    assert 'DMI UUID of compute-0 cannot be read' in caplog.text

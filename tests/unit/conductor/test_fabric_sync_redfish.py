@@ -167,3 +167,43 @@ def test_blocks_no_host_can_be_given_are_listed_not_added(service):
               for line in summary['not_poolable']}
     assert sorted(listed) == ['DIMM0', 'GPU9', 'SAS0', 'VLAN20']
     assert 'SAS drive' in listed['SAS0']
+
+
+def test_hosts_are_named_by_the_dmi_uuid_their_agent_reported(
+        service, monkeypatch):
+    from composable.conductor import host_facts
+    url, emulator = service
+    ctx = inv.admin()
+    fabric = dbapi.fabric_create(ctx, {
+        'name': 'rf', 'driver': 'redfish', 'driver_info': {
+            'address': url, 'username': 'admin',
+            'password': emu.DEFAULT_CONFIG['password'],
+            'poll_interval': 0.05}})
+    dbapi.pool_create(ctx, {
+        'name': 'gpu', 'kind': 'gpu', 'fabric_id': fabric.id,
+        'resource_class': 'CUSTOM_COMPOSABLE_GPU'})
+    # A host whose name no system has; its agent reported the UUID of
+    # system compute-1.
+    dbapi.host_create(ctx, {'name': 'node-b', 'fabric_id': fabric.id})
+    uuid1 = emu.DEFAULT_CONFIG['systems'][1]['uuid']
+    assert host_facts.record(ctx, 'node-b', {'dmi_uuid': uuid1.upper()})
+    host = dbapi.host_get(ctx, 'node-b')
+    assert host.properties == {'dmi_uuid': uuid1}
+    driver = fabric_drivers.get_driver('redfish')
+    driver.bind_device(fabric.as_dict(), {'address': emu.BLOCKS + '/GPU1'},
+                       {'name': 'node-b', 'properties': host.properties})
+    with emulator.locked() as state:
+        assert state.blocks['GPU1']['system'] == 'compute-1'
+    found = []
+    original = fabric_sync.discover
+
+    def spy(fabric_row, timeout):
+        found.extend(original(fabric_row, timeout))
+        return found
+
+    monkeypatch.setattr(fabric_sync, 'discover', spy)
+    fabric_sync.FabricSync('c').run(ctx)
+    by_address = {d['address']: d for d in found}
+    assert by_address[emu.BLOCKS + '/GPU1']['bound_to'] == 'node-b'
+    assert 'node-b' in by_address[emu.BLOCKS + '/GPU0']['hosts']
+    assert 'compute-1' not in by_address[emu.BLOCKS + '/GPU1']['hosts']

@@ -39,6 +39,8 @@ def test_minimal_and_full_driver_info():
            match_by='uuid', poll_interval=0.5, timeout=120,
            mode='expandable')
     _check(verify_ca=False)
+    for mode in ('auto', 'expandable', 'specific'):
+        _check(composition_mode=mode)
 
 
 def test_string_forms_of_the_cli():
@@ -81,6 +83,9 @@ def test_string_forms_of_the_cli():
     ({'address': 'http://[::1'}, 'address'),
     ({'address': 'http://rfcs.example:99999'}, 'address'),
     ({'mode': 'composed'}, 'mode'),
+    ({'composition_mode': 'composed'}, 'composition_mode'),
+    ({'composition_mode': ''}, 'composition_mode'),
+    ({'composition_mode': None}, 'composition_mode'),
     ({'passwrod': 'typo'}, 'passwrod'),
 ])
 def test_bad_driver_info_names_the_key(change, key):

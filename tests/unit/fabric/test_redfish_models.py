@@ -153,6 +153,69 @@ def test_system_without_advertised_actions():
         SYSTEM['@odata.id'] + '/Actions/ComputerSystem.RemoveResourceBlock')
 
 
+def test_system_expandable_and_type():
+    system = models.System.parse(dict(SYSTEM, SystemType='Composed'))
+    assert system.system_type == 'Composed'
+    assert system.expandable
+    reset_only = dict(SYSTEM, Actions={'#ComputerSystem.Reset': {
+        'target': SYSTEM['@odata.id'] + '/Actions/ComputerSystem.Reset'}})
+    system = models.System.parse(reset_only)
+    assert not system.expandable
+    assert system.offered == ['ComputerSystem.Reset']
+
+
+SYSTEMS = '/redfish/v1/Systems'
+
+
+def _systems(**more):
+    data = {'@odata.id': SYSTEMS, 'Members': []}
+    data.update(more)
+    return data
+
+
+@pytest.mark.parametrize('data,offered,capabilities', [
+    (_systems(), False, None),
+    (_systems(**{'@Redfish.CollectionCapabilities': {'Capabilities': [
+        {'UseCase': 'VolumeCreation',
+         'CapabilitiesObject': {'@odata.id': SYSTEMS + '/Other'}},
+        {'UseCase': 'ComputerSystemComposition',
+         'CapabilitiesObject': {'@odata.id': SYSTEMS + '/Capabilities'}},
+    ]}}), True, SYSTEMS + '/Capabilities'),
+    # The use case without a capabilities object still says it.
+    (_systems(**{'@Redfish.CollectionCapabilities': {'Capabilities': [
+        {'UseCase': 'ComputerSystemComposition'}]}}), True, None),
+    (_systems(**{'ResourceBlocks@Redfish.AllowableValues': [
+        {'@odata.id': '/redfish/v1/CompositionService/ResourceBlocks/1'}]}),
+     True, None),
+    (_systems(Links={'ResourceBlocks@Redfish.AllowableValues': []}),
+     True, None),
+    (_systems(**{'@Redfish.CollectionCapabilities': 'garbage'}), False,
+     None),
+    (_systems(**{'@Redfish.CollectionCapabilities': {'Capabilities': [
+        {'UseCase': 'ComputerSystemConstrainedComposition',
+         'CapabilitiesObject': {'@odata.id': SYSTEMS + '/Constrained'}}]}}),
+     False, None),
+])
+def test_system_composition(data, offered, capabilities):
+    found = models.SystemComposition.parse(data)
+    assert (found.offered, found.capabilities_uri) == (offered,
+                                                       capabilities)
+    assert found.updatable is False
+    assert found.constrained == ('Constrained' in str(data))
+
+
+@pytest.mark.parametrize('links,updatable', [
+    ({'ResourceBlocks@Redfish.UpdatableAfterCreate': True}, True),
+    ({'ResourceBlocks@Redfish.UpdatableAfterCreate': False}, False),
+    ({'ResourceBlocks@Redfish.UpdatableAfterCreate': 'true'}, False),
+    ({}, False), (None, False)])
+def test_composition_capabilities(links, updatable):
+    found = models.SystemComposition.parse(_systems())
+    found.read_capabilities({'@odata.id': SYSTEMS + '/Capabilities',
+                             'Links': links})
+    assert found.updatable is updatable
+
+
 def test_zone():
     zone = models.ResourceZone.parse(ZONE)
     assert zone.name == 'Resource Zone 1'
