@@ -22,7 +22,6 @@ count the calls made to Placement during its run (:meth:`request_count`).
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 
@@ -32,7 +31,6 @@ import sqlalchemy as sa
 from tests.functional import leftovers
 from tests.functional import stack as stack_mod
 
-BIN = os.path.dirname(sys.executable)
 # How uWSGI's request log line ends (one per request served).
 REQUEST_MARK = b' => generated '
 
@@ -78,12 +76,12 @@ class PlacementServer(object):
         finally:
             root.close()
         self._write_config()
-        env = dict(os.environ, OS_PLACEMENT_CONFIG_DIR=self.confdir)
-        manage = os.path.join(BIN, 'placement-manage')
-        subprocess.run([manage, '--config-dir', self.confdir, 'db', 'sync'],
-                       check=True, capture_output=True, env=env,
-                       stdin=subprocess.DEVNULL)
         self.engine = sa.create_engine(self.db_url)
+        # The schema from Placement's models, as its own functional
+        # fixtures make it: seconds faster than running every migration
+        # (placement-manage db sync), and the same tables.
+        from placement.db.sqlalchemy import migration
+        migration.create_schema(self.engine)
         self.launch()
 
     def launch(self):
