@@ -318,18 +318,27 @@ def main():
                   args.placement_threads if placement else 'no Placement',
                   workdir), flush=True)
         if placement is not None:
-            # Pools are pushed to Placement by a cast: wait for both
-            # providers' inventories before the clock starts.
-            deadline = time.time() + 120
-            while time.time() < deadline:
+            # Pools, memory nodes and devices are pushed to Placement by
+            # casts: wait until both providers have their whole inventory
+            # and Placement has been quiet for a second, so that none of
+            # that is counted in the churn.
+            want = sorted([args.gpus, args.memory_nodes * 16384])
+            deadline = time.time() + 180
+            quiet_since, seen = time.time(), -1
+            while True:
                 with placement.engine.connect() as conn:
-                    if conn.execute(sa.text(
-                            'SELECT COUNT(*) FROM inventories')).scalar() >= 2:
-                        break
+                    totals = sorted(t for (t,) in conn.execute(sa.text(
+                        'SELECT total FROM inventories')).all())
+                count = placement.request_count()
+                if count != seen:
+                    quiet_since, seen = time.time(), count
+                if totals == want and time.time() - quiet_since >= 1.0:
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError('the pools never reached Placement '
+                                       '(inventories %s); see %s' % (
+                                           totals, workdir))
                 time.sleep(0.2)
-            else:
-                raise RuntimeError('the pools never reached Placement; see '
-                                   '%s' % workdir)
 
         stop = threading.Event()
         lock = threading.Lock()
