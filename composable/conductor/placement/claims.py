@@ -29,6 +29,14 @@ chooses the pool, the memory nodes and the devices; holding database row
 locks across an HTTP call to Placement would serialize every claim on the
 pool behind Placement's latency.
 
+The Placement claims of one conductor are written in batches (see
+:mod:`composable.conductor.placement.batch`): one ``POST /allocations``
+for the claims queued while the previous one was under way, checked once
+per provider against the capacity the conductor knows. A claim the batch
+cannot take is written on its own, by the per-lease path below (read the
+consumer, write it, check the provider's usages), which is also the only
+path when ``[placement]composable_claim_batch_size`` is 0.
+
 If Placement refuses (Nova's instances hold the capacity, the provider is
 gone and cannot be made again, Placement does not answer), the database
 claim is rolled back in one transaction: the capacity returns to the pool
