@@ -74,6 +74,24 @@ opts = [
                     'conflict (409 placement.concurrent_update): the '
                     'provider or consumer generation is read again and the '
                     'write repeated.'),
+    cfg.IntOpt('composable_claim_batch_size',
+               default=100,
+               min=0,
+               help='Most lease claims and releases the conductor writes '
+                    'to Placement in one request (POST /allocations). '
+                    'Claims arriving while a request is under way are '
+                    'written together in the next one, so under load a '
+                    'lease costs well under one Placement call. 0: one '
+                    'lease per request, each read back and checked as '
+                    'before.'),
+    cfg.FloatOpt('composable_unavailable_wait',
+                 default=5.0,
+                 min=0,
+                 help='Seconds a batch of lease claims keeps being retried '
+                      'while Placement cannot be reached or answers 5xx '
+                      '(the lease creations wait), before those leases '
+                      'fail with a fault saying Placement could not be '
+                      'reached.'),
     cfg.BoolOpt('composable_delete_orphan_providers',
                 default=True,
                 help='Whether the reconciler deletes the sharing resource '

@@ -13,16 +13,26 @@
 
 """Lease churn benchmark: N concurrent clients create and delete memory and
 GPU leases through the REST API against a real composable-conductor process
-on MariaDB over RabbitMQ.
+on MariaDB over RabbitMQ, with a real Placement service (uWSGI, its own
+database on the same MariaDB server) that composable reports to, as clouds
+run it (``--no-placement``: composable alone).
 
 It prints throughput and latency, and checks all along (from consistent
 database snapshots) that every pool's usage equals what its live leases
-hold, that no pool or memory node is over-committed, and that no device is
-in two leases. Its last line is one summary line:
+hold, that no pool or memory node is over-committed, that no device is in
+two leases, and that no Placement resource provider holds more than its
+capacity. After the churn it measures Placement's own rate on the same
+provider layout with the same number of clients (placement_ceiling.py:
+one allocation per request, then its delete). Its last line is one
+summary line:
 
-  lease_churn: creates_per_s=... p50_ms=... p99_ms=... overcommit=0
+  lease_churn: creates_per_s=... placement_allocs_per_s=... ratio=...
+  placement_calls_per_create=... p50_ms=... p99_ms=... overcommit=0
+
+(on one line; without Placement, the Placement figures are absent).
 
 Usage: tools/bench/lease_churn.py [--clients 64] [--seconds 30]
+       [--no-placement]
 """
 
 import argparse
@@ -45,6 +55,8 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__),
 
 from tests.functional import leftovers  # noqa: E402
 from tests.functional import stack as stack_mod  # noqa: E402
+from tools.bench import placement_ceiling  # noqa: E402
+from tools.bench import placement_server  # noqa: E402
 
 HOLDING = ('reserved', 'binding', 'bound', 'bind_failed', 'unbinding',
            'releasing', 'error')
@@ -145,11 +157,13 @@ def pid_of(*names):
     return None
 
 
-def cpu_usage(stack):
+def cpu_usage(stack, placement=None):
     """CPU seconds so far of the service processes, MariaDB, RabbitMQ and
     this benchmark (whose client threads share the machine too)."""
     usage = {name: group_cpu_seconds(proc.pid)
              for name, proc in stack.procs.items()}
+    if placement is not None and placement.proc is not None:
+        usage['placement'] = group_cpu_seconds(placement.proc.pid)
     for name, comms in (('mariadb', ('mariadbd', 'mysqld')),
                         ('rabbitmq', ('beam.smp',))):
         pid = pid_of(*comms)
@@ -232,6 +246,15 @@ def main():
     parser.add_argument('--rpc-threads', type=int, default=8,
                         help='[DEFAULT]executor_thread_pool_size of the '
                              'conductor')
+    parser.add_argument('--no-placement', dest='placement',
+                        action='store_false',
+                        help='run composable without Placement (no '
+                             'Placement service, no claims in it)')
+    parser.add_argument('--placement-threads', type=int, default=8,
+                        help='threads of the Placement uWSGI worker')
+    parser.add_argument('--ceiling-seconds', type=float,
+                        help="how long Placement's own rate is measured "
+                             'after the churn (default: --seconds; 0: not)')
     args = parser.parse_args()
 
     import pymysql
@@ -243,15 +266,25 @@ def main():
     db_url = 'mysql+pymysql://root@%s/%s?charset=utf8mb4' % (args.db_host,
                                                              dbname)
     workdir = tempfile.mkdtemp(prefix='lease-churn-')
+    extra = {'DEFAULT': {'executor_thread_pool_size': args.rpc_threads},
+             'api': {'workers': args.api_threads}}
+    placement = None
+    if args.placement:
+        placement = placement_server.PlacementServer(
+            workdir, args.db_host, threads=args.placement_threads)
+        # The periodic Placement pass at its default interval, as
+        # deployed.
+        extra['placement'] = placement.composable_config()
     # The conductor's default intervals, as deployed: the test suites'
     # one-second heartbeat and periodic tasks would be measured as well.
     stack = stack_mod.Stack(
         workdir, db_url, args.transport_url,
         heartbeat_interval=10, heartbeat_timeout=60, periodic_interval=30,
-        extra={'DEFAULT': {'executor_thread_pool_size': args.rpc_threads},
-               'api': {'workers': args.api_threads}})
+        extra=extra)
     engine = sa.create_engine(db_url)
     try:
+        if placement is not None:
+            placement.start()
         stack.dbsync()
         for i in range(args.conductors):
             stack.start_conductor('conductor-%d' % i)
@@ -276,11 +309,36 @@ def main():
             node_mb=16384, gpus=args.gpus)
         print('lease_churn: %d clients for %.0f s; %d memory nodes x 16 GiB,'
               ' %d GPUs; api(s)=%d (%s, %d process(es) x %d threads) '
-              'conductor(s)=%d on MariaDB over RabbitMQ; logs in %s' % (
+              'conductor(s)=%d on MariaDB over RabbitMQ; %s; logs in %s' % (
                   args.clients, args.seconds, args.memory_nodes, args.gpus,
                   args.apis, args.api_server,
                   args.api_processes if args.api_server == 'uwsgi' else 1,
-                  args.api_threads, args.conductors, workdir), flush=True)
+                  args.api_threads, args.conductors,
+                  'Placement (uWSGI, 1 process x %d threads, MariaDB)' %
+                  args.placement_threads if placement else 'no Placement',
+                  workdir), flush=True)
+        if placement is not None:
+            # Pools, memory nodes and devices are pushed to Placement by
+            # casts: wait until both providers have their whole inventory
+            # and Placement has been quiet for a second, so that none of
+            # that is counted in the churn.
+            want = sorted([args.gpus, args.memory_nodes * 16384])
+            deadline = time.time() + 180
+            quiet_since, seen = time.time(), -1
+            while True:
+                with placement.engine.connect() as conn:
+                    totals = sorted(t for (t,) in conn.execute(sa.text(
+                        'SELECT total FROM inventories')).all())
+                count = placement.request_count()
+                if count != seen:
+                    quiet_since, seen = time.time(), count
+                if totals == want and time.time() - quiet_since >= 1.0:
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError('the pools never reached Placement '
+                                       '(inventories %s); see %s' % (
+                                           totals, workdir))
+                time.sleep(0.2)
 
         stop = threading.Event()
         lock = threading.Lock()
@@ -331,6 +389,9 @@ def main():
         def checker():
             while not stop.wait(1.0):
                 found = snapshot_problems(engine)
+                if placement is not None:
+                    found += placement_server.overcommit_problems(
+                        placement.engine)
                 if found:
                     with lock:
                         problems.extend(found)
@@ -338,7 +399,8 @@ def main():
         threads = [threading.Thread(target=client, args=(n,), daemon=True)
                    for n in range(args.clients)]
         watcher = threading.Thread(target=checker, daemon=True)
-        cpu_before = cpu_usage(stack)
+        cpu_before = cpu_usage(stack, placement)
+        calls_before = placement.request_count() if placement else 0
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -348,7 +410,7 @@ def main():
         for thread in threads:
             thread.join(timeout=120)
         elapsed = time.perf_counter() - started
-        cpu_after = cpu_usage(stack)
+        cpu_after = cpu_usage(stack, placement)
         watcher.join()
 
         # Every delete is released in the background: wait for the last.
@@ -370,6 +432,21 @@ def main():
                          'deleted' % leftover)
         if busy:
             final.append('%d leases never finished releasing' % busy)
+        if placement is not None:
+            # Allocations of released leases are deleted after the
+            # release: wait for the last.
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                left = placement_server.allocation_count(placement.engine)
+                if not left:
+                    break
+                time.sleep(0.5)
+            if left:
+                final.append('Placement still holds the allocations of %d '
+                             'consumers after every lease was released' %
+                             left)
+            final += placement_server.overcommit_problems(placement.engine)
+            calls = placement.request_count() - calls_before
         problems.extend(final)
 
         creates = len(latencies)
@@ -393,14 +470,37 @@ def main():
                 '%s=%.1f' % (name, (cpu_after[name] - cpu_before[name]) *
                              1000.0 / creates)
                 for name in sorted(cpu_after) if name in cpu_before))
-        print('lease_churn: creates_per_s=%.1f p50_ms=%.1f p99_ms=%.1f '
-              'overcommit=%d' % (creates / elapsed,
-                                 percentile(latencies, 50) * 1000,
-                                 percentile(latencies, 99) * 1000,
-                                 len(set(problems))), flush=True)
+        ceiling = None
+        ceiling_seconds = (args.seconds if args.ceiling_seconds is None
+                           else args.ceiling_seconds)
+        if placement is not None:
+            print('placement calls during the churn: %d (%.2f per create '
+                  'and its delete)' % (calls, calls / max(1, creates)))
+        if placement is not None and ceiling_seconds:
+            ceiling = placement_ceiling.measure(
+                placement.endpoint, args.clients, ceiling_seconds,
+                args.memory_nodes, args.gpus, placement.engine)
+            print(placement_ceiling.summary(ceiling))
+            problems.extend(ceiling['problems'])
+        rate = creates / elapsed
+        figures = ['creates_per_s=%.1f' % rate]
+        if ceiling is not None:
+            figures.append('placement_allocs_per_s=%.1f ratio=%.2f' % (
+                ceiling['allocs_per_s'],
+                rate / ceiling['allocs_per_s']
+                if ceiling['allocs_per_s'] else 0.0))
+        if placement is not None:
+            figures.append('placement_calls_per_create=%.2f' % (
+                calls / max(1, creates)))
+        figures.append('p50_ms=%.1f p99_ms=%.1f overcommit=%d' % (
+            percentile(latencies, 50) * 1000,
+            percentile(latencies, 99) * 1000, len(set(problems))))
+        print('lease_churn: %s' % ' '.join(figures), flush=True)
         return 1 if problems or outcomes['errors'] else 0
     finally:
         stack.stop()
+        if placement is not None:
+            placement.stop()
         engine.dispose()
         root.cursor().execute('DROP DATABASE IF EXISTS %s' % dbname)
         root.close()

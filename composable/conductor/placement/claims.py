@@ -29,6 +29,14 @@ chooses the pool, the memory nodes and the devices; holding database row
 locks across an HTTP call to Placement would serialize every claim on the
 pool behind Placement's latency.
 
+The Placement claims of one conductor are written in batches (see
+:mod:`composable.conductor.placement.batch`): one ``POST /allocations``
+for the claims queued while the previous one was under way, checked once
+per provider against the capacity the conductor knows. A claim the batch
+cannot take is written on its own, by the per-lease path below (read the
+consumer, write it, check the provider's usages), which is also the only
+path when ``[placement]composable_claim_batch_size`` is 0.
+
 If Placement refuses (Nova's instances hold the capacity, the provider is
 gone and cannot be made again, Placement does not answer), the database
 claim is rolled back in one transaction: the capacity returns to the pool
@@ -80,6 +88,7 @@ from composable.common import context as ctx_mod
 from composable.common import exception
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
+from composable.conductor.placement import batch
 from composable.conductor.placement import client as pclient
 from composable.conductor.placement import sync
 from composable.conductor import reservations
@@ -93,6 +102,7 @@ LOG = logging.getLogger(__name__)
 
 _CLIENT = None
 _CLIENT_LOCK = threading.Lock()
+_WRITER = None
 # Per resource provider: this conductor's claims on it, one at a time.
 _PROVIDER_LOCKS = collections.defaultdict(threading.Lock)
 _PROVIDER_LOCKS_LOCK = threading.Lock()
@@ -118,10 +128,32 @@ def get_client():
 
 def set_client(client):
     """Use ``client`` from now on (None: make one again from the
-    configuration on next use)."""
-    global _CLIENT
+    configuration on next use). The batch writer starts afresh too: what
+    it knew of the old Placement's consumers is void."""
+    global _CLIENT, _WRITER
     with _CLIENT_LOCK:
         _CLIENT = client
+        if _WRITER is not None:
+            _WRITER.close()
+        _WRITER = None
+
+
+def get_writer():
+    """The conductor's batch writer of lease claims, made on first use;
+    None when ``[placement]composable_claim_batch_size`` is 0."""
+    global _WRITER
+    size = CONF.placement.composable_claim_batch_size
+    if not size:
+        return None
+    if _WRITER is None:
+        with _CLIENT_LOCK:
+            if _WRITER is None:
+                _WRITER = batch.BatchWriter(
+                    get_client, max_batch=size,
+                    unavailable_wait=(
+                        CONF.placement.composable_unavailable_wait),
+                    provider_lock=_providers_locked)
+    return _WRITER
 
 
 def check_config():
@@ -299,6 +331,18 @@ def _check_capacity(client, consumer, resources):
                     used=used, capacity=capacity)
 
 
+def _capacities(pools):
+    """{provider uuid: {resource class: what the pool can hold}}, as
+    composable reports it to Placement (allocation ratio 1.0)."""
+    capacity = {}
+    for pool in pools:
+        for rc, inv in sync.pool_inventory(pool).items():
+            if pool.provider_uuid:
+                capacity.setdefault(pool.provider_uuid, {})[rc] = (
+                    inv['total'] - inv['reserved'])
+    return capacity
+
+
 def _write(client, lease):
     resources = sync.claimed_resources(lease)
     with _providers_locked(resources):
@@ -316,6 +360,20 @@ def _claim(context, lease):
         # claim from.
         _sync_pools(admin, client, pools)
         lease = db_api.lease_get_by_id(admin, lease.id)
+        pools = _lease_pools(lease)
+    writer = get_writer()
+    resources = sync.claimed_resources(lease)
+    if writer is not None and resources:
+        try:
+            writer.claim(lease.uuid, resources, _capacities(pools),
+                         lease.project_id, lease.user_id)
+            return
+        except batch.ClaimAlone:
+            # Placement refused the batch this claim was in (no room for
+            # one of them, a provider behind the database, a consumer
+            # that exists already) or over-committed: on its own, with
+            # every read and check.
+            pass
     try:
         _write(client, lease)
         return
@@ -348,6 +406,9 @@ def update_claim(lease_id):
     lease = db_api.lease_get_by_id(ctx_mod.get_admin_context(), lease_id)
     if sync.nova_claimed(lease):
         return False
+    writer = get_writer()
+    if writer is not None:
+        writer.forget(lease.uuid)
     _write(get_client(), lease)
     return True
 
@@ -432,9 +493,15 @@ def release(lease_uuid):
 
     Only the lease's own consumer is touched, so Nova's allocation of an
     instance (a flavor-driven lease) is never deleted here.
+
+    An allocation the batch writer made is removed in its next batch
+    (without waiting); any other in one request.
     """
     try:
-        if get_client().delete_allocations(lease_uuid):
+        writer = get_writer()
+        if writer is not None and writer.release(lease_uuid):
+            return
+        if get_client().delete_consumer(lease_uuid):
             LOG.debug('Deleted the Placement allocations of lease %s',
                       lease_uuid)
     except Exception as exc:

@@ -357,6 +357,19 @@ class ReportClient(object):
         return self._retrying('allocations of consumer %s' % consumer,
                               attempt)
 
+    def delete_consumer(self, consumer):
+        """Remove every allocation of ``consumer`` in one request, whatever
+        its generation (for a consumer only composable writes: a released
+        lease); True if it had any."""
+        try:
+            self._call('DELETE', '/allocations/%s' % consumer,
+                       MV_ALLOCATIONS, ok=(204,))
+        except PlacementError as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
     def delete_allocations(self, consumer):
         """Remove every allocation of ``consumer``; True if it had any."""
         def attempt():

@@ -294,7 +294,12 @@ def reconcile(context=None, client=None, delete_orphans=None):
                 continue
             # The lease may have moved on since the database was read.
             fresh = _reread_lease(context, lease.id)
-            if fresh is None:
+            if fresh is None or fresh.reservation:
+                # A conductor holds the lease (creating it: its claim may
+                # be queued in that conductor's batch right now). Writing
+                # the allocation here would race that claim; a conductor
+                # that died has its reservation broken, and the next pass
+                # writes what is missing.
                 continue
             wanted = claimed_resources(fresh)
             if not wanted or not client.put_allocations(

@@ -171,7 +171,10 @@ def placement_configured(endpoint, **extra):
                  'endpoint': endpoint,
                  # Tests run the periodic pass themselves unless they say
                  # otherwise.
-                 'composable_reconcile_interval': 0}
+                 'composable_reconcile_interval': 0,
+                 # A batch of claims waits this long for an unreachable
+                 # Placement before its leases fail.
+                 'composable_unavailable_wait': 0.5}
     overrides.update(extra)
     for name, value in overrides.items():
         conf_.set_override(name, value, 'placement')

@@ -196,6 +196,8 @@ class _AfterPut(object):
 
 def test_claim_withdrawn_when_placement_is_over_capacity(harness, placement,
                                                          client):
+    # One lease per request: each claim reads the usages back.
+    CONF.set_override('composable_claim_batch_size', 0, 'placement')
     placement_claims.reconcile_pass()
     mem = harness.pool(harness.memory_pool)
     other = _nova_instance(client, mem.provider_uuid, 4096)
@@ -214,6 +216,56 @@ def test_claim_withdrawn_when_placement_is_over_capacity(harness, placement,
         'Pool memory-pool has no room left in Placement')
     assert _held(client, uuid) == {}
     assert _held(client, other)[mem.provider_uuid] == {MEM: 4096}
+    assert harness.pool(harness.memory_pool).used == 0
+    assert allocator.check_consistency(h_mod.admin()) == []
+
+
+class _AfterBatch(object):
+    """An Adapter that calls ``hook()`` once, after the first successful
+    POST /allocations (a batch of claims)."""
+
+    def __init__(self, real, hook):
+        self.real = real
+        self.hook = hook
+
+    def request(self, url, method, **kwargs):
+        resp = self.real.request(url, method, **kwargs)
+        if (method == 'POST' and url == '/allocations' and
+                resp.status_code == 204 and self.hook):
+            hook, self.hook = self.hook, None
+            hook()
+        return resp
+
+
+def test_batch_withdrawn_when_placement_is_over_capacity(harness, placement,
+                                                         client):
+    """A batch is checked against the capacity the conductor knows (one
+    usage read per provider per batch): a concurrent writer that made
+    Placement exceed it (as Placement's own race does) gets the batch's
+    claims withdrawn and written one by one, and the one that does not
+    fit fails."""
+    placement_claims.reconcile_pass()
+    mem = harness.pool(harness.memory_pool)
+    other = _nova_instance(client, mem.provider_uuid, 4096)
+    racing = []
+
+    def nova_races():
+        # Placement's race, reproduced: Nova's claim lands beyond the
+        # capacity (the inventory is raised for it and lowered again).
+        _set_total(client, mem.provider_uuid, 16384)
+        racing.append(_nova_instance(client, mem.provider_uuid, 4096))
+        _set_total(client, mem.provider_uuid, 8192)
+
+    placement_claims.set_client(pclient.ReportClient(
+        _AfterBatch(placement.adapter(), nova_races), retry_delay=0))
+    uuid = _create(harness, memory_mb=2048)
+    lease = harness.lease(uuid)
+    assert lease.status == states.ALLOC_FAILED
+    assert lease.fault.startswith(
+        'Pool memory-pool has no room left in Placement')
+    assert _held(client, uuid) == {}
+    assert _held(client, other)[mem.provider_uuid] == {MEM: 4096}
+    assert _held(client, racing[0])[mem.provider_uuid] == {MEM: 4096}
     assert harness.pool(harness.memory_pool).used == 0
     assert allocator.check_consistency(h_mod.admin()) == []
 

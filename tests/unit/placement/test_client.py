@@ -18,6 +18,7 @@ from keystoneauth1 import loading as ks_loading
 import pytest
 
 from composable.common import resource_classes as rc
+from composable.conductor.placement import batch
 from composable.conductor.placement import client as pclient
 from composable.conductor.placement import sync
 from composable import conf
@@ -151,3 +152,107 @@ def test_placement_options_are_registered():
     assert CONF.placement.composable_generation_retries == 5
     names = {opt.dest for opt in ks_loading.get_session_conf_options()}
     assert names <= set(CONF.placement)
+
+
+def test_delete_consumer_is_one_request():
+    adapter = ScriptedAdapter([
+        ('DELETE', '/allocations/c1', Response(204)),
+        ('DELETE', '/allocations/c2', Response(404, {'errors': [
+            {'code': 'placement.undefined_code', 'detail': 'none'}]})),
+    ])
+    client = pclient.ReportClient(adapter, retry_delay=0)
+    assert client.delete_consumer('c1') is True
+    assert client.delete_consumer('c2') is False
+
+
+def _writer(script, **kwargs):
+    adapter = ScriptedAdapter(script)
+    client = pclient.ReportClient(adapter, retry_delay=0)
+    writer = batch.BatchWriter(lambda: client, **kwargs)
+    return writer, adapter
+
+
+def test_batch_claim_then_release():
+    writer, adapter = _writer([
+        ('POST', '/allocations', Response(204)),
+        ('GET', '/resource_providers/rp/usages',
+         Response(200, {'usages': {'X': 2}})),
+        ('POST', '/allocations', Response(204)),
+    ])
+    try:
+        writer.claim('c1', {'rp': {'X': 2}}, {'rp': {'X': 4}}, 'p', 'u')
+        assert writer.release('c1') is True
+        # Not written by this writer: the caller deletes it.
+        assert writer.release('c2') is False
+    finally:
+        writer.close()
+    claim = adapter.requests[0][2]
+    assert claim['microversion'] == '1.38'
+    assert claim['json'] == {'c1': {
+        'allocations': {'rp': {'resources': {'X': 2}}},
+        'consumer_generation': None, 'project_id': 'p', 'user_id': 'u',
+        'consumer_type': 'COMPOSABLE_LEASE'}}
+    release = adapter.requests[2][2]['json']['c1']
+    assert release['allocations'] == {}
+    assert release['consumer_generation'] == 1
+    assert adapter.script == []
+
+
+def test_batch_refused_for_capacity_claims_alone():
+    writer, adapter = _writer([
+        ('POST', '/allocations', Response(409, {'errors': [{
+            'code': 'placement.undefined_code',
+            'detail': 'The requested amount would exceed the capacity'}]})),
+    ])
+    try:
+        with pytest.raises(batch.ClaimAlone):
+            writer.claim('c1', {'rp': {'X': 2}}, {'rp': {'X': 4}}, 'p',
+                         'u')
+    finally:
+        writer.close()
+    # Not known as written: its release is the caller's.
+    assert writer.release('c1') is False
+
+
+def test_batch_over_capacity_is_withdrawn():
+    writer, adapter = _writer([
+        ('POST', '/allocations', Response(204)),
+        ('GET', '/resource_providers/rp/usages',
+         Response(200, {'usages': {'X': 5}})),
+        ('POST', '/allocations', Response(204)),
+    ])
+    try:
+        with pytest.raises(batch.ClaimAlone):
+            writer.claim('c1', {'rp': {'X': 2}}, {'rp': {'X': 4}}, 'p',
+                         'u')
+    finally:
+        writer.close()
+    undo = adapter.requests[2][2]['json']['c1']
+    assert undo['allocations'] == {} and undo['consumer_generation'] == 1
+    assert writer.stats['withdrawn'] == 1
+
+
+def test_batch_conflict_goes_again_once_then_alone():
+    writer, adapter = _writer([
+        ('POST', '/allocations', conflict()),
+        ('POST', '/allocations', conflict()),
+    ], conflict_pause=0)
+    try:
+        with pytest.raises(batch.ClaimAlone):
+            writer.claim('c1', {'rp': {'X': 2}}, {'rp': {'X': 4}}, 'p',
+                         'u')
+    finally:
+        writer.close()
+    assert adapter.script == []
+
+
+def test_batch_unavailable_fails_after_the_wait():
+    writer, adapter = _writer([
+        ('POST', '/allocations', Response(503, None)),
+    ], unavailable_wait=0)
+    try:
+        with pytest.raises(pclient.PlacementUnavailable):
+            writer.claim('c1', {'rp': {'X': 2}}, {'rp': {'X': 4}}, 'p',
+                         'u')
+    finally:
+        writer.close()
