@@ -14,9 +14,12 @@
 serial, health and the hosts that can reach it; and binds that honour
 the last, with a real conductor serving RPC in this process."""
 
+import json
+import os
 import threading
 import time
 
+import jsonschema
 import pytest
 import yaml
 
@@ -62,6 +65,20 @@ def test_facts_are_shown_from_1_4_on(client, inventory, doc):
     # reachable hosts is every host of the fabric.
     other, = [d for d in listed if d['uuid'] == second]
     assert {k: other[k] for k in FACTS} == dict.fromkeys(FACTS)
+
+
+def test_api_ref_samples_show_the_facts(doc):
+    samples = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                           os.pardir, 'api-ref', 'source', 'samples')
+    schema = test_openapi.to_json_schema(
+        doc, doc['components']['schemas']['Device'])
+    for name in ('device-show-resp.json', 'device-create-resp.json',
+                 'device-update-resp.json', 'devices-list-resp.json'):
+        with open(os.path.join(samples, name)) as f:
+            body = json.load(f)
+        for device in body.get('devices', [body]):
+            jsonschema.Draft7Validator(schema).validate(device)
+            assert set(FACTS) <= set(device), name
 
 
 def _wait(client, lease_uuid, statuses, timeout=30):
