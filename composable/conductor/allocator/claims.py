@@ -752,6 +752,15 @@ def reach_host(context, lease_id, host_name):
                'reach; try again' % host_name)
 
 
+def reach_host_id(context, lease_id, host_id):
+    """reach_host for the host of id ``host_id``."""
+    with dbapi.reader(context) as session:
+        name = _host_name(session, host_id)
+    if name is None:
+        raise exception.HostNotFound(host=host_id)
+    return reach_host(context, lease_id, name)
+
+
 def lock_lease_pools(session, lease_id):
     """Row-lock the pools a lease holds capacity in, before anything else.
 
