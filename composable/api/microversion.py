@@ -32,6 +32,10 @@ Version  Change
 1.3      Pools: a pci pool may be made of the SR-IOV virtual functions
          of one physical function of one host (``sriov`` on create,
          shown on every pool).
+1.4      Devices show what their fabric reports of them: ``serial``,
+         ``health`` (ok, warning, critical, unknown), ``health_reason``
+         and ``reachable_hosts`` (the hosts the fabric can connect the
+         device to; null for every host of its fabric).
 1.5      Pools: ``medium`` of a memory pool, ``network`` (the default)
          or ``cxl`` (CXL memory devices, leased in whole chunks, bound
          to a host as a NUMA node); on create, shown on every pool.
@@ -50,6 +54,7 @@ VERSIONS = (
     '1.1',
     '1.2',
     '1.3',
+    '1.4',
     '1.5',
 )
 

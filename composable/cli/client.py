@@ -121,7 +121,7 @@ class Client(object):
         self.hosts = Manager(self, 'hosts')
         self.pools = Manager(self, 'pools')
         self.memory_nodes = Manager(self, 'memory_nodes')
-        self.devices = Manager(self, 'devices')
+        self.devices = DeviceManager(self, 'devices')
         self.leases = LeaseManager(self, 'leases')
 
     # -- transport ---------------------------------------------------------
@@ -195,7 +195,7 @@ class Client(object):
     def delete(self, path):
         return self.request('DELETE', path)
 
-    def list(self, path, key, params=None, limit=None):
+    def list(self, path, key, params=None, limit=None, version=None):
         """Every item of a collection, following ``next`` links.
 
         With ``limit``, at most that many items are returned (and fetched).
@@ -209,7 +209,7 @@ class Client(object):
         items = []
         seen_markers = set()
         while True:
-            body = self.get(path, params=params) or {}
+            body = self.get(path, params=params, version=version) or {}
             page = body.get(key) or []
             items.extend(page)
             if limit and len(items) >= limit:
@@ -267,6 +267,42 @@ class Manager(object):
 
     def delete(self, ident):
         return self.client.delete(self.path(ident))
+
+
+def _newer_or_configured(client, version, call):
+    """``call(version)`` with the newest of the configured version and
+    ``version``; a server older than that answers 406 and is asked again
+    in the configured version."""
+    wanted = client.at_least(version)
+    if wanted == client.api_version:
+        return call(None)
+    try:
+        return call(wanted)
+    except exceptions.ClientException as exc:
+        if getattr(exc, 'http_status', getattr(exc, 'code', None)) != 406:
+            raise
+    return call(None)
+
+
+class DeviceManager(Manager):
+
+    #: API version from which devices show serial, health and the hosts
+    #: that can reach them.
+    FACTS_VERSION = '1.4'
+
+    def list(self, limit=None, **filters):
+        params = {k: v for k, v in filters.items() if v is not None}
+        return _newer_or_configured(
+            self.client, self.FACTS_VERSION,
+            lambda version: self.client.list(
+                self.collection, self.collection, params=params,
+                limit=limit, version=version))
+
+    def get(self, ident):
+        return _newer_or_configured(
+            self.client, self.FACTS_VERSION,
+            lambda version: self.client.get(self.path(ident),
+                                            version=version))
 
 
 class LeaseManager(Manager):

@@ -160,9 +160,24 @@ def list_params(parsed_args):
     return {k: v for k, v in params.items() if v is not None}
 
 
+class ReachableHostsColumn(format_columns.ListColumn):
+    """A device's reachable_hosts: null is every host of its fabric,
+    which an empty cell would hide; an empty list is no host."""
+
+    def human_readable(self):
+        if self._value is None:
+            return '(every host)'
+        if self._value == []:
+            return '(no host)'
+        if self._value == '':
+            return ''  # a server older than 1.4 does not show it
+        return super().human_readable()
+
+
 # Fields holding lists or dicts, rendered readably in tables and kept as
 # structures in JSON/YAML output.
 _FORMATTERS = {
+    'reachable_hosts': ReachableHostsColumn,
     'traits': format_columns.ListColumn,
     'device_traits': format_columns.ListColumn,
     'driver_info': format_columns.DictColumn,

@@ -45,6 +45,13 @@ fabric's pools, matched by ``devices.address`` (the fabric's own id):
   logged as a warning for the operator;
 * what changed is logged per fabric, and the pools that changed are
   pushed to Placement;
+* what the fabric says of each device it reports -- serial, health (and
+  why, when not ok) and the hosts that can reach it (``hosts``: None for
+  every host of the fabric) -- is stored on its row whatever its state or
+  lease (``devices.serial``, ``health``, ``health_reason``,
+  ``reachable_hosts``: the allocator and the scheduler filter read the
+  last); a device that could not be read gets health ``unknown`` with the
+  reason, one no longer reported ``unknown`` too;
 * each device whose state the sync changes, and each leased device the
   fabric reports unhealthy or no longer reports, is notified as
   ``device.health`` (a leased one once per health it is seen in by this
@@ -85,7 +92,7 @@ DEVICE_POOL_KINDS = ('gpu', 'pci')
 # What the fabric says of a device it no longer reports.
 HEALTH_ABSENT = 'absent'
 # What the sync says of a device the fabric could not read this round.
-HEALTH_UNKNOWN = 'unknown'
+HEALTH_UNKNOWN = fabric_base.HEALTH_UNKNOWN
 
 # The health last notified of each leased device, by device uuid: the
 # sync sees the same unhealthy leased device every interval, its users
@@ -122,6 +129,31 @@ def describe(name, summary):
     if not parts:
         return None
     return 'Fabric %s: %s' % (name, '; '.join(parts))
+
+
+def _reachable(hosts):
+    """A driver's ``hosts`` as stored: None (every host) or the sorted
+    names, each once."""
+    if hosts is None:
+        return None
+    return sorted({str(name) for name in hosts if name})
+
+
+def facts(item):
+    """The columns a discovered device's report gives its row."""
+    health = item.get('health')
+    if health not in fabric_base.HEALTHS:
+        health = HEALTH_UNKNOWN
+    reason = None
+    if health != fabric_base.HEALTH_OK:
+        reason = (item.get('health_reason') or
+                  ('the fabric reports its health as %s' % health
+                   if health != HEALTH_UNKNOWN
+                   else 'the fabric does not report its health'))
+    serial = item.get('serial')
+    return {'serial': str(serial)[:255] if serial else None,
+            'health': health, 'health_reason': reason,
+            'reachable_hosts': _reachable(item.get('hosts'))}
 
 
 # Fabrics whose discovery is still running in a thread the sync stopped
@@ -236,9 +268,14 @@ class FabricSync(object):
                                                       item['error']))
                 if row is not None:
                     self._unknown(context, row, item['error'])
+                    self._store_facts(context, row, {
+                        'health': HEALTH_UNKNOWN,
+                        'health_reason': 'could not be read from the '
+                                         'fabric: %s' % item['error']})
                 continue
             if row is not None:
                 _UNKNOWN.pop(row.uuid, None)
+                self._store_facts(context, row, facts(item))
             if row is None and item.get('not_poolable'):
                 summary['not_poolable'].append('%s: %s' % (
                     address, item['not_poolable']))
@@ -255,6 +292,9 @@ class FabricSync(object):
         for address, row in rows.items():
             if address in seen:
                 continue
+            self._store_facts(context, row, {
+                'health': HEALTH_UNKNOWN,
+                'health_reason': 'no longer reported by the fabric'})
             if row.lease_id is not None:
                 summary['leased_warnings'].append(
                     'device %s (%s) of a lease is no longer reported by '
@@ -282,6 +322,15 @@ class FabricSync(object):
             for pool_uuid in sorted(changed_pools):
                 placement_claims.sync_pool_now(pool_uuid)
         return summary
+
+    @staticmethod
+    def _store_facts(context, row, values):
+        """Write what changed of the device's facts (most rounds:
+        nothing, and then no write)."""
+        changed = {key: value for key, value in values.items()
+                   if getattr(row, key) != value}
+        if changed:
+            db_api.device_set_facts(context, row.id, changed)
 
     @staticmethod
     def _pool_for(pools, kind):
@@ -314,12 +363,13 @@ class FabricSync(object):
         return states.DEVICE_AVAILABLE
 
     def _add(self, context, pool, item, summary):
-        values = {'pool_id': pool.id, 'address': item['address'],
-                  'kind': item.get('kind') or 'pci',
-                  'vendor_id': item.get('vendor_id'),
-                  'product_id': item.get('product_id'),
-                  'model': item.get('model'),
-                  'state': self._state_for(item)}
+        values = dict(facts(item), pool_id=pool.id,
+                      address=item['address'],
+                      kind=item.get('kind') or 'pci',
+                      vendor_id=item.get('vendor_id'),
+                      product_id=item.get('product_id'),
+                      model=item.get('model'),
+                      state=self._state_for(item))
         try:
             device = db_api.device_create(context, values)
         except exception.Conflict:

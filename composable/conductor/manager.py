@@ -435,6 +435,19 @@ class ConductorManager(object):
             if mode == states.ATTACH_GUEST and not instance_uuid:
                 raise exception.Invalid(
                     reason='attach_mode guest needs a server')
+            # Devices the host cannot reach (the fabric's zones) are
+            # traded for ones it can, or the bind is refused (409) here,
+            # not when the fabric refuses it minutes later.
+            traded = allocator.reach_host(context, lease.id, host.name)
+            if traded:
+                LOG.info('Lease %(lease)s: devices %(old)s cannot be '
+                         'reached from host %(host)s; the lease now holds '
+                         '%(new)s instead',
+                         {'lease': lease.uuid,
+                          'old': ', '.join(sorted(traded)),
+                          'host': host.name,
+                          'new': ', '.join(traded[k]
+                                           for k in sorted(traded))})
             task.process_event(
                 states.BIND, request='bind', action='bind',
                 values={'host_id': host.id, 'instance_uuid': instance_uuid,

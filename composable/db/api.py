@@ -1222,6 +1222,17 @@ def extent_list(context, lease_id):
                 models.MemoryExtent.index).all()
 
 
+def device_set_facts(context, device_id, values):
+    """Store what the fabric says of a device (serial, health,
+    health_reason, reachable_hosts): one UPDATE of its row, no pool lock
+    (none of it is capacity); the row lock orders it with a claim that
+    reads the device's reachable hosts under that lock."""
+    with writer(context) as session:
+        session.query(models.Device).filter(
+            models.Device.id == device_id).update(
+                values, synchronize_session=False)
+
+
 def device_set_state(context, device_id, values):
     with writer(context) as session:
         session.query(models.Device).filter(

@@ -51,6 +51,20 @@ class JSONEncoded(types.TypeDecorator):
         return json.loads(value)
 
 
+class NullableJSON(types.TypeDecorator):
+    """JSON in a TEXT column where None is SQL NULL (not ``null``): for
+    values whose absence means something of its own."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else json.dumps(value, sort_keys=True)
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else json.loads(value)
+
+
 class Base(models.TimestampMixin, models.ModelBase):
 
     def as_dict(self):
@@ -212,6 +226,17 @@ class Device(Base):
     lease_id = sa.Column(sa.Integer, sa.ForeignKey('leases.id'),
                          nullable=True)
     pci_address = sa.Column(sa.String(32), nullable=True)
+    # What the fabric last reported (composable.conductor.fabric_sync):
+    # the serial number, the health (composable.fabric.base DEVICE_HEALTHS)
+    # and, when it is not ok, why.
+    serial = sa.Column(sa.String(255), nullable=True)
+    health = sa.Column(sa.String(16), nullable=True)
+    health_reason = sa.Column(sa.Text, nullable=True)
+    # Names of the hosts the fabric can connect the device to. NULL: every
+    # host of the fabric (the fabric tells nothing narrower, so the device
+    # is not stranded); [] no host at all (the fabric names its zones and
+    # no host is in them). Read by the allocator and the scheduler filter.
+    reachable_hosts = sa.Column(NullableJSON(), nullable=True)
 
     pool = orm.relationship(Pool, lazy='joined', innerjoin=True)
 

@@ -42,6 +42,9 @@ HEALTH_OK = 'ok'
 HEALTH_WARNING = 'warning'
 HEALTH_CRITICAL = 'critical'
 HEALTHS = (HEALTH_OK, HEALTH_WARNING, HEALTH_CRITICAL)
+# What the sync stores when the fabric could not say (devices.health).
+HEALTH_UNKNOWN = 'unknown'
+DEVICE_HEALTHS = HEALTHS + (HEALTH_UNKNOWN,)
 
 LOCATOR_KEYS = ('vendor_id', 'product_id', 'serial', 'pci_address',
                 'fabric_ref')
@@ -104,8 +107,11 @@ class FabricDriver(object, metaclass=abc.ABCMeta):
         """The devices the fabric holds: a list of dicts with ``address``
         (the fabric's own id of the device, ``devices.address``),
         ``kind`` (one of KINDS), ``model``, ``vendor_id``, ``product_id``,
-        ``serial``, ``health`` (one of HEALTHS), ``hosts`` (names of the
-        hosts it may be bound to, or None for any) and ``bound_to`` (the
+        ``serial``, ``health`` (one of HEALTHS, or None when the fabric
+        does not say), optionally ``health_reason`` (why, when not ok),
+        ``hosts`` (names of the hosts the fabric can connect it to: None
+        when the fabric tells nothing narrower than every host, an empty
+        list when no host can reach it) and ``bound_to`` (the
         host name it is bound to now, or None; with several holders, all
         of them, comma separated, and ``holders`` lists them). None
         instead of a list when the driver cannot tell what the fabric

@@ -25,7 +25,9 @@ fabric's driver_info:
 What it discovers is what ``driver_info`` lists under ``inventory``: a list
 of devices, each ``{"address": ..., "kind": "gpu", "model": ...,
 "vendor_id": ..., "product_id": ..., "serial": ..., "health": "ok"}``
-(only ``address`` is required), so that the conductor's fabric sync can be
+(only ``address`` is required; ``"hosts": ["compute-1", ...]`` names the
+only hosts that can reach it, absent or null for every host), so that
+the conductor's fabric sync can be
 tried without hardware. A fabric whose driver_info has no ``inventory`` at
 all (the demo's) simulates no discovery: ``discover`` answers None, "cannot
 tell", and the sync leaves the devices registered through the API alone. An
@@ -47,7 +49,7 @@ SIMULATED = 'SIMULATED fabric: no hardware is touched'
 
 _FAILURE_CHOICES = ('bind', 'unbind')
 _INVENTORY_KEYS = ('address', 'kind', 'model', 'vendor_id', 'product_id',
-                   'serial', 'health')
+                   'serial', 'health', 'hosts')
 
 
 def fake_pci_address(device):
@@ -127,6 +129,13 @@ class FakeFabricDriver(base.FabricDriver):
                 raise exception.Invalid(
                     reason='%s health must be one of %s' %
                     (where, ', '.join(base.HEALTHS)))
+            hosts = item.get('hosts')
+            if hosts is not None and not (
+                    isinstance(hosts, list) and
+                    all(isinstance(h, str) and h for h in hosts)):
+                raise exception.Invalid(
+                    reason='%s hosts must be a list of host names, or '
+                           'null for every host' % where)
             if item['address'] in seen:
                 raise exception.Invalid(
                     reason='%s repeats address %s' % (where,
@@ -150,6 +159,19 @@ class FakeFabricDriver(base.FabricDriver):
                   {'sim': SIMULATED, 'dev': device.get('uuid'),
                    'host': host.get('name'), 'fabric': fabric.get('name')})
         self._simulate(fabric, 'bind')
+        listed = next((item for item in (fabric.get('driver_info') or {})
+                       .get('inventory') or []
+                       if item.get('address') == device.get('address')),
+                      {})
+        if listed.get('hosts') is not None and \
+                host.get('name') not in listed['hosts']:
+            # As a fabric whose zones keep the device from the host.
+            raise exception.DriverError(
+                reason='device %s cannot reach host %s on fabric %s (it '
+                       'reaches %s)' % (device.get('uuid'), host.get('name'),
+                                        fabric.get('name'),
+                                        ', '.join(listed['hosts']) or
+                                        'no host'))
         key = (fabric.get('name'), device.get('address'))
         with self._lock:
             holder = self._bindings.get(key)
@@ -194,6 +216,6 @@ class FakeFabricDriver(base.FabricDriver):
                 'product_id': item.get('product_id'),
                 'serial': item.get('serial'),
                 'health': item.get('health', base.HEALTH_OK),
-                'hosts': None,
+                'hosts': item.get('hosts'),
                 'bound_to': bound.get(item['address'])})
         return found

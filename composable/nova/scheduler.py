@@ -42,6 +42,20 @@ Behaviour
 * A lease holding an SR-IOV virtual function (its device pool is made of
   the VFs of one host's physical function, microversion 1.3) keeps only
   that host: the VF exists nowhere else.
+* A flavor that asks for composable devices
+  (``resources:CUSTOM_COMPOSABLE_GPU=2``, ``..._PCI_<CLASS>``) keeps only
+  the hosts that can reach at least as many free devices of each class
+  as it asks for: the devices of the pools whose fabric's aggregate the
+  host is in, that the fabric can connect to it (a device's
+  ``reachable_hosts``, composable API 1.4; null: every host). Placement
+  counts the pools' capacity but knows nothing of a fabric's zones; a
+  host that reaches too few would get a lease it cannot bind. The free
+  devices are read once per request (``GET /v1/devices?state=available``,
+  every page); a composable API older than 1.4 tells nothing of
+  reachability, and then this check passes every host.
+* A lease named by the hint that holds devices keeps only the hosts that
+  can reach them, or, for those they cannot, as many free devices of the
+  lease's pool (its bind trades them, see the allocator).
 * Rebuilds are not filtered (the host does not change).
 * The filter is thread-safe: nova-scheduler runs requests on native
   threads; concurrent requests for the same key wait for one API call.
@@ -78,6 +92,7 @@ nova.conf
 import collections
 import threading
 import time
+from urllib import parse
 
 from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import exceptions as ks_exc
@@ -97,6 +112,15 @@ API_VERSION = '1.0'
 # Pools show the host of their SR-IOV virtual functions from 1.3 on; an
 # older composable API is read at API_VERSION (it has no such pools).
 POOL_API_VERSION = '1.3'
+# Devices show the hosts that can reach them from 1.4 on.
+DEVICE_API_VERSION = '1.4'
+
+# Resource classes of composable's device pools, copies of
+# composable.common.resource_classes.
+GPU_CLASS = 'CUSTOM_COMPOSABLE_GPU'
+PCI_CLASS_PREFIX = 'CUSTOM_COMPOSABLE_PCI_'
+# A free device (composable.common.states.DEVICE_AVAILABLE).
+DEVICE_AVAILABLE = 'available'
 
 # Lease states, copies of composable.common.states (this module runs in
 # Nova's processes and imports nothing of the service).
@@ -154,15 +178,62 @@ register_opts(CONF)
 
 
 # hosts: the only hosts the lease can be bound to (empty: any host of its
-# aggregates).
+# aggregates). held, free: the reachable hosts (a frozenset, or None for
+# every host) of each device the lease holds, and of each free device of
+# its device pool; held None: not known (a composable API older than
+# 1.4, or no devices).
 LeaseFacts = collections.namedtuple(
     'LeaseFacts', ['uuid', 'found', 'project_id', 'status', 'instance_uuid',
-                   'aggregates', 'error', 'hosts'],
-    defaults=(frozenset(),))
+                   'aggregates', 'error', 'hosts', 'held', 'free'],
+    defaults=(frozenset(), None, ()))
+
+# The free devices of a request: {resource class: {(aggregate uuid, host
+# of the pool's SR-IOV functions or None, reachable hosts frozenset or
+# None): count}}; None when the composable API is older than 1.4 (it
+# tells nothing of reachability). error: why they could not be read.
+ReachFacts = collections.namedtuple('ReachFacts', ['free', 'error'])
 
 
 def _unreadable(uuid, error):
     return LeaseFacts(uuid, False, None, None, None, frozenset(), error)
+
+
+class TooOld(Exception):
+    """The composable API does not serve the microversion asked for."""
+
+
+def _reaches(hosts, host):
+    return hosts is None or host in hosts
+
+
+def _hosts_of(device):
+    hosts = device.get('reachable_hosts')
+    return None if hosts is None else frozenset(hosts)
+
+
+def wanted_devices(spec_obj):
+    """{resource class: amount} of composable devices the request's
+    flavor asks for (``resources[N]:CUSTOM_COMPOSABLE_GPU`` and
+    ``..._PCI_<CLASS>``, every request group summed)."""
+    try:
+        extra_specs = spec_obj.flavor.extra_specs or {}
+    except Exception:
+        # A RequestSpec without a flavor (never loaded): nothing asked.
+        return {}
+    wanted = collections.Counter()
+    for key, value in extra_specs.items():
+        group, _, resource_class = key.partition(':')
+        if not group.startswith('resources') or not (
+                resource_class == GPU_CLASS or
+                resource_class.startswith(PCI_CLASS_PREFIX)):
+            continue
+        try:
+            amount = int(value)
+        except (TypeError, ValueError):
+            continue
+        if amount > 0:
+            wanted[resource_class] += amount
+    return dict(wanted)
 
 
 class _Cache(object):
@@ -240,15 +311,21 @@ class ComposableAPI(object):
             status_code_retries=group.status_code_retries,
             status_code_retry_delay=group.status_code_retry_delay)
 
-    def get(self, path, global_request_id=None, microversion=API_VERSION):
+    def get(self, path, global_request_id=None, microversion=API_VERSION,
+            params=None, fallback=True):
         """The decoded body, or None on 404. A composable API older than
-        ``microversion`` (406) is asked again at API_VERSION."""
+        ``microversion`` (406) is asked again at API_VERSION, or, without
+        ``fallback``, raises TooOld."""
         kwargs = {'raise_exc': False, 'microversion': microversion,
                   'headers': {'Accept': 'application/json'}}
+        if params:
+            kwargs['params'] = params
         if global_request_id:
             kwargs['global_request_id'] = global_request_id
         resp = self.adapter.get(path, **kwargs)
         if resp.status_code == 406 and microversion != API_VERSION:
+            if not fallback:
+                raise TooOld(microversion)
             kwargs['microversion'] = API_VERSION
             resp = self.adapter.get(path, **kwargs)
         if resp.status_code == 404:
@@ -256,6 +333,29 @@ class ComposableAPI(object):
         if resp.status_code != 200:
             raise ks_exc.from_response(resp, 'GET', path)
         return resp.json()
+
+    def list(self, path, key, global_request_id=None,
+             microversion=API_VERSION, params=None, fallback=True):
+        """Every item of a collection, following its ``next`` links."""
+        params = dict(params or {})
+        items = []
+        seen = set()
+        while True:
+            body = self.get(path, global_request_id, microversion,
+                            params=params, fallback=fallback) or {}
+            page = body.get(key) or []
+            items.extend(page)
+            following = [link.get('href') for link in body.get('links') or []
+                         if link.get('rel') == 'next']
+            if not following or not page:
+                return items
+            query = dict(parse.parse_qsl(parse.urlsplit(
+                following[0]).query))
+            marker = query.get('marker')
+            if not marker or marker in seen:
+                return items
+            seen.add(marker)
+            params.update(query)
 
 
 class ComposableFilter(filters.BaseHostFilter):
@@ -294,6 +394,85 @@ class ComposableFilter(filters.BaseHostFilter):
     def _pool_aggregate(self, pool_uuid, request_id):
         return self._pool_facts(pool_uuid, request_id)[0]
 
+    def _fabric_aggregate(self, fabric_uuid, request_id):
+        def load():
+            fabric = self.api.get('/v1/fabrics/%s' % fabric_uuid,
+                                  request_id)
+            return (fabric or {}).get('aggregate_uuid'), None
+        return self._pools.get(('fabric', fabric_uuid), load)
+
+    def _lease_devices(self, lease, request_id):
+        """(held, free) of LeaseFacts for a lease holding devices."""
+        held = {d.get('uuid') for d in lease.get('devices') or []}
+        if not held or not lease.get('device_pool_uuid'):
+            return None, ()
+        try:
+            devices = self.api.list(
+                '/v1/devices', 'devices', request_id,
+                microversion=DEVICE_API_VERSION,
+                params={'pool': lease['device_pool_uuid']}, fallback=False)
+        except TooOld:
+            return None, ()
+        mine = tuple(_hosts_of(d) for d in devices if d.get('uuid') in held)
+        free = tuple(_hosts_of(d) for d in devices
+                     if d.get('state') == DEVICE_AVAILABLE and
+                     not d.get('lease_uuid'))
+        return mine, free
+
+    def _load_reach(self, request_id):
+        try:
+            try:
+                devices = self.api.list(
+                    '/v1/devices', 'devices', request_id,
+                    microversion=DEVICE_API_VERSION,
+                    params={'state': DEVICE_AVAILABLE}, fallback=False)
+            except TooOld:
+                return ReachFacts(None, None)
+            pools = {}
+            for pool in self.api.list('/v1/pools', 'pools', request_id,
+                                      microversion=POOL_API_VERSION):
+                pools[pool.get('uuid')] = pool
+            free = {}
+            for device in devices:
+                if device.get('lease_uuid'):
+                    continue
+                pool = pools.get(device.get('pool_uuid'))
+                if pool is None:
+                    continue
+                aggregate = self._fabric_aggregate(pool.get('fabric_uuid'),
+                                                   request_id)
+                if not aggregate:
+                    continue
+                key = (aggregate, (pool.get('sriov') or {}).get('host'),
+                       _hosts_of(device))
+                counts = free.setdefault(pool.get('resource_class'),
+                                         collections.Counter())
+                counts[key] += 1
+            return ReachFacts(free, None)
+        except Exception as err:
+            LOG.warning('ComposableFilter could not read the free devices '
+                        'from the composable API: %s', err)
+            return ReachFacts(None, str(err) or type(err).__name__)
+
+    def reach_facts(self, spec_obj):
+        """The free devices and who reaches them, read once per
+        request."""
+        context = getattr(spec_obj, '_context', None)
+        request_id = getattr(context, 'request_id', None)
+        global_id = getattr(context, 'global_id', None)
+        if request_id:
+            key = ('reach', request_id)
+            valid = None
+            tag = None
+        else:
+            key = ('reach-spec', id(spec_obj))
+            tag = spec_obj
+
+            def valid(held):
+                return held is spec_obj
+        return self._requests.get(
+            key, lambda: (self._load_reach(global_id), tag), valid)
+
     def _load_facts(self, lease_uuid, request_id):
         try:
             lease = self.api.get('/v1/leases/%s' % lease_uuid, request_id)
@@ -316,10 +495,12 @@ class ComposableFilter(filters.BaseHostFilter):
                                               request_id)[1]
                 if sriov_host:
                     hosts.add(sriov_host)
+            held, free = self._lease_devices(lease, request_id)
             return LeaseFacts(lease_uuid, True, lease.get('project_id'),
                               lease.get('status'),
                               lease.get('instance_uuid'),
-                              frozenset(aggregates), None, frozenset(hosts))
+                              frozenset(aggregates), None, frozenset(hosts),
+                              held, free)
         except Exception as err:
             LOG.warning('ComposableFilter could not read lease %s from the '
                         'composable API: %s', lease_uuid, err)
@@ -387,29 +568,98 @@ class ComposableFilter(filters.BaseHostFilter):
                 return True
         return False
 
+    @staticmethod
+    def _lease_reachable(host_state, facts):
+        """The host reaches the lease's devices, or free devices of its
+        pool for those it does not."""
+        if facts.held is None:
+            return True
+        host = host_state.host
+        missing = sum(1 for hosts in facts.held if not _reaches(hosts, host))
+        if not missing:
+            return True
+        return sum(1 for hosts in facts.free
+                   if _reaches(hosts, host)) >= missing
+
+    @staticmethod
+    def _reach_passes(host_state, wanted, reach):
+        """The host reaches at least as many free devices of each class
+        as the flavor asks for."""
+        if reach.free is None:
+            return True
+        host = host_state.host
+        aggregates = {getattr(a, 'uuid', None)
+                      for a in host_state.aggregates or ()}
+        for resource_class, amount in wanted.items():
+            found = 0
+            for (aggregate, sriov_host, hosts), count in (
+                    reach.free.get(resource_class) or {}).items():
+                if (aggregate in aggregates and
+                        sriov_host in (None, host) and
+                        _reaches(hosts, host)):
+                    found += count
+            if found < amount:
+                return False
+        return True
+
+    def _passes(self, host_state, facts, wanted, reach):
+        if facts is not None and not (
+                self._host_matches(host_state, facts.aggregates,
+                                   facts.hosts) and
+                self._lease_reachable(host_state, facts)):
+            return False
+        if wanted and not self._reach_passes(host_state, wanted, reach):
+            return False
+        return True
+
+    def _request(self, spec_obj):
+        """(lease facts or None, wanted devices, reach facts or None),
+        or a reason no host may take the request."""
+        lease_uuid = self._hint(spec_obj)
+        wanted = wanted_devices(spec_obj)
+        facts = reach = None
+        if lease_uuid is not None:
+            facts = self.lease_facts(spec_obj, lease_uuid)
+            reason = self.refusal(facts, spec_obj)
+            if reason:
+                return reason
+        if wanted:
+            reach = self.reach_facts(spec_obj)
+            if reach.error:
+                return ('the free devices could not be read from the '
+                        'composable API: %s' % reach.error)
+        return facts, wanted, reach
+
     def _is_rebuild(self, spec_obj):
         from nova.scheduler import utils
         return utils.request_is_rebuild(spec_obj)
 
+    def _asks_nothing(self, spec_obj):
+        return self._hint(spec_obj) is None and not wanted_devices(spec_obj)
+
     def filter_all(self, filter_obj_list, spec_obj):
-        lease_uuid = self._hint(spec_obj)
-        if lease_uuid is None or self._is_rebuild(spec_obj):
+        if self._asks_nothing(spec_obj) or self._is_rebuild(spec_obj):
             return filter_obj_list
-        facts = self.lease_facts(spec_obj, lease_uuid)
-        reason = self.refusal(facts, spec_obj)
-        if reason:
+        request = self._request(spec_obj)
+        if isinstance(request, str):
             LOG.info('ComposableFilter: no host for instance %s: %s',
-                     spec_obj.instance_uuid, reason)
+                     spec_obj.instance_uuid, request)
             return []
-        return [host for host in filter_obj_list
-                if self._host_matches(host, facts.aggregates, facts.hosts)]
+        facts, wanted, reach = request
+        passed = [host for host in filter_obj_list
+                  if self._passes(host, facts, wanted, reach)]
+        if wanted and not passed:
+            LOG.info('ComposableFilter: no host for instance %s reaches '
+                     '%s free device(s) of the composable pools',
+                     spec_obj.instance_uuid,
+                     ', '.join('%d %s' % (n, rc)
+                               for rc, n in sorted(wanted.items())))
+        return passed
 
     def host_passes(self, host_state, spec_obj):
-        lease_uuid = self._hint(spec_obj)
-        if lease_uuid is None:
+        if self._asks_nothing(spec_obj):
             return True
-        facts = self.lease_facts(spec_obj, lease_uuid)
-        if self.refusal(facts, spec_obj):
+        request = self._request(spec_obj)
+        if isinstance(request, str):
             return False
-        return self._host_matches(host_state, facts.aggregates,
-                                  facts.hosts)
+        return self._passes(host_state, *request)

@@ -12,8 +12,12 @@
 
 from composable.policies import base
 
+# Nova's scheduler filter (the service role) reads which free devices
+# each host can reach.
 rules = base.crud_rules('device', 'devices', 'devices', base.RULE_ADMIN,
-                        'device')
+                        'device',
+                        overrides={'get': base.ADMIN_OR_SERVICE,
+                                   'list': base.ADMIN_OR_SERVICE})
 
 
 def list_rules():

@@ -48,10 +48,15 @@ DEVICE_HELD = {'uuid': 'f0000000-0000-4000-8000-000000000004',
                'model': 'A100', 'traits': [], 'state': 'attached',
                'lease_uuid': helpers.LEASE_BINDING['uuid'],
                'pci_address': '0000:41:00.0',
-               'created_at': '2026-11-01T10:00:00+00:00', 'updated_at': None}
+               'created_at': '2026-11-01T10:00:00+00:00', 'updated_at': None,
+               'serial': 'GPU-SN-0', 'health': 'ok', 'health_reason': None,
+               'reachable_hosts': None}
 DEVICE_FAULTY = dict(DEVICE_HELD, uuid='f0000000-0000-4000-8000-000000000005',
                      name='gpu-1', state='faulty', lease_uuid=None,
-                     pci_address=None)
+                     pci_address=None, health='critical',
+                     health_reason='the fabric reports its health as '
+                                   'critical',
+                     reachable_hosts=['compute-1', 'compute-2'])
 
 
 def wrap(*dicts):
@@ -173,6 +178,25 @@ class AdminInventoryTests(helpers.BaseAdminViewTests):
         faulty = rows['gpu-1'].render()
         self.assertIn('Faulty', faulty)
         self.assertIn('status_down', faulty)
+        # What the fabric reports: health, why, and who can reach it.
+        self.assertIn('Every host', held)
+        self.assertIn('OK', held)
+        self.assertIn('Critical', faulty)
+        self.assertIn('reports its health as critical', faulty)
+        self.assertIn('compute-1, compute-2', faulty)
+
+    @mock.patch.object(api, 'device_list')
+    def test_devices_of_an_api_older_than_1_4(self, device_list):
+        old = {k: v for k, v in DEVICE_HELD.items()
+               if k not in ('serial', 'health', 'health_reason',
+                            'reachable_hosts')}
+        device_list.return_value = wrap(old)
+
+        res = self.client.get(admin_url('devices'))
+
+        row = res.context['table'].get_rows()[0].render()
+        self.assertIn('Attached', row)
+        self.assertNotIn('Every host', row)
 
     @mock.patch.object(api, 'pool_create')
     def test_create_pool(self, pool_create):

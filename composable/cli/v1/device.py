@@ -64,8 +64,9 @@ class ListDevice(base.ListCommand):
 
     resource = DEVICE
     columns = ['uuid', 'name', 'pool_uuid', 'kind', 'model', 'address',
-               'state', 'lease_uuid']
-    long_columns = ['fabric_uuid', 'vendor_id', 'product_id', 'traits',
+               'state', 'health', 'lease_uuid']
+    long_columns = ['fabric_uuid', 'vendor_id', 'product_id', 'serial',
+                    'health_reason', 'reachable_hosts', 'traits',
                     'pci_address', 'created_at', 'updated_at']
     filters = ('pool', 'state', 'kind', 'model')
 

@@ -44,6 +44,19 @@ it references (foreign key check), and asking for a pool's exclusive lock
 after that deadlocks with a claim already waiting for it. The rare deadlock
 a database still reports is retried.
 
+Devices a host can reach
+------------------------
+A fabric may connect a device to some of its hosts only (its zones):
+``devices.reachable_hosts`` names them, NULL for every host. A claim
+that knows the lease's host (a deferred allocation of a lease bound
+since, a flavor's lease made where its instance starts) takes only
+devices that host reaches. A lease claimed before it had a host is
+checked at bind (:func:`reach_host`): devices the host cannot reach are
+traded, in one transaction under the pool's lock, for free ones of the
+same pool that it can, or the bind is refused (Conflict, HTTP 409) when
+the pool has none left. Two binds racing for the last reachable device
+are ordered by the pool's row lock: the second sees it taken.
+
 Placement of memory extents
 ---------------------------
 A memory lease of M MiB from a pool with step size S becomes M/S extents of
@@ -233,7 +246,21 @@ def _take_devices(session, lease_id, devices):
         raise LostRace('device %s' % ', '.join(d.uuid for d in devices))
 
 
-def _claim_requested_devices(session, lease, fabric_id):
+def reaches(device, host_name):
+    """True when the fabric can connect ``device`` (a row with
+    reachable_hosts) to host ``host_name``; any host when None."""
+    hosts = device.reachable_hosts
+    return host_name is None or hosts is None or host_name in hosts
+
+
+def _reach_text(device):
+    hosts = device.reachable_hosts
+    if hosts is None:
+        return 'every host'
+    return ', '.join(hosts) if hosts else 'no host'
+
+
+def _claim_requested_devices(session, lease, fabric_id, host_name=None):
     devices = session.execute(sa.select(*statements.DEVICE_COLUMNS).where(
         _DEVICES.c.uuid.in_(lease.requested_devices)).order_by(
             _DEVICES.c.id).with_for_update()).all()
@@ -253,6 +280,12 @@ def _claim_requested_devices(session, lease, fabric_id):
                 reason='Device %s was taken by another lease or went to '
                        '%s meanwhile; ask for another device.' %
                 (device.uuid, device.state))
+        if not reaches(device, host_name):
+            raise exception.InsufficientCapacity(
+                reason='Device %s cannot be reached from host %s (the '
+                       'fabric connects it to %s); ask for another '
+                       'device.' % (device.uuid, host_name,
+                                    _reach_text(device)))
     pool = session.execute(sa.select(*statements.POOL_COLUMNS).where(
         _POOLS.c.id == pool_ids.pop())).one()
     if len(devices) > 1 and pool.sriov_host_id is not None:
@@ -274,13 +307,16 @@ def _matches_traits(device, traits):
     return set(traits or []) <= set(device.traits or [])
 
 
-def _claim_devices(session, lease, fabric_id, check_fit=False):
+def _claim_devices(session, lease, fabric_id, check_fit=False,
+                   host_name=None):
     """Claim the lease's devices in their pool; returns (pool row, device
     rows) for the caller to give the devices to the lease
     (_take_devices) once it has an id. ``check_fit``: refuse (Invalid) a
-    request that no pool of its kind could ever give."""
+    request that no pool of its kind could ever give. ``host_name``: only
+    devices that host can reach."""
     if lease.requested_devices:
-        return _claim_requested_devices(session, lease, fabric_id)
+        return _claim_requested_devices(session, lease, fabric_id,
+                                        host_name)
     count = lease.device_count
     reasons = []
     pools = _device_candidates(session, lease, fabric_id)
@@ -308,23 +344,31 @@ def _claim_devices(session, lease, fabric_id, check_fit=False):
         if not _claim_pool(session, pool, count):
             reasons.append('%s has %d free' % (pool.name, _free(pool)))
             continue
-        if not (lease.device_model or lease.device_traits):
+        if not (lease.device_model or lease.device_traits or host_name):
             query = statements.LOCK_ANY_FREE_DEVICES
         else:
             query = statements.FREE_DEVICES
             if lease.device_model:
                 query = query.where(_DEVICES.c.model == lease.device_model)
-            if not lease.device_traits:
+            if not (lease.device_traits or host_name):
                 query = query.limit(count)
             query = query.order_by(_DEVICES.c.id).with_for_update()
         locked = session.execute(query, {'b_pool': pool.id,
                                          'b_limit': count}).all()
         candidates = [d for d in locked
                       if _matches_traits(d, lease.device_traits)]
+        matching = len(candidates)
+        candidates = [d for d in candidates if reaches(d, host_name)]
         if len(candidates) < count:
             _unclaim_pool(session, pool.id, count)
-            reasons.append('%s has %d matching free' %
-                           (pool.name, len(candidates)))
+            if len(candidates) < matching:
+                reasons.append('%s has %d matching free, %d of them '
+                               'reachable from host %s' %
+                               (pool.name, matching, len(candidates),
+                                host_name))
+            else:
+                reasons.append('%s has %d matching free' %
+                               (pool.name, len(candidates)))
             continue
         return pool, candidates[:count]
     raise exception.InsufficientCapacity(
@@ -388,7 +432,7 @@ def _complete(session, lease_id, source, action, values=None):
                                  action=action)
 
 
-def _claim(session, lease, check_fit=False):
+def _claim(session, lease, check_fit=False, host_name=None):
     """Claim, in the pools (and on the memory nodes), what ``lease`` asks
     for: anything with memory_mb, requested_pools, device_count,
     device_kind, device_model, device_traits and requested_devices.
@@ -397,6 +441,8 @@ def _claim(session, lease, check_fit=False):
     ``check_fit`` (a request that names no pools or devices): refuse with
     Invalid, before claiming anything, what no pool could ever hold (see
     composable.common.pool_fit), checked on the pool rows the claim reads.
+    ``host_name``: the host the lease is for, when known; its devices are
+    then only ones that host can reach.
     """
     claim = {'memory_pool': None, 'extents': [], 'device_pool': None,
              'devices': []}
@@ -415,7 +461,8 @@ def _claim(session, lease, check_fit=False):
         claim['device_pool'], claim['devices'] = _claim_devices(
             session, lease,
             memory_pool.fabric_id if memory_pool is not None else None,
-            check_fit=check_fit and not lease.memory_mb)
+            check_fit=check_fit and not lease.memory_mb,
+            host_name=host_name)
     return claim
 
 
@@ -448,6 +495,13 @@ def _pool_ids(claim):
             if claim['device_pool'] else None}
 
 
+def _host_name(session, host_id):
+    if host_id is None:
+        return None
+    return session.execute(sa.select(statements.HOSTS.c.name).where(
+        statements.HOSTS.c.id == host_id)).scalar()
+
+
 def _allocate_once(context, lease_id):
     with dbapi.writer(context) as session:
         lease = session.execute(sa.select(_LEASES).where(
@@ -458,7 +512,8 @@ def _allocate_once(context, lease_id):
             # on: _complete says which.
             return _complete(session, lease_id, states.ALLOCATING,
                              'allocate')
-        claim = _claim(session, lease)
+        claim = _claim(session, lease,
+                       host_name=_host_name(session, lease.host_id))
         # The lease row after the pools: one lock order everywhere.
         if not _complete(session, lease_id, states.ALLOCATING, 'allocate',
                          dict(_pool_ids(claim), fault=None)):
@@ -523,17 +578,20 @@ def _insert_lease(session, row):
                            row).inserted_primary_key[0]
 
 
-def create_in(session, context, values, action, check_fit=False):
+def create_in(session, context, values, action, check_fit=False,
+              host_name=None):
     """Insert a lease and claim what it asks for, in ``session``'s
     transaction; (uuid, status, document). Raises InsufficientCapacity or
     LostRace, after which the caller must roll back what this did, and
     with ``check_fit`` Invalid for a request no pool could ever hold (see
-    _claim), before it claimed anything."""
+    _claim), before it claimed anything. ``host_name``: the host the
+    lease is made for (its devices are ones that host reaches)."""
     request = types.SimpleNamespace(**dict(_LEASE_DEFAULTS, **values))
     # Pools first, then the new lease that names them (InnoDB's foreign
     # key check on the insert takes shared locks on the pool rows, which
     # this transaction holds already).
-    claim = _claim(session, request, check_fit=check_fit)
+    claim = _claim(session, request, check_fit=check_fit,
+                   host_name=host_name)
     status = states.next_state(
         states.next_state(states.REQUESTED, states.ALLOCATE), states.DONE)
     row = _lease_values(values, status, **_pool_ids(claim))
@@ -562,10 +620,11 @@ CREATE_RACE_FAULT = ('The pools changed too fast to place this lease; '
                      'delete it and try again.')
 
 
-def _create_once(context, values, action, check_fit=False):
+def _create_once(context, values, action, check_fit=False,
+                 host_name=None):
     with dbapi.writer(context) as session:
         return create_in(session, context, values, action,
-                         check_fit=check_fit)
+                         check_fit=check_fit, host_name=host_name)
 
 
 def _create_failed(context, values, action, fault):
@@ -574,7 +633,8 @@ def _create_failed(context, values, action, fault):
 
 
 def create_and_allocate(context, values, action='create',
-                        want_document=False, check_fit=False):
+                        want_document=False, check_fit=False,
+                        host_name=None):
     """Insert a lease and claim what it asks for, in one transaction.
 
     The lease goes requested -> allocating -> reserved and its first action
@@ -587,7 +647,8 @@ def create_and_allocate(context, values, action='create',
     Returns (uuid, status), and with ``want_document`` (uuid, status,
     document): the lease's document (composable.db.views) as committed.
     With ``check_fit``, a request no pool could ever hold raises Invalid
-    and nothing is recorded.
+    and nothing is recorded. With ``host_name``, the lease gets only
+    devices that host can reach.
     """
     attempts = CONF.allocator.claim_retries + 1
     fault = CREATE_RACE_FAULT
@@ -595,7 +656,8 @@ def create_and_allocate(context, values, action='create',
     for attempt in range(attempts):
         try:
             result = dbapi.retry_on_deadlock(_create_once)(
-                context, values, action, check_fit=check_fit)
+                context, values, action, check_fit=check_fit,
+                host_name=host_name)
             break
         except exception.InsufficientCapacity as exc:
             fault = exc.message
@@ -607,6 +669,107 @@ def create_and_allocate(context, values, action='create',
         result = dbapi.retry_on_deadlock(_create_failed)(context, values,
                                                          action, fault)
     return result if want_document else result[:2]
+
+
+def _reach_once(context, lease_id, host_name):
+    with dbapi.writer(context) as session:
+        # The pools first, as everywhere: a claim of the same pool waits
+        # here, and so does another bind trading in the same pool.
+        lock_lease_pools(session, lease_id)
+        lease = session.execute(sa.select(
+            _LEASES.c.uuid, _LEASES.c.device_model, _LEASES.c.device_traits,
+            _LEASES.c.requested_devices).where(
+            _LEASES.c.id == lease_id)).first()
+        if lease is None:
+            raise exception.LeaseNotFound(lease=lease_id)
+        held = session.execute(statements.LOCK_LEASE_DEVICES,
+                               {'b_lease': lease_id}).all()
+        away = [d for d in held if not reaches(d, host_name)]
+        if not away:
+            return {}
+        first = away[0]
+        if lease.requested_devices:
+            raise exception.Conflict(
+                reason='lease %s holds device %s, which the fabric cannot '
+                       'connect to host %s (it reaches %s); the lease asked '
+                       'for that device, so bind it to one of those hosts' %
+                       (lease.uuid, first.uuid, host_name,
+                        _reach_text(first)))
+        stuck = [d for d in away if d.state != states.DEVICE_RESERVED or
+                 d.pci_address is not None]
+        if stuck:
+            raise exception.Conflict(
+                reason='lease %s holds device %s (%s), which the fabric '
+                       'cannot connect to host %s (it reaches %s); unbind '
+                       'the lease first' % (lease.uuid, stuck[0].uuid,
+                                            stuck[0].state, host_name,
+                                            _reach_text(stuck[0])))
+        trades = {}
+        for pool_id in sorted({d.pool_id for d in away}):
+            gone = [d for d in away if d.pool_id == pool_id]
+            query = statements.FREE_DEVICES
+            if lease.device_model:
+                query = query.where(_DEVICES.c.model == lease.device_model)
+            free = session.execute(
+                query.order_by(_DEVICES.c.id).with_for_update(),
+                {'b_pool': pool_id}).all()
+            usable = [d for d in free if reaches(d, host_name) and
+                      _matches_traits(d, lease.device_traits)]
+            if len(usable) < len(gone):
+                pool = session.execute(sa.select(_POOLS.c.name).where(
+                    _POOLS.c.id == pool_id)).scalar()
+                raise exception.Conflict(
+                    reason='host %s cannot reach device %s of lease %s '
+                           '(the fabric connects it to %s), and pool %s has '
+                           '%s free device that host can reach to take its '
+                           'place; bind the lease to a host that reaches '
+                           'its devices, or try again once a device is '
+                           'free' % (
+                               host_name, gone[0].uuid, lease.uuid,
+                               _reach_text(gone[0]), pool,
+                               'no' if not usable else
+                               'only %d' % len(usable)))
+            count = session.execute(statements.RETURN_DEVICES, {
+                'b_ids': [d.id for d in gone],
+                'b_lease': lease_id}).rowcount
+            if count != len(gone):
+                raise LostRace('device %s' % ', '.join(d.uuid for d in gone))
+            _take_devices(session, lease_id, usable[:len(gone)])
+            trades.update({old.uuid: new.uuid for old, new
+                           in zip(gone, usable)})
+        return trades
+
+
+def reach_host(context, lease_id, host_name):
+    """Make sure host ``host_name`` can reach every device the lease
+    holds, before it is bound there: a device it cannot reach, never
+    bound yet, is given back to its pool and replaced by a free one of
+    the same pool (and model, traits) that the host reaches, all in one
+    transaction. Returns {old device uuid: new device uuid} (empty when
+    nothing had to change). Raises Conflict, changing nothing, when the
+    pool has no such device free, the lease asked for that very device,
+    or the device is bound already."""
+    attempts = CONF.allocator.claim_retries + 1
+    for attempt in range(attempts):
+        try:
+            return dbapi.retry_on_deadlock(_reach_once)(context, lease_id,
+                                                        host_name)
+        except LostRace as race:
+            LOG.info('Lost a race for %s while trading devices of lease %s '
+                     'for host %s (attempt %d of %d); retrying.', race,
+                     lease_id, host_name, attempt + 1, attempts)
+    raise exception.Conflict(
+        reason='the pool changed too fast to find devices host %s can '
+               'reach; try again' % host_name)
+
+
+def reach_host_id(context, lease_id, host_id):
+    """reach_host for the host of id ``host_id``."""
+    with dbapi.reader(context) as session:
+        name = _host_name(session, host_id)
+    if name is None:
+        raise exception.HostNotFound(host=host_id)
+    return reach_host(context, lease_id, name)
 
 
 def lock_lease_pools(session, lease_id):

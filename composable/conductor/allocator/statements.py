@@ -41,6 +41,7 @@ DEVICES = models.Device.__table__
 POOLS = models.Pool.__table__
 NODES = models.MemoryNode.__table__
 ACTIONS = models.LeaseAction.__table__
+HOSTS = models.Host.__table__
 
 _B = sa.bindparam
 
@@ -54,7 +55,8 @@ NODE_COLUMNS = (NODES.c.id, NODES.c.name, NODES.c.capacity_mb,
 DEVICE_COLUMNS = (DEVICES.c.id, DEVICES.c.uuid, DEVICES.c.pool_id,
                   DEVICES.c.kind, DEVICES.c.model, DEVICES.c.traits,
                   DEVICES.c.state, DEVICES.c.lease_id,
-                  DEVICES.c.pci_address, DEVICES.c.address)
+                  DEVICES.c.pci_address, DEVICES.c.address,
+                  DEVICES.c.reachable_hosts)
 
 # Pools.
 CLAIM_POOL = POOLS.update().where(
@@ -108,6 +110,18 @@ FREE_DEVICES = sa.select(*DEVICE_COLUMNS).where(
 # LOCKED is not on every backend.
 LOCK_ANY_FREE_DEVICES = FREE_DEVICES.order_by(DEVICES.c.id).limit(
     _B('b_limit')).with_for_update()
+# A lease's devices, locked (a bind checks that its host reaches them).
+LOCK_LEASE_DEVICES = sa.select(*DEVICE_COLUMNS).where(
+    DEVICES.c.lease_id == _B('b_lease')).order_by(
+    DEVICES.c.id).with_for_update()
+# Devices a lease gives back without ever having bound them (a bind to a
+# host that cannot reach them trades them for ones it can).
+RETURN_DEVICES = DEVICES.update().where(
+    DEVICES.c.id.in_(_B('b_ids', expanding=True)),
+    DEVICES.c.lease_id == _B('b_lease'),
+    DEVICES.c.state == states.DEVICE_RESERVED,
+    DEVICES.c.pci_address.is_(None)).values(
+        state=states.DEVICE_AVAILABLE, lease_id=None)
 DEVICES_BY_POOL = sa.select(DEVICES.c.pool_id, sa.func.count()).where(
     DEVICES.c.lease_id == _B('b_lease')).group_by(
     DEVICES.c.pool_id).order_by(DEVICES.c.pool_id)

@@ -121,6 +121,7 @@ from composable.common import exception
 from composable.common import live_migration
 from composable.common import rpc
 from composable.common import states
+from composable.conductor.allocator import claims as allocator
 from composable.conductor.nova import actions as nova_actions
 from composable.conductor.nova import binding as instance_binding
 from composable.conductor.nova import client as nova_api
@@ -643,6 +644,13 @@ class NovaEventHandler(object):
         if host_id is None:
             return
         lease = db_api.lease_get_by_id(context, lease_id)
+        # The new host may not reach the lease's devices: they are traded
+        # for ones it reaches, or the bind fails saying why.
+        refusal = None
+        try:
+            allocator.reach_host_id(context, lease_id, host_id)
+        except exception.Conflict as exc:
+            refusal = exc.message
         values = {'instance_uuid': instance, 'host_id': host_id,
                   'attach_mode': lease.attach_mode, 'fault': None}
         try:
@@ -650,6 +658,13 @@ class NovaEventHandler(object):
                                   states.BIND, values=values, action='bind',
                                   message=message)
         except lease_task.StatusChanged:
+            return
+        if refusal is not None:
+            LOG.warning('Lease %(lease)s cannot follow instance %(inst)s: '
+                        '%(reason)s', {'lease': lease.uuid, 'inst': instance,
+                                       'reason': refusal})
+            flows._finish(context, lease_id, states.BINDING, states.FAIL,
+                          'bind', fault=refusal)
             return
         flows.bind(context, lease_id, action='bind')
 

@@ -180,13 +180,14 @@ def ensure_instance_leases(context, instance_uuid, host_name, project_id,
                      {'lease': releasing[0], 'inst': instance_uuid,
                       'pool': pool.name})
             continue
-        _check_host(host_name, pool, instance_uuid)
+        reach_host = _check_host(host_name, pool, instance_uuid)
         name = base_name if len(allocations) == 1 else '%s-%s' % (
             base_name, pool.name)
         values = _lease_values(pool, amount, instance_uuid, project_id,
                                user_id, extra_specs, name)
         values['uuid'] = lease_uuid(instance_uuid, pool.uuid, len(mine))
-        result.append(_create(context, values, instance_uuid, pool))
+        result.append(_create(context, values, instance_uuid, pool,
+                              reach_host))
     return result
 
 
@@ -231,8 +232,10 @@ def stale_flavor_leases(context, leases, instance_uuid, allocations,
 
 
 def _check_host(host_name, pool, instance_uuid):
+    """The name of the instance's host when it is a host of the pool's
+    fabric (the lease then gets devices that host reaches), else None."""
     if not host_name:
-        return
+        return None
     try:
         host = db_api.host_get(_admin(), host_name)
     except exception.HostNotFound:
@@ -242,23 +245,26 @@ def _check_host(host_name, pool, instance_uuid):
                     'pool) and add it to the fabric\'s aggregate.',
                     {'inst': instance_uuid, 'host': host_name,
                      'pool': pool.name})
-        return
+        return None
     if host.fabric_id != pool.fabric_id:
         LOG.warning('Instance %(inst)s runs on %(host)s, which is not on '
                     'the fabric of pool %(pool)s; Nova\'s aggregate and '
                     'composable\'s hosts disagree.',
                     {'inst': instance_uuid, 'host': host_name,
                      'pool': pool.name})
+        return None
+    return host.name
 
 
 def _admin():
     return ctx_mod.get_admin_context()
 
 
-def _create(context, values, instance_uuid, pool):
+def _create(context, values, instance_uuid, pool, host_name=None):
     try:
         uuid, status = allocator.create_and_allocate(context, values,
-                                                     action='create')
+                                                     action='create',
+                                                     host_name=host_name)
     except db_exc.DBDuplicateEntry:
         # Made by a concurrent caller for the same instance and pool.
         LOG.debug('Lease %s of instance %s was made concurrently',

@@ -949,8 +949,11 @@ class RedfishFabricDriver(base.FabricDriver):
                     reason='resource block %s cannot be composed now: '
                            '%s' % (block.uri, why))
             zones = self._zones(conn)
-            if not (self._block_zones(block, zones)
-                    & self._system_zones(conn, system, zones)):
+            block_zones = self._block_zones(block, zones)
+            # A service with no resource zones at all says nothing of
+            # what connects to what: any system may try.
+            if (zones or block_zones) and not (
+                    block_zones & self._system_zones(conn, system, zones)):
                 raise exception.DriverError(
                     reason='resource block %s shares no resource zone '
                            'with system %s (host %s): the fabric cannot '
@@ -1173,9 +1176,13 @@ class RedfishFabricDriver(base.FabricDriver):
                     'serial': device.serial,
                     'health': device.health,
                     'state': block.state,
-                    'hosts': sorted(names[s.uri] for s in systems
-                                    if zones_of_block
-                                    & system_zones[s.uri]),
+                    # The systems sharing a resource zone with the
+                    # block; None (every host) where the service has no
+                    # zones, so tells nothing of reachability.
+                    'hosts': (sorted(names[s.uri] for s in systems
+                                     if zones_of_block
+                                     & system_zones[s.uri])
+                              if zones or zones_of_block else None),
                     'bound_to': ', '.join(bound) if bound else None,
                     'holders': bound,
                 }

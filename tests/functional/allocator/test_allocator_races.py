@@ -199,3 +199,49 @@ def test_batched_creates_and_releases_race_across_conductors(db_backend):
             claims.stop()
     assert len(made) == 72
     _assert_pools_hold_what_leases_hold(made)
+
+
+def test_binds_race_for_the_devices_a_host_reaches(db_backend):
+    """Eight leases hold devices compute-a cannot reach; three free ones
+    reach it. Eight binds to compute-a at once: three are traded a device
+    (each a different one), five are refused with 409 and keep theirs;
+    meanwhile claims for compute-a find nothing left."""
+    ctx = inv.admin()
+    fabric, _ = inv.memory_inventory(nodes=(8192,))
+    host = dbapi.host_create(ctx, {'name': 'compute-a',
+                                   'fabric_id': fabric.id})
+    _, devices = inv.gpu_inventory(fabric, models_=['A'] * 11)
+    leases = [inv.new_lease(device_count=1, device_kind='gpu')
+              for _ in range(8)]
+    for lease in leases:
+        assert inv.allocate(lease) is True
+    for device in devices:
+        dbapi.device_set_facts(ctx, device.id, {
+            'reachable_hosts': ['compute-b'] if device.id <= devices[7].id
+            else ['compute-a']})
+    for_host = [inv.new_lease(device_count=1, device_kind='gpu',
+                              host_id=host.id) for _ in range(4)]
+
+    def bind(lease):
+        if lease.host_id is not None:
+            return inv.allocate(lease)
+        try:
+            return allocator.reach_host(ctx, lease.id, 'compute-a')
+        except exception.Conflict:
+            return None
+
+    results = _race(leases + for_host, bind, workers=12)
+    traded = [r for u, r in results.items() if isinstance(r, dict)]
+    refused = [u for u, r in results.items() if r is None]
+    claimed = [u for u, r in results.items() if r is True]
+    assert len(traded) + len(claimed) == 3, results
+    assert len(refused) == 8 - len(traded)
+    reachable = {d.uuid for d in devices[8:]}
+    holders = {}
+    for lease in leases + for_host:
+        for device in dbapi.lease_get(ctx, lease.uuid).devices:
+            assert device.uuid not in holders, 'a device in two leases'
+            holders[device.uuid] = lease.uuid
+    assert reachable <= set(holders)
+    assert dbapi.pool_get(ctx, 'gpu').used == 8 + len(claimed)
+    assert allocator.check_consistency(ctx) == []

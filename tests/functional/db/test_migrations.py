@@ -33,6 +33,7 @@ from oslo_db.sqlalchemy import test_migrations
 import pytest
 import sqlalchemy as sa
 
+from composable.common import context as composable_context
 from composable.common import exception
 from composable.db import api as db_api
 from composable.db import migration
@@ -216,3 +217,39 @@ def test_dbsync_and_status_cli_on_sqlite(tmp_path):
 
     result = _run(dbsync, 'stamp', migration.head(), config_file=config)
     assert result.returncode == 0, result.stderr
+
+
+DEVICE_FACTS_REVISION = '7c4e1f2a9d60'
+
+
+def test_device_facts_migration_keeps_devices_reaching_every_host(empty_db):
+    """Devices existing before the revision that stores what the fabric
+    says of them come out of it with nothing reported: NULL serial and
+    health, and NULL reachable hosts (every host), never JSON "null"."""
+    before = migration._script().get_revision(
+        DEVICE_FACTS_REVISION).down_revision
+    migration.upgrade(before)
+    engine = db_api.get_engine()
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO fabrics (id, uuid, name, driver) VALUES "
+            "(1, 'f0000000-0000-4000-8000-000000000001', 'fab', 'fake')"))
+        conn.execute(sa.text(
+            "INSERT INTO pools (id, uuid, name, kind, resource_class, "
+            "fabric_id, total, reserved, used, step_size) VALUES "
+            "(1, 'f0000000-0000-4000-8000-000000000002', 'gpu', 'gpu', "
+            "'CUSTOM_COMPOSABLE_GPU', 1, 1, 0, 0, 1)"))
+        conn.execute(sa.text(
+            "INSERT INTO devices (id, uuid, pool_id, address, kind, state) "
+            "VALUES (1, 'f0000000-0000-4000-8000-000000000003', 1, 'slot-1', "
+            "'gpu', 'available')"))
+    migration.upgrade(DEVICE_FACTS_REVISION)
+    with engine.connect() as conn:
+        row = conn.execute(sa.text(
+            'SELECT serial, health, health_reason, reachable_hosts, state '
+            'FROM devices')).one()
+    assert tuple(row) == (None, None, None, None, 'available')
+    migration.upgrade('head')
+    device = db_api.device_get(composable_context.get_admin_context(),
+                               'f0000000-0000-4000-8000-000000000003')
+    assert device.reachable_hosts is None

@@ -905,7 +905,10 @@ class Emulator(object):
                 return self._error(400, 'ResourceInUse',
                                    'The resource block %s is %s.' %
                                    (target, block['state']))
-            if not set(block['zones']) & self._block_zones_of_system(sid):
+            # A service without resource zones composes anything with
+            # anything.
+            if (self.zones or block['zones']) and not (
+                    set(block['zones']) & self._block_zones_of_system(sid)):
                 return self._error(
                     400, 'ActionParameterValueConflict',
                     'The resource block %s shares no resource zone with '

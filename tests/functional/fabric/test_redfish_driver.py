@@ -159,6 +159,21 @@ def test_bind_to_another_host_is_refused(emulator, driver):
     assert len(_actions(emulator_, emu.ADD)) == 1
 
 
+def test_a_service_without_zones_binds_anywhere(driver):
+    config = dict(emu.DEFAULT_CONFIG, zones=[], systems=[
+        dict(s, zones=[]) for s in emu.DEFAULT_CONFIG['systems']], blocks=[
+        dict(b, zones=[]) for b in emu.DEFAULT_CONFIG['blocks']])
+    url, stop, emulator_ = emu.serve(config=config)
+    try:
+        found = {d['address']: d for d in driver.discover(_fabric(url))}
+        # It tells nothing of reachability: every host.
+        assert found[GPU1]['hosts'] is None
+        driver.bind_device(_fabric(url), _device(GPU1), HOST0)
+        assert len(_actions(emulator_, emu.ADD)) == 1
+    finally:
+        stop()
+
+
 def test_bind_without_a_shared_zone_is_refused(emulator, driver):
     url, emulator_ = emulator
     with pytest.raises(exception.DriverError) as err:

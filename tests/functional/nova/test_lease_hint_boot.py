@@ -11,7 +11,8 @@
 # under the License.
 
 """Lease-first boot: ``--hint composable_lease=<lease>`` through Nova's
-real scheduler with ComposableFilter enabled.
+real scheduler with ComposableFilter enabled; and a flavor's composable
+GPU going to a host the fabric can connect a free GPU to.
 
 The composable API is a fake behind wsgi-intercept (reached by the filter
 over keystoneauth, configured in nova.conf [composable] as in
@@ -22,6 +23,7 @@ import nova.conf
 from oslo_utils import uuidutils
 
 from tests.functional.nova import base
+from tests.functional.nova import test_flavor_boot
 from tests.unit.nova import fake_api
 
 CONF = nova.conf.CONF
@@ -90,3 +92,54 @@ class LeaseHintBootTest(base.ProviderUsageTestCase):
         server = self._boot(hint=uuidutils.generate_uuid(),
                             expected_state='ERROR')
         self.assertIn('No valid host', server['fault']['message'])
+
+
+class ReachableDevicesBootTest(base.ProviderUsageTestCase):
+    """A flavor asking for a composable GPU: Placement finds the pool's
+    capacity through the aggregate of host1 and host2, and the filter
+    keeps the host the fabric can connect a free GPU to."""
+
+    def setUp(self):
+        self.composable = fake_api.FakeComposableAPI()
+        intercept = self.composable.install()
+        self.addCleanup(intercept.uninstall_intercept)
+        self.flags(auth_type='none', endpoint_override=fake_api.ENDPOINT,
+                   timeout=5, group='composable')
+        self.flags(available_filters=[
+            'nova.scheduler.filters.all_filters',
+            'composable.nova.scheduler.ComposableFilter'],
+            enabled_filters=(
+                list(CONF.filter_scheduler.enabled_filters) +
+                ['ComposableFilter']),
+            group='filter_scheduler')
+        super().setUp()
+        for host in ('host1', 'host2', 'host3'):
+            self._start_compute(host)
+        aggregate, _, client = test_flavor_boot.fabric_with_pool(
+            self, ['host1', 'host2'])
+        pool = test_flavor_boot.gpu_pool(self, aggregate, client, total=2)
+        self.composable.fabrics[FABRIC] = {
+            'uuid': FABRIC, 'aggregate_uuid': aggregate['uuid']}
+        self.composable.pools[pool.uuid] = {
+            'uuid': pool.uuid, 'fabric_uuid': FABRIC, 'kind': 'gpu',
+            'resource_class': test_flavor_boot.GPU}
+        for _ in range(2):
+            uuid = uuidutils.generate_uuid()
+            self.composable.devices[uuid] = {
+                'uuid': uuid, 'pool_uuid': pool.uuid, 'state': 'available',
+                'lease_uuid': None, 'reachable_hosts': ['host2']}
+        self.flavor_id = self._create_flavor(
+            vcpu=1, memory_mb=512, disk=1, ephemeral=0,
+            extra_spec={'resources:%s' % test_flavor_boot.GPU: '1'})
+
+    def test_the_host_reaching_the_free_gpus_is_chosen(self):
+        # (No host reaching any: tests/unit/nova/test_scheduler.py.)
+        hosts = set()
+        for _ in range(2):
+            server = self.api.post_server({'server': self._build_server(
+                flavor_id=self.flavor_id, networks='none')})
+            server = self._wait_for_state_change(server, 'ACTIVE')
+            hosts.add(server['OS-EXT-SRV-ATTR:host'])
+        self.assertEqual({'host2'}, hosts)
+        # One read of the free devices per scheduling request.
+        self.assertEqual(2, self.composable.calls['/v1/devices'])

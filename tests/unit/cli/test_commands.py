@@ -524,3 +524,44 @@ def test_pool_create_sriov(api):
     assert code == 1
     assert 'add --os-composable-api-version 1.3' in err
     assert len(api.requests) == sent
+
+
+DEVICE = {'uuid': 'd1', 'name': 'g1', 'pool_uuid': 'p1', 'kind': 'gpu',
+          'model': 'A100', 'address': 'slot-1', 'state': 'available',
+          'lease_uuid': None, 'links': []}
+DEVICE_FACTS = dict(DEVICE, serial='SN-1', health='warning',
+                    health_reason='the fabric reports its health as warning',
+                    reachable_hosts=['compute-1', 'compute-2'])
+
+
+def test_device_list_and_show_ask_for_the_device_facts(api):
+    every = dict(DEVICE_FACTS, uuid='d2', health='ok', health_reason=None,
+                 reachable_hosts=None)
+    api.add('GET', '/v1/devices', (200, {'devices': [DEVICE_FACTS, every],
+                                         'links': []}))
+    code, out, err = run(api, 'device', 'list', '--long')
+    assert code == 0, err
+    assert api.requests[-1].headers['openstack-api-version'] == (
+        'composable 1.4')
+    header = out.splitlines()[1]
+    for column in ('health', 'serial', 'health_reason', 'reachable_hosts'):
+        assert ' %s ' % column in header, header
+    assert 'compute-1, compute-2' in out and '(every host)' in out
+    listed = fakes.run_json(api.url, 'device', 'list')
+    assert [d['health'] for d in listed] == ['warning', 'ok']
+    api.add('GET', '/v1/devices/d1', (200, DEVICE_FACTS))
+    shown = fakes.run_json(api.url, 'device', 'show', 'd1')
+    assert shown['reachable_hosts'] == ['compute-1', 'compute-2']
+    assert shown['serial'] == 'SN-1'
+
+
+def test_device_show_against_a_server_older_than_1_4(api):
+    def older(request):
+        if request.headers['openstack-api-version'] != 'composable 1.0':
+            return 406, {'errors': [{'status': 406}]}
+        return 200, DEVICE
+    api.add('GET', '/v1/devices/d1', older)
+    shown = fakes.run_json(api.url, 'device', 'show', 'd1')
+    assert shown['model'] == 'A100' and 'health' not in shown
+    assert [r.headers['openstack-api-version'] for r in api.requests] == [
+        'composable 1.4', 'composable 1.0']

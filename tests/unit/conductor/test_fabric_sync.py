@@ -266,3 +266,66 @@ def test_fabrics_of_drivers_not_enabled_are_skipped():
                                                'driver': 'redfish'})
     inv.gpu_inventory(fabric, models_=())
     assert 'other' not in _sync()
+
+
+def test_serial_health_and_reachable_hosts_are_stored_and_follow_the_fabric():
+    fabric = _fabric([
+        {'address': 'gpu-a', 'kind': 'gpu', 'serial': 'SN-A',
+         'hosts': ['compute-2', 'compute-1', 'compute-1']},
+        {'address': 'gpu-b', 'kind': 'gpu', 'health': 'warning'},
+        {'address': 'gpu-c', 'kind': 'gpu', 'hosts': []}])
+    pool, _ = inv.gpu_inventory(fabric, models_=())
+    _sync()
+    rows = _devices(pool)
+    facts = {a: (r.serial, r.health, r.health_reason, r.reachable_hosts)
+             for a, r in rows.items()}
+    assert facts == {
+        'gpu-a': ('SN-A', 'ok', None, ['compute-1', 'compute-2']),
+        'gpu-b': (None, 'warning', 'the fabric reports its health as '
+                                   'warning', None),
+        'gpu-c': (None, 'ok', None, [])}
+    # A leased device's facts follow the fabric too (its state does not).
+    lease = inv.new_lease(device_count=1, device_kind='gpu',
+                          requested_devices=[rows['gpu-a'].uuid])
+    inv.allocate(lease)
+    _set_inventory(fabric, [
+        {'address': 'gpu-a', 'kind': 'gpu', 'serial': 'SN-A',
+         'health': 'critical', 'hosts': None},
+        {'address': 'gpu-c', 'kind': 'gpu', 'hosts': ['compute-1']}])
+    _sync()
+    rows = _devices(pool)
+    assert (rows['gpu-a'].state, rows['gpu-a'].health,
+            rows['gpu-a'].reachable_hosts) == (
+        states.DEVICE_RESERVED, 'critical', None)
+    assert rows['gpu-c'].reachable_hosts == ['compute-1']
+    # gpu-b is no longer reported.
+    assert (rows['gpu-b'].health, rows['gpu-b'].health_reason) == (
+        'unknown', 'no longer reported by the fabric')
+
+
+def test_an_unchanged_device_is_not_written_again(monkeypatch):
+    fabric = _fabric([{'address': 'gpu-a', 'kind': 'gpu', 'serial': 'S',
+                       'hosts': ['compute-1']}])
+    inv.gpu_inventory(fabric, models_=())
+    _sync()
+    writes = []
+    monkeypatch.setattr(dbapi, 'device_set_facts',
+                        lambda *args: writes.append(args))
+    _sync()
+    assert writes == []
+
+
+def test_the_fake_fabric_refuses_a_host_its_inventory_does_not_reach():
+    driver = fake.FakeFabricDriver()
+    fab = {'name': 'fab', 'driver_info': {'inventory': [
+        {'address': 'gpu-a', 'hosts': ['compute-1']}]}}
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(fab, {'address': 'gpu-a', 'uuid': 'u'},
+                           {'name': 'compute-2'})
+    assert 'cannot reach host compute-2' in err.value.message
+    driver.bind_device(fab, {'address': 'gpu-a', 'uuid': 'u'},
+                       {'name': 'compute-1'})
+    with pytest.raises(exception.Invalid) as err:
+        driver.validate_driver_info({'inventory': [
+            {'address': 'gpu-a', 'hosts': 'compute-1'}]})
+    assert 'hosts must be a list of host names' in err.value.message

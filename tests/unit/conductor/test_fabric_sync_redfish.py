@@ -89,6 +89,20 @@ def test_unreadable_blocks_stay_as_they_are_the_rest_is_synced(
     unknown = [h for h in health if h[0] == emu.BLOCKS + '/GPU1']
     assert unknown and unknown[0][1] == 'unknown'
     assert 'HTTP 404' in unknown[0][2]
+    # What the service says of each device is stored: GPU0's serial and
+    # health, the hosts sharing its zone; the unreadable one's reason.
+    gpu0 = rows[emu.BLOCKS + '/GPU0']
+    assert (gpu0.serial, gpu0.health, gpu0.health_reason,
+            gpu0.reachable_hosts) == ('GPU-SN-0000', 'ok', None,
+                                      ['compute-0', 'compute-1'])
+    gpu1 = rows[emu.BLOCKS + '/GPU1']
+    assert gpu1.health == 'unknown'
+    assert gpu1.health_reason.startswith('could not be read from the '
+                                         'fabric: ')
+    assert 'HTTP 404' in gpu1.health_reason
+    assert (rows[emu.BLOCKS + '/GONE'].health,
+            rows[emu.BLOCKS + '/GONE'].health_reason) == (
+        'unknown', 'no longer reported by the fabric')
     # Next round GPU1 is gone for good, and GPU0 answers garbage: GPU0
     # is unknown (and left available), GPU1 leaves service.
     for _ in range(2):
@@ -207,3 +221,33 @@ def test_hosts_are_named_by_the_dmi_uuid_their_agent_reported(
     assert by_address[emu.BLOCKS + '/GPU1']['bound_to'] == 'node-b'
     assert 'node-b' in by_address[emu.BLOCKS + '/GPU0']['hosts']
     assert 'compute-1' not in by_address[emu.BLOCKS + '/GPU1']['hosts']
+
+
+def test_zones_give_the_reachable_hosts_none_reach_every_host(service):
+    """GPU1 is in zone 2, which only compute-1 is in; a service without
+    resource zones says nothing of reachability: every host."""
+    ctx = inv.admin()
+    url, _ = service
+    no_zones = dict(emu.DEFAULT_CONFIG, zones=[], systems=[
+        dict(s, zones=[]) for s in emu.DEFAULT_CONFIG['systems']], blocks=[
+        dict(b, zones=[]) for b in emu.DEFAULT_CONFIG['blocks']])
+    for name, address in (('zoned', url), ('open', None)):
+        if address is None:
+            address, stop, _ = emu.serve(config=no_zones)
+        fabric = dbapi.fabric_create(ctx, {
+            'name': name, 'driver': 'redfish', 'driver_info': {
+                'address': address, 'username': 'admin',
+                'password': emu.DEFAULT_CONFIG['password']}})
+        dbapi.pool_create(ctx, {
+            'name': 'gpu-' + name, 'kind': 'gpu', 'fabric_id': fabric.id,
+            'resource_class': 'CUSTOM_COMPOSABLE_GPU'})
+    try:
+        fabric_sync.FabricSync('c').run(ctx)
+    finally:
+        stop()
+    zoned = _rows(dbapi.pool_get(ctx, 'gpu-zoned'))
+    assert zoned[emu.BLOCKS + '/GPU1'].reachable_hosts == ['compute-1']
+    assert zoned[emu.BLOCKS + '/GPU1'].serial == 'GPU-SN-0001'
+    open_ = _rows(dbapi.pool_get(ctx, 'gpu-open'))
+    assert sorted(open_) == [emu.BLOCKS + '/GPU0', emu.BLOCKS + '/GPU1']
+    assert {r.reachable_hosts for r in open_.values()} == {None}

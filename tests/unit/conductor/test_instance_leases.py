@@ -277,3 +277,19 @@ def test_database_out_of_step_gives_alloc_failed_once(world):
     assert lease.status == states.ALLOC_FAILED
     assert lease.fault
     assert ensure(world, instance) == [uuid]
+
+
+def test_the_lease_gets_devices_its_instance_host_reaches(world):
+    """Placement counts the pool's GPUs; which of them the fabric can
+    connect to the instance's host is the allocator's to honour."""
+    ctx = h_mod.admin()
+    first, *others = world.h.devices
+    db_api.device_set_facts(ctx, first.id,
+                            {'reachable_hosts': ['compute-1']})
+    for device in others:
+        db_api.device_set_facts(ctx, device.id,
+                                {'reachable_hosts': ['compute-0']})
+    instance = world.boot(gpus=1)
+    lease = world.h.lease(ensure(world, instance, host='compute-0')[0])
+    assert lease.status == states.RESERVED
+    assert [d.uuid for d in lease.devices] == [others[0].uuid]

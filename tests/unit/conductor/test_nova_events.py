@@ -730,3 +730,28 @@ def test_conductor_starts_and_stops_the_listener(events):
         assert listener._listener is None and listener._transport is None
     finally:
         CONF.clear_override('notifications_enabled', 'nova')
+
+
+def test_a_move_trades_the_devices_the_new_host_cannot_reach(events):
+    instance = events.boot(gpus=1)
+    uuid = events.only(instance).uuid
+    lease = events.h.wait(uuid, states.BOUND)
+    held = lease.devices[0]
+    other, = [d for d in events.h.devices if d.uuid != held.uuid]
+    ctx = h_mod.admin()
+    db_api.device_set_facts(ctx, held.id, {'reachable_hosts': ['compute-0']})
+    db_api.device_set_facts(ctx, other.id,
+                            {'reachable_hosts': ['compute-1']})
+    events.send('instance.resize_finish.end', instance, 'compute-1')
+    lease = events.h.wait(uuid, states.BOUND)
+    assert lease.host.name == 'compute-1'
+    assert [d.uuid for d in lease.devices] == [other.uuid]
+    assert events.h.pool(events.h.gpu_pool).used == 1
+    # Back to compute-0, which reaches no free device any more: the
+    # lease cannot follow, and says why.
+    db_api.device_set_facts(ctx, held.id, {'reachable_hosts': ['compute-1']})
+    events.send('instance.resize_revert.end', instance, 'compute-0')
+    lease = events.h.wait(uuid, states.BIND_FAILED)
+    assert 'host compute-0 cannot reach device %s' % other.uuid in (
+        lease.fault)
+    assert [d.uuid for d in lease.devices] == [other.uuid]

@@ -10,12 +10,14 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""A fake composable API (lease, pool and fabric GETs) behind
+"""A fake composable API (lease, pool, fabric and device GETs; pool and
+device lists, the latter filtered by state and pool and paged) behind
 wsgi-intercept, counting the requests it gets."""
 
 import collections
 import json
 import threading
+from urllib import parse
 
 from wsgi_intercept import interceptor
 
@@ -28,12 +30,15 @@ class FakeComposableAPI(object):
         self.leases = {}
         self.pools = {}
         self.fabrics = {}
+        self.devices = {}
+        # Devices listed per page.
+        self.page_size = 1000
         self.calls = collections.Counter()
         self.fail = None  # an HTTP status to answer every request with
         self.lock = threading.Lock()
         self.headers = []
         # The highest microversion it serves; above it answers 406.
-        self.max_version = (1, 3)
+        self.max_version = (1, 4)
 
     @property
     def total(self):
@@ -52,6 +57,9 @@ class FakeComposableAPI(object):
             return self._reply(start_response, 406, {'errors': [
                 {'status': 406, 'title': 'Not Acceptable'}]})
         parts = path.strip('/').split('/')
+        if parts in (['v1', 'devices'], ['v1', 'pools']):
+            return self._list(start_response, parts[1], dict(
+                parse.parse_qsl(environ.get('QUERY_STRING', ''))))
         table = {'leases': self.leases, 'pools': self.pools,
                  'fabrics': self.fabrics}.get(parts[1]) \
             if len(parts) == 3 and parts[0] == 'v1' else None
@@ -59,6 +67,24 @@ class FakeComposableAPI(object):
             return self._reply(start_response, 404, {'errors': [
                 {'status': 404, 'title': 'Not Found'}]})
         return self._reply(start_response, 200, table[parts[2]])
+
+    def _list(self, start_response, collection, query):
+        items = sorted((self.devices if collection == 'devices'
+                        else self.pools).values(), key=lambda i: i['uuid'])
+        for key in ('state', 'pool'):
+            if key in query:
+                field = 'pool_uuid' if key == 'pool' else key
+                items = [i for i in items if i.get(field) == query[key]]
+        if 'marker' in query:
+            items = [i for i in items if i['uuid'] > query['marker']]
+        page = items[:self.page_size]
+        links = []
+        if len(items) > self.page_size:
+            links.append({'rel': 'next', 'href': '%s/v1/%s?%s' % (
+                ENDPOINT, collection, parse.urlencode(
+                    dict(query, marker=page[-1]['uuid'])))})
+        return self._reply(start_response, 200,
+                           {collection: page, 'links': links})
 
     @staticmethod
     def _reply(start_response, status, body):

@@ -13,6 +13,7 @@
 """The Nova-side plugins import nothing of the service, so they keep
 copies of its names: the copies must match the originals."""
 
+from composable.common import resource_classes
 from composable.common import states
 from composable.nova import extra_specs
 from composable.nova import scheduler
@@ -21,6 +22,12 @@ from composable.nova import scheduler
 def test_scheduler_lease_states_are_the_service_states():
     assert scheduler.RESERVED == states.RESERVED
     assert scheduler.BOUND_STATES == {states.BINDING, states.BOUND}
+
+
+def test_scheduler_device_names_are_the_service_names():
+    assert scheduler.GPU_CLASS == resource_classes.GPU
+    assert scheduler.PCI_CLASS_PREFIX == resource_classes.PCI_PREFIX
+    assert scheduler.DEVICE_AVAILABLE == states.DEVICE_AVAILABLE
 
 
 def test_attach_modes_of_the_extra_spec_are_the_service_modes():

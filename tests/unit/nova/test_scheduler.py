@@ -75,11 +75,15 @@ def hosts(count, in_aggregate=lambda i: i % 5 < 2):
 
 
 def spec(project='p1', lease=LEASE, instance=INSTANCE, with_context=True,
-         hints=None):
+         hints=None, extra_specs=None):
     values = {'project_id': project, 'instance_uuid': instance,
               'num_instances': 1,
               'scheduler_hints': hints if hints is not None else (
                   {'composable_lease': [lease]} if lease else {})}
+    if extra_specs is not None:
+        values['flavor'] = objects.Flavor(
+            name='f1', memory_mb=1024, vcpus=1, root_gb=1,
+            extra_specs=extra_specs)
     if with_context:
         ctx = nova_context.RequestContext('u1', project)
         return objects.RequestSpec(ctx, **values)
@@ -298,3 +302,130 @@ def test_nova_side_modules_import_nothing_of_the_service():
     result = subprocess.run([sys.executable, '-c', code], env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+# -- the free devices each host can reach ------------------------------
+
+GPU_POOL = '20000000-0000-4000-8000-0000000000a1'
+NIC_POOL = '20000000-0000-4000-8000-0000000000a2'
+GPUS = {'resources:CUSTOM_COMPOSABLE_GPU': '2'}
+
+
+def _device(api, number, pool=GPU_POOL, hosts=None, state='available',
+            lease=None):
+    uuid = '50000000-0000-4000-8000-%012d' % number
+    api.devices[uuid] = {'uuid': uuid, 'pool_uuid': pool, 'state': state,
+                         'lease_uuid': lease, 'reachable_hosts': hosts}
+    return uuid
+
+
+@pytest.fixture
+def gpus(api):
+    """A GPU pool on the fabric whose aggregate holds host0000, host0001,
+    host0005 and host0006 (of hosts(10)), and its devices: host0000
+    reaches three free ones, host0001 two, host0005 and host0006 one."""
+    api.pools[GPU_POOL] = {'uuid': GPU_POOL, 'fabric_uuid': FABRIC,
+                           'kind': 'gpu',
+                           'resource_class': 'CUSTOM_COMPOSABLE_GPU'}
+    _device(api, 1, hosts=['host0000', 'host0001'])
+    _device(api, 2, hosts=['host0000'])
+    _device(api, 3, hosts=None)
+    # Taken or out of service: not free, whoever reaches them.
+    _device(api, 4, hosts=['host0005'], state='reserved', lease=LEASE)
+    _device(api, 5, hosts=['host0006'], state='maintenance')
+    # No host at all.
+    _device(api, 6, hosts=[])
+    return api
+
+
+def test_flavor_keeps_hosts_reaching_enough_free_devices(gpus):
+    gpus.page_size = 2
+    filter_ = scheduler.ComposableFilter()
+    states = hosts(10)
+    spec_obj = spec(lease=None, extra_specs=GPUS)
+    assert names(run(filter_, states, spec_obj)) == ['host0000', 'host0001']
+    # Nova's per-host path agrees, without asking again.
+    before = gpus.total
+    assert names(s for s in states
+                 if filter_.host_passes(s, spec_obj)) == [
+        'host0000', 'host0001']
+    assert gpus.total == before
+    # Every page of free devices, at 1.4; the pools; the fabric once.
+    assert gpus.calls['/v1/devices'] == 2
+    assert gpus.calls['/v1/pools'] == 1
+    assert gpus.calls['/v1/fabrics/%s' % FABRIC] == 1
+    assert 'composable 1.4' in gpus.headers
+    # One GPU: every host of the aggregate reaches one (the one of every
+    # host); a host outside it none.
+    three = spec(lease=None, extra_specs={
+        'resources:CUSTOM_COMPOSABLE_GPU': '1'})
+    assert names(run(filter_, states, three)) == [
+        'host0000', 'host0001', 'host0005', 'host0006']
+    # Request groups add up: four are more than any host reaches.
+    four = spec(lease=None, extra_specs={
+        'resources1:CUSTOM_COMPOSABLE_GPU': '2',
+        'resources2:CUSTOM_COMPOSABLE_GPU': '2'})
+    assert run(filter_, states, four) == []
+
+
+def test_flavor_asking_for_a_class_no_pool_has_passes_no_host(gpus):
+    nics = spec(lease=None, extra_specs={
+        'resources:CUSTOM_COMPOSABLE_PCI_NIC': '1'})
+    assert run(scheduler.ComposableFilter(), hosts(10), nics) == []
+
+
+def test_flavor_without_composable_devices_costs_nothing(gpus):
+    plain = spec(lease=None, extra_specs={'resources:VCPU': '4',
+                                          'hw:cpu_policy': 'dedicated',
+                                          'resources:CUSTOM_OTHER': '1'})
+    assert len(run(scheduler.ComposableFilter(), hosts(10), plain)) == 10
+    assert gpus.total == 0
+
+
+def test_sriov_functions_count_on_their_host_only(gpus):
+    gpus.pools[NIC_POOL] = {
+        'uuid': NIC_POOL, 'fabric_uuid': FABRIC, 'kind': 'pci',
+        'resource_class': 'CUSTOM_COMPOSABLE_PCI_NIC',
+        'sriov': {'host': 'host0005', 'vf_count': 2}}
+    _device(gpus, 7, pool=NIC_POOL)
+    nics = spec(lease=None, extra_specs={
+        'resources:CUSTOM_COMPOSABLE_PCI_NIC': '1'})
+    assert names(run(scheduler.ComposableFilter(), hosts(10),
+                     nics)) == ['host0005']
+
+
+def test_an_api_older_than_1_4_tells_nothing_of_reachability(gpus):
+    gpus.max_version = (1, 3)
+    assert len(run(scheduler.ComposableFilter(), hosts(10),
+                   spec(lease=None, extra_specs=GPUS))) == 10
+    assert gpus.calls['/v1/devices'] == 1
+
+
+def test_devices_unreadable_pass_no_host(gpus):
+    gpus.fail = 503
+    filter_ = scheduler.ComposableFilter()
+    spec_obj = spec(lease=None, extra_specs=GPUS)
+    states = hosts(10)
+    assert run(filter_, states, spec_obj) == []
+    assert not any(filter_.host_passes(s, spec_obj) for s in states)
+    assert gpus.total == 1
+
+
+def test_a_hinted_lease_needs_a_host_reaching_its_devices(gpus):
+    held = _device(gpus, 8, hosts=['host0005'], state='reserved',
+                   lease=LEASE)
+    gpus.leases[LEASE].update(memory_pool_uuid=None,
+                              device_pool_uuid=GPU_POOL,
+                              devices=[{'uuid': held}])
+    gpus.pools[GPU_POOL]['sriov'] = None
+    # host0005 reaches the lease's device; host0000, host0001 and
+    # host0006 reach a free one of its pool to trade it for (the one of
+    # every host).
+    assert names(run(scheduler.ComposableFilter(), hosts(10), spec())) == [
+        'host0000', 'host0001', 'host0005', 'host0006']
+    # With no free device left that others reach, only host0005.
+    for number in (1, 2, 3):
+        gpus.devices['50000000-0000-4000-8000-%012d' % number][
+            'state'] = 'maintenance'
+    assert names(run(scheduler.ComposableFilter(), hosts(10), spec())) == [
+        'host0005']

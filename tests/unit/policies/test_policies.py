@@ -34,6 +34,9 @@ for _resource in ('fabric', 'memory_node', 'device'):
         EXPECTED['composable:%s:%s' % (_resource, _action)] = ADMIN
 # Nova's scheduler filter reads a pool's fabric for its aggregate.
 EXPECTED['composable:fabric:get'] = ADMIN_SERVICE
+# ... and which free devices each host can reach.
+EXPECTED['composable:device:get'] = ADMIN_SERVICE
+EXPECTED['composable:device:list'] = ADMIN_SERVICE
 for _action in ('create', 'update', 'delete'):
     EXPECTED['composable:host:%s' % _action] = ADMIN
     EXPECTED['composable:pool:%s' % _action] = ADMIN

@@ -39,7 +39,7 @@ def _lease_uuid(lease_id, cache):
 
 def render(request, device, lease_cache=None):
     lease_cache = {} if lease_cache is None else lease_cache
-    return {
+    body = {
         'uuid': device.uuid,
         'name': device.name,
         'pool_uuid': device.pool.uuid,
@@ -57,6 +57,11 @@ def render(request, device, lease_cache=None):
         'updated_at': utils.isotime(device.updated_at),
         'links': utils.self_link(request, 'devices', device.uuid),
     }
+    if utils.version(request) >= (1, 4):
+        body.update(serial=device.serial, health=device.health,
+                    health_reason=device.health_reason,
+                    reachable_hosts=device.reachable_hosts)
+    return body
 
 
 def list_devices(request):

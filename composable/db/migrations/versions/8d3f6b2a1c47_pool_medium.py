@@ -13,7 +13,7 @@
 """The medium of a memory pool
 
 Revision ID: 8d3f6b2a1c47
-Revises: 3b9d2f4e6a81
+Revises: 7c4e1f2a9d60
 Create Date: 2026-11-27 15:30:00
 
 pools.medium says how a memory pool's memory reaches a host: ``network``
@@ -26,7 +26,7 @@ from alembic import op
 import sqlalchemy as sa
 
 revision = '8d3f6b2a1c47'
-down_revision = '3b9d2f4e6a81'
+down_revision = '7c4e1f2a9d60'
 branch_labels = None
 depends_on = None
 

@@ -34,6 +34,19 @@ STATE_DISPLAY_CHOICES = (
     (states.DEVICE_MAINTENANCE, _('Maintenance')),
     (states.DEVICE_FAULTY, _('Faulty')),
 )
+# What the fabric reports of the device (API 1.4); None is no report.
+HEALTH_CHOICES = (
+    ('ok', True),
+    ('warning', None),
+    ('critical', False),
+    ('unknown', None),
+)
+HEALTH_DISPLAY_CHOICES = (
+    ('ok', _('OK')),
+    ('warning', _('Warning')),
+    ('critical', _('Critical')),
+    ('unknown', _('Unknown')),
+)
 # What an operator may set; the others follow the leases.
 SETTABLE_STATES = (states.DEVICE_AVAILABLE, states.DEVICE_MAINTENANCE,
                    states.DEVICE_FAULTY)
@@ -41,6 +54,17 @@ SETTABLE_STATES = (states.DEVICE_AVAILABLE, states.DEVICE_MAINTENANCE,
 
 class CreateDevice(base.CreateAction):
     verbose_name = _('Create Device')
+
+
+def _reachable_from(device):
+    """The hosts the fabric can connect the device to: null is every
+    host of its fabric, an empty list none."""
+    hosts = getattr(device, 'reachable_hosts', None)
+    if hosts is None:
+        if 'reachable_hosts' not in getattr(device, '_apidict', {}):
+            return None  # an API older than 1.4: not known
+        return _('Every host')
+    return ', '.join(hosts) if hosts else _('No host')
 
 
 class DevicesTable(base.InventoryTable):
@@ -51,9 +75,20 @@ class DevicesTable(base.InventoryTable):
     kind = tables.Column('kind', verbose_name=_('Kind'))
     model = tables.Column('model', verbose_name=_('Model'), empty_value='-')
     pool_uuid = tables.Column('pool_uuid', verbose_name=_('Pool'))
-    state = tables.Column('state', verbose_name=_('Health'), status=True,
+    state = tables.Column('state', verbose_name=_('State'), status=True,
                           status_choices=STATE_CHOICES,
                           display_choices=STATE_DISPLAY_CHOICES)
+    health = tables.Column(lambda d: getattr(d, 'health', None),
+                           verbose_name=_('Health'), status=True,
+                           status_choices=HEALTH_CHOICES,
+                           display_choices=HEALTH_DISPLAY_CHOICES,
+                           empty_value='-')
+    health_reason = tables.Column(
+        lambda d: getattr(d, 'health_reason', None),
+        verbose_name=_('Health reason'), empty_value='-')
+    reachable_hosts = tables.Column(_reachable_from,
+                                    verbose_name=_('Reachable from'),
+                                    empty_value='-')
     lease_uuid = tables.Column('lease_uuid', verbose_name=_('Held by lease'),
                                empty_value='-')
     pci_address = tables.Column('pci_address',
@@ -76,7 +111,7 @@ class UpdateDeviceForm(base.InventoryForm):
     traits = forms.CharField(label=_('Traits'), required=False,
                              help_text=_('Comma-separated.'))
     state = forms.ThemableChoiceField(
-        label=_('Health'),
+        label=_('State'),
         choices=[(s, dict(STATE_DISPLAY_CHOICES)[s])
                  for s in SETTABLE_STATES],
         help_text=_('Maintenance or faulty takes the device out of the '
