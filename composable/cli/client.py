@@ -195,13 +195,15 @@ class Client(object):
     def delete(self, path):
         return self.request('DELETE', path)
 
-    def list(self, path, key, params=None, limit=None):
+    def list(self, path, key, params=None, limit=None, version=None):
         """Every item of a collection, following ``next`` links.
 
         With ``limit``, at most that many items are returned (and fetched).
         The marker of each ``next`` link is sent to the configured endpoint
         with the original filters, so a link built for another interface
         (say the public one) still works from the internal network.
+        ``version``: the API version to ask for instead of the configured
+        one.
         """
         params = dict(params or {})
         if limit:
@@ -209,7 +211,7 @@ class Client(object):
         items = []
         seen_markers = set()
         while True:
-            body = self.get(path, params=params) or {}
+            body = self.get(path, params=params, version=version) or {}
             page = body.get(key) or []
             items.extend(page)
             if limit and len(items) >= limit:

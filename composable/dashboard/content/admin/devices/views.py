@@ -19,7 +19,7 @@ from composable.dashboard.content.admin import base
 
 SLUG = 'composable_admin_devices'
 
-# Device health: True is well, False is a failure, None needs a look.
+# Device states: True is well, False is a failure, None needs a look.
 STATE_CHOICES = (
     (states.DEVICE_AVAILABLE, True),
     (states.DEVICE_RESERVED, True),
@@ -38,6 +38,39 @@ STATE_DISPLAY_CHOICES = (
 SETTABLE_STATES = (states.DEVICE_AVAILABLE, states.DEVICE_MAINTENANCE,
                    states.DEVICE_FAULTY)
 
+# What the fabric reports of a device's health (API 1.4: ``health``,
+# ``health_reason``): ok, warning, critical or unknown.
+HEALTH_DISPLAY = {
+    'ok': _('OK'),
+    'warning': _('Warning'),
+    'critical': _('Critical'),
+    'unknown': _('Unknown'),
+}
+
+
+def health_text(device):
+    """The fabric's word on the device, with its reason when not ok;
+    '-' where the API does not report health (before 1.4)."""
+    value = device.get('health')
+    if not value:
+        return '-'
+    text = HEALTH_DISPLAY.get(value, value)
+    reason = device.get('health_reason')
+    return '%s: %s' % (text, reason) if reason else text
+
+
+def reachable_text(device):
+    """The hosts the fabric can connect the device to (API 1.4): None
+    there means every host of the fabric, an empty list none."""
+    if 'reachable_hosts' not in device._apidict:
+        return '-'
+    hosts = device.get('reachable_hosts')
+    if hosts is None:
+        return _('Every host of the fabric')
+    if not hosts:
+        return _('None')
+    return ', '.join(hosts)
+
 
 class CreateDevice(base.CreateAction):
     verbose_name = _('Create Device')
@@ -46,14 +79,20 @@ class CreateDevice(base.CreateAction):
 class DevicesTable(base.InventoryTable):
     api_name = 'device'
     panel_slug = SLUG
+    named = {'pool_uuid': 'pool'}
     name = tables.Column(lambda d: d.name or d.address,
                          verbose_name=_('Name'))
     kind = tables.Column('kind', verbose_name=_('Kind'))
     model = tables.Column('model', verbose_name=_('Model'), empty_value='-')
-    pool_uuid = tables.Column('pool_uuid', verbose_name=_('Pool'))
-    state = tables.Column('state', verbose_name=_('Health'), status=True,
+    serial = tables.Column(lambda d: d.get('serial') or '-',
+                           verbose_name=_('Serial number'))
+    pool = tables.Column('pool_name', verbose_name=_('Pool'))
+    state = tables.Column('state', verbose_name=_('State'), status=True,
                           status_choices=STATE_CHOICES,
                           display_choices=STATE_DISPLAY_CHOICES)
+    health = tables.WrappingColumn(health_text, verbose_name=_('Health'))
+    reachable_hosts = tables.WrappingColumn(
+        reachable_text, verbose_name=_('Reachable hosts'))
     lease_uuid = tables.Column('lease_uuid', verbose_name=_('Held by lease'),
                                empty_value='-')
     pci_address = tables.Column('pci_address',
@@ -76,7 +115,7 @@ class UpdateDeviceForm(base.InventoryForm):
     traits = forms.CharField(label=_('Traits'), required=False,
                              help_text=_('Comma-separated.'))
     state = forms.ThemableChoiceField(
-        label=_('Health'),
+        label=_('State'),
         choices=[(s, dict(STATE_DISPLAY_CHOICES)[s])
                  for s in SETTABLE_STATES],
         help_text=_('Maintenance or faulty takes the device out of the '
