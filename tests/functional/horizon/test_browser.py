@@ -280,8 +280,9 @@ def test_admin_binds_a_lease_to_a_host(browser, horizon_stack):
     # Guest mode needs a server: the API refuses, the form says why, and
     # the lease stays as it was.
     browser.row_action('leases', lease_id, 'bind_host')
+    # (The themed selects' own <select> is hidden: the button is not.)
     browser.wait_for(
-        lambda: browser.visible('#bind_host_lease_form #id_host'),
+        lambda: browser.visible('#bind_host_lease_form [type=submit]'),
         'the Bind to Host form')
     browser.choose('id_host', 'compute-0')
     browser.choose('id_attach_mode', 'guest')
@@ -305,8 +306,9 @@ def test_admin_binds_a_lease_to_a_host(browser, horizon_stack):
     browser.wait_for(lambda: browser.row('leases', lease_id),
                      'the lease row')
     browser.row_action('leases', lease_id, 'bind_host')
+    # (The themed selects' own <select> is hidden: the button is not.)
     browser.wait_for(
-        lambda: browser.visible('#bind_host_lease_form #id_host'),
+        lambda: browser.visible('#bind_host_lease_form [type=submit]'),
         'the Bind to Host form')
     browser.choose('id_host', 'compute-0')
     browser.screenshot('lease-bind-host')
@@ -402,8 +404,9 @@ def test_admin_creates_an_sriov_pool(browser, horizon_stack):
         browser.wait_for(lambda: browser.find('#pools__action_create'),
                          'the pools table')
         browser.find('#pools__action_create').click()
-        browser.wait_for(lambda: browser.visible('.modal #id_sriov_host'),
-                         'the Create Pool form')
+        browser.wait_for(
+            lambda: browser.visible('.modal #id_sriov_pf_address'),
+            'the Create Pool form')
         browser.fill('id_name', name)
         browser.choose('id_kind', 'pci')
         browser.fill('id_fabric', 'demo-fabric')
