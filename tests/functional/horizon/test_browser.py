@@ -306,7 +306,6 @@ def test_admin_binds_a_lease_to_a_host(browser, horizon_stack):
     browser.wait_for(lambda: browser.row('leases', lease_id),
                      'the lease row')
     browser.row_action('leases', lease_id, 'bind_host')
-    # (The themed selects' own <select> is hidden: the button is not.)
     browser.wait_for(
         lambda: browser.visible('#bind_host_lease_form [type=submit]'),
         'the Bind to Host form')
@@ -321,12 +320,7 @@ def test_admin_binds_a_lease_to_a_host(browser, horizon_stack):
     [lease] = _lease_named(keystone, composable, 'alpha-member',
                            'host-swap')
     assert (lease['host'], lease['attach_mode']) == ('compute-0', 'host')
-    # Only an administrator is offered the form.
-    browser.logout()
-    browser.login('alpha-member', servers.PASSWORD, LEASES)
-    browser.get(LEASES + '%s/bind_host' % lease_id)
-    browser.wait_for(lambda: 'not authorized' in browser.text().lower(),
-                     'the member kept out of the Bind to Host form')
+    # (That a member is refused the form is tests/dashboard's to check.)
     resp = _api(keystone, composable, 'alpha-member', 'DELETE',
                 '/v1/leases/%s' % lease_id)
     assert resp.status_code in (202, 204), resp.text
@@ -448,9 +442,3 @@ def test_admin_creates_an_sriov_pool(browser, horizon_stack):
     resp = _api(keystone, composable, 'alpha-admin', 'GET',
                 '/v1/pools?kind=pci')
     assert 'vf-pool-2' not in [p['name'] for p in resp.json()['pools']]
-
-    # Its virtual functions are devices of the pool, named as such.
-    browser.get('/admin/composable_admin_devices/')
-    browser.wait_for(lambda: 'vf-pool' in browser.text(),
-                     'the virtual functions in the devices table')
-    browser.screenshot('admin-devices-sriov')
