@@ -44,6 +44,10 @@ PAGES = {
     'lease-bound': 'dashboard-lease-bound.png',
     'pools': 'dashboard-pools.png',
     'admin-hosts': 'dashboard-admin-hosts.png',
+    'lease-bind-host': 'dashboard-lease-bind-host.png',
+    'lease-elastic-detail': 'dashboard-lease-elastic.png',
+    'admin-create-sriov-pool': 'dashboard-admin-create-sriov-pool.png',
+    'admin-pools-sriov': 'dashboard-admin-pools-sriov.png',
     'api-access': 'keystone-api-access.png',
 }
 WIDTH = 960

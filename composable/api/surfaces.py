@@ -160,7 +160,13 @@ SURFACES = {
                        'sriov.vf_mode': '--sriov-vf-mode',
                        'sriov.vendor_id': '--sriov-vendor-id',
                        'sriov.product_id': '--sriov-product-id'}),
-        'horizon': _horizon(_ADMIN + 'pools.views:CreatePoolForm'),
+        'horizon': _horizon(_ADMIN + 'pools.views:CreatePoolForm',
+                            **{'sriov.host': 'sriov_host',
+                               'sriov.pf_address': 'sriov_pf_address',
+                               'sriov.vf_count': 'sriov_vf_count',
+                               'sriov.vf_mode': 'sriov_vf_mode',
+                               'sriov.vendor_id': 'sriov_vendor_id',
+                               'sriov.product_id': 'sriov_product_id'}),
     },
     'showPool': {
         'cli': _cli('pool show'),
@@ -267,7 +273,9 @@ SURFACES = {
     },
     'bindLease': {
         'cli': _cli('lease bind'),
-        'horizon': _horizon(_LEASES + 'forms:BindLeaseForm'),
+        # An administrator's form (it lists the inventory's hosts);
+        # project members bind to their servers with BindLeaseForm.
+        'horizon': _horizon(_LEASES + 'forms:BindHostLeaseForm'),
         # Bound when the resource is created with a server or host, and
         # bound anew when they change.
         'heat': _heat(_LEASE, 'create'),

@@ -202,6 +202,8 @@ class Client(object):
         The marker of each ``next`` link is sent to the configured endpoint
         with the original filters, so a link built for another interface
         (say the public one) still works from the internal network.
+        ``version``: the API version to ask for instead of the configured
+        one.
         """
         params = dict(params or {})
         if limit:

@@ -32,6 +32,12 @@ from composable.dashboard.api import composable as api
 LEASE = {'uuid': '0f1e2d3c-4b5a-4c6d-8e7f-000000000001', 'name': 'a',
          'status': 'bound'}
 
+POOL_SRIOV = {'uuid': '5b0c9a0e-2f6f-4d0a-9d61-0a4a4b1f0003',
+              'name': 'vf-pool', 'kind': 'pci',
+              'sriov': {'host_uuid': '5b0c9a0e-2f6f-4d0a-9d61-0a4a4b1f0009',
+                        'host': 'compute-1', 'pf_address': '0000:41:00.0',
+                        'vf_count': 4, 'vf_mode': 'on_demand'}}
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
 
@@ -52,6 +58,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 'status': 404, 'code': 'composable.not_found',
                 'title': 'Not Found', 'detail': 'No such thing',
                 'request_id': 'req-404'}]}))
+        if self.headers.get('OpenStack-API-Version') in \
+                self.server.not_acceptable:
+            # A server older than the version asked for.
+            status, body = 406, {'errors': [{
+                'status': 406, 'code': 'composable.not_acceptable',
+                'title': 'Not Acceptable', 'detail': 'Version not supported',
+                'request_id': 'req-406'}]}
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header('Content-Type', 'application/json')
@@ -78,6 +91,7 @@ class ApiModuleTests(unittest.TestCase):
         self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
                                                       _Handler)
         self.server.seen, self.server.bodies, self.server.answers = [], [], {}
+        self.server.not_acceptable = ()
         self.server.release = threading.Event()
         thread = threading.Thread(target=self.server.serve_forever,
                                   daemon=True)
@@ -113,6 +127,62 @@ class ApiModuleTests(unittest.TestCase):
 
         self.assertEqual('binding', lease.status)
         self.assertEqual([{'server': server}], self.server.bodies)
+
+    def test_bind_posts_the_host(self):
+        self.server.answers[('POST', '/v1/leases/%s/bind' % LEASE['uuid'])] \
+            = (202, dict(LEASE, status='binding'))
+
+        api.lease_bind(self.request, LEASE['uuid'], host='compute-1',
+                       attach_mode='host')
+
+        self.assertEqual([{'host': 'compute-1', 'attach_mode': 'host'}],
+                         self.server.bodies)
+
+    def test_sriov_pool_is_created_at_1_3(self):
+        self.server.answers[('POST', '/v1/pools')] = (201, POOL_SRIOV)
+        sriov = {'host': 'compute-1', 'pf_address': '0000:41:00.0',
+                 'vf_count': 4}
+
+        pool = api.pool_create(self.request, name='vf-pool', kind='pci',
+                               fabric='f', device_class='NIC', sriov=sriov)
+
+        self.assertEqual('compute-1', pool.sriov['host'])
+        self.assertEqual('composable 1.3',
+                         self.server.seen[0]['headers'][
+                             'OpenStack-API-Version'])
+        self.assertEqual(sriov, self.server.bodies[0]['sriov'])
+
+    def test_other_pools_are_created_at_the_configured_version(self):
+        self.server.answers[('POST', '/v1/pools')] = (201, POOL_SRIOV)
+
+        api.pool_create(self.request, name='gpus', kind='gpu', fabric='f')
+
+        self.assertEqual('composable 1.0',
+                         self.server.seen[0]['headers'][
+                             'OpenStack-API-Version'])
+
+    def test_pools_are_listed_with_their_sriov_fields(self):
+        self.server.answers[('GET', '/v1/pools')] = (
+            200, {'pools': [POOL_SRIOV], 'links': []})
+
+        pools = api.pool_list(self.request)
+
+        self.assertEqual('0000:41:00.0', pools[0].sriov['pf_address'])
+        self.assertEqual(['composable 1.3'],
+                         [seen['headers']['OpenStack-API-Version']
+                          for seen in self.server.seen])
+
+    def test_a_server_before_1_3_is_asked_again(self):
+        self.server.not_acceptable = ('composable 1.3',)
+        self.server.answers[('GET', '/v1/pools')] = (
+            200, {'pools': [dict(POOL_SRIOV, sriov=None)], 'links': []})
+
+        pools = api.pool_list(self.request)
+
+        self.assertEqual(['vf-pool'], [pool.name for pool in pools])
+        self.assertEqual(['composable 1.3', 'composable 1.0'],
+                         [seen['headers']['OpenStack-API-Version']
+                          for seen in self.server.seen])
 
     def test_conflict_carries_the_api_message(self):
         self.server.answers[('DELETE', '/v1/leases/%s' % LEASE['uuid'])] = (

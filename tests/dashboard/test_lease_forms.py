@@ -176,7 +176,7 @@ class BindLeaseTests(helpers.TestCase):
         self.assertNoFormErrors(res)
         self.assertRedirectsNoFollow(res, INDEX_URL)
         self.lease_bind.assert_called_once_with(
-            helpers.IsHttpRequest(), LEASE_ID, server=server.id,
+            helpers.IsHttpRequest(), LEASE_ID, server=server.id, host=None,
             attach_mode=None)
 
     def test_a_server_not_listed_is_refused(self):
@@ -199,6 +199,105 @@ class BindLeaseTests(helpers.TestCase):
         self.assertEqual(1, len(errors), errors)
         self.assertIn('Unable to bind the lease.', errors[0])
         self.assertIn('cannot bind in status binding', errors[0])
+
+
+HOSTS = [api.Resource({'uuid': 'f0000000-0000-4000-8000-00000000000%d' % i,
+                       'name': 'compute-%d' % i,
+                       'fabric_uuid': helpers.POOL_MEMORY['fabric_uuid']})
+         for i in (1, 0)]
+
+
+class BindHostLeaseTests(helpers.BaseAdminViewTests):
+    """An administrator binds a lease to a compute host."""
+
+    def setUp(self):
+        super().setUp()
+        self.host_list = mock.patch.object(api, 'host_list').start()
+        self.host_list.return_value = HOSTS
+        server_list = mock.patch.object(nova, 'server_list').start()
+        server_list.return_value = (self.servers.list(), False)
+        self.lease_bind = mock.patch.object(api, 'lease_bind').start()
+
+    def test_form_offers_the_hosts_in_host_mode(self):
+        res = self.client.get(lease_url('bind_host'))
+
+        self.assertEqual(200, res.status_code)
+        self.assertTemplateUsed(res,
+                                'project/composable_leases/bind_host.html')
+        form = res.context['form']
+        self.assertEqual(['', 'compute-0', 'compute-1'],
+                         [value for value, _label
+                          in form.fields['host'].choices])
+        self.assertEqual('host', form.fields['attach_mode'].initial)
+
+    def test_bind_to_a_host(self):
+        self.lease_bind.return_value = helpers.leases(
+            helpers.LEASE_BINDING)[0]
+
+        res = self.client.post(lease_url('bind_host'), {
+            'lease_id': LEASE_ID, 'host': 'compute-1',
+            'attach_mode': 'host', 'server': ''})
+
+        self.assertNoFormErrors(res)
+        self.assertRedirectsNoFollow(res, INDEX_URL)
+        self.lease_bind.assert_called_once_with(
+            helpers.IsHttpRequest(), LEASE_ID, server=None, host='compute-1',
+            attach_mode='host')
+
+    def test_bind_to_a_server_on_a_host(self):
+        server = self.servers.first()
+
+        res = self.client.post(lease_url('bind_host'), {
+            'lease_id': LEASE_ID, 'host': 'compute-0',
+            'attach_mode': 'guest', 'server': server.id})
+
+        self.assertNoFormErrors(res)
+        self.lease_bind.assert_called_once_with(
+            helpers.IsHttpRequest(), LEASE_ID, server=server.id,
+            host='compute-0', attach_mode='guest')
+
+    def test_a_host_is_required(self):
+        res = self.client.post(lease_url('bind_host'), {
+            'lease_id': LEASE_ID, 'host': '', 'attach_mode': 'host'})
+
+        self.assertFormErrors(res, 1)
+        self.lease_bind.assert_not_called()
+
+    def test_bind_refused_by_the_api(self):
+        self.lease_bind.side_effect = helpers.api_error(
+            'Host compute-1 is on fabric other, not on the fabric of the '
+            "lease's pools", status=409, cls=api.ComposableConflict)
+
+        res = self.client.post(lease_url('bind_host'), {
+            'lease_id': LEASE_ID, 'host': 'compute-1',
+            'attach_mode': 'host'})
+
+        # The form stays open, with the API's reason.
+        self.assertEqual(200, res.status_code)
+        errors = self.messages_of('error', res)
+        self.assertEqual(1, len(errors), errors)
+        self.assertIn('Unable to bind the lease.', errors[0])
+        self.assertIn("not on the fabric of the lease's pools", errors[0])
+
+    def test_hosts_not_listed_are_said(self):
+        self.host_list.side_effect = helpers.api_error(
+            'Service Unavailable', status=503)
+
+        res = self.client.get(lease_url('bind_host'))
+
+        errors = self.messages_of('error', res)
+        self.assertEqual(1, len(errors), errors)
+        self.assertIn('Unable to retrieve the hosts.', errors[0])
+
+
+class BindHostIsForAdministratorsTests(helpers.TestCase):
+
+    @mock.patch.object(api, 'host_list')
+    def test_a_member_is_not_authorized(self, host_list):
+        res = self.client.get(lease_url('bind_host'))
+
+        self.assertEqual(403, res.status_code)
+        host_list.assert_not_called()
 
 
 class ExtendLeaseTests(helpers.TestCase):

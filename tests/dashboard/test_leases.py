@@ -62,6 +62,8 @@ class LeasesIndexTests(helpers.TestCase):
         # The fault of a failed lease is shown with its status.
         self.assertIn('Allocation failed', content)
         self.assertIn('65536 MiB asked', content)
+        # Binding to a host is an administrator's.
+        self.assertNotIn('Bind to Host', content)
 
     @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'lease_list')
@@ -142,10 +144,12 @@ class LeasesIndexTests(helpers.TestCase):
 
 class LeaseDetailTests(helpers.TestCase):
 
+    @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'lease_action_list')
     @mock.patch.object(api, 'lease_get')
     def test_detail_has_extents_devices_and_actions(self, lease_get,
-                                                    action_list):
+                                                    action_list, pool_list):
+        pool_list.return_value = helpers.pools()
         lease = helpers.leases(helpers.LEASE_BOUND)[0]
         lease._apidict['extents'][0]['chap_secret'] = 'never-shown'
         lease_get.return_value = lease
@@ -164,6 +168,11 @@ class LeaseDetailTests(helpers.TestCase):
         content = res.content.decode()
         self.assertIn('big-swap', content)
         self.assertIn('for the batch run', content)
+        # The pool by its name; a lease of fixed size has no elastic part.
+        overview = tabs.get_tab('overview').render()
+        self.assertIn('memory-pool', overview)
+        self.assertNotIn(helpers.POOL_MEMORY['uuid'], overview)
+        self.assertNotIn('Observation window', overview)
         extents = tabs.get_tab('extents').render()
         self.assertIn('memory-node-7', extents)
         self.assertNotIn('never-shown', content)
@@ -178,9 +187,11 @@ class LeaseDetailTests(helpers.TestCase):
         action_list.assert_called_once_with(helpers.IsHttpRequest(),
                                             lease.uuid)
 
+    @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'lease_action_list')
     @mock.patch.object(api, 'lease_get')
-    def test_detail_devices_tab(self, lease_get, action_list):
+    def test_detail_devices_tab(self, lease_get, action_list, pool_list):
+        pool_list.return_value = helpers.pools()
         lease_get.return_value = helpers.leases(helpers.LEASE_BINDING)[0]
         action_list.return_value = []
 
@@ -206,7 +217,92 @@ class LeaseDetailTests(helpers.TestCase):
         self.assertIn('Lease 0000 could not be found.', errors[0])
 
 
+ELASTIC = {'min_mb': 1024, 'max_mb': 8192, 'observation_window': 300,
+           'prediction_window': 60, 'headroom': 0.25}
+
+
+class ElasticLeaseDetailTests(helpers.TestCase):
+
+    @mock.patch.object(api, 'pool_list')
+    @mock.patch.object(api, 'lease_get')
+    def test_overview_shows_the_elastic_limits(self, lease_get, pool_list):
+        lease_get.return_value = helpers.leases(
+            dict(helpers.LEASE_BOUND, elastic=ELASTIC))[0]
+        pool_list.return_value = helpers.pools()
+
+        res = self.client.get(detail_url(helpers.LEASE_BOUND['uuid']))
+
+        overview = res.context['tab_group'].get_tab('overview').render()
+        self.assertIn('Resized with its use, between 1GB and 8GB',
+                      overview)
+        self.assertIn('300 s', overview)
+        self.assertIn('60 s', overview)
+        self.assertIn('25%', overview)
+
+    @mock.patch.object(api, 'pool_list')
+    @mock.patch.object(api, 'lease_get')
+    def test_pools_not_listed_show_their_uuid(self, lease_get, pool_list):
+        lease_get.return_value = helpers.leases(helpers.LEASE_BOUND)[0]
+        pool_list.side_effect = helpers.api_error('Service Unavailable',
+                                                  status=503)
+
+        res = self.client.get(detail_url(helpers.LEASE_BOUND['uuid']))
+
+        overview = res.context['tab_group'].get_tab('overview').render()
+        self.assertIn(helpers.POOL_MEMORY['uuid'], overview)
+
+    @mock.patch.object(api, 'pool_list')
+    @mock.patch.object(api, 'lease_usage')
+    @mock.patch.object(api, 'lease_get')
+    def test_usage_plot_draws_the_limits(self, lease_get, lease_usage,
+                                         pool_list):
+        lease_get.return_value = helpers.leases(
+            dict(helpers.LEASE_BOUND, elastic=ELASTIC))[0]
+        pool_list.return_value = helpers.pools()
+        lease_usage.return_value = [
+            {'id': 1, 'taken_at': '2026-11-25T10:00:00Z', 'used_mb': 512,
+             'size_mb': 2048},
+            {'id': 2, 'taken_at': '2026-11-25T10:00:10Z', 'used_mb': 3072,
+             'size_mb': 4096}]
+
+        res = self.client.get(detail_url(helpers.LEASE_BOUND['uuid']),
+                              {'tab': 'lease_details__usage'})
+
+        content = res.context['tab_group'].get_tab('usage').render()
+        # The top of the plot is the largest size, 8192 MiB: the limits
+        # are at 7/8 and at 0 of the height (160).
+        self.assertIn('y1="140.0" y2="140.0"', content)
+        self.assertIn('y1="0.0" y2="0.0"', content)
+        self.assertIn('points="0.0,150.0 600.0,100.0"', content)
+        self.assertIn("elastic lease's limits, 1024 and 8192 MiB", content)
+
+
+class BindHostActionTests(helpers.BaseAdminViewTests):
+
+    @mock.patch.object(api, 'pool_list')
+    @mock.patch.object(api, 'lease_list')
+    def test_an_administrator_may_bind_to_a_host(self, lease_list,
+                                                 pool_list):
+        lease_list.return_value = helpers.leases(helpers.LEASE_RESERVED,
+                                                 helpers.LEASE_BOUND)
+        pool_list.return_value = helpers.pools()
+
+        res = self.client.get(INDEX_URL)
+
+        rows = {r.datum.name: r.render()
+                for r in res.context['table'].get_rows()}
+        self.assertIn('Bind to Host', rows['waiting'])
+        # A bound lease is unbound first.
+        self.assertNotIn('Bind to Host', rows['big-swap'])
+
+
 class LeaseUsageTabTests(helpers.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        # The overview, rendered with the usage tab, names the pools.
+        mock.patch.object(api, 'pool_list',
+                          return_value=helpers.pools()).start()
 
     @mock.patch.object(api, 'lease_usage')
     @mock.patch.object(api, 'lease_get')

@@ -58,6 +58,14 @@ DEVICE_FAULTY = dict(DEVICE_HELD, uuid='f0000000-0000-4000-8000-000000000005',
                                    'critical',
                      reachable_hosts=['compute-1', 'compute-2'])
 
+POOL_SRIOV = dict(
+    helpers.POOL_GPU, uuid='5b0c9a0e-2f6f-4d0a-9d61-0a4a4b1f0003',
+    name='vf-pool', kind='pci', resource_class='CUSTOM_COMPOSABLE_PCI_NIC',
+    fabric_uuid=FABRIC['uuid'], traits=[], total=4, used=0, free=4,
+    sriov={'host_uuid': HOST['uuid'], 'host': 'compute-1',
+           'pf_address': '0000:41:00.0', 'vf_count': 4,
+           'vf_mode': 'on_demand'})
+
 
 def wrap(*dicts):
     return [api.Resource(dict(d)) for d in dicts]
@@ -137,42 +145,79 @@ class AdminInventoryTests(helpers.BaseAdminViewTests):
         # Driver settings (which may hold credentials) are not shown.
         self.assertNotContains(res, '/dev/switchtec0')
 
+    @mock.patch.object(api, 'fabric_list')
     @mock.patch.object(api, 'host_list')
-    def test_hosts(self, host_list):
+    def test_hosts_show_their_fabric_by_name(self, host_list, fabric_list):
         host_list.return_value = wrap(HOST)
+        fabric_list.return_value = wrap(FABRIC)
 
         res = self.client.get(admin_url('hosts'))
 
         self.assertContains(res, 'iqn.2026-11.org.example:compute-1')
+        row = res.context['table'].get_rows()[0].render()
+        self.assertIn('rack-1-pcie', row)
+        self.assertNotIn(FABRIC['uuid'], row)
 
+    @mock.patch.object(api, 'fabric_list')
+    @mock.patch.object(api, 'host_list')
+    def test_hosts_show_the_uuid_when_fabrics_cannot_be_listed(
+            self, host_list, fabric_list):
+        host_list.return_value = wrap(HOST)
+        fabric_list.side_effect = helpers.api_error('Service Unavailable',
+                                                    status=503)
+
+        res = self.client.get(admin_url('hosts'))
+
+        self.assertContains(res, FABRIC['uuid'])
+
+    @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'memory_node_list')
-    def test_memory_nodes(self, memory_node_list):
+    def test_memory_nodes(self, memory_node_list, pool_list):
         memory_node_list.return_value = wrap(MEMORY_NODE)
+        pool_list.return_value = helpers.pools()
 
         res = self.client.get(admin_url('memory_nodes'))
 
         self.assertContains(res, 'memory-node-7')
         self.assertContains(res, '192.0.2.7:3260')
         self.assertContains(res, '65536')
+        row = res.context['table'].get_rows()[0].render()
+        self.assertIn('memory-pool', row)
+        self.assertNotIn(helpers.POOL_MEMORY['uuid'], row)
 
+    @mock.patch.object(api, 'fabric_list')
     @mock.patch.object(api, 'pool_list')
-    def test_pools(self, pool_list):
-        pool_list.return_value = helpers.pools()
+    def test_pools(self, pool_list, fabric_list):
+        pool_list.return_value = helpers.pools() + [
+            api.Pool(dict(POOL_SRIOV))]
+        fabric_list.return_value = wrap(
+            dict(FABRIC, uuid=helpers.POOL_MEMORY['fabric_uuid']))
 
         res = self.client.get(admin_url('pools'))
 
         self.assertContains(res, 'CUSTOM_COMPOSABLE_MEMORY_MB')
         self.assertContains(res, 'style="width: 50%;"')
+        rows = {r.datum.name: r.render()
+                for r in res.context['table'].get_rows()}
+        self.assertIn('rack-1-pcie', rows['memory-pool'])
+        self.assertNotIn(helpers.POOL_MEMORY['fabric_uuid'],
+                         rows['memory-pool'])
+        self.assertIn('compute-1 0000:41:00.0: 4 VFs, on_demand',
+                      rows['vf-pool'])
 
+    @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'device_list')
-    def test_devices_health_and_holding_lease(self, device_list):
+    def test_devices_state_and_holding_lease(self, device_list, pool_list):
         device_list.return_value = wrap(DEVICE_HELD, DEVICE_FAULTY)
+        pool_list.return_value = helpers.pools()
 
         res = self.client.get(admin_url('devices'))
 
         rows = {r.datum.name: r for r in res.context['table'].get_rows()}
         held = rows['gpu-0'].render()
         self.assertIn(helpers.LEASE_BINDING['uuid'], held)
+        self.assertIn('gpu-pool', held)
+        self.assertNotIn(helpers.POOL_GPU['uuid'], held)
         self.assertIn('Attached', held)
         self.assertIn('status_up', held)
         faulty = rows['gpu-1'].render()
@@ -198,8 +243,55 @@ class AdminInventoryTests(helpers.BaseAdminViewTests):
         self.assertIn('Attached', row)
         self.assertNotIn('Every host', row)
 
+    @mock.patch.object(api, 'pool_list')
+    @mock.patch.object(api, 'device_list')
+    def test_devices_health_and_reachable_hosts(self, device_list,
+                                                pool_list):
+        # What the API reports from 1.4 on; the dashboard does not ask
+        # for 1.4 itself but shows the fields when the answer has them.
+        device_list.return_value = wrap(
+            dict(DEVICE_HELD, serial='SN-0042', health='ok',
+                 health_reason=None, reachable_hosts=None),
+            dict(DEVICE_FAULTY, serial='SN-0043', health='critical',
+                 health_reason='uncorrectable ECC errors',
+                 reachable_hosts=['compute-1', 'compute-2']),
+            dict(DEVICE_FAULTY, uuid='f0000000-0000-4000-8000-000000000006',
+                 name='gpu-2', health='warning', health_reason='hot',
+                 reachable_hosts=[]))
+        pool_list.return_value = helpers.pools()
+
+        res = self.client.get(admin_url('devices'))
+
+        rows = {r.datum.name: r.render()
+                for r in res.context['table'].get_rows()}
+        self.assertIn('SN-0042', rows['gpu-0'])
+        self.assertIn('OK', rows['gpu-0'])
+        self.assertIn('Every host of the fabric', rows['gpu-0'])
+        self.assertIn('Critical: uncorrectable ECC errors', rows['gpu-1'])
+        self.assertIn('compute-1, compute-2', rows['gpu-1'])
+        self.assertIn('Warning: hot', rows['gpu-2'])
+        cells = {r.datum.name: r.cells
+                 for r in res.context['table'].get_rows()}
+        self.assertEqual('None', str(cells['gpu-2']['reachable_hosts'].data))
+
+    @mock.patch.object(api, 'pool_list')
+    @mock.patch.object(api, 'device_list')
+    def test_devices_before_health_was_reported(self, device_list,
+                                                pool_list):
+        device_list.return_value = wrap(DEVICE_HELD)
+        pool_list.return_value = helpers.pools()
+
+        res = self.client.get(admin_url('devices'))
+
+        row = res.context['table'].get_rows()[0]
+        self.assertEqual('-', row.cells['health'].data)
+        self.assertEqual('-', row.cells['reachable_hosts'].data)
+        self.assertEqual('-', row.cells['serial'].data)
+
+    @mock.patch.object(api, 'host_list')
     @mock.patch.object(api, 'pool_create')
-    def test_create_pool(self, pool_create):
+    def test_create_pool(self, pool_create, host_list):
+        host_list.return_value = wrap(HOST)
         pool_create.return_value = api.Pool(dict(helpers.POOL_GPU))
 
         res = self.client.post(admin_url('pools', 'create'), {
@@ -213,8 +305,71 @@ class AdminInventoryTests(helpers.BaseAdminViewTests):
             fabric='rack-1-pcie', traits=['CUSTOM_GPU_A100', 'CUSTOM_NVLINK'],
             reserved=0)
 
+    @mock.patch.object(api, 'host_list')
     @mock.patch.object(api, 'pool_create')
-    def test_create_refused_by_the_api(self, pool_create):
+    def test_create_sriov_pool(self, pool_create, host_list):
+        host_list.return_value = wrap(HOST)
+        pool_create.return_value = api.Pool(dict(POOL_SRIOV))
+
+        res = self.client.get(admin_url('pools', 'create'))
+        self.assertEqual(['', 'compute-1'],
+                         [value for value, _label in res.context[
+                             'form'].fields['sriov_host'].choices])
+
+        res = self.client.post(admin_url('pools', 'create'), {
+            'name': 'vf-pool', 'kind': 'pci', 'fabric': 'rack-1-pcie',
+            'device_class': 'NIC', 'sriov_host': 'compute-1',
+            'sriov_pf_address': '0000:41:00.0', 'sriov_vf_count': 4,
+            'sriov_vf_mode': 'precreated', 'sriov_vendor_id': '8086',
+            'sriov_product_id': '154c'})
+
+        self.assertNoFormErrors(res)
+        self.assertRedirectsNoFollow(res, admin_url('pools'))
+        pool_create.assert_called_once_with(
+            helpers.IsHttpRequest(), name='vf-pool', kind='pci',
+            fabric='rack-1-pcie', device_class='NIC',
+            sriov={'host': 'compute-1', 'pf_address': '0000:41:00.0',
+                   'vf_count': 4, 'vf_mode': 'precreated',
+                   'vendor_id': '8086', 'product_id': '154c'})
+
+    @mock.patch.object(api, 'host_list')
+    @mock.patch.object(api, 'pool_create')
+    def test_sriov_pool_needs_host_pf_and_count(self, pool_create,
+                                                host_list):
+        host_list.return_value = wrap(HOST)
+
+        res = self.client.post(admin_url('pools', 'create'), {
+            'name': 'vf-pool', 'kind': 'pci', 'fabric': 'rack-1-pcie',
+            'device_class': 'NIC', 'sriov_host': 'compute-1'})
+
+        self.assertFormErrors(res, 1)
+        self.assertContains(res, 'needs SR-IOV: physical function, '
+                                 'SR-IOV: virtual functions too.')
+        pool_create.assert_not_called()
+
+    @mock.patch.object(api, 'host_list')
+    @mock.patch.object(api, 'pool_create')
+    def test_sriov_pool_refused_by_the_api(self, pool_create, host_list):
+        host_list.return_value = wrap(HOST)
+        pool_create.side_effect = helpers.api_error(
+            'pool vf-pool is already made of the virtual functions of '
+            '0000:41:00.0 on host compute-1; a physical function serves '
+            'one pool', status=409, cls=api.ComposableConflict)
+
+        res = self.client.post(admin_url('pools', 'create'), {
+            'name': 'vf-pool-2', 'kind': 'pci', 'fabric': 'rack-1-pcie',
+            'device_class': 'NIC', 'sriov_host': 'compute-1',
+            'sriov_pf_address': '41:00.0', 'sriov_vf_count': 2})
+
+        errors = self.messages_of('error', res)
+        self.assertEqual(1, len(errors), errors)
+        self.assertIn('Unable to create the pool.', errors[0])
+        self.assertIn('a physical function serves one pool', errors[0])
+
+    @mock.patch.object(api, 'host_list')
+    @mock.patch.object(api, 'pool_create')
+    def test_create_refused_by_the_api(self, pool_create, host_list):
+        host_list.return_value = wrap(HOST)
         pool_create.side_effect = helpers.api_error(
             'A pool named gpu-pool exists already', status=409,
             cls=api.ComposableConflict)
@@ -278,10 +433,13 @@ class AdminInventoryTests(helpers.BaseAdminViewTests):
             helpers.IsHttpRequest(), MEMORY_NODE['uuid'], capacity_mb=65536,
             reserved_mb=1024, transport='iser', enabled=False)
 
+    @mock.patch.object(api, 'fabric_list')
     @mock.patch.object(api, 'host_delete')
     @mock.patch.object(api, 'host_list')
-    def test_delete_host_refused_shows_why(self, host_list, host_delete):
+    def test_delete_host_refused_shows_why(self, host_list, host_delete,
+                                           fabric_list):
         host_list.return_value = wrap(HOST)
+        fabric_list.return_value = wrap(FABRIC)
         host_delete.side_effect = helpers.api_error(
             'Host compute-1 has bound leases', status=409,
             cls=api.ComposableConflict)

@@ -233,5 +233,65 @@ def _inventory_calls(collection, cls=Resource):
  memory_node_delete) = _inventory_calls('memory_nodes')
 (device_list, device_get, device_create, device_update,
  device_delete) = _inventory_calls('devices')
-(pool_list, pool_get, pool_create, pool_update,
+(_pool_list, _pool_get, _pool_create, pool_update,
  pool_delete) = _inventory_calls('pools', Pool)
+
+#: The API version from which pools show and take their SR-IOV fields.
+SRIOV_VERSION = '1.3'
+
+
+def _at_least(client, version, call):
+    """``call(v)``, v the newer of the configured API version and
+    ``version`` (None: the configured one); a server older than
+    ``version`` answers 406 and is asked again at the configured one."""
+    wanted = client.at_least(version)
+    if wanted == client.api_version:
+        return call(None)
+    try:
+        return call(wanted)
+    except osc_exceptions.ClientException as exc:
+        if getattr(exc, 'code', None) != 406:
+            raise
+    return call(None)
+
+
+@_translated
+def pool_list(request, **filters):
+    """The pools, with the SR-IOV fields of those made of virtual
+    functions where the server has them (API 1.3)."""
+    client = composableclient(request)
+    params = {k: v for k, v in filters.items() if v is not None}
+    return _wrap(Pool, _at_least(
+        client, SRIOV_VERSION,
+        lambda version: client.list('pools', 'pools', params=params,
+                                    version=version)))
+
+
+@_translated
+def pool_get(request, ident):
+    client = composableclient(request)
+    path = client.pools.path(ident)
+    return Pool(_at_least(client, SRIOV_VERSION,
+                          lambda version: client.get(path,
+                                                     version=version)))
+
+
+@_translated
+def pool_create(request, **fields):
+    """Create a pool; one of SR-IOV virtual functions (``sriov``) is
+    asked for at API 1.3 at least."""
+    client = composableclient(request)
+    version = client.at_least(SRIOV_VERSION) if fields.get('sriov') \
+        else None
+    return Pool(client.post('pools', fields, version=version))
+
+
+def names_by_uuid(request, lister):
+    """UUID -> name of what ``lister`` (``fabric_list``, ``pool_list``)
+    lists; {} when the API does not answer, the tables then showing
+    UUIDs."""
+    try:
+        return {item.uuid: item.name for item in lister(request)}
+    except ComposableAPIError as exc:
+        LOG.warning('Unable to list names for the tables: %s', exc)
+        return {}

@@ -126,6 +126,23 @@ class Browser(object):
         field.clear()
         field.send_keys(value)
 
+    def choose(self, field_id, value):
+        """Pick ``value`` in one of Horizon's themed selects as a person
+        does: open its menu, click the option; the hidden <select> it
+        drives then holds the value."""
+        select = self.find('#' + field_id)
+        box = select.find_element(
+            By.XPATH, './ancestor::div[contains(@class, "themable-select")]')
+        box.find_element(By.CSS_SELECTOR, 'button.dropdown-toggle').click()
+        options = self.wait_for(
+            lambda: [a for a in box.find_elements(
+                By.CSS_SELECTOR, 'a[data-select-value="%s"]' % value)
+                if a.is_displayed()],
+            'the option %s of %s' % (value, field_id))
+        options[0].click()
+        self.wait_for(lambda: select.get_attribute('value') == value,
+                      '%s set to %s' % (field_id, value))
+
     # ------------------------------------------------------------ Horizon
 
     def login(self, username, password, next_path):
@@ -156,6 +173,23 @@ class Browser(object):
 
     def row(self, table, object_id):
         return self.find('#%s__row__%s' % (table, object_id))
+
+    def row_action(self, table, object_id, action):
+        """Click a row's action: the first is a button, the others are
+        in the row's drop-down menu."""
+        css = '#%s__row_%s__action_%s' % (table, object_id, action)
+        if not self.visible(css):
+            self.row(table, object_id).find_element(
+                By.CSS_SELECTOR, '.dropdown-toggle').click()
+        self.wait_for(lambda: self.visible(css),
+                      'the action %s of %s' % (action, object_id))[0].click()
+
+    def row_by_text(self, text):
+        """The table row with a cell reading ``text``."""
+        for cell in self.find_all('table tbody tr td'):
+            if cell.text.strip() == text:
+                return cell.find_element(By.XPATH, './ancestor::tr')
+        raise sel_exc.NoSuchElementException(text)
 
     def row_by_link_text(self, text):
         for link in self.find_all('table tbody tr td a'):

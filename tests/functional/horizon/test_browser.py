@@ -27,10 +27,13 @@ HEADERS = {'OpenStack-API-Version': 'composable 1.0'}
 LEASE_NAME = 'batch-swap'
 
 
-def _api(keystone, composable, username, method, path, **kwargs):
+def _api(keystone, composable, username, method, path, version=None,
+         **kwargs):
     project = username.split('-')[0]
     token = keystone.password_token(username, servers.PASSWORD, project)[0]
     headers = dict(HEADERS, **{'X-Auth-Token': token})
+    if version:
+        headers['OpenStack-API-Version'] = 'composable %s' % version
     return requests.request(method, composable.endpoint + path,
                             headers=headers, timeout=60, **kwargs)
 
@@ -177,6 +180,9 @@ def test_admin_sees_the_inventory(browser, horizon_stack):
     browser.wait_for(lambda: 'compute-0' in browser.text(),
                      'compute-0 in the hosts table')
     assert 'compute-1' in browser.text()
+    # The hosts' fabric by its name.
+    assert _cell(browser, browser.row_by_text('compute-0'),
+                 'Fabric') == 'demo-fabric'
     browser.screenshot('admin-hosts')
     browser.get('/admin/composable_admin_devices/')
     browser.wait_for(lambda: 'gpu-0' in browser.text(),
@@ -241,3 +247,198 @@ def test_bad_input_and_refusals_are_explained(browser, horizon_stack):
     resp = _api(keystone, composable, 'beta-member', 'GET',
                 '/v1/leases?name=too-big')
     assert resp.json()['leases'] == []
+
+
+def _api_reason_shown(browser, reason):
+    """Open the Details of Horizon's error message and wait for the API's
+    own reason there."""
+    browser.driver.find_element(
+        'xpath', "//div[contains(@class, 'alert')]"
+                 "//a[normalize-space()='Details']").click()
+    browser.wait_for(lambda: reason[:60] in browser.text(),
+                     "the API's reason on the page: %s" % reason)
+
+
+def _lease_named(keystone, composable, username, name):
+    resp = _api(keystone, composable, username, 'GET',
+                '/v1/leases?name=%s' % name)
+    assert resp.status_code == 200, resp.text
+    return resp.json()['leases']
+
+
+def test_admin_binds_a_lease_to_a_host(browser, horizon_stack):
+    keystone, composable, horizon = horizon_stack
+    resp = _api(keystone, composable, 'alpha-member', 'POST', '/v1/leases',
+                json={'name': 'host-swap', 'memory_mb': 1024})
+    assert resp.status_code == 201, resp.text
+    lease_id = resp.json()['uuid']
+
+    browser.login('alpha-admin', servers.PASSWORD, LEASES)
+    browser.wait_for(lambda: _status(browser, lease_id) == 'Reserved',
+                     'the lease reaching Reserved', reload=10)
+
+    # Guest mode needs a server: the API refuses, the form says why, and
+    # the lease stays as it was.
+    browser.row_action('leases', lease_id, 'bind_host')
+    # (The themed selects' own <select> is hidden: the button is not.)
+    browser.wait_for(
+        lambda: browser.visible('#bind_host_lease_form [type=submit]'),
+        'the Bind to Host form')
+    browser.choose('id_host', 'compute-0')
+    browser.choose('id_attach_mode', 'guest')
+    browser.find('#bind_host_lease_form [type=submit]').click()
+    browser.wait_for(
+        lambda: any('Unable to bind the lease.' in m
+                    for m in browser.messages()),
+        "Horizon's message that the bind was refused")
+    resp = _api(keystone, composable, 'alpha-admin', 'POST',
+                '/v1/leases/%s/bind' % lease_id,
+                json={'host': 'compute-0', 'attach_mode': 'guest'})
+    assert resp.status_code == 400, resp.text
+    _api_reason_shown(browser, resp.json()['errors'][0]['detail'])
+    browser.screenshot('lease-bind-host-refused')
+    [lease] = _lease_named(keystone, composable, 'alpha-member',
+                           'host-swap')
+    assert lease['status'] == 'reserved' and lease['host'] is None, lease
+
+    # Host mode, on compute-0.
+    browser.get(LEASES)
+    browser.wait_for(lambda: browser.row('leases', lease_id),
+                     'the lease row')
+    browser.row_action('leases', lease_id, 'bind_host')
+    browser.wait_for(
+        lambda: browser.visible('#bind_host_lease_form [type=submit]'),
+        'the Bind to Host form')
+    browser.choose('id_host', 'compute-0')
+    browser.screenshot('lease-bind-host')
+    browser.find('#bind_host_lease_form [type=submit]').click()
+    browser.wait_for(lambda: _status(browser, lease_id) == 'Bound',
+                     'the lease shown as Bound', reload=10)
+    assert _cell(browser, browser.row('leases', lease_id),
+                 'Host / Server') == 'compute-0'
+    browser.screenshot('lease-bound-to-host')
+    [lease] = _lease_named(keystone, composable, 'alpha-member',
+                           'host-swap')
+    assert (lease['host'], lease['attach_mode']) == ('compute-0', 'host')
+    # (That a member is refused the form is tests/dashboard's to check.)
+    resp = _api(keystone, composable, 'alpha-member', 'DELETE',
+                '/v1/leases/%s' % lease_id)
+    assert resp.status_code in (202, 204), resp.text
+
+
+def test_elastic_lease_shows_its_limits(browser, horizon_stack):
+    keystone, composable, horizon = horizon_stack
+    browser.login('beta-member', servers.PASSWORD, LEASES)
+
+    def create(name, memory, low, high):
+        browser.get(LEASES)
+        browser.wait_for(lambda: browser.find('#leases__action_create'),
+                         'the leases table')
+        browser.find('#leases__action_create').click()
+        browser.wait_for(
+            lambda: browser.visible('#create_lease_form #id_name'),
+            'the Create Lease form')
+        browser.fill('id_name', name)
+        browser.fill('id_memory', memory)
+        browser.fill('id_elastic_min', low)
+        browser.fill('id_elastic_max', high)
+        browser.driver.execute_script('arguments[0].scrollIntoView();',
+                                      browser.find('#id_headroom'))
+
+    # Starting outside its own limits: the API's reason, nothing made.
+    create('elastic-bad', '2GiB', '4GiB', '8GiB')
+    browser.find('#create_lease_form [type=submit]').click()
+    browser.wait_for(
+        lambda: any('Unable to create lease "elastic-bad"' in m
+                    for m in browser.messages()),
+        "Horizon's message that the lease was refused")
+    resp = _api(keystone, composable, 'beta-member', 'POST', '/v1/leases',
+                version='1.2',
+                json={'name': 'elastic-bad', 'memory_mb': 2048,
+                      'elastic': {'min_mb': 4096, 'max_mb': 8192,
+                                  'observation_window': 300,
+                                  'prediction_window': 60}})
+    assert resp.status_code == 400, resp.text
+    _api_reason_shown(browser, resp.json()['errors'][0]['detail'])
+    assert _lease_named(keystone, composable, 'beta-member',
+                        'elastic-bad') == []
+
+    create('elastic-swap', '2GiB', '1GiB', '4GiB')
+    browser.screenshot('create-lease-elastic')
+    browser.find('#create_lease_form [type=submit]').click()
+    row = browser.wait_for(lambda: browser.row_by_link_text('elastic-swap'),
+                           'the new lease in the table')
+    lease_id = row.get_attribute('data-object-id')
+    browser.wait_for(lambda: _status(browser, lease_id) == 'Reserved',
+                     'the lease reaching Reserved', reload=10)
+    resp = _api(keystone, composable, 'beta-member', 'GET',
+                '/v1/leases/%s' % lease_id, version='1.2')
+    elastic = resp.json()['elastic']
+    assert (elastic['min_mb'], elastic['max_mb']) == (1024, 4096), elastic
+
+    browser.find('#leases__row__%s a' % lease_id).click()
+    browser.wait_for(lambda: 'Resized with its use' in browser.text(),
+                     'the elastic limits on the lease page')
+    text = browser.text()
+    assert 'between 1GB and 4GB' in text, text
+    assert 'memory-pool' in text
+    browser.screenshot('lease-elastic-detail')
+    resp = _api(keystone, composable, 'beta-member', 'DELETE',
+                '/v1/leases/%s' % lease_id)
+    assert resp.status_code in (202, 204), resp.text
+
+
+def test_admin_creates_an_sriov_pool(browser, horizon_stack):
+    keystone, composable, horizon = horizon_stack
+    pools = '/admin/composable_admin_pools/'
+    browser.login('alpha-admin', servers.PASSWORD, pools)
+
+    def create(name):
+        browser.get(pools)
+        browser.wait_for(lambda: browser.find('#pools__action_create'),
+                         'the pools table')
+        browser.find('#pools__action_create').click()
+        browser.wait_for(
+            lambda: browser.visible('.modal #id_sriov_pf_address'),
+            'the Create Pool form')
+        browser.fill('id_name', name)
+        browser.choose('id_kind', 'pci')
+        browser.fill('id_fabric', 'demo-fabric')
+        browser.fill('id_device_class', 'NIC')
+        browser.choose('id_sriov_host', 'compute-0')
+        browser.fill('id_sriov_pf_address', '0000:41:00.0')
+        browser.fill('id_sriov_vf_count', '4')
+
+    create('vf-pool')
+    browser.screenshot('admin-create-sriov-pool')
+    browser.find('.modal [type=submit]').click()
+    browser.wait_for(
+        lambda: 'compute-0 0000:41:00.0: 4 VFs, on_demand' in browser.text(),
+        'the SR-IOV pool in the pools table')
+    browser.screenshot('admin-pools-sriov')
+    resp = _api(keystone, composable, 'alpha-admin', 'GET',
+                '/v1/pools?kind=pci', version='1.3')
+    [pool] = [p for p in resp.json()['pools'] if p['name'] == 'vf-pool']
+    assert pool['sriov']['host'] == 'compute-0', pool
+    assert pool['total'] == 4, pool
+
+    # A physical function serves one pool: the API's reason, nothing
+    # made.
+    create('vf-pool-2')
+    browser.find('.modal [type=submit]').click()
+    browser.wait_for(
+        lambda: any('Unable to create the pool.' in m
+                    for m in browser.messages()),
+        "Horizon's message that the pool was refused")
+    resp = _api(keystone, composable, 'alpha-admin', 'POST', '/v1/pools',
+                version='1.3',
+                json={'name': 'vf-pool-2', 'kind': 'pci',
+                      'fabric': 'demo-fabric', 'device_class': 'NIC',
+                      'sriov': {'host': 'compute-0',
+                                'pf_address': '0000:41:00.0',
+                                'vf_count': 4}})
+    assert resp.status_code == 409, resp.text
+    _api_reason_shown(browser, resp.json()['errors'][0]['detail'])
+    resp = _api(keystone, composable, 'alpha-admin', 'GET',
+                '/v1/pools?kind=pci')
+    assert 'vf-pool-2' not in [p['name'] for p in resp.json()['pools']]

@@ -94,10 +94,17 @@ class DeleteAction(tables.DeleteAction):
 
 
 class InventoryTable(tables.DataTable):
-    """A table of one collection; subclasses set api_name, panel_slug."""
+    """A table of one collection; subclasses set api_name, panel_slug.
+
+    ``named``: the fields holding the UUID of a fabric or pool, and the
+    collection it belongs to (``{'fabric_uuid': 'fabric'}``): the index
+    view gives each row a ``fabric_name`` (``pool_name``) to show
+    instead, the UUID itself when the name cannot be had.
+    """
 
     api_name = None
     panel_slug = None
+    named = {}
 
     def get_object_id(self, datum):
         return datum.uuid
@@ -153,11 +160,23 @@ class IndexView(tables.DataTableView):
 
     def get_data(self):
         try:
-            return call(self.table_class.api_name, 'list')(self.request)
+            items = call(self.table_class.api_name, 'list')(self.request)
         except api.ComposableAPIError:
             exceptions.handle(self.request,
                               _('Unable to retrieve the list.'))
             return []
+        add_names(self.request, items, self.table_class.named)
+        return items
+
+
+def add_names(request, items, named):
+    """Give each item a ``<collection>_name`` for each UUID field of
+    ``named`` ({field: collection}): one list call per collection."""
+    for field, collection in named.items():
+        names = api.names_by_uuid(request, call(collection, 'list'))
+        for item in items:
+            uuid = item.get(field)
+            item._apidict['%s_name' % collection] = names.get(uuid, uuid)
 
 
 class CreateView(forms.ModalFormView):

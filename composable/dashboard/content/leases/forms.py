@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from horizon import exceptions
 from horizon import forms
 from horizon import messages
+from openstack_dashboard.api import base
 from openstack_dashboard.api import nova
 from osc_lib import exceptions as osc_exceptions
 
@@ -191,8 +192,40 @@ class CreateLeaseForm(forms.SelfHandlingForm):
         return lease
 
 
-class BindLeaseForm(forms.SelfHandlingForm):
+def server_choices(request, first):
+    """The project's servers as choices, after ``first``."""
+    choices = [('', first)]
+    try:
+        # The project's own servers: Nova lists no other project's.
+        servers, _more = nova.server_list(request)
+        choices += [(s.id, '%s (%s)' % (s.name, s.id))
+                    for s in sorted(servers, key=lambda s: s.name)]
+    except Exception:
+        exceptions.handle(request, _('Unable to retrieve the servers.'))
+    return choices
+
+
+class _BindForm(forms.SelfHandlingForm):
+    """What binding a lease asks: the API's bind, with a server, a host
+    or both (a host alone: its compute node uses the lease; a server: on
+    the host Nova says it runs on, or on the host given)."""
+
     lease_id = forms.CharField(widget=forms.HiddenInput())
+
+    def handle(self, request, data):
+        try:
+            api.lease_bind(request, data['lease_id'],
+                           server=data.get('server') or None,
+                           host=data.get('host') or None,
+                           attach_mode=data.get('attach_mode') or None)
+        except api.ComposableAPIError:
+            exceptions.handle(request, _('Unable to bind the lease.'))
+            return False
+        messages.success(request, _('Binding of the lease requested.'))
+        return True
+
+
+class BindLeaseForm(_BindForm):
     server = forms.ThemableChoiceField(label=_('Server'))
     attach_mode = forms.ThemableChoiceField(
         label=_('Attach mode'), required=False,
@@ -200,25 +233,41 @@ class BindLeaseForm(forms.SelfHandlingForm):
 
     def __init__(self, request, *args, **kwargs):
         super().__init__(request, *args, **kwargs)
-        choices = [('', _('Select a server'))]
-        try:
-            # The project's own servers: Nova lists no other project's.
-            servers, _more = nova.server_list(request)
-            choices += [(s.id, '%s (%s)' % (s.name, s.id))
-                        for s in sorted(servers, key=lambda s: s.name)]
-        except Exception:
-            exceptions.handle(request, _('Unable to retrieve the servers.'))
-        self.fields['server'].choices = choices
+        self.fields['server'].choices = server_choices(
+            request, _('Select a server'))
 
-    def handle(self, request, data):
+
+class BindHostLeaseForm(_BindForm):
+    """An administrator's bind to a compute host: the hosts are listed
+    by the inventory API, which only administrators may read."""
+
+    host = forms.ThemableChoiceField(
+        label=_('Host'),
+        help_text=_("A compute host on the fabric of the lease's pools."))
+    attach_mode = forms.ThemableChoiceField(
+        label=_('Attach mode'), choices=ATTACH_MODE_CHOICES,
+        initial=states.ATTACH_HOST)
+    server = forms.ThemableChoiceField(
+        label=_('Server (guest mode)'), required=False,
+        help_text=_('Guest mode only: a server of the project running on '
+                    'that host, which gets what the lease holds.'))
+
+    def __init__(self, request, *args, **kwargs):
+        super().__init__(request, *args, **kwargs)
+        choices = [('', _('Select a host'))]
         try:
-            api.lease_bind(request, data['lease_id'], server=data['server'],
-                           attach_mode=data.get('attach_mode') or None)
+            choices += [(host.name, host.name)
+                        for host in sorted(api.host_list(request),
+                                           key=lambda h: h.name)]
         except api.ComposableAPIError:
-            exceptions.handle(request, _('Unable to bind the lease.'))
-            return False
-        messages.success(request, _('Binding of the lease requested.'))
-        return True
+            exceptions.handle(request, _('Unable to retrieve the hosts.'))
+        self.fields['host'].choices = choices
+        if base.is_service_enabled(request, 'compute'):
+            self.fields['server'].choices = server_choices(request,
+                                                           _('None'))
+        else:
+            # No Nova in this cloud: host mode is all there is.
+            del self.fields['server']
 
 
 class ExtendLeaseForm(forms.SelfHandlingForm):

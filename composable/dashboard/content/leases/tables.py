@@ -74,6 +74,24 @@ class BindLease(tables.LinkAction):
         return lease is None or allows(lease, states.BIND)
 
 
+def is_admin(request):
+    return request.user.has_perms(('openstack.roles.admin',))
+
+
+class BindHostLease(tables.LinkAction):
+    name = 'bind_host'
+    verbose_name = _('Bind to Host')
+    url = 'horizon:project:composable_leases:bind_host'
+    classes = ('ajax-modal',)
+    icon = 'server'
+
+    def allowed(self, request, lease=None):
+        # The form lists the inventory's hosts, which only administrators
+        # may read.
+        return is_admin(request) and (lease is None or
+                                      allows(lease, states.BIND))
+
+
 class ExtendLease(tables.LinkAction):
     name = 'extend'
     verbose_name = _('Extend Lease')
@@ -209,7 +227,8 @@ class LeasesTable(tables.DataTable):
         status_columns = ['status']
         row_class = UpdateRow
         table_actions = (CreateLease, DeleteLease, LeaseFilterAction)
-        row_actions = (BindLease, UnbindLease, ExtendLease, DeleteLease)
+        row_actions = (BindLease, BindHostLease, UnbindLease, ExtendLease,
+                       DeleteLease)
 
 
 def detail_url(lease_id):

@@ -79,7 +79,24 @@ class OverviewTab(tabs.Tab):
     template_name = 'project/composable_leases/_detail_overview.html'
 
     def get_context_data(self, request):
-        return {'lease': self.tab_group.kwargs['lease']}
+        lease = self.tab_group.kwargs['lease']
+        uuids = [u for u in (lease.get('memory_pool_uuid'),
+                             lease.get('device_pool_uuid')) if u]
+        names = api.names_by_uuid(request, api.pool_list) if uuids else {}
+        return {'lease': lease,
+                'pools': ', '.join(names.get(u, u) for u in uuids),
+                'elastic': elastic_view(lease)}
+
+
+def elastic_view(lease):
+    """An elastic lease's policy as the pages show it (API 1.2), None for
+    a lease of fixed size."""
+    policy = lease.get('elastic')
+    if not policy:
+        return None
+    headroom = policy.get('headroom')
+    return dict(policy, headroom_percent=(
+        None if headroom is None else '%g%%' % (headroom * 100)))
 
 
 class _ListTab(tabs.TableTab):
@@ -149,7 +166,10 @@ class UsageTab(tabs.Tab):
         except api.ComposableAPIError:
             exceptions.handle(request, _('Unable to retrieve the usage.'))
             samples = []
-        return {'lease': lease, 'chart': usage_chart.chart(samples)}
+        elastic = lease.get('elastic')
+        limits = (elastic['min_mb'], elastic['max_mb']) if elastic else None
+        return {'lease': lease, 'elastic': elastic,
+                'chart': usage_chart.chart(samples, limits=limits)}
 
 
 class LeaseDetailTabs(tabs.DetailTabsGroup):

@@ -21,5 +21,7 @@ urlpatterns = [
     re_path(r'^create/$', views.CreateView.as_view(), name='create'),
     re_path(LEASE % '', views.DetailView.as_view(), name='detail'),
     re_path(LEASE % 'bind', views.BindView.as_view(), name='bind'),
+    re_path(LEASE % 'bind_host', views.BindHostView.as_view(),
+            name='bind_host'),
     re_path(LEASE % 'extend', views.ExtendView.as_view(), name='extend'),
 ]

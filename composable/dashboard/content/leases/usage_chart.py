@@ -25,28 +25,35 @@ def _time(value):
     return datetime.datetime.fromisoformat(text)
 
 
-def chart(samples, width=WIDTH, height=HEIGHT):
+def chart(samples, width=WIDTH, height=HEIGHT, limits=None):
     """What the template draws from ``samples`` (the API's usage samples,
     oldest first): {'used': points, 'size': points, 'max_mb', 'first',
-    'last', 'count', 'width', 'height'}; None without samples. Points are
-    "x,y x,y ..." for an SVG polyline, y growing downwards."""
+    'last', 'count', 'width', 'height', 'limits'}; None without samples.
+    Points are "x,y x,y ..." for an SVG polyline, y growing downwards.
+    ``limits``: an elastic lease's (smallest, largest) size in MiB, drawn
+    as lines across the plot: ``limits`` is then [{'mb', 'y'}, ...]."""
     if not samples:
         return None
     times = [_time(s['taken_at']) for s in samples]
     start = times[0]
     span = max((times[-1] - start).total_seconds(), 1.0)
     top = max(max(s['size_mb'] for s in samples),
-              max(s['used_mb'] for s in samples), 1)
+              max(s['used_mb'] for s in samples),
+              max(limits or (0,)), 1)
+
+    def y_of(mb):
+        return height - mb / top * height
 
     def points(key):
         out = []
         for when, sample in zip(times, samples):
             x = (when - start).total_seconds() / span * width
-            y = height - sample[key] / top * height
-            out.append('%.1f,%.1f' % (x, y))
+            out.append('%.1f,%.1f' % (x, y_of(sample[key])))
         return ' '.join(out)
 
     return {'used': points('used_mb'), 'size': points('size_mb'),
             'max_mb': top, 'first': samples[0]['taken_at'],
             'last': samples[-1]['taken_at'], 'count': len(samples),
-            'width': width, 'height': height}
+            'width': width, 'height': height,
+            'limits': [{'mb': mb, 'y': '%.1f' % y_of(mb)}
+                       for mb in (limits or ())]}

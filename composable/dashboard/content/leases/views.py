@@ -110,6 +110,23 @@ class BindView(_LeaseFormView):
     page_title = _('Bind Lease to a Server')
 
 
+class BindHostView(_LeaseFormView):
+    form_class = lease_forms.BindHostLeaseForm
+    form_id = 'bind_host_lease_form'
+    modal_id = 'bind_host_lease_modal'
+    template_name = 'project/composable_leases/bind_host.html'
+    submit_label = _('Bind')
+    submit_url_name = 'horizon:project:composable_leases:bind_host'
+    page_title = _('Bind Lease to a Host')
+
+    def dispatch(self, request, *args, **kwargs):
+        # The form lists the inventory's hosts, which only administrators
+        # may read: others get Horizon's "not authorized".
+        if not lease_tables.is_admin(request):
+            raise exceptions.NotAuthorized
+        return super().dispatch(request, *args, **kwargs)
+
+
 class ExtendView(_LeaseFormView):
     form_class = lease_forms.ExtendLeaseForm
     form_id = 'extend_lease_form'

@@ -19,7 +19,7 @@ from composable.dashboard.content.admin import base
 
 SLUG = 'composable_admin_devices'
 
-# Device health: True is well, False is a failure, None needs a look.
+# Device states: True is well, False is a failure, None needs a look.
 STATE_CHOICES = (
     (states.DEVICE_AVAILABLE, True),
     (states.DEVICE_RESERVED, True),
@@ -34,61 +34,65 @@ STATE_DISPLAY_CHOICES = (
     (states.DEVICE_MAINTENANCE, _('Maintenance')),
     (states.DEVICE_FAULTY, _('Faulty')),
 )
-# What the fabric reports of the device (API 1.4); None is no report.
-HEALTH_CHOICES = (
-    ('ok', True),
-    ('warning', None),
-    ('critical', False),
-    ('unknown', None),
-)
-HEALTH_DISPLAY_CHOICES = (
-    ('ok', _('OK')),
-    ('warning', _('Warning')),
-    ('critical', _('Critical')),
-    ('unknown', _('Unknown')),
-)
 # What an operator may set; the others follow the leases.
 SETTABLE_STATES = (states.DEVICE_AVAILABLE, states.DEVICE_MAINTENANCE,
                    states.DEVICE_FAULTY)
+
+# What the fabric reports of a device's health (API 1.4: ``health``,
+# ``health_reason``): ok, warning, critical or unknown.
+HEALTH_DISPLAY = {
+    'ok': _('OK'),
+    'warning': _('Warning'),
+    'critical': _('Critical'),
+    'unknown': _('Unknown'),
+}
+
+
+def health_text(device):
+    """The fabric's word on the device, with its reason when not ok;
+    '-' where the API does not report health (before 1.4)."""
+    value = device.get('health')
+    if not value:
+        return '-'
+    text = HEALTH_DISPLAY.get(value, value)
+    reason = device.get('health_reason')
+    return '%s: %s' % (text, reason) if reason else text
+
+
+def reachable_text(device):
+    """The hosts the fabric can connect the device to (API 1.4): None
+    there means every host of the fabric, an empty list none."""
+    if 'reachable_hosts' not in device._apidict:
+        return '-'
+    hosts = device.get('reachable_hosts')
+    if hosts is None:
+        return _('Every host of the fabric')
+    if not hosts:
+        return _('None')
+    return ', '.join(hosts)
 
 
 class CreateDevice(base.CreateAction):
     verbose_name = _('Create Device')
 
 
-def _reachable_from(device):
-    """The hosts the fabric can connect the device to: null is every
-    host of its fabric, an empty list none."""
-    hosts = getattr(device, 'reachable_hosts', None)
-    if hosts is None:
-        if 'reachable_hosts' not in getattr(device, '_apidict', {}):
-            return None  # an API older than 1.4: not known
-        return _('Every host')
-    return ', '.join(hosts) if hosts else _('No host')
-
-
 class DevicesTable(base.InventoryTable):
     api_name = 'device'
     panel_slug = SLUG
+    named = {'pool_uuid': 'pool'}
     name = tables.Column(lambda d: d.name or d.address,
                          verbose_name=_('Name'))
     kind = tables.Column('kind', verbose_name=_('Kind'))
     model = tables.Column('model', verbose_name=_('Model'), empty_value='-')
-    pool_uuid = tables.Column('pool_uuid', verbose_name=_('Pool'))
+    serial = tables.Column(lambda d: d.get('serial') or '-',
+                           verbose_name=_('Serial number'))
+    pool = tables.Column('pool_name', verbose_name=_('Pool'))
     state = tables.Column('state', verbose_name=_('State'), status=True,
                           status_choices=STATE_CHOICES,
                           display_choices=STATE_DISPLAY_CHOICES)
-    health = tables.Column(lambda d: getattr(d, 'health', None),
-                           verbose_name=_('Health'), status=True,
-                           status_choices=HEALTH_CHOICES,
-                           display_choices=HEALTH_DISPLAY_CHOICES,
-                           empty_value='-')
-    health_reason = tables.Column(
-        lambda d: getattr(d, 'health_reason', None),
-        verbose_name=_('Health reason'), empty_value='-')
-    reachable_hosts = tables.Column(_reachable_from,
-                                    verbose_name=_('Reachable from'),
-                                    empty_value='-')
+    health = tables.WrappingColumn(health_text, verbose_name=_('Health'))
+    reachable_hosts = tables.WrappingColumn(
+        reachable_text, verbose_name=_('Reachable hosts'))
     lease_uuid = tables.Column('lease_uuid', verbose_name=_('Held by lease'),
                                empty_value='-')
     pci_address = tables.Column('pci_address',

@@ -26,8 +26,9 @@ class CreateHost(base.CreateAction):
 class HostsTable(base.InventoryTable):
     api_name = 'host'
     panel_slug = SLUG
+    named = {'fabric_uuid': 'fabric'}
     name = tables.Column('name', verbose_name=_('Name'))
-    fabric_uuid = tables.Column('fabric_uuid', verbose_name=_('Fabric'))
+    fabric = tables.Column('fabric_name', verbose_name=_('Fabric'))
     initiator_iqn = tables.Column('initiator_iqn',
                                   verbose_name=_('Initiator IQN'),
                                   empty_value='-')

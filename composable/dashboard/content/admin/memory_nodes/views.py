@@ -28,8 +28,9 @@ class CreateMemoryNode(base.CreateAction):
 class MemoryNodesTable(base.InventoryTable):
     api_name = 'memory_node'
     panel_slug = SLUG
+    named = {'pool_uuid': 'pool'}
     name = tables.Column('name', verbose_name=_('Name'))
-    pool_uuid = tables.Column('pool_uuid', verbose_name=_('Pool'))
+    pool = tables.Column('pool_name', verbose_name=_('Pool'))
     capacity_mb = tables.Column('capacity_mb',
                                 verbose_name=_('Capacity (MiB)'))
     reserved_mb = tables.Column('reserved_mb',

@@ -11,9 +11,12 @@
 #    under the License.
 
 from django.utils.translation import gettext_lazy as _
+from horizon import exceptions
 from horizon import forms
 from horizon import tables
 
+from composable.common import sriov as sriov_words
+from composable.dashboard.api import composable as api
 from composable.dashboard.content.admin import base
 from composable.dashboard.content.pools import tables as pool_tables
 
@@ -26,6 +29,30 @@ KIND_CHOICES = (('memory', _('Memory')), ('gpu', _('GPU')),
 MEDIUM_CHOICES = (('', _('Network (default)')),
                   ('network', _('Network: memory nodes over iSCSI')),
                   ('cxl', _('CXL: memory devices onlined as a NUMA node')))
+VF_MODE_CHOICES = (
+    ('', _('On demand (default)')),
+    (sriov_words.ON_DEMAND, _('On demand: made when a lease is bound')),
+    (sriov_words.PRECREATED,
+     _("Precreated: made by the host's [compute_node]sriov_numvfs")),
+)
+# The form's SR-IOV fields and the API's names for them (the pool's
+# ``sriov`` object, API 1.3).
+SRIOV_FIELDS = (('sriov_host', 'host'), ('sriov_pf_address', 'pf_address'),
+                ('sriov_vf_count', 'vf_count'), ('sriov_vf_mode', 'vf_mode'),
+                ('sriov_vendor_id', 'vendor_id'),
+                ('sriov_product_id', 'product_id'))
+SRIOV_REQUIRED = ('sriov_host', 'sriov_pf_address', 'sriov_vf_count')
+
+
+def sriov_text(pool):
+    """Host, physical function and virtual functions of an SR-IOV pool;
+    '-' for other pools."""
+    info = pool.get('sriov')
+    if not info:
+        return '-'
+    return _('%(host)s %(pf)s: %(count)s VFs, %(mode)s') % {
+        'host': info.get('host'), 'pf': info.get('pf_address'),
+        'count': info.get('vf_count'), 'mode': info.get('vf_mode')}
 
 
 class CreatePool(base.CreateAction):
@@ -35,11 +62,13 @@ class CreatePool(base.CreateAction):
 class PoolsTable(base.InventoryTable):
     api_name = 'pool'
     panel_slug = SLUG
+    named = {'fabric_uuid': 'fabric'}
     name = tables.Column('name', verbose_name=_('Name'))
     kind = tables.Column('kind', verbose_name=_('Kind'))
     resource_class = tables.Column('resource_class',
                                    verbose_name=_('Resource class'))
-    fabric_uuid = tables.Column('fabric_uuid', verbose_name=_('Fabric'))
+    fabric = tables.Column('fabric_name', verbose_name=_('Fabric'))
+    sriov = tables.WrappingColumn(sriov_text, verbose_name=_('SR-IOV'))
     total = tables.Column('total', verbose_name=_('Total'))
     reserved = tables.Column('reserved', verbose_name=_('Reserved'))
     used = tables.Column('used', verbose_name=_('Used'))
@@ -86,8 +115,73 @@ class CreatePoolForm(UpdatePoolForm):
                     'driver cxl, its step size (default 256 MiB) is its '
                     'chunk, and it needs COMPOSABLE_API_VERSION 1.5 or '
                     'later.'))
+    # A PCI pool of the SR-IOV virtual functions of one physical function
+    # of one host (API 1.3): each virtual function is a device of the
+    # pool, lent to one lease at a time.
+    sriov_host = forms.ThemableChoiceField(
+        label=_('SR-IOV: host'), required=False,
+        help_text=_('PCI pools of SR-IOV virtual functions only: the host '
+                    'of the physical function. Leave empty for other '
+                    'pools.'))
+    sriov_pf_address = forms.RegexField(
+        label=_('SR-IOV: physical function'), required=False,
+        max_length=16,
+        regex=r'^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$',
+        error_messages={'invalid': _('Enter a PCI address such as '
+                                     '0000:41:00.0.')},
+        help_text=_('Its PCI address on that host, e.g. 0000:41:00.0.'))
+    sriov_vf_count = forms.IntegerField(
+        label=_('SR-IOV: virtual functions'), required=False, min_value=1,
+        max_value=sriov_words.MAX_VFS,
+        help_text=_('How many: one device of the pool each.'))
+    sriov_vf_mode = forms.ThemableChoiceField(
+        label=_('SR-IOV: made'), required=False, choices=VF_MODE_CHOICES)
+    sriov_vendor_id = forms.RegexField(
+        label=_('SR-IOV: vendor ID'), regex=r'^(0x)?[0-9a-fA-F]{4}$',
+        required=False,
+        help_text=_('PCI vendor ID of the virtual functions, checked on '
+                    'the host (optional).'))
+    sriov_product_id = forms.RegexField(
+        label=_('SR-IOV: product ID'), regex=r'^(0x)?[0-9a-fA-F]{4}$',
+        required=False,
+        help_text=_('PCI device ID of the virtual functions (optional).'))
     field_order = ['name', 'kind', 'fabric', 'device_class', 'traits',
-                   'reserved', 'step_size', 'medium', 'description']
+                   'reserved', 'step_size', 'medium', 'description'] + [
+                       name for name, _api_name in SRIOV_FIELDS]
+
+    def __init__(self, request, *args, **kwargs):
+        super().__init__(request, *args, **kwargs)
+        choices = [('', _('None: not an SR-IOV pool'))]
+        try:
+            choices += [(host.name, host.name)
+                        for host in sorted(api.host_list(request),
+                                           key=lambda h: h.name)]
+        except api.ComposableAPIError:
+            exceptions.handle(request, _('Unable to retrieve the hosts.'))
+        self.fields['sriov_host'].choices = choices
+
+    def clean(self):
+        data = super().clean()
+        given = [name for name, _api_name in SRIOV_FIELDS
+                 if data.get(name) not in (None, '')]
+        missing = [str(self.fields[name].label) for name in SRIOV_REQUIRED
+                   if data.get(name) in (None, '')]
+        if given and missing:
+            raise forms.ValidationError(
+                _('A pool of SR-IOV virtual functions needs %s too.')
+                % ', '.join(missing))
+        return data
+
+    def request_fields(self, data):
+        fields = super().request_fields(data)
+        sriov = {}
+        for name, api_name in SRIOV_FIELDS:
+            value = fields.pop(name, None)
+            if value is not None:
+                sriov[api_name] = value
+        if sriov:
+            fields['sriov'] = sriov
+        return fields
 
 
 class IndexView(base.IndexView):
