@@ -74,7 +74,7 @@ def test_a_mount_under_the_run_is_found_and_unmounted(tmp_path):
     try:
         # Busy: a process of the run keeps a file open on it.
         holder = subprocess.Popen(
-            ['sh', '-c', 'exec 3>%s/held; sleep 600' % point])
+            ['sh', '-c', 'exec 3>%s/held; exec sleep 600' % point])
         deadline = time.monotonic() + 60
         while not (point / 'held').exists():
             assert time.monotonic() < deadline

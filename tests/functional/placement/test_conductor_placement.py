@@ -636,7 +636,8 @@ def test_pool_changes_through_the_api_reach_placement(harness, client):
     uuid = _wait_for(provider_uuid)
     provider = client.get_provider(uuid)
     assert provider['name'] == 'composable-pool-mem2'
-    assert 'CUSTOM_RDMA' in client.get_traits(uuid)[1]
+    # The provider is recorded first, its traits set after: wait for them.
+    _wait_for(lambda: 'CUSTOM_RDMA' in client.get_traits(uuid)[1])
     assert client.get_inventories(uuid)[1] == {}  # no memory node yet
 
     def inventory():
