@@ -26,7 +26,6 @@ from heat.engine import support
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
-from composable.common import resource_classes
 
 LOG = logging.getLogger(__name__)
 
@@ -391,22 +390,6 @@ class Lease(resource.Resource):
                 if value is not None}
         return fields
 
-    def _pool_device_kind(self, pools):
-        """The kind of devices the device pools named hold, when they all
-        hold the same kind ("gpu", or the lower-case class of a pci pool,
-        whose SR-IOV pools are); None otherwise."""
-        kinds = set()
-        for ident in pools:
-            pool = self.client_plugin().get_pool(ident)
-            if pool['kind'] == 'gpu':
-                kinds.add('gpu')
-            elif pool['kind'] != 'memory':
-                rc = pool.get('resource_class') or ''
-                kinds.add(rc[len(resource_classes.PCI_PREFIX):].lower()
-                          if rc.startswith(resource_classes.PCI_PREFIX)
-                          else None)
-        return kinds.pop() if len(kinds) == 1 else None
-
     def _get_lease(self, lease_id=None):
         return self.client().leases.get(lease_id or self.resource_id)
 
@@ -443,15 +426,9 @@ class Lease(resource.Resource):
     # -- create ---------------------------------------------------------
 
     def handle_create(self):
+        # Without device_kind, composable takes the kind of the device
+        # pools named (an SR-IOV pool's nic), as for any other client.
         fields = self._lease_fields()
-        if ('device_kind' not in fields and fields.get('pools') and
-                (fields.get('device_count') or
-                 fields.get('device_uuids'))):
-            # The API takes gpu for a lease that names no kind; the
-            # devices of the pools named are what the user asks for.
-            kind = self._pool_device_kind(fields['pools'])
-            if kind:
-                fields['device_kind'] = kind
         lease = self.client().leases.create(**fields)
         self.resource_id_set(lease['uuid'])
         return {'id': lease['uuid'],

@@ -582,8 +582,7 @@ class TestLeaseAgainstComposable(LeaseTestCase):
 
     def test_lease_of_an_sriov_pool_takes_a_virtual_function(self):
         pool = self._sriov_pool()
-        # No device_kind: the pool's (nic) is asked for, not the API's
-        # default (gpu).
+        # No device_kind: composable takes the pool's (nic), not gpu.
         stack = self._create(_template(vf={'device_count': 1,
                                            'pools': [pool]}))
         self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state,

@@ -324,6 +324,66 @@ def test_elastic_lease_create_update_in_place_replace_and_delete(
     assert _pools(user)['memory-pool']['used'] == before
 
 
+def test_sriov_lease_create_bind_in_place_and_delete(cloud, tmp_path):
+    """A lease of a pool of SR-IOV virtual functions (made by the cloud's
+    admin) through a stack: created naming the pool only (the lease asks
+    for the pool's kind of device), then a later end and the pool's host
+    in place (the same lease, now bound), then deleted: the VF goes back
+    to the pool."""
+    admin = cloud.admin_client()
+    admin.headers['OpenStack-API-Version'] = 'composable 1.3'
+    user = cloud.user_client(USER)
+    suffix = uuid.uuid4().hex
+    pool = 'vfs-%s' % suffix[:6]
+    # A physical function of its own: one pool per PF.
+    admin.post('/pools', {
+        'name': pool, 'kind': 'pci', 'fabric': 'fabric-0',
+        'device_class': 'NIC', 'sriov': {
+            'host': 'compute-0',
+            'pf_address': '0000:%s:%s.0' % (suffix[6:8], suffix[8:10]),
+            'vf_count': 2}}, expect=201)
+    name = _stack_name('sriov')
+    end, later = _in(30), _in(60)
+
+    def template(**extra):
+        props = dict({'device_count': 1, 'pools': [pool], 'end': end},
+                     **extra)
+        return _template(tmp_path, '%s-%s' % (name, uuid.uuid4().hex[:4]),
+                         {'vf': props})
+
+    lease_id = None
+    try:
+        try:
+            # With --wait, the command fails unless the stack completes.
+            openstack(cloud, 'stack', 'create', '--wait', '-t', template(),
+                      name, as_json=False)
+            lease_id = _resources(cloud, name)['vf']['physical_resource_id']
+            lease = user.get('/leases/%s' % lease_id).json()
+            assert (lease['status'], lease['device_kind']) == (
+                'reserved', 'nic'), lease
+            assert [d['kind'] for d in lease['devices']] == ['nic'], lease
+            assert _pools(user)[pool]['used'] == 1
+
+            # A later end and the pool's host: changed in place, bound.
+            openstack(cloud, 'stack', 'update', '--wait', '-t',
+                      template(end=later, host='compute-0'), name,
+                      as_json=False)
+            # The same lease (a replaced one would be released).
+            lease = user.get('/leases/%s' % lease_id).json()
+            assert (lease['status'], lease['host']) == (
+                'bound', 'compute-0'), lease
+            assert _same_time(lease['end_at'], later), lease
+        finally:
+            _delete_stack(cloud, name)
+        if lease_id is not None:
+            resp = user.request('GET', '/leases/%s' % lease_id)
+            assert resp.status_code == 404 or \
+                resp.json()['status'] == 'released', resp.text
+        assert _pools(user)[pool]['used'] == 0
+    finally:
+        admin.delete('/pools/%s' % pool)
+
+
 def test_more_memory_than_the_pool_holds_fails_with_composables_message(
         cloud, tmp_path):
     user = cloud.user_client(USER)

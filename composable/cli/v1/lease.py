@@ -65,8 +65,9 @@ class CreateLease(base.CreateCommand):
             help='GPU (or device) model wanted, e.g. A100')
         parser.add_argument(
             '--device-kind', metavar='<kind>',
-            help='Kind of device: gpu (default) or a PCI device class in '
-                 'lower case, e.g. nvme')
+            help='Kind of device: gpu or a PCI device class in lower '
+                 'case, e.g. nvme or nic. Default: the kind of the devices '
+                 'or device pools given (--device, --pool), else gpu')
         parser.add_argument(
             '--device-count', metavar='<count>', type=utils.positive_int,
             help='Number of devices to lease')

@@ -15,9 +15,12 @@
 Every pool is one *sharing* resource provider (trait
 ``MISC_SHARES_VIA_AGGREGATE``) in the aggregate of the hosts that reach its
 fabric, so Nova's scheduler can take pool capacity for an instance on any
-of those hosts. Every lease is a Placement *consumer* (consumer uuid = lease
-uuid, consumer type ``COMPOSABLE_LEASE``) holding the capacity the
-allocator claimed for it, so Nova can never oversubscribe a pool.
+of those hosts; except a pool of SR-IOV virtual functions, whose provider
+is a child of the compute node provider of the physical function's host
+(see composable.conductor.placement.sync). Every lease is a Placement
+*consumer* (consumer uuid = lease uuid, consumer type
+``COMPOSABLE_LEASE``) holding the capacity the allocator claimed for it,
+so Nova can never oversubscribe a pool.
 
 Writes that race with someone else (409 ``placement.concurrent_update``:
 the provider or consumer generation moved between our read and our write)
@@ -30,7 +33,8 @@ own microversion:
 * 1.7   PUT /resource_classes/{name} (create if missing, idempotent)
 * 1.6   PUT /traits/{name}, GET/PUT provider traits
 * 1.19  GET/PUT provider aggregates (with the provider generation)
-* 1.20  POST /resource_providers returns the provider
+* 1.20  POST /resource_providers returns the provider (with a parent)
+* 1.37  PUT /resource_providers/{uuid} may change the parent
 * 1.18  GET /resource_providers?required=... (a trait filter)
 * 1.38  allocations with consumer generations (>= 1.28) and consumer types
 """
@@ -59,6 +63,7 @@ MV_RESOURCE_CLASS = '1.7'
 MV_TRAITS = '1.6'
 MV_AGGREGATES = '1.19'
 MV_PROVIDERS = '1.20'
+MV_REPARENT = '1.37'
 MV_PROVIDER_QUERY = '1.18'
 MV_INVENTORY = '1.26'
 MV_ALLOCATIONS = '1.38'
@@ -220,9 +225,21 @@ class ReportClient(object):
             MV_PROVIDER_QUERY)
         return found['resource_providers']
 
-    def create_provider(self, uuid, name):
+    def create_provider(self, uuid, name, parent_provider_uuid=None):
+        body = {'uuid': uuid, 'name': name}
+        if parent_provider_uuid:
+            body['parent_provider_uuid'] = parent_provider_uuid
         return self._call('POST', '/resource_providers', MV_PROVIDERS,
-                          body={'uuid': uuid, 'name': name}, ok=(200,))
+                          body=body, ok=(200,))
+
+    def set_parent(self, uuid, name, parent_provider_uuid):
+        """Put the provider under ``parent_provider_uuid``, wherever it
+        was (a provider without a parent may be given one at any version;
+        moving it from one parent to another needs 1.37)."""
+        return self._call('PUT', '/resource_providers/%s' % uuid,
+                          MV_REPARENT, body={
+                              'name': name,
+                              'parent_provider_uuid': parent_provider_uuid})
 
     def rename_provider(self, uuid, name):
         return self._call('PUT', '/resource_providers/%s' % uuid,

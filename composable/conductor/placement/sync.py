@@ -19,6 +19,22 @@
   own traits, in the aggregate of its fabric, and with one inventory of the
   pool's resource class (total, reserved, min_unit = step_size = the pool's
   step, max_unit = total, allocation ratio 1.0).
+
+  A pool of SR-IOV virtual functions is the exception: its functions
+  reach one host only, so its provider is not a sharing provider but a
+  child of that host's compute node provider (found by name: the host's
+  ``hypervisor_hostname`` property, or else its name), in no aggregate and
+  without ``MISC_SHARES_VIA_AGGREGATE``. Placement's allocation
+  candidates then take its resource class only together with that
+  compute node's own resources, so a flavor asking for it lands on the
+  physical function's host or nowhere. Placement counts a child as a
+  member of its root's aggregates, so aggregate-based request filters
+  (availability zones, tenant isolation) still see it. Until the host's
+  compute node has a provider, the pool's provider stands alone (leases
+  are still counted on it; flavors cannot use it) and every pass says so;
+  when the compute node's provider changes (nova-compute re-registered
+  the host under a new UUID, or ``hypervisor_hostname`` changed), the
+  pool's provider is moved under the new one.
 * :func:`claim_lease` / :func:`release_lease` write or remove the
   allocations of a lease consumer (consumer uuid = lease uuid). What a
   lease holds is read from the database, never from what was asked: the
@@ -43,6 +59,7 @@ from oslo_utils import uuidutils
 
 from composable.common import context as ctx_mod
 from composable.common import resource_classes
+from composable.common import sriov
 from composable.conductor.placement import client as pclient
 from composable.db import api as dbapi
 from composable.db import models
@@ -55,7 +72,9 @@ def get_client():
 
 
 def pool_traits(pool):
-    traits = {resource_classes.SHARING_TRAIT, resource_classes.POOL_TRAIT}
+    traits = {resource_classes.POOL_TRAIT}
+    if not sriov.is_sriov_pool(pool):
+        traits.add(resource_classes.SHARING_TRAIT)
     traits.update(resource_classes.normalize_trait(t)
                   for t in (pool.traits or []))
     return traits
@@ -79,8 +98,69 @@ def pool_inventory(pool):
 
 
 def pool_aggregates(pool):
+    if sriov.is_sriov_pool(pool):
+        # A child provider is in its root's aggregates already; an
+        # aggregate of its own would only matter to a sharing provider.
+        return set()
     aggregate = pool.fabric.aggregate_uuid if pool.fabric else None
     return {aggregate} if aggregate else set()
+
+
+# The host property naming the host's compute node in Nova (its
+# hypervisor_hostname, the name of its Placement provider) when that is
+# not the host's name, e.g. a fully qualified name.
+HYPERVISOR_HOSTNAME = 'hypervisor_hostname'
+
+
+def compute_node_name(host):
+    """The name of the Placement provider of ``host``'s compute node."""
+    return (host.properties or {}).get(HYPERVISOR_HOSTNAME) or host.name
+
+
+def _compute_node_provider(client, pool):
+    """The compute node provider an SR-IOV pool's provider belongs
+    under: (name looked for, provider or None when Placement has none)."""
+    host = pool.sriov_host
+    if host is None:
+        return None, None
+    name = compute_node_name(host)
+    return name, client.get_provider_by_name(name)
+
+
+def _ensure_parent(client, pool, provider, corrections):
+    """Keep an SR-IOV pool's provider under its host's compute node."""
+    name, node = _compute_node_provider(client, pool)
+    current = provider.get('parent_provider_uuid')
+    if node is None:
+        host = pool.sriov_host.name if pool.sriov_host else '?'
+        if current is None:
+            corrections.append(
+                'pool %s: host %s has no compute node resource provider '
+                'named %s in Placement; until it has (nova-compute running '
+                'there, or the host\'s %s property naming it), flavors '
+                'cannot place the pool\'s virtual functions' % (
+                    pool.name, host, name, HYPERVISOR_HOSTNAME))
+        else:
+            # Keep it where it is: under a host it was right for, or
+            # nowhere a flavor could reach it but that host.
+            LOG.warning('Pool %(pool)s: no compute node resource provider '
+                        'named %(name)s in Placement; its provider stays '
+                        'under %(parent)s.', {'pool': pool.name,
+                                              'name': name,
+                                              'parent': current})
+        return
+    if current == node['uuid']:
+        return
+    if node.get('root_provider_uuid') == provider['uuid']:
+        raise ValueError('compute node provider %s is inside the tree of '
+                         'pool provider %s' % (node['uuid'],
+                                               provider['uuid']))
+    client.set_parent(provider['uuid'], provider['name'], node['uuid'])
+    corrections.append(
+        'pool %s: put resource provider %s under the compute node provider '
+        '%s (%s) of host %s (it was under %s)' % (
+            pool.name, provider['uuid'], node['uuid'], name,
+            pool.sriov_host.name, current or 'no provider'))
 
 
 def _ensure_provider(client, context, pool, corrections):
@@ -99,10 +179,18 @@ def _ensure_provider(client, context, pool, corrections):
                 (pool.name, by_name['uuid'], name))
         else:
             uuid = uuid or pclient.new_provider_uuid()
-            provider = client.create_provider(uuid, name)
+            parent = None
+            if sriov.is_sriov_pool(pool):
+                parent = _compute_node_provider(client, pool)[1]
+            provider = client.create_provider(
+                uuid, name, parent['uuid'] if parent else None)
             corrections.append(
                 'pool %s: resource provider %s was missing in Placement; '
-                'created it' % (pool.name, uuid))
+                'created it%s' % (pool.name, uuid,
+                                  ' under the compute node provider %s of '
+                                  'host %s' % (parent['uuid'],
+                                               pool.sriov_host.name)
+                                  if parent else ''))
     if provider['uuid'] != pool.provider_uuid:
         dbapi.pool_update(context, pool.uuid,
                           {'provider_uuid': provider['uuid']})
@@ -112,12 +200,16 @@ def _ensure_provider(client, context, pool, corrections):
         corrections.append('pool %s: renamed resource provider %s from %s '
                            'to %s' % (pool.name, provider['uuid'],
                                       provider['name'], name))
+        provider = dict(provider, name=name)
+    if sriov.is_sriov_pool(pool):
+        _ensure_parent(client, pool, provider, corrections)
     return provider['uuid']
 
 
 def sync_pool(pool, client=None, context=None):
-    """Make the pool's sharing provider right; list of corrections made
-    (empty when Placement was right already)."""
+    """Make the pool's provider right (a sharing provider, or the child
+    of a compute node for SR-IOV virtual functions); list of corrections
+    made (empty when Placement was right already)."""
     client = client or get_client()
     context = context or ctx_mod.get_admin_context()
     corrections = []

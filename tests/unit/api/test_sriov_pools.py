@@ -195,6 +195,37 @@ def test_leases_take_one_vf_and_bind_to_its_host(client, inventory,
     assert '1 of its virtual functions are leased' in resp.error['detail']
 
 
+def test_a_lease_of_the_pool_takes_its_kind(client, inventory, conductor,
+                                            member):
+    """A lease naming the pool and no device_kind asks for what the
+    pool holds (nic), not the gpu a lease naming no pool gets."""
+    assert client.post('/v1/pools', _pool(), headers=V13).status == 201
+    lease = member.post('/v1/leases', {'device_count': 1,
+                                       'pools': ['nic-vfs']})
+    assert lease.status == 201, lease
+    assert lease.json['device_kind'] == 'nic'
+    assert lease.json['status'] == 'reserved'
+    assert client.get('/v1/pools/nic-vfs').json['used'] == 1
+    # Without a pool the default is still gpu.
+    gpu = member.post('/v1/leases', {'device_count': 1})
+    assert gpu.status == 201 and gpu.json['device_kind'] == 'gpu'
+    # A kind the pool does not hold, said explicitly, is refused.
+    resp = member.post('/v1/leases', {'device_count': 1,
+                                      'device_kind': 'gpu',
+                                      'pools': ['nic-vfs']})
+    assert resp.status == 400
+    assert 'pool nic-vfs holds nic devices, not gpu' in resp.error['detail']
+    # Pools of two kinds and no kind: the user says which.
+    before = len(member.get('/v1/leases').json['leases'])
+    resp = member.post('/v1/leases', {'device_count': 1,
+                                      'pools': ['nic-vfs', 'gpu1']})
+    assert resp.status == 400
+    assert ("Invalid input for field 'device_kind': the pools named hold "
+            "devices of several kinds (gpu, nic); say which one the lease "
+            "asks for") in resp.error['detail']
+    assert len(member.get('/v1/leases').json['leases']) == before
+
+
 def test_responses_match_the_document(client, inventory):
     with open(test_openapi.DOC_PATH) as f:
         doc = yaml.safe_load(f)

@@ -47,6 +47,9 @@ LIST_FILTERS = ('project_id', 'all_projects', 'status', 'pool', 'kind',
                 'host', 'instance_uuid', 'name')
 # Elastic leases (1.2): headroom when the request gives none.
 DEFAULT_HEADROOM = 0.2
+# The devices a lease asks for when it names neither a kind, nor devices,
+# nor device pools.
+DEFAULT_DEVICE_KIND = 'gpu'
 # Usage samples (1.1).
 USAGE_VERSION = (1, 1)
 ELASTIC_VERSION = (1, 2)
@@ -207,6 +210,21 @@ def _check_pool_kinds(device_kind, given):
                                          device_kind))
 
 
+def _kind_of_pools(given):
+    """The kind of devices the device pools a request names hold (an
+    SR-IOV pool of NIC virtual functions: "nic"), for a request that names
+    no device_kind; None when it names no device pool. Pools of several
+    kinds leave the choice to the user."""
+    kinds = sorted({pool_fit.device_kind(p) for p in given or []
+                    if p.kind != 'memory'})
+    if len(kinds) > 1:
+        raise exception.Invalid(
+            "Invalid input for field 'device_kind': the pools named hold "
+            "devices of several kinds (%s); say which one the lease asks "
+            "for" % ', '.join(kinds))
+    return kinds[0] if kinds else None
+
+
 def _check_memory_pools(memory_mb, given):
     if given is not None and memory_mb and not any(
             p.kind == 'memory' for p in given):
@@ -351,7 +369,8 @@ def create_lease(request):
                     "Invalid input for field 'device_count': %d, but %d "
                     "device_uuids are given" % (device_count, len(devices)))
             device_count = len(devices)
-        device_kind = device_kind or 'gpu'
+        device_kind = (device_kind or _kind_of_pools(given) or
+                       DEFAULT_DEVICE_KIND)
         _check_pool_kinds(device_kind, given)
     elif body.get('device_kind') or body.get('device_model') or \
             body.get('device_traits'):
