@@ -70,6 +70,22 @@ class CreateLeaseTests(helpers.TestCase):
         self.assertEqual(['Lease "train" was created.'],
                          self.messages_of('success'))
 
+    def test_device_kind_left_empty_is_the_pools(self):
+        # The API takes the kind of the pool named (an SR-IOV NIC pool's
+        # is nic); the form must not say gpu on the user's behalf.
+        self.lease_create.return_value = helpers.leases(
+            helpers.LEASE_RESERVED)[0]
+
+        res = self.client.post(CREATE_URL, {
+            'name': 'vf', 'device_count': 1, 'pool': 'gpu-pool',
+            'attach_mode': 'guest',
+        })
+
+        self.assertNoFormErrors(res)
+        self.lease_create.assert_called_once_with(
+            helpers.IsHttpRequest(), name='vf', attach_mode='guest',
+            device_count=1, pools=['gpu-pool'])
+
     def test_create_elastic_lease(self):
         self.lease_create.return_value = helpers.leases(
             helpers.LEASE_RESERVED)[0]

@@ -60,8 +60,8 @@ class CreateLeaseForm(forms.SelfHandlingForm):
         max_value=4096)
     device_kind = forms.CharField(
         label=_('Device kind'), required=False, max_length=16,
-        initial='gpu',
-        help_text=_('gpu, or a PCI device class in lower case, e.g. nvme.'))
+        help_text=_('gpu, or a PCI device class in lower case, e.g. nvme; '
+                    'empty: the kind of the pool chosen, else gpu.'))
     device_model = forms.CharField(
         label=_('GPU or device model'), required=False, max_length=255,
         help_text=_('e.g. A100; empty: any model.'))
@@ -172,7 +172,9 @@ class CreateLeaseForm(forms.SelfHandlingForm):
             fields['elastic'] = elastic
         if data.get('device_count'):
             fields['device_count'] = data['device_count']
-            fields['device_kind'] = data.get('device_kind') or 'gpu'
+            # Left empty, the API takes the pool's kind (gpu without one).
+            if data.get('device_kind'):
+                fields['device_kind'] = data['device_kind']
             if data.get('device_model'):
                 fields['device_model'] = data['device_model']
         if data.get('pool'):
