@@ -230,18 +230,23 @@ class AdminInventoryTests(helpers.BaseAdminViewTests):
         self.assertIn('reports its health as critical', faulty)
         self.assertIn('compute-1, compute-2', faulty)
 
+    @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'device_list')
-    def test_devices_of_an_api_older_than_1_4(self, device_list):
+    def test_devices_of_an_api_older_than_1_4(self, device_list, pool_list):
         old = {k: v for k, v in DEVICE_HELD.items()
                if k not in ('serial', 'health', 'health_reason',
                             'reachable_hosts')}
         device_list.return_value = wrap(old)
+        pool_list.return_value = helpers.pools()
 
         res = self.client.get(admin_url('devices'))
 
-        row = res.context['table'].get_rows()[0].render()
-        self.assertIn('Attached', row)
-        self.assertNotIn('Every host', row)
+        row = res.context['table'].get_rows()[0]
+        self.assertIn('Attached', row.render())
+        self.assertNotIn('Every host', row.render())
+        self.assertEqual('-', row.cells['health'].data)
+        self.assertEqual('-', row.cells['reachable_hosts'].data)
+        self.assertEqual('-', row.cells['serial'].data)
 
     @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'device_list')
@@ -273,20 +278,6 @@ class AdminInventoryTests(helpers.BaseAdminViewTests):
         cells = {r.datum.name: r.cells
                  for r in res.context['table'].get_rows()}
         self.assertEqual('None', str(cells['gpu-2']['reachable_hosts'].data))
-
-    @mock.patch.object(api, 'pool_list')
-    @mock.patch.object(api, 'device_list')
-    def test_devices_before_health_was_reported(self, device_list,
-                                                pool_list):
-        device_list.return_value = wrap(DEVICE_HELD)
-        pool_list.return_value = helpers.pools()
-
-        res = self.client.get(admin_url('devices'))
-
-        row = res.context['table'].get_rows()[0]
-        self.assertEqual('-', row.cells['health'].data)
-        self.assertEqual('-', row.cells['reachable_hosts'].data)
-        self.assertEqual('-', row.cells['serial'].data)
 
     @mock.patch.object(api, 'host_list')
     @mock.patch.object(api, 'pool_create')
