@@ -69,7 +69,7 @@ _EXPECTED = messaging.expected_exceptions(
     exception.Invalid, exception.NotFound, exception.Conflict)
 
 # Fields of a lease update_lease changes under the lease's reservation.
-_UPDATE_FIELDS = frozenset(['end_at'])
+_UPDATE_FIELDS = db_api.LEASE_EDITABLE_FIELDS
 
 
 def _parse_time(value, field):
@@ -89,7 +89,8 @@ class ConductorManager(object):
     # 1.1: report_lease_usage
     # 1.2: report_devices_restored
     # 1.3: host_memory_leases
-    target = messaging.Target(version='1.3')
+    # 1.4: update_lease changes name and description too
+    target = messaging.Target(version='1.4')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -482,9 +483,12 @@ class ConductorManager(object):
 
     @_EXPECTED
     def update_lease(self, context, lease_uuid, values):
-        """Change the lease's ``end_at`` under its reservation, so that it
-        never races the expiry (periodic.expire): the lease either ends
-        first (InvalidState) or its new end holds."""
+        """Change what a user edits of the lease (name, description,
+        end_at) under its reservation, in one write: the fields all land
+        or none does, and the end never races the lease's expiry
+        (periodic.expire): the lease either ends first (InvalidState) or
+        its new end holds. 1.0 changes end_at only; 1.4 name and
+        description too."""
         values = dict(values or {})
         unknown = set(values) - _UPDATE_FIELDS
         if unknown:
@@ -494,31 +498,10 @@ class ConductorManager(object):
                  ', '.join(sorted(unknown))))
         if 'end_at' in values:
             values['end_at'] = _parse_time(values['end_at'], 'end_at')
-        lease = db_api.lease_get(context, lease_uuid)
+        lease = db_api.lease_ref(context, lease_uuid)
         with lease_task.acquire(context, lease.id, self.host,
                                 lease_ident=lease.uuid) as task:
-            lease = task.lease
-            if lease.status in (states.RELEASING, states.RELEASED):
-                raise exception.InvalidState(lease=lease.uuid,
-                                             status=lease.status,
-                                             action='changing end_at')
-            end_at = values.get('end_at')
-            if end_at is not None:
-                if end_at <= utils.utcnow():
-                    raise exception.Invalid(
-                        "Invalid input for field 'end_at': %s is not in "
-                        "the future" % utils.isotime(end_at))
-                if lease.start_at is not None and end_at <= lease.start_at:
-                    raise exception.Invalid(
-                        "Invalid input for field 'end_at': it must be after "
-                        "start_at")
-            if values and not task.update(values):
-                # Nothing else moves a lease under its reservation; an
-                # operator may have broken it.
-                current = task.reload()
-                raise exception.InvalidState(lease=lease.uuid,
-                                             status=current.status,
-                                             action='changing end_at')
+            task.edit(**values)
         return lease.uuid
 
     def report_lease_usage(self, context, host, samples):

@@ -44,6 +44,7 @@ from oslo_log import log as logging
 from composable.common import exception
 from composable.common import states
 from composable.conductor import reservations
+from composable.conductor import rules
 from composable.db import api as db_api
 
 LOG = logging.getLogger(__name__)
@@ -168,6 +169,30 @@ class LeaseTask(object):
             return False
         self.reload()
         return True
+
+    def edit(self, **fields):
+        """Change what a user edits of the lease (name, description,
+        end_at: naive UTC or None), all in one write, each field by its
+        rule (composable.conductor.rules): nothing is written when one is
+        refused. NameInUse when a live lease of the project has the name;
+        InvalidState when the lease left its state meanwhile."""
+        lease = self.lease
+        if 'end_at' in fields:
+            rules.check_end(lease, fields['end_at'])
+        if not db_api.lease_edit(self.context, self.lease_id, lease.status,
+                                 **fields):
+            # Nothing else moves a lease under its reservation; an
+            # operator may have broken it.
+            current = self.reload()
+            raise exception.InvalidState(
+                lease=lease.uuid, status=current.status,
+                action='changing %s' % ', '.join(sorted(fields)))
+        self.reload()
+
+    def set_end(self, end_at):
+        """Move the lease's end to ``end_at`` (naive UTC, None: no end);
+        see edit."""
+        self.edit(end_at=end_at)
 
     def set_fault(self, fault, action=None):
         """Record ``fault``: why the lease cannot do what is asked of it

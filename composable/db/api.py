@@ -889,6 +889,56 @@ def lease_update(context, lease_id, values, expected_status=None,
         return count == 1
 
 
+# The fields of a lease that a user edits (PATCH /v1/leases/{lease}).
+LEASE_EDITABLE_FIELDS = frozenset(['name', 'description', 'end_at'])
+
+
+def _lease_set(context, lease_id, values, expected_status):
+    """Write ``values`` (never ``status``: lease_transition alone moves a
+    lease) to the lease if it is still in ``expected_status`` (a state or
+    a set of them); False when it is not (nothing written).
+
+    The one writer behind the named functions below, each of which sets
+    the fields of one purpose.
+    """
+    if 'status' in values or 'live_name' in values:
+        raise ValueError('the status of a lease changes by '
+                         'lease_transition only')
+    if isinstance(expected_status, str):
+        expected_status = [expected_status]
+    values = dict(values, updated_at=utils.utcnow())
+    if 'name' in values:
+        # A rename takes the name among the project's live leases
+        # (DBDuplicateEntry when a live lease has it already).
+        values['live_name'] = sa.case(
+            (models.Lease.status == states.RELEASED, None),
+            else_=sa.literal(values['name'], sa.String(255)))
+    with writer(context) as session:
+        count = session.query(models.Lease).filter(
+            models.Lease.id == lease_id,
+            models.Lease.status.in_(list(expected_status))).update(
+                values, synchronize_session=False)
+        return count == 1
+
+
+def lease_edit(context, lease_id, expected_status, **fields):
+    """Change what a user edits of a lease (LEASE_EDITABLE_FIELDS: name,
+    description, end_at) in one UPDATE, if the lease is still in
+    ``expected_status``; False when it is not (nothing written).
+    NameInUse when a live lease of the project has the new name."""
+    unknown = set(fields) - LEASE_EDITABLE_FIELDS
+    if unknown:
+        raise TypeError('lease_edit changes %s, not %s' % (
+            ', '.join(sorted(LEASE_EDITABLE_FIELDS)),
+            ', '.join(sorted(unknown))))
+    if not fields:
+        return True
+    try:
+        return _lease_set(context, lease_id, fields, expected_status)
+    except db_exc.DBDuplicateEntry:
+        raise exception.NameInUse(name=fields.get('name'))
+
+
 # ---------------------------------------------------------------- transitions
 
 def transition_target(current, event):

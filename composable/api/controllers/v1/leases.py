@@ -14,10 +14,9 @@
 
 The API validates, resolves references and checks the state machine so
 that most mistakes are refused at once with a clear message; every change
-of a lease's status is then made by the conductor (create, bind, unbind,
-delete), and so is end_at, under the lease's reservation, so that it never
-races the lease's expiry. Only name and description are changed here
-directly.
+of a lease is then made by the conductor (create, bind, unbind, delete,
+and name, description and end_at), under the lease's reservation, where
+the rules a change must keep are checked (composable.conductor.rules).
 
 A lease of another project is reported as not found, never as forbidden:
 its existence is not the caller's business.
@@ -25,7 +24,6 @@ its existence is not the caller's business.
 
 import copy
 
-from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 
 from composable.api.schemas import lease as schema
@@ -353,27 +351,20 @@ def create_lease(request):
 def update_lease(request, ident):
     ctx = utils.context(request)
     body = utils.read_body(request, schema.UPDATE)
-    lease = _get_lease(ctx, ident, 'composable:lease:update')
+    lease = _get_lease(ctx, ident, 'composable:lease:update',
+                       lookup=db_api.lease_ref)
     if body.get('name') is not None:
         utils.check_name('lease', body['name'])
     if 'end_at' in body:
-        if lease.status in (states.RELEASING, states.RELEASED):
-            raise exception.InvalidState(lease=lease.uuid,
-                                         status=lease.status,
-                                         action='changing end_at')
-        end_at = utils.parse_time('end_at', body.pop('end_at'))
-        _check_order(lease.start_at, end_at)
-        # Whether it is still ahead is the conductor's to check, under
-        # the lease's reservation: its expiry must not see an end that
-        # moves meanwhile.
-        utils.conductor(request).update_lease(
-            _rpc_context(ctx, lease), lease.uuid,
-            {'end_at': utils.isotime(end_at)})
+        body['end_at'] = utils.isotime(utils.parse_time('end_at',
+                                                        body['end_at']))
     if body:
-        try:
-            db_api.lease_update(ctx, lease.id, body)
-        except db_exc.DBDuplicateEntry:
-            raise exception.NameInUse(name=body.get('name'))
+        # Every change in one call: the conductor checks each field by
+        # its rule under the lease's reservation (whether the end is
+        # still ahead must not race the lease's expiry) and writes them
+        # all at once, or none.
+        utils.conductor(request).update_lease(_rpc_context(ctx, lease),
+                                              lease.uuid, body)
     return utils.json_response(render(request, _reread(lease)))
 
 
