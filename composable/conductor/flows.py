@@ -723,10 +723,8 @@ class LeaseFlows(object):
             self.teardown(context, lease)
             lease = self._lease(context, lease_id)
             self._scrub(context, lease)
-            db_api.lease_update(context, lease_id,
-                                {'host_id': None, 'instance_uuid': None,
-                                 'fault': None},
-                                expected_status=states.RELEASING)
+            db_api.lease_forget_binding(context, lease_id,
+                                        expected_status=states.RELEASING)
             allocator.release_capacity(context, lease_id)
         except Exception as exc:
             fault = self._fault('Releasing', exc, lease,

@@ -161,15 +161,6 @@ class LeaseTask(object):
         self.reload()
         return target
 
-    def update(self, values):
-        """Change fields of the lease that are not its state; False when
-        the lease left its state meanwhile (nothing written)."""
-        if not db_api.lease_update(self.context, self.lease_id, values,
-                                   expected_status=self.lease.status):
-            return False
-        self.reload()
-        return True
-
     def edit(self, **fields):
         """Change what a user edits of the lease (name, description,
         end_at: naive UTC or None), all in one write, each field by its
@@ -200,8 +191,10 @@ class LeaseTask(object):
         entry of that name that failed with ``fault`` as its message, so
         the owner sees when and why. False when the lease left its state
         meanwhile (nothing written)."""
-        if not self.update({'fault': fault}):
+        if not db_api.lease_set_fault(self.context, self.lease_id, fault,
+                                      self.lease.status):
             return False
+        self.reload()
         if action is not None:
             db_api.action_start(self.context, self.lease_id, action,
                                 message=fault)
@@ -213,7 +206,21 @@ class LeaseTask(object):
         """Name the Nova instance the lease serves (None: no instance);
         the lease is bound with it when it starts. False when the lease
         left its state meanwhile (nothing written)."""
-        return self.update({'instance_uuid': instance_uuid})
+        if not db_api.lease_link_instance(self.context, self.lease_id,
+                                          instance_uuid, self.lease.status):
+            return False
+        self.reload()
+        return True
+
+    def set_low_since(self, since):
+        """Record when the elastic lease's predicted need went below its
+        size (None: it is not below); False when the lease left its state
+        meanwhile (nothing written)."""
+        if not db_api.lease_set_low_since(self.context, self.lease_id, since,
+                                          self.lease.status):
+            return False
+        self.reload()
+        return True
 
     def spawn_after(self, spawn_method, fn, *args, **kwargs):
         """Once the ``with`` block ends without an error, run
