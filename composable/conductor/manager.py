@@ -50,6 +50,7 @@ from composable.conductor.nova import events as nova_events
 from composable.conductor import periodic
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor import reconciler
+from composable.conductor import rules
 from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
@@ -400,7 +401,9 @@ class ConductorManager(object):
     @_EXPECTED
     def bind_lease(self, context, lease_uuid, host_uuid, instance_uuid=None,
                    attach_mode=None):
-        lease = db_api.lease_get(context, lease_uuid)
+        # Identity only here: the lease is read whole under its
+        # reservation, where the rules of a bind are checked on it.
+        lease = db_api.lease_ref(context, lease_uuid)
         if instance_uuid and nova_api.configured():
             # Where the server runs, and whether it is the lease's
             # project's, is Nova's to say.
@@ -418,22 +421,13 @@ class ConductorManager(object):
         if attach_mode is not None and attach_mode not in states.ATTACH_MODES:
             raise exception.Invalid(reason='attach_mode must be %s' %
                                     ' or '.join(states.ATTACH_MODES))
-        fabrics = {pool.fabric_id: pool.fabric.name
-                   for pool in (lease.memory_pool, lease.device_pool)
-                   if pool is not None}
-        if fabrics and host.fabric_id not in fabrics:
-            raise exception.Conflict(
-                reason='host %s is on fabric %s, but the lease\'s resources '
-                       'are on fabric %s; bind it to a host of that fabric'
-                       % (host.name, host.fabric.name,
-                          ', '.join(sorted(fabrics.values()))))
         with lease_task.acquire(context, lease.id, self.host,
                                 lease_ident=lease.uuid) as task:
-            lease_task.check_event(task.lease, states.BIND, 'bind')
             mode = attach_mode or task.lease.attach_mode
-            if mode == states.ATTACH_GUEST and not instance_uuid:
-                raise exception.Invalid(
-                    reason='attach_mode guest needs a server')
+            rules.check_attach_mode(mode, instance_uuid)
+            lease_task.check_event(task.lease, states.BIND, 'bind')
+            rules.check_fabric(task.lease, host)
+            rules.check_sriov_host(task.lease, host)
             task.process_event(
                 states.BIND, request='bind', action='bind',
                 values={'host_id': host.id, 'instance_uuid': instance_uuid,

@@ -21,6 +21,7 @@ for a request that can never succeed as given, Conflict or InvalidState
 """
 
 from composable.common import exception
+from composable.common import sriov
 from composable.common import states
 from composable.common import utils
 
@@ -41,3 +42,50 @@ def check_end(lease, end_at, now=None):
     if lease.start_at is not None and end_at <= lease.start_at:
         raise exception.Invalid(
             "Invalid input for field 'end_at': it must be after start_at")
+
+
+# ------------------------------------------------------------------ bind
+
+def check_attach_mode(mode, instance_uuid):
+    """A lease attached in guest mode is attached to a server: binding it
+    so needs the server."""
+    if mode == states.ATTACH_GUEST and not instance_uuid:
+        raise exception.Invalid(
+            "Invalid input for field 'server': attach_mode guest attaches "
+            "to a server; give its UUID")
+
+
+def check_fabric(lease, host):
+    """The host is on the fabric of the lease's pools (a lease that holds
+    nothing yet binds anywhere)."""
+    fabrics = {pool.fabric_id: pool.fabric.name
+               for pool in (lease.memory_pool, lease.device_pool)
+               if pool is not None}
+    if fabrics and host.fabric_id not in fabrics:
+        raise exception.Conflict(
+            reason='host %s is on fabric %s, but the resources of lease %s '
+                   'are on fabric %s; bind it to a host of that fabric'
+                   % (host.name, host.fabric.name, lease.uuid,
+                      ', '.join(sorted(fabrics.values()))))
+
+
+def sriov_host_refusal(lease, host, pool=None):
+    """Why ``lease`` may not be bound to ``host`` as it holds a virtual
+    function of the SR-IOV pool ``pool`` (default: the lease's device
+    pool), which lives on the host of its physical function only; None
+    when it may."""
+    pool = pool if pool is not None else lease.device_pool
+    if (pool is None or not sriov.is_sriov_pool(pool) or
+            pool.sriov_host_id == host.id):
+        return None
+    return ('lease %s holds a virtual function of %s on host %s (pool %s); '
+            'it can be bound to that host only, not to %s'
+            % (lease.uuid, pool.sriov_pf_address, pool.sriov_host.name,
+               pool.name, host.name))
+
+
+def check_sriov_host(lease, host):
+    """See sriov_host_refusal."""
+    refusal = sriov_host_refusal(lease, host)
+    if refusal:
+        raise exception.Conflict(reason=refusal)

@@ -341,6 +341,37 @@ def test_bind_host_of_other_fabric(client, inventory, conductor, member):
     resp = member.post('/v1/leases/%s/bind' % lease['uuid'],
                        {'host': 'far'})
     assert resp.status == 409
+    # The conductor's refusal, checked under the lease's reservation.
+    assert resp.error['code'] == 'composable.conflict'
+    assert ("host far is on fabric fab2, but the resources of lease %s "
+            "are on fabric fab1; bind it to a host of that fabric"
+            % lease['uuid']) in resp.error['detail']
+    _assert_not_bound(member, lease['uuid'])
+
+
+def _assert_not_bound(member, uuid):
+    after = member.get('/v1/leases/%s' % uuid).json
+    assert (after['status'], after['host']) == ('reserved', None)
+    actions = member.get('/v1/leases/%s/actions' % uuid).json['actions']
+    assert 'bind' not in [a['action'] for a in actions]
+
+
+@pytest.mark.parametrize('where', ['body', 'lease'])
+def test_bind_in_guest_mode_needs_a_server(client, inventory, conductor,
+                                           member, where):
+    body = {'memory_mb': 1024}
+    if where == 'lease':
+        body['attach_mode'] = 'guest'
+    lease = member.post('/v1/leases', body).json
+    bind = {'host': 'compute-1'}
+    if where == 'body':
+        bind['attach_mode'] = 'guest'
+    resp = member.post('/v1/leases/%s/bind' % lease['uuid'], bind)
+    assert resp.status == 400, resp
+    assert resp.error['code'] == 'composable.invalid'
+    assert ("Invalid input for field 'server': attach_mode guest attaches "
+            "to a server; give its UUID") in resp.error['detail']
+    _assert_not_bound(member, lease['uuid'])
 
 
 def _race(fn, count=2):

@@ -32,7 +32,6 @@ from composable.api import validation
 from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import pool_fit
-from composable.common import sriov
 from composable.common import states
 from composable.db import api as db_api
 from composable.db import views
@@ -404,45 +403,28 @@ def delete_lease(request, ident):
 def bind_lease(request, ident):
     ctx = utils.context(request)
     body = utils.read_body(request, schema.BIND)
-    lease = _get_lease(ctx, ident, 'composable:lease:bind')
+    lease = _get_lease(ctx, ident, 'composable:lease:bind',
+                       lookup=db_api.lease_ref)
     server = body.get('server')
     if not body.get('host') and not server:
         raise exception.Invalid(
             "Invalid input for field 'host': give the host (name or UUID) "
             "to bind to, or the server to bind where it runs")
-    attach_mode = body.get('attach_mode')
-    if ((attach_mode or lease.attach_mode) == states.ATTACH_GUEST and
-            not server):
-        raise exception.Invalid(
-            "Invalid input for field 'server': attach_mode guest attaches "
-            "to a server; give its UUID")
-    _check_transition(lease, states.BIND, 'bind')
     host = None
     if body.get('host'):
         host = utils.referenced(db_api.host_get, ctx, body['host'], 'host',
                                 'Host')
-        fabrics = {pool.fabric_id for pool in (lease.memory_pool,
-                                               lease.device_pool)
-                   if pool is not None}
-        if fabrics and host.fabric_id not in fabrics:
-            raise exception.Conflict(
-                reason='host %s is not on the fabric of lease %s' % (
-                    host.name, lease.uuid))
-        pool = lease.device_pool
-        if (pool is not None and sriov.is_sriov_pool(pool) and
-                pool.sriov_host_id != host.id):
-            raise exception.Conflict(
-                reason='lease %s holds a virtual function of %s on host %s '
-                       '(pool %s); it can be bound to that host only' % (
-                           lease.uuid, pool.sriov_pf_address,
-                           pool.sriov_host.name, pool.name))
-    # With a server and no host, the conductor asks Nova where the server
-    # runs (and refuses when it cannot: no [nova] configured).
+    # Whether the lease may be bound so (its state, the host's fabric, a
+    # guest-mode lease's server, an SR-IOV lease's host) is the
+    # conductor's to say, under the lease's reservation
+    # (composable.conductor.rules); its refusal is the answer. With a
+    # server and no host, the conductor asks Nova where the server runs
+    # (and refuses when it cannot: no [nova] configured).
     utils.conductor(request).bind_lease(_rpc_context(ctx, lease),
                                         lease.uuid,
                                         host.uuid if host else None,
                                         instance_uuid=server,
-                                        attach_mode=attach_mode)
+                                        attach_mode=body.get('attach_mode'))
     return utils.json_response(render(request, _reread(lease)), status=202)
 
 
