@@ -66,6 +66,7 @@ from composable.common import states
 from composable.common import utils
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.placement import claims as placement_claims
+from composable.conductor import rules
 from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
@@ -389,7 +390,8 @@ class LeaseFlows(object):
             locators = {}
             for device in lease.devices:
                 if sriov.is_sriov_pool(device.pool):
-                    devices.append(self._virtual_function(device, host))
+                    devices.append(self._virtual_function(lease, device,
+                                                          host))
                     continue
                 fabric = device.pool.fabric
                 what = ('binding device %s to host %s on fabric %s' %
@@ -436,17 +438,15 @@ class LeaseFlows(object):
                                   'details': details})
 
     @staticmethod
-    def _virtual_function(device, host):
+    def _virtual_function(lease, device, host):
         """The agent's view of an SR-IOV virtual function to attach: the
         host creates it (on demand) or has it (pre-created); the agent
         finds it under its physical function."""
-        pool = device.pool
-        if pool.sriov_host_id != host.id:
-            raise StepFailed(
-                'preparing: device %s is a virtual function of %s on host '
-                '%s (pool %s), so the lease can be bound to that host only, '
-                'not to %s' % (device.uuid, pool.sriov_pf_address,
-                               pool.sriov_host.name, pool.name, host.name))
+        # Checked when the bind was asked for; a bind resumed after a
+        # takeover, or a pool changed since, meets the same rule here.
+        refusal = rules.sriov_host_refusal(lease, host, pool=device.pool)
+        if refusal:
+            raise StepFailed('preparing: %s' % refusal)
         view = device_view(device)
         view['locator'] = {'vendor_id': device.vendor_id,
                            'product_id': device.product_id,
@@ -769,10 +769,8 @@ class LeaseFlows(object):
             self.teardown(context, lease)
             lease = self._lease(context, lease_id)
             self._scrub(context, lease)
-            db_api.lease_update(context, lease_id,
-                                {'host_id': None, 'instance_uuid': None,
-                                 'fault': None},
-                                expected_status=states.RELEASING)
+            db_api.lease_forget_binding(context, lease_id,
+                                        expected_status=states.RELEASING)
             allocator.release_capacity(context, lease_id)
         except Exception as exc:
             fault = self._fault('Releasing', exc, lease,

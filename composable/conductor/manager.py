@@ -51,6 +51,7 @@ from composable.conductor.nova import events as nova_events
 from composable.conductor import periodic
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor import reconciler
+from composable.conductor import rules
 from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
@@ -70,7 +71,7 @@ _EXPECTED = messaging.expected_exceptions(
     exception.Invalid, exception.NotFound, exception.Conflict)
 
 # Fields of a lease update_lease changes under the lease's reservation.
-_UPDATE_FIELDS = frozenset(['end_at'])
+_UPDATE_FIELDS = db_api.LEASE_EDITABLE_FIELDS
 
 
 def _parse_time(value, field):
@@ -91,7 +92,8 @@ class ConductorManager(object):
     # 1.2: report_devices_restored
     # 1.3: host_memory_leases
     # 1.4: report_host_facts
-    target = messaging.Target(version='1.4')
+    # 1.5: update_lease changes name and description too
+    target = messaging.Target(version='1.5')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -401,7 +403,9 @@ class ConductorManager(object):
     @_EXPECTED
     def bind_lease(self, context, lease_uuid, host_uuid, instance_uuid=None,
                    attach_mode=None):
-        lease = db_api.lease_get(context, lease_uuid)
+        # Identity only here: the lease is read whole under its
+        # reservation, where the rules of a bind are checked on it.
+        lease = db_api.lease_ref(context, lease_uuid)
         if instance_uuid and nova_api.configured():
             # Where the server runs, and whether it is the lease's
             # project's, is Nova's to say.
@@ -419,22 +423,14 @@ class ConductorManager(object):
         if attach_mode is not None and attach_mode not in states.ATTACH_MODES:
             raise exception.Invalid(reason='attach_mode must be %s' %
                                     ' or '.join(states.ATTACH_MODES))
-        fabrics = {pool.fabric_id: pool.fabric.name
-                   for pool in (lease.memory_pool, lease.device_pool)
-                   if pool is not None}
-        if fabrics and host.fabric_id not in fabrics:
-            raise exception.Conflict(
-                reason='host %s is on fabric %s, but the lease\'s resources '
-                       'are on fabric %s; bind it to a host of that fabric'
-                       % (host.name, host.fabric.name,
-                          ', '.join(sorted(fabrics.values()))))
         with lease_task.acquire(context, lease.id, self.host,
                                 lease_ident=lease.uuid) as task:
-            lease_task.check_event(task.lease, states.BIND, 'bind')
             mode = attach_mode or task.lease.attach_mode
-            if mode == states.ATTACH_GUEST and not instance_uuid:
-                raise exception.Invalid(
-                    reason='attach_mode guest needs a server')
+            rules.check_attach_mode(mode, instance_uuid)
+            rules.check_cxl_host_mode(task.lease, mode)
+            lease_task.check_event(task.lease, states.BIND, 'bind')
+            rules.check_fabric(task.lease, host)
+            rules.check_sriov_host(task.lease, host)
             # Devices the host cannot reach (the fabric's zones) are
             # traded for ones it can, or the bind is refused (409) here,
             # not when the fabric refuses it minutes later.
@@ -497,9 +493,12 @@ class ConductorManager(object):
 
     @_EXPECTED
     def update_lease(self, context, lease_uuid, values):
-        """Change the lease's ``end_at`` under its reservation, so that it
-        never races the expiry (periodic.expire): the lease either ends
-        first (InvalidState) or its new end holds."""
+        """Change what a user edits of the lease (name, description,
+        end_at) under its reservation, in one write: the fields all land
+        or none does, and the end never races the lease's expiry
+        (periodic.expire): the lease either ends first (InvalidState) or
+        its new end holds. 1.0 changes end_at only; 1.5 name and
+        description too."""
         values = dict(values or {})
         unknown = set(values) - _UPDATE_FIELDS
         if unknown:
@@ -509,31 +508,10 @@ class ConductorManager(object):
                  ', '.join(sorted(unknown))))
         if 'end_at' in values:
             values['end_at'] = _parse_time(values['end_at'], 'end_at')
-        lease = db_api.lease_get(context, lease_uuid)
+        lease = db_api.lease_ref(context, lease_uuid)
         with lease_task.acquire(context, lease.id, self.host,
                                 lease_ident=lease.uuid) as task:
-            lease = task.lease
-            if lease.status in (states.RELEASING, states.RELEASED):
-                raise exception.InvalidState(lease=lease.uuid,
-                                             status=lease.status,
-                                             action='changing end_at')
-            end_at = values.get('end_at')
-            if end_at is not None:
-                if end_at <= utils.utcnow():
-                    raise exception.Invalid(
-                        "Invalid input for field 'end_at': %s is not in "
-                        "the future" % utils.isotime(end_at))
-                if lease.start_at is not None and end_at <= lease.start_at:
-                    raise exception.Invalid(
-                        "Invalid input for field 'end_at': it must be after "
-                        "start_at")
-            if values and not task.update(values):
-                # Nothing else moves a lease under its reservation; an
-                # operator may have broken it.
-                current = task.reload()
-                raise exception.InvalidState(lease=lease.uuid,
-                                             status=current.status,
-                                             action='changing end_at')
+            task.edit(**values)
         return lease.uuid
 
     def report_lease_usage(self, context, host, samples):

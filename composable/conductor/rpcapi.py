@@ -18,13 +18,14 @@ Version history:
     1.2 - report_devices_restored.
     1.3 - host_memory_leases.
     1.4 - report_host_facts.
+    1.5 - update_lease changes name and description too.
 """
 
 from composable.common import rpc
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.4'
+    RPC_API_VERSION = '1.5'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
@@ -66,9 +67,16 @@ class ConductorAPI(object):
                                 lease_uuid=lease_uuid)
 
     def update_lease(self, context, lease_uuid, values):
-        """Change the lease's ``end_at`` (ISO 8601 or None) under its
-        reservation. Raises Invalid / InvalidState / LeaseLocked."""
-        cctxt = self.client.prepare(version='1.0')
+        """Change the lease's ``name``, ``description`` and ``end_at``
+        (ISO 8601 or None), those of them ``values`` holds, under its
+        reservation and in one write. Raises Invalid / InvalidState /
+        NameInUse / LeaseLocked.
+
+        A change of end_at alone is sent as 1.0, which conductors not yet
+        upgraded answer too.
+        """
+        version = '1.5' if set(values) - {'end_at'} else '1.0'
+        cctxt = self.client.prepare(version=version)
         return cctxt.call(context, 'update_lease', lease_uuid=lease_uuid,
                           values=values)
 

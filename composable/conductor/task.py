@@ -44,6 +44,7 @@ from oslo_log import log as logging
 from composable.common import exception
 from composable.common import states
 from composable.conductor import reservations
+from composable.conductor import rules
 from composable.db import api as db_api
 
 LOG = logging.getLogger(__name__)
@@ -160,14 +161,29 @@ class LeaseTask(object):
         self.reload()
         return target
 
-    def update(self, values):
-        """Change fields of the lease that are not its state; False when
-        the lease left its state meanwhile (nothing written)."""
-        if not db_api.lease_update(self.context, self.lease_id, values,
-                                   expected_status=self.lease.status):
-            return False
+    def edit(self, **fields):
+        """Change what a user edits of the lease (name, description,
+        end_at: naive UTC or None), all in one write, each field by its
+        rule (composable.conductor.rules): nothing is written when one is
+        refused. NameInUse when a live lease of the project has the name;
+        InvalidState when the lease left its state meanwhile."""
+        lease = self.lease
+        if 'end_at' in fields:
+            rules.check_end(lease, fields['end_at'])
+        if not db_api.lease_edit(self.context, self.lease_id, lease.status,
+                                 **fields):
+            # Nothing else moves a lease under its reservation; an
+            # operator may have broken it.
+            current = self.reload()
+            raise exception.InvalidState(
+                lease=lease.uuid, status=current.status,
+                action='changing %s' % ', '.join(sorted(fields)))
         self.reload()
-        return True
+
+    def set_end(self, end_at):
+        """Move the lease's end to ``end_at`` (naive UTC, None: no end);
+        see edit."""
+        self.edit(end_at=end_at)
 
     def set_fault(self, fault, action=None):
         """Record ``fault``: why the lease cannot do what is asked of it
@@ -175,8 +191,10 @@ class LeaseTask(object):
         entry of that name that failed with ``fault`` as its message, so
         the owner sees when and why. False when the lease left its state
         meanwhile (nothing written)."""
-        if not self.update({'fault': fault}):
+        if not db_api.lease_set_fault(self.context, self.lease_id, fault,
+                                      self.lease.status):
             return False
+        self.reload()
         if action is not None:
             db_api.action_start(self.context, self.lease_id, action,
                                 message=fault)
@@ -188,7 +206,21 @@ class LeaseTask(object):
         """Name the Nova instance the lease serves (None: no instance);
         the lease is bound with it when it starts. False when the lease
         left its state meanwhile (nothing written)."""
-        return self.update({'instance_uuid': instance_uuid})
+        if not db_api.lease_link_instance(self.context, self.lease_id,
+                                          instance_uuid, self.lease.status):
+            return False
+        self.reload()
+        return True
+
+    def set_low_since(self, since):
+        """Record when the elastic lease's predicted need went below its
+        size (None: it is not below); False when the lease left its state
+        meanwhile (nothing written)."""
+        if not db_api.lease_set_low_since(self.context, self.lease_id, since,
+                                          self.lease.status):
+            return False
+        self.reload()
+        return True
 
     def spawn_after(self, spawn_method, fn, *args, **kwargs):
         """Once the ``with`` block ends without an error, run

@@ -865,31 +865,85 @@ def lease_create(context, values, action=None, message=None):
         return lease
 
 
-def lease_update(context, lease_id, values, expected_status=None,
-                 reservation=None):
-    """Update a lease by id. With ``expected_status`` (a state or a set),
-    the update happens only if the lease is in it, and LeaseLocked... is
-    not raised; instead False is returned when nothing matched."""
+# The fields of a lease that a user edits (PATCH /v1/leases/{lease}).
+LEASE_EDITABLE_FIELDS = frozenset(['name', 'description', 'end_at'])
+
+
+def _lease_set(context, lease_id, values, expected_status):
+    """Write ``values`` (never ``status``: lease_transition alone moves a
+    lease) to the lease if it is still in ``expected_status`` (a state or
+    a set of them); False when it is not (nothing written).
+
+    The one writer behind the named functions below, each of which sets
+    the fields of one purpose.
+    """
+    if 'status' in values or 'live_name' in values:
+        raise ValueError('the status of a lease changes by '
+                         'lease_transition only')
+    if isinstance(expected_status, str):
+        expected_status = [expected_status]
+    values = dict(values, updated_at=utils.utcnow())
+    if 'name' in values:
+        # A rename takes the name among the project's live leases
+        # (DBDuplicateEntry when a live lease has it already).
+        values['live_name'] = sa.case(
+            (models.Lease.status == states.RELEASED, None),
+            else_=sa.literal(values['name'], sa.String(255)))
     with writer(context) as session:
-        query = session.query(models.Lease).filter(
-            models.Lease.id == lease_id)
-        if expected_status is not None:
-            if isinstance(expected_status, str):
-                expected_status = [expected_status]
-            query = query.filter(
-                models.Lease.status.in_(list(expected_status)))
-        if reservation is not None:
-            query = query.filter(models.Lease.reservation == reservation)
-        values = dict(values)
-        values['updated_at'] = utils.utcnow()
-        if 'name' in values and 'live_name' not in values:
-            # A rename takes the name among the project's live leases
-            # (DBDuplicateEntry when a live lease has it already).
-            values['live_name'] = sa.case(
-                (models.Lease.status == states.RELEASED, None),
-                else_=sa.literal(values['name'], sa.String(255)))
-        count = query.update(values, synchronize_session=False)
+        count = session.query(models.Lease).filter(
+            models.Lease.id == lease_id,
+            models.Lease.status.in_(list(expected_status))).update(
+                values, synchronize_session=False)
         return count == 1
+
+
+def lease_edit(context, lease_id, expected_status, **fields):
+    """Change what a user edits of a lease (LEASE_EDITABLE_FIELDS: name,
+    description, end_at) in one UPDATE, if the lease is still in
+    ``expected_status``; False when it is not (nothing written).
+    NameInUse when a live lease of the project has the new name."""
+    unknown = set(fields) - LEASE_EDITABLE_FIELDS
+    if unknown:
+        raise TypeError('lease_edit changes %s, not %s' % (
+            ', '.join(sorted(LEASE_EDITABLE_FIELDS)),
+            ', '.join(sorted(unknown))))
+    if not fields:
+        return True
+    try:
+        return _lease_set(context, lease_id, fields, expected_status)
+    except db_exc.DBDuplicateEntry:
+        raise exception.NameInUse(name=fields.get('name'))
+
+
+def lease_set_fault(context, lease_id, fault, expected_status):
+    """Record why the lease cannot do what is asked of it (None clears
+    it), if the lease is still in ``expected_status``; False when it is
+    not (nothing written)."""
+    return _lease_set(context, lease_id, {'fault': fault}, expected_status)
+
+
+def lease_link_instance(context, lease_id, instance_uuid, expected_status):
+    """Name the Nova instance the lease serves (None: none), if the lease
+    is still in ``expected_status``; False when it is not."""
+    return _lease_set(context, lease_id, {'instance_uuid': instance_uuid},
+                      expected_status)
+
+
+def lease_set_low_since(context, lease_id, since, expected_status):
+    """Record when the elastic lease's predicted need went below its size
+    (None: it is not below), if the lease is still in
+    ``expected_status``; False when it is not."""
+    return _lease_set(context, lease_id, {'elastic_low_since': since},
+                      expected_status)
+
+
+def lease_forget_binding(context, lease_id, expected_status):
+    """Forget the host, the instance and the fault of a lease whose
+    binding is undone (its release), if the lease is still in
+    ``expected_status``; False when it is not."""
+    return _lease_set(context, lease_id, {'host_id': None,
+                                          'instance_uuid': None,
+                                          'fault': None}, expected_status)
 
 
 # ---------------------------------------------------------------- transitions

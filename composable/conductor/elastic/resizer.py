@@ -233,16 +233,16 @@ class ElasticResizer(object):
             headroom=float(policy.get('headroom', 0)))
         if target > size:
             if lease.elastic_low_since is not None:
-                task.update({'elastic_low_since': None})
+                task.set_low_since(None)
             return decision
         if target == size:
             if lease.elastic_low_since is not None:
-                task.update({'elastic_low_since': None})
+                task.set_low_since(None)
             return None
         # Low: revoking is rare, only after the prediction stayed low.
         since = lease.elastic_low_since
         if since is None:
-            task.update({'elastic_low_since': now})
+            task.set_low_since(now)
             return None
         if (now - since).total_seconds() < CONF.elastic.shrink_hysteresis:
             return None
@@ -322,8 +322,8 @@ class ElasticResizer(object):
                 decision.describe(), time.monotonic() - started))
         lease = db_api.lease_get_by_id(context, lease_id)
         if not failed:
-            db_api.lease_update(context, lease_id,
-                                {'elastic_low_since': None})
+            db_api.lease_set_low_since(context, lease_id, None,
+                                       expected_status=lease.status)
         return lease.memory_mb
 
     def _kept(self, decision, why):

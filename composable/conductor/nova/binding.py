@@ -339,8 +339,8 @@ class InstanceBinding(object):
             advice=' It is unbound again at the next stop or start of its '
                    'instance, or unbind or delete it.')
         if fault and target == states.RESERVED:
-            db_api.lease_update(context, lease_id, {'fault': fault},
-                                expected_status=states.RESERVED)
+            db_api.lease_set_fault(context, lease_id, fault,
+                                   expected_status=states.RESERVED)
         return target
 
     def release(self, instance_uuid, host_name, wait=0, leases=None,

@@ -21,6 +21,7 @@ from composable.common import exception
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.db import api as dbapi
+from tests import lease_rows
 from tests.unit.allocator import inventory as inv
 
 
@@ -28,8 +29,8 @@ def _bound_lease(memory_mb=1024):
     lease = inv.new_lease(memory_mb=memory_mb)
     assert inv.allocate(lease)
     # As after a bind: only bound leases grow.
-    assert dbapi.lease_update(inv.admin(), lease.id,
-                              {'status': states.BOUND})
+    assert lease_rows.write(inv.admin(), lease.id,
+                            {'status': states.BOUND})
     return lease
 
 

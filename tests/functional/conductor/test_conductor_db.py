@@ -24,6 +24,7 @@ from composable.conductor.allocator import claims as allocator
 from composable.conductor import reservations
 from composable.db import api as db_api
 from tests import concurrency
+from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
 
 
@@ -89,7 +90,7 @@ def test_dead_conductor_is_taken_over(harness):
     uuid = harness.create(memory_mb=2048, device_count=1)
     lease = harness.lease(uuid)
     harness.set_conductor_heartbeat('cond-dead', age_seconds=3600)
-    db_api.lease_update(h_mod.admin(), lease.id, {
+    lease_rows.write(h_mod.admin(), lease.id, {
         'status': states.BINDING, 'reservation': 'cond-dead',
         'host_id': harness.hosts['compute-0'].id})
     db_api.action_start(h_mod.user_context(), lease.id, 'bind')

@@ -24,6 +24,7 @@ from composable.common import states
 from composable.conductor import manager as conductor_manager
 from composable.db import api as dbapi
 from tests import concurrency
+from tests import lease_rows
 
 
 def _inventory():
@@ -89,14 +90,15 @@ def test_released_and_unnamed_leases_never_collide(conductor):
     assert dbapi.lease_get(ctx, 'n').uuid == second['uuid']
     assert dbapi.lease_ref(ctx, 'n').uuid == second['uuid']
     # Renaming the released one (history) takes no name; renaming a
-    # live one to a live name is refused by the database.
+    # live one to a live name is refused by the database (written past
+    # lease_edit, which answers NameInUse, to see the constraint itself).
     old = dbapi.lease_get(ctx, first['uuid'])
-    assert dbapi.lease_update(ctx, old.id, {'name': 'n'})
+    assert dbapi.lease_edit(ctx, old.id, states.RELEASED, name='n')
     assert dbapi.lease_get(ctx, 'n').uuid == second['uuid']
     third = conductor.create_lease(ctx, {'name': 'm', 'memory_mb': 1024})
     with pytest.raises(dbapi.db_exc.DBDuplicateEntry) as info:
-        dbapi.lease_update(ctx, dbapi.lease_get(ctx, third['uuid']).id,
-                           {'name': 'n'})
+        lease_rows.write(ctx, dbapi.lease_get(ctx, third['uuid']).id,
+                         {'name': 'n'})
     assert 'live_name' in info.value.columns
     other = context.RequestContext(user_id='v', project_id='p2',
                                    roles=['member', 'reader'])

@@ -24,6 +24,7 @@ from composable.db import api as dbapi
 from composable import fabric as fabric_drivers
 from tests.functional.fabric import redfish_emulator
 from tests.functional.fabric import redfish_stack as rs
+from tests import lease_rows
 from tests.unit.conductor import harness as harness_mod
 
 GPU0 = redfish_emulator.BLOCKS + '/GPU0'
@@ -143,7 +144,7 @@ def test_conductor_dead_after_composing_is_taken_over(stack):
         fabric, {'address': GPU0}, host.as_dict())
     assert rs.block(emu, 'GPU0') == ('Composed', 'compute-0')
     h.set_conductor_heartbeat('cond-dead', age_seconds=3600)
-    assert dbapi.lease_update(harness_mod.admin(), lease.id, {
+    assert lease_rows.write(harness_mod.admin(), lease.id, {
         'status': states.BINDING, 'reservation': 'cond-dead',
         'host_id': host.id})
     dbapi.action_start(harness_mod.user_context(), lease.id, 'bind')

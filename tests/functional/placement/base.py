@@ -38,6 +38,7 @@ from composable.conductor.placement import claims as placement_claims
 from composable.conductor.placement import client as pclient
 from composable import conf
 from composable.db import api as dbapi
+from tests import lease_rows
 
 
 def foreign_keys_off():
@@ -231,7 +232,7 @@ def allocated_lease(project='p1', user='u1', **values):
 
 def released(lease):
     ctx = admin()
-    assert dbapi.lease_update(ctx, lease.id, {'status': states.RELEASING})
+    assert lease_rows.write(ctx, lease.id, {'status': states.RELEASING})
     allocator.release_capacity(ctx, lease.id)
     return dbapi.lease_get(ctx, lease.uuid)
 

@@ -43,6 +43,7 @@ from composable.db import api as dbapi
 from composable import policies
 from tests.functional import fixtures as db_fixtures
 from tests.functional.placement import base
+from tests import lease_rows
 from tests.unit.api import base as api_base
 from tests.unit.conductor import harness as h_mod
 
@@ -364,9 +365,9 @@ def test_conductor_dies_between_the_two_claims(harness, client):
 
 def _start_due(harness, uuid):
     lease = harness.lease(uuid)
-    dbapi.lease_update(h_mod.admin(), lease.id,
-                       {'start_at': utils.utcnow() -
-                        datetime.timedelta(seconds=1)})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'start_at': utils.utcnow() -
+                      datetime.timedelta(seconds=1)})
     harness.conductor.run_periodic_tasks()
     harness.idle()
     return harness.wait(uuid, [states.RESERVED, states.ALLOC_FAILED])

@@ -17,6 +17,7 @@ from composable.common import context as ctx_mod
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.db import api as dbapi
+from tests import lease_rows
 
 
 def admin():
@@ -66,5 +67,5 @@ def allocate(lease):
 
 def release(lease):
     ctx = admin()
-    assert dbapi.lease_update(ctx, lease.id, {'status': states.RELEASING})
+    assert lease_rows.write(ctx, lease.id, {'status': states.RELEASING})
     return allocator.release_capacity(ctx, lease.id)

@@ -21,6 +21,7 @@ from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable import conf
 from composable.db import api as dbapi
+from tests import lease_rows
 from tests.unit.allocator import inventory as inv
 
 CONF = conf.CONF
@@ -194,7 +195,7 @@ def test_allocate_only_runs_from_allocating():
     # Run again (a retried RPC): the claim is not made twice.
     assert inv.allocate(lease) is False
     assert dbapi.pool_get(inv.admin(), 'mem').used == 1024
-    dbapi.lease_update(inv.admin(), lease.id, {'status': states.BOUND})
+    lease_rows.write(inv.admin(), lease.id, {'status': states.BOUND})
     with pytest.raises(exception.InvalidState):
         inv.allocate(lease)
 
@@ -320,7 +321,7 @@ def test_release_unbound_refuses_anything_live_or_busy():
     assert allocator.release_unbound(inv.admin(), lease.id) is None
     dbapi.lease_release_reservation(inv.admin(), lease.id, 'other')
     # Bound leases never take the short path.
-    dbapi.lease_update(inv.admin(), lease.id, {'status': states.BOUND})
+    lease_rows.write(inv.admin(), lease.id, {'status': states.BOUND})
     assert allocator.release_unbound(inv.admin(), lease.id) is None
     assert dbapi.lease_get(inv.admin(), uuid).status == states.BOUND
     assert dbapi.pool_get(inv.admin(), 'mem').used == 1024

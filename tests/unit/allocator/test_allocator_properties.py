@@ -45,6 +45,7 @@ from composable import conf
 from composable.db import api as db_api
 from composable.db import models
 from composable.fabric import fake as fake_fabric
+from tests import lease_rows
 from tests.unit.conductor import harness as harness_mod
 
 CONF = conf.CONF
@@ -120,7 +121,7 @@ class LeaseMachine(stateful.RuleBasedStateMachine):
         running. The live conductor's periodic task takes it over."""
         lease = self.h.lease(uuid)
         values.update(status=status, reservation=DEAD)
-        db_api.lease_update(_admin(), lease.id, values)
+        lease_rows.write(_admin(), lease.id, values)
         db_api.action_start(_admin(), lease.id, action)
         self.h.conductor.run_periodic_tasks()
         self.h.idle(timeout=60)

@@ -26,6 +26,7 @@ from composable.conductor.allocator import batches as claim_batches
 from composable.conductor.allocator import claims as allocator
 from composable import conf
 from composable.db import api as dbapi
+from tests import lease_rows
 from tests.unit.allocator import inventory as inv
 from tests.unit.allocator import test_allocator
 
@@ -418,8 +419,8 @@ def test_a_busy_lease_is_not_released_in_a_batch(batcher):
     free, _ = allocator.create_and_allocate(
         inv.admin(), {'project_id': 'p1', 'memory_mb': 1024})
     ref = dbapi.lease_ref(inv.admin(), busy)
-    assert dbapi.lease_update(inv.admin(), ref.id,
-                              {'reservation': 'other-conductor'})
+    assert lease_rows.write(inv.admin(), ref.id,
+                            {'reservation': 'other-conductor'})
     outcomes = _run_together(batcher.lane(claim_batches.MEMORY_LANE), [
         lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
         lambda b: b.release(user(), busy),

@@ -224,6 +224,55 @@ def test_update_lease(client, inventory, conductor, member):
     assert "'status'" in resp.error['detail']
 
 
+def test_patches_at_once_of_different_fields_all_land(client, inventory,
+                                                      conductor, member):
+    # Each PATCH is one conductor call under the lease's reservation: the
+    # others wait for it, none is refused or lost.
+    lease = member.post('/v1/leases', {'memory_mb': 1024}).json
+    url = '/v1/leases/%s' % lease['uuid']
+    end = _iso(3600)
+    bodies = [{'name': 'raced'}, {'description': 'both'}, {'end_at': end}]
+    answers = []
+    barrier = threading.Barrier(len(bodies))
+
+    def patch(body):
+        barrier.wait()
+        answers.append(member.patch(url, body).status)
+
+    threads = [threading.Thread(target=patch, args=(body,))
+               for body in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+        assert not thread.is_alive()
+    assert answers == [200] * len(bodies)
+    after = member.get(url).json
+    assert (after['name'], after['description'], after['end_at']) == (
+        'raced', 'both', end)
+
+
+def test_patch_lands_whole_or_not_at_all(client, inventory, conductor,
+                                         member):
+    member.post('/v1/leases', {'memory_mb': 1024, 'name': 'taken'})
+    lease = member.post('/v1/leases', {'memory_mb': 1024, 'name': 'mine',
+                                       'description': 'before'}).json
+    url = '/v1/leases/%s' % lease['uuid']
+    # The name is refused: the end and the description stay as they were.
+    resp = member.patch(url, {'name': 'taken', 'description': 'after',
+                              'end_at': _iso(3600)})
+    assert resp.status == 409, resp
+    assert resp.error['code'] == 'composable.lease.name_in_use'
+    # The end is refused: so is the name given with it.
+    resp = member.patch(url, {'name': 'other', 'end_at': _iso(-10)})
+    assert resp.status == 400, resp
+    assert "'end_at'" in resp.error['detail']
+    assert 'is not in the future' in resp.error['detail']
+    after = member.get(url).json
+    assert (after['name'], after['description'], after['end_at']) == (
+        'mine', 'before', None)
+
+
 def test_delete_lease(client, inventory, conductor, member):
     lease = member.post('/v1/leases', {'memory_mb': 2048}).json
     resp = member.delete('/v1/leases/%s' % lease['uuid'])
@@ -292,6 +341,37 @@ def test_bind_host_of_other_fabric(client, inventory, conductor, member):
     resp = member.post('/v1/leases/%s/bind' % lease['uuid'],
                        {'host': 'far'})
     assert resp.status == 409
+    # The conductor's refusal, checked under the lease's reservation.
+    assert resp.error['code'] == 'composable.conflict'
+    assert ("host far is on fabric fab2, but the resources of lease %s "
+            "are on fabric fab1; bind it to a host of that fabric"
+            % lease['uuid']) in resp.error['detail']
+    _assert_not_bound(member, lease['uuid'])
+
+
+def _assert_not_bound(member, uuid):
+    after = member.get('/v1/leases/%s' % uuid).json
+    assert (after['status'], after['host']) == ('reserved', None)
+    actions = member.get('/v1/leases/%s/actions' % uuid).json['actions']
+    assert 'bind' not in [a['action'] for a in actions]
+
+
+@pytest.mark.parametrize('where', ['body', 'lease'])
+def test_bind_in_guest_mode_needs_a_server(client, inventory, conductor,
+                                           member, where):
+    body = {'memory_mb': 1024}
+    if where == 'lease':
+        body['attach_mode'] = 'guest'
+    lease = member.post('/v1/leases', body).json
+    bind = {'host': 'compute-1'}
+    if where == 'body':
+        bind['attach_mode'] = 'guest'
+    resp = member.post('/v1/leases/%s/bind' % lease['uuid'], bind)
+    assert resp.status == 400, resp
+    assert resp.error['code'] == 'composable.invalid'
+    assert ("Invalid input for field 'server': attach_mode guest attaches "
+            "to a server; give its UUID") in resp.error['detail']
+    _assert_not_bound(member, lease['uuid'])
 
 
 def _race(fn, count=2):

@@ -27,6 +27,7 @@ from composable.db import api as dbapi
 from composable.db import models
 from composable import fabric as fabric_drivers
 from composable.fabric import fake
+from tests import lease_rows
 from tests.unit.allocator import inventory as inv
 from tests.unit.db import inventory as db_inv
 
@@ -201,8 +202,8 @@ def test_a_claim_racing_the_sync_keeps_its_device():
             assert row.state == states.DEVICE_MAINTENANCE
             assert isinstance(outcome['claim'],
                               exception.InsufficientCapacity)
-        dbapi.lease_update(inv.admin(), lease.id,
-                           {'status': states.RELEASING})
+        lease_rows.write(inv.admin(), lease.id,
+                         {'status': states.RELEASING})
         if row.lease_id is not None:
             allocator.release_capacity(inv.admin(), lease.id)
         for device in dbapi.device_list(inv.admin(),

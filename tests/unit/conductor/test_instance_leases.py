@@ -27,6 +27,7 @@ from composable.conductor.placement import sync
 from composable import conf
 from composable.db import api as db_api
 from tests.functional.placement import base as placement_base
+from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
 
 CONF = conf.CONF
@@ -219,13 +220,13 @@ def test_no_successor_while_a_lease_of_the_pool_is_being_released(world):
     instance = world.boot(memory_mb=2048)
     [first] = ensure(world, instance)
     lease = world.h.lease(first)
-    db_api.lease_update(h_mod.admin(), lease.id,
-                        {'status': states.RELEASING})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'status': states.RELEASING})
     assert ensure(world, instance) == []
     assert [lease.uuid for lease in instance_leases.instance_leases(
         h_mod.admin(), instance, include_released=True)] == [first]
-    db_api.lease_update(h_mod.admin(), lease.id,
-                        {'status': states.RESERVED})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'status': states.RESERVED})
     world.h.api.delete_lease(h_mod.user_context(), first)
     world.h.wait(first, states.RELEASED)
     [second] = ensure(world, instance)

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from composable.common import states
 from composable.conductor import manager as conductor_manager
 from composable.db import api as db_api
+from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
 
 
@@ -29,9 +30,9 @@ def test_restart_drops_the_reservations_of_its_previous_life(harness):
     lease = harness.lease(uuid)
     # As left by a conductor of the same name that was killed and came
     # back before its heartbeat expired.
-    db_api.lease_update(h_mod.admin(), lease.id,
-                        {'status': states.BINDING, 'reservation': 'cond-x',
-                         'host_id': harness.hosts['compute-0'].id})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'status': states.BINDING, 'reservation': 'cond-x',
+                      'host_id': harness.hosts['compute-0'].id})
     db_api.action_start(h_mod.user_context(), lease.id, 'bind')
     again = conductor_manager.ConductorManager('cond-x')
     again.start()

@@ -37,6 +37,7 @@ from composable.conductor.nova import flavor_leases as instance_leases
 from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
+from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
 from tests.unit.conductor import test_instance_leases as lease_tests
 
@@ -562,13 +563,13 @@ def test_a_busy_lease_puts_the_notification_back(events):
     lease = events.h.lease(uuid)
     # Another conductor (alive) works on the lease.
     events.h.set_conductor_heartbeat('cond-other', 0)
-    db_api.lease_update(h_mod.admin(), lease.id,
-                        {'reservation': 'cond-other'})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'reservation': 'cond-other'})
     with pytest.raises(nova_events.Requeue):
         events.handler.handle(nova_events.DELETE_END,
                               payload(instance, 'compute-0'))
     assert events.h.lease(uuid).status == states.BOUND
-    db_api.lease_update(h_mod.admin(), lease.id, {'reservation': None})
+    lease_rows.write(h_mod.admin(), lease.id, {'reservation': None})
     events.send(nova_events.DELETE_END, instance, 'compute-0')
     events.h.wait(uuid, states.RELEASED)
 
@@ -691,13 +692,13 @@ def test_listener_in_its_own_pool(events):
         # Busy for a moment: the delete is requeued, then handled.
         lease = events.h.lease(uuid)
         events.h.set_conductor_heartbeat('cond-other', 0)
-        db_api.lease_update(h_mod.admin(), lease.id,
-                            {'reservation': 'cond-other'})
+        lease_rows.write(h_mod.admin(), lease.id,
+                         {'reservation': 'cond-other'})
         notifier.info({}, nova_events.DELETE_END,
                       payload(instance, 'compute-0'))
         time.sleep(0.5)
         assert events.h.lease(uuid).status == states.BOUND
-        db_api.lease_update(h_mod.admin(), lease.id, {'reservation': None})
+        lease_rows.write(h_mod.admin(), lease.id, {'reservation': None})
         _wait(lambda: events.h.lease(uuid).status == states.RELEASED)
         # (The in-process driver requeues onto every queue of the topic,
         # so the other consumer may see the delete twice; RabbitMQ puts

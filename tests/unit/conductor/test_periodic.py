@@ -24,6 +24,7 @@ from composable.common import utils
 from composable.conductor import manager as conductor_manager
 from composable.conductor import task as lease_task
 from composable.db import api as db_api
+from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
 
 
@@ -32,7 +33,7 @@ def _stuck(harness, uuid, status, dead='cond-dead', action=None, **values):
     lease = harness.lease(uuid)
     harness.set_conductor_heartbeat(dead, age_seconds=3600)
     values.update({'status': status, 'reservation': dead})
-    assert db_api.lease_update(h_mod.admin(), lease.id, values)
+    assert lease_rows.write(h_mod.admin(), lease.id, values)
     if action:
         db_api.action_start(h_mod.user_context(), lease.id, action)
     return lease
@@ -68,10 +69,10 @@ def test_live_conductor_reservation_is_left_alone(harness):
     uuid = harness.create(memory_mb=1024)
     lease = harness.lease(uuid)
     harness.set_conductor_heartbeat('cond-alive', age_seconds=0)
-    db_api.lease_update(h_mod.admin(), lease.id,
-                        {'status': states.BINDING,
-                         'reservation': 'cond-alive',
-                         'host_id': harness.hosts['compute-0'].id})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'status': states.BINDING,
+                      'reservation': 'cond-alive',
+                      'host_id': harness.hosts['compute-0'].id})
     harness.conductor.run_periodic_tasks()
     harness.idle()
     lease = harness.lease(uuid)
@@ -154,7 +155,7 @@ def test_delayed_start(harness):
     harness.idle()
     assert harness.lease(uuid).status == states.REQUESTED
 
-    db_api.lease_update(h_mod.admin(), lease.id, {
+    lease_rows.write(h_mod.admin(), lease.id, {
         'start_at': utils.utcnow() - datetime.timedelta(seconds=1)})
     harness.conductor.run_periodic_tasks()
     harness.idle()
@@ -168,7 +169,7 @@ def test_delayed_start_without_capacity_is_alloc_failed(harness):
     start = utils.utcnow() + datetime.timedelta(hours=1)
     uuid = harness.create(memory_mb=64 * 1024,
                           start_at=utils.isotime(start))
-    db_api.lease_update(h_mod.admin(), harness.lease(uuid).id, {
+    lease_rows.write(h_mod.admin(), harness.lease(uuid).id, {
         'start_at': utils.utcnow() - datetime.timedelta(seconds=1)})
     harness.conductor.run_periodic_tasks()
     harness.idle()
@@ -193,8 +194,8 @@ def test_expiry_releases_bound_and_reserved_leases(harness):
 
     past = utils.utcnow() - datetime.timedelta(seconds=1)
     for uuid in (bound, reserved):
-        db_api.lease_update(h_mod.admin(), harness.lease(uuid).id,
-                            {'end_at': past})
+        lease_rows.write(h_mod.admin(), harness.lease(uuid).id,
+                         {'end_at': past})
     harness.conductor.run_periodic_tasks()
     harness.idle()
     for uuid in (bound, reserved):
@@ -213,8 +214,8 @@ def _ended(harness, **values):
     reads it."""
     uuid = harness.create(memory_mb=1024, **values)
     past = utils.utcnow() - datetime.timedelta(seconds=1)
-    assert db_api.lease_update(h_mod.admin(), harness.lease(uuid).id,
-                               {'end_at': past})
+    assert lease_rows.write(h_mod.admin(), harness.lease(uuid).id,
+                            {'end_at': past})
     return uuid, harness.lease(uuid)
 
 
@@ -264,8 +265,7 @@ def test_expiry_skips_a_lease_whose_end_at_is_being_changed(harness):
         # short release nor the full expiry touches the lease.
         assert harness.conductor.periodic.expire(h_mod.admin(),
                                                  listed) is None
-        assert task.update({'end_at': utils.utcnow() +
-                            datetime.timedelta(hours=1)})
+        task.set_end(utils.utcnow() + datetime.timedelta(hours=1))
     harness.idle()
     _assert_consistent(harness, uuid, extended=True)
 

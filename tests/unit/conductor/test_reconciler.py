@@ -29,6 +29,7 @@ from composable.conductor import reconciler
 from composable import conf
 from composable.db import api as db_api
 from composable.db import models
+from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
 
 CONF = conf.CONF
@@ -264,8 +265,8 @@ def test_a_lease_reserved_by_a_live_conductor_is_left_alone(harness):
     lease = _in_error(harness, uuid)
     _restart(harness, nodes)
     harness.set_conductor_heartbeat('cond-alive', age_seconds=0)
-    db_api.lease_update(h_mod.admin(), lease.id,
-                        {'reservation': 'cond-alive'})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'reservation': 'cond-alive'})
 
     summary = _run(harness)
 
@@ -282,9 +283,9 @@ def test_conductor_dying_during_a_release_retry(harness):
     # A conductor moved the lease to releasing for its retry, logged the
     # attempt, and was killed.
     harness.set_conductor_heartbeat('cond-dead', age_seconds=3600)
-    db_api.lease_update(h_mod.admin(), lease.id,
-                        {'status': states.RELEASING,
-                         'reservation': 'cond-dead'})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'status': states.RELEASING,
+                      'reservation': 'cond-dead'})
     db_api.action_start(h_mod.admin(), lease.id, 'reconcile')
 
     # The takeover breaks its reservation and finishes that very attempt.
@@ -361,8 +362,8 @@ def test_conductor_dying_during_a_teardown_the_next_run_finishes(harness):
     uuid, late = _failed_bind_with_a_lost_export(harness)
     lease = harness.lease(uuid)
     harness.set_conductor_heartbeat('cond-dead', age_seconds=3600)
-    db_api.lease_update(h_mod.admin(), lease.id,
-                        {'reservation': 'cond-dead'})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'reservation': 'cond-dead'})
     db_api.action_start(h_mod.admin(), lease.id, 'reconcile')
 
     summary = _run(harness)
@@ -439,9 +440,9 @@ def test_target_of_a_busy_lease_is_left_alone(harness):
     extent = harness.lease(uuid).extents[0]
     # A bind under way exports before it marks the extent exported.
     harness.set_conductor_heartbeat('cond-alive', age_seconds=0)
-    db_api.lease_update(h_mod.admin(), harness.lease(uuid).id,
-                        {'status': states.BINDING,
-                         'reservation': 'cond-alive'})
+    lease_rows.write(h_mod.admin(), harness.lease(uuid).id,
+                     {'status': states.BINDING,
+                      'reservation': 'cond-alive'})
     _export_behind_the_db(harness, extent.memory_node.name, extent.uuid)
 
     summary = _run(harness)

@@ -22,12 +22,14 @@ import time
 
 import pytest
 
+from composable.common import exception
 from composable.common import sriov
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.db import api as db_api
 from composable.fabric import fake as fake_fabric
 from tests import concurrency
+from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
 from tests.unit.conductor import sriov_harness
 
@@ -179,15 +181,29 @@ def test_precreated_vfs_are_used_and_left(sriov_env):
     h.assert_nothing_live()
 
 
-def test_bind_to_another_host_fails_and_touches_nothing(sriov_env):
+def test_bind_to_another_host_is_refused_and_touches_nothing(sriov_env):
     h = start(sriov_env)
     uuid = h.create(device_count=1, device_kind='nic')
-    _bind(h, uuid, host='compute-1')
-    lease = h.wait(uuid, [states.BOUND, states.BIND_FAILED])
+    refusal = ('lease %s holds a virtual function of 0000:41:00.0 on host '
+               'compute-0 (pool nic-vfs); it can be bound to that host '
+               'only, not to compute-1' % uuid)
+    # Refused when asked, under the lease's reservation.
+    with pytest.raises(exception.Conflict) as info:
+        _bind(h, uuid, host='compute-1')
+    assert refusal in str(info.value)
+    lease = h.lease(uuid)
+    assert (lease.status, lease.host_id) == (states.RESERVED, None)
+    # A bind that reaches the flow anyway (one resumed after a takeover)
+    # meets the same rule there.
+    assert lease_rows.write(h_mod.admin(), lease.id, {
+        'status': states.BINDING, 'host_id': h.hosts['compute-1'].id},
+        expected_status=states.RESERVED)
+    db_api.action_start(h_mod.user_context(), lease.id, 'bind')
+    assert h.conductor.flows.bind(h_mod.admin(), lease.id) == (
+        states.BIND_FAILED)
+    lease = h.lease(uuid)
     assert lease.status == states.BIND_FAILED
-    assert ('virtual function of 0000:41:00.0 on host compute-0 (pool '
-            'nic-vfs), so the lease can be bound to that host only, not '
-            'to compute-1' in lease.fault)
+    assert 'preparing: ' + refusal in lease.fault
     assert h.vfs() == [] and h.fs.writes == []
     h.assert_nothing_live()
 

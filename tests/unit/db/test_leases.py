@@ -100,24 +100,50 @@ def test_lease_list_filters_and_pagination():
 
 # ------------------------------------------------------------ updates
 
-def test_lease_update_with_expected_status_and_reservation():
+def test_lease_writers_compare_the_status_and_never_set_it():
     lease = inv.lease('A', status=states.RESERVED)
     ctx = inv.admin()
-    assert not dbapi.lease_update(ctx, lease.id, {'status': states.BOUND},
-                                  expected_status=states.BINDING)
+    assert not dbapi.lease_set_fault(ctx, lease.id, 'f',
+                                     expected_status=states.BINDING)
+    assert dbapi.lease_get(ctx, lease.uuid).fault is None
+    assert dbapi.lease_set_fault(ctx, lease.id, 'f',
+                                 expected_status=[states.RESERVED,
+                                                  states.BOUND])
+    assert dbapi.lease_link_instance(ctx, lease.id, 'vm-1',
+                                     expected_status=states.RESERVED)
+    assert dbapi.lease_edit(ctx, lease.id, states.RESERVED, name='new',
+                            description='d')
+    found = dbapi.lease_get(ctx, lease.uuid)
+    assert (found.status, found.fault, found.instance_uuid, found.name,
+            found.description) == (states.RESERVED, 'f', 'vm-1', 'new', 'd')
+    assert dbapi.lease_forget_binding(ctx, lease.id,
+                                      expected_status=states.RESERVED)
+    found = dbapi.lease_get(ctx, lease.uuid)
+    assert (found.fault, found.instance_uuid) == (None, None)
+    # What a user edits, nothing else: the status changes by
+    # lease_transition only.
+    for fields in ({'status': states.BOUND}, {'host_id': 1},
+                   {'fault': 'x'}):
+        with pytest.raises(TypeError):
+            dbapi.lease_edit(ctx, lease.id, states.RESERVED, **fields)
+    with pytest.raises(ValueError):
+        dbapi._lease_set(ctx, lease.id, {'status': states.BOUND},
+                         states.RESERVED)
     assert dbapi.lease_get(ctx, lease.uuid).status == states.RESERVED
-    assert dbapi.lease_update(ctx, lease.id, {'status': states.BINDING},
-                              expected_status=[states.RESERVED,
-                                               states.BOUND])
-    assert dbapi.lease_get(ctx, lease.uuid).status == states.BINDING
+    # No writer of any column left: leases change through those doors.
+    assert not hasattr(dbapi, 'lease_update')
 
-    assert dbapi.lease_reserve(ctx, lease.id, 'c1')
-    assert not dbapi.lease_update(ctx, lease.id, {'status': states.BOUND},
-                                  reservation='c2')
-    assert dbapi.lease_update(ctx, lease.id, {'status': states.BOUND},
-                              expected_status=states.BINDING,
-                              reservation='c1')
-    assert dbapi.lease_get(ctx, lease.uuid).status == states.BOUND
+
+def test_lease_edit_refuses_a_live_name_in_use():
+    ctx = inv.admin()
+    inv.lease('A', name='taken', live_name='taken', status=states.RESERVED)
+    lease = inv.lease('A', name='mine', live_name='mine',
+                      status=states.RESERVED)
+    with pytest.raises(exception.NameInUse):
+        dbapi.lease_edit(ctx, lease.id, states.RESERVED, name='taken',
+                         description='lost')
+    found = dbapi.lease_get(ctx, lease.uuid)
+    assert (found.name, found.description) == ('mine', None)
 
 
 def test_lease_create_records_the_first_action():

@@ -22,6 +22,7 @@ import pytest
 from composable.common import states
 from composable.conductor.nova import binding as instance_binding
 from composable.db import api as db_api
+from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
 
 INSTANCE = '11111111-2222-4333-8444-555555555555'
@@ -40,9 +41,8 @@ def _linked_lease(harness, instance=INSTANCE, **values):
     values.setdefault('attach_mode', 'host')
     uuid = harness.create(**values)
     lease = harness.lease(uuid)
-    assert db_api.lease_update(_ctx(), lease.id,
-                               {'instance_uuid': instance},
-                               expected_status=lease.status)
+    assert db_api.lease_link_instance(_ctx(), lease.id, instance,
+                                      expected_status=lease.status)
     return uuid
 
 
@@ -107,8 +107,8 @@ def test_the_agents_list(harness):
     pool = db_api.pool_create(ctx, {
         'name': 'pool-2', 'kind': 'memory', 'fabric_id': fabric.id,
         'step_size': 1024, 'resource_class': 'CUSTOM_COMPOSABLE_MEMORY_MB'})
-    db_api.lease_update(ctx, harness.lease(elsewhere).id,
-                        {'memory_pool_id': pool.id})
+    lease_rows.write(ctx, harness.lease(elsewhere).id,
+                     {'memory_pool_id': pool.id})
     mapping = harness.api.instance_leases(_ctx(), 'compute-0')
     assert {k: sorted(v) for k, v in mapping.items()} == {
         INSTANCE: sorted([mine, failed]), OTHER: [other]}

@@ -27,6 +27,7 @@ from composable.conductor import periodic
 from composable.db import api as db_api
 from composable import notifications
 from composable.notifications import samples
+from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
 from tests.unit.notifications import conftest
 
@@ -147,9 +148,9 @@ def test_quick_delete_and_expiry(harness, sent):
     harness.wait(deleted, states.RELEASED)
     expiring = harness.create(memory_mb=1024)
     lease = harness.lease(expiring)
-    db_api.lease_update(h_mod.admin(), lease.id,
-                        {'end_at': timeutils.utcnow().replace(
-                            microsecond=0)})
+    lease_rows.write(h_mod.admin(), lease.id,
+                     {'end_at': timeutils.utcnow().replace(
+                         microsecond=0)})
     periodic.PeriodicTasks(harness.conductor).expire_leases(h_mod.admin())
     harness.wait(expiring, states.RELEASED)
     assert _types(sent.wait_for(
@@ -226,7 +227,7 @@ def test_a_deferred_lease_is_notified_when_it_is_allocated(harness, sent):
     assert data(created[-1])['status'] == states.REQUESTED
     assert data(created[-1])['start_at'].startswith(start.strftime(
         '%Y-%m-%dT%H:%M:%S'))
-    db_api.lease_update(h_mod.admin(), harness.lease(uuid).id, {
+    lease_rows.write(h_mod.admin(), harness.lease(uuid).id, {
         'start_at': utils.utcnow() - datetime.timedelta(seconds=1)})
     harness.conductor.run_periodic_tasks()
     harness.wait(uuid, states.RESERVED)

@@ -31,6 +31,7 @@ from composable.conductor import rpcapi
 from composable import conf
 from composable.conf import placement as placement_conf
 from composable.db import api as db_api
+from tests import lease_rows
 from tests.unit.api.base import api_env  # noqa: F401
 from tests.unit.api.base import app  # noqa: F401
 from tests.unit.api.base import client  # noqa: F401
@@ -153,11 +154,11 @@ def test_conductor_with_placement_off_never_reaches_it(harness, untouchable):
     uuid = _uuid(harness.create(memory_mb=1024, start_at=later))
     lease = harness.lease(uuid)
     past = utils.utcnow() - datetime.timedelta(seconds=1)
-    db_api.lease_update(h_mod.admin(), lease.id, {'start_at': past})
+    lease_rows.write(h_mod.admin(), lease.id, {'start_at': past})
     harness.conductor.run_periodic_tasks()
     harness.idle()
     assert harness.wait(uuid, states.RESERVED).placement_consumer is None
-    db_api.lease_update(h_mod.admin(), lease.id, {'end_at': past})
+    lease_rows.write(h_mod.admin(), lease.id, {'end_at': past})
     harness.conductor.run_periodic_tasks()
     harness.idle()
     harness.wait(uuid, states.RELEASED)

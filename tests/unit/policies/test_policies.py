@@ -210,7 +210,7 @@ def test_reader_reads_but_cannot_change(client, inventory):
         'reserved')
 
 
-def test_member_updates_own_lease(client, inventory):
+def test_member_updates_own_lease(client, inventory, conductor):
     lease = _lease(base.PROJECT_A)
     resp = client.as_('member').patch('/v1/leases/%s' % lease.uuid,
                                       {'description': 'mine'})
@@ -265,7 +265,8 @@ def test_lease_list_filters(client, inventory):
     assert [x['name'] for x in released] == ['gone']
 
 
-def test_admin_and_service_reach_any_lease(client, inventory):
+def test_admin_and_service_reach_any_lease(client, inventory,
+                                           conductor):
     lease = _lease(base.PROJECT_A)
     for persona in ('admin', 'service'):
         resp = client.as_(persona).get('/v1/leases/%s' % lease.uuid)

@@ -14,10 +14,9 @@
 
 The API validates, resolves references and checks the state machine so
 that most mistakes are refused at once with a clear message; every change
-of a lease's status is then made by the conductor (create, bind, unbind,
-delete), and so is end_at, under the lease's reservation, so that it never
-races the lease's expiry. Only name and description are changed here
-directly.
+of a lease is then made by the conductor (create, bind, unbind, delete,
+and name, description and end_at), under the lease's reservation, where
+the rules a change must keep are checked (composable.conductor.rules).
 
 A lease of another project is reported as not found, never as forbidden:
 its existence is not the caller's business.
@@ -25,7 +24,6 @@ its existence is not the caller's business.
 
 import copy
 
-from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 
 from composable.api.schemas import lease as schema
@@ -35,7 +33,6 @@ from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import media
 from composable.common import pool_fit
-from composable.common import sriov
 from composable.common import states
 from composable.db import api as db_api
 from composable.db import views
@@ -412,27 +409,20 @@ def create_lease(request):
 def update_lease(request, ident):
     ctx = utils.context(request)
     body = utils.read_body(request, schema.UPDATE)
-    lease = _get_lease(ctx, ident, 'composable:lease:update')
+    lease = _get_lease(ctx, ident, 'composable:lease:update',
+                       lookup=db_api.lease_ref)
     if body.get('name') is not None:
         utils.check_name('lease', body['name'])
     if 'end_at' in body:
-        if lease.status in (states.RELEASING, states.RELEASED):
-            raise exception.InvalidState(lease=lease.uuid,
-                                         status=lease.status,
-                                         action='changing end_at')
-        end_at = utils.parse_time('end_at', body.pop('end_at'))
-        _check_order(lease.start_at, end_at)
-        # Whether it is still ahead is the conductor's to check, under
-        # the lease's reservation: its expiry must not see an end that
-        # moves meanwhile.
-        utils.conductor(request).update_lease(
-            _rpc_context(ctx, lease), lease.uuid,
-            {'end_at': utils.isotime(end_at)})
+        body['end_at'] = utils.isotime(utils.parse_time('end_at',
+                                                        body['end_at']))
     if body:
-        try:
-            db_api.lease_update(ctx, lease.id, body)
-        except db_exc.DBDuplicateEntry:
-            raise exception.NameInUse(name=body.get('name'))
+        # Every change in one call: the conductor checks each field by
+        # its rule under the lease's reservation (whether the end is
+        # still ahead must not race the lease's expiry) and writes them
+        # all at once, or none.
+        utils.conductor(request).update_lease(_rpc_context(ctx, lease),
+                                              lease.uuid, body)
     return utils.json_response(render(request, _reread(lease)))
 
 
@@ -472,52 +462,28 @@ def delete_lease(request, ident):
 def bind_lease(request, ident):
     ctx = utils.context(request)
     body = utils.read_body(request, schema.BIND)
-    lease = _get_lease(ctx, ident, 'composable:lease:bind')
+    lease = _get_lease(ctx, ident, 'composable:lease:bind',
+                       lookup=db_api.lease_ref)
     server = body.get('server')
     if not body.get('host') and not server:
         raise exception.Invalid(
             "Invalid input for field 'host': give the host (name or UUID) "
             "to bind to, or the server to bind where it runs")
-    attach_mode = body.get('attach_mode')
-    if ((attach_mode or lease.attach_mode) == states.ATTACH_GUEST and
-            not server):
-        raise exception.Invalid(
-            "Invalid input for field 'server': attach_mode guest attaches "
-            "to a server; give its UUID")
-    if ((attach_mode or lease.attach_mode) == states.ATTACH_GUEST and
-            media.is_cxl(lease.memory_pool)):
-        raise exception.Invalid(
-            "Invalid input for field 'attach_mode': lease %s holds CXL "
-            "memory (pool %s), which is onlined on the host as a NUMA "
-            "node: bind it in host mode, to a host or to the host of a "
-            "server" % (lease.uuid, lease.memory_pool.name))
-    _check_transition(lease, states.BIND, 'bind')
     host = None
     if body.get('host'):
         host = utils.referenced(db_api.host_get, ctx, body['host'], 'host',
                                 'Host')
-        fabrics = {pool.fabric_id for pool in (lease.memory_pool,
-                                               lease.device_pool)
-                   if pool is not None}
-        if fabrics and host.fabric_id not in fabrics:
-            raise exception.Conflict(
-                reason='host %s is not on the fabric of lease %s' % (
-                    host.name, lease.uuid))
-        pool = lease.device_pool
-        if (pool is not None and sriov.is_sriov_pool(pool) and
-                pool.sriov_host_id != host.id):
-            raise exception.Conflict(
-                reason='lease %s holds a virtual function of %s on host %s '
-                       '(pool %s); it can be bound to that host only' % (
-                           lease.uuid, pool.sriov_pf_address,
-                           pool.sriov_host.name, pool.name))
-    # With a server and no host, the conductor asks Nova where the server
-    # runs (and refuses when it cannot: no [nova] configured).
+    # Whether the lease may be bound so (its state, the host's fabric, a
+    # guest-mode lease's server, an SR-IOV lease's host) is the
+    # conductor's to say, under the lease's reservation
+    # (composable.conductor.rules); its refusal is the answer. With a
+    # server and no host, the conductor asks Nova where the server runs
+    # (and refuses when it cannot: no [nova] configured).
     utils.conductor(request).bind_lease(_rpc_context(ctx, lease),
                                         lease.uuid,
                                         host.uuid if host else None,
                                         instance_uuid=server,
-                                        attach_mode=attach_mode)
+                                        attach_mode=body.get('attach_mode'))
     return utils.json_response(render(request, _reread(lease)), status=202)
 
 

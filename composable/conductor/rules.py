@@ -1,0 +1,103 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The rules a change of a lease must keep, each written once.
+
+The conductor checks them on the lease read under its reservation
+(composable.conductor.task), where nothing else changes the lease
+meanwhile. The API checks only the shape of a request and that what it
+names exists, and answers with the refusal raised here: Invalid (400)
+for a request that can never succeed as given, Conflict or InvalidState
+(409) for one that the lease or the host it names stands against now.
+"""
+
+from composable.common import exception
+from composable.common import media
+from composable.common import sriov
+from composable.common import states
+from composable.common import utils
+
+
+def check_end(lease, end_at, now=None):
+    """``end_at`` (naive UTC, or None for no end) may become the end of
+    ``lease``: the lease is not being released, and the end is ahead of
+    now and after the lease's start."""
+    if lease.status in (states.RELEASING, states.RELEASED):
+        raise exception.InvalidState(lease=lease.uuid, status=lease.status,
+                                     action='changing end_at')
+    if end_at is None:
+        return
+    if end_at <= (now or utils.utcnow()):
+        raise exception.Invalid(
+            "Invalid input for field 'end_at': %s is not in the future"
+            % utils.isotime(end_at))
+    if lease.start_at is not None and end_at <= lease.start_at:
+        raise exception.Invalid(
+            "Invalid input for field 'end_at': it must be after start_at")
+
+
+# ------------------------------------------------------------------ bind
+
+def check_attach_mode(mode, instance_uuid):
+    """A lease attached in guest mode is attached to a server: binding it
+    so needs the server."""
+    if mode == states.ATTACH_GUEST and not instance_uuid:
+        raise exception.Invalid(
+            "Invalid input for field 'server': attach_mode guest attaches "
+            "to a server; give its UUID")
+
+
+def check_cxl_host_mode(lease, mode):
+    """CXL memory is onlined on the host as a NUMA node: a lease holding
+    it binds in host mode only."""
+    if mode == states.ATTACH_GUEST and media.is_cxl(lease.memory_pool):
+        raise exception.Invalid(
+            "Invalid input for field 'attach_mode': lease %s holds CXL "
+            "memory (pool %s), which is onlined on the host as a NUMA "
+            "node: bind it in host mode, to a host or to the host of a "
+            "server" % (lease.uuid, lease.memory_pool.name))
+
+
+def check_fabric(lease, host):
+    """The host is on the fabric of the lease's pools (a lease that holds
+    nothing yet binds anywhere)."""
+    fabrics = {pool.fabric_id: pool.fabric.name
+               for pool in (lease.memory_pool, lease.device_pool)
+               if pool is not None}
+    if fabrics and host.fabric_id not in fabrics:
+        raise exception.Conflict(
+            reason='host %s is on fabric %s, but the resources of lease %s '
+                   'are on fabric %s; bind it to a host of that fabric'
+                   % (host.name, host.fabric.name, lease.uuid,
+                      ', '.join(sorted(fabrics.values()))))
+
+
+def sriov_host_refusal(lease, host, pool=None):
+    """Why ``lease`` may not be bound to ``host`` as it holds a virtual
+    function of the SR-IOV pool ``pool`` (default: the lease's device
+    pool), which lives on the host of its physical function only; None
+    when it may."""
+    pool = pool if pool is not None else lease.device_pool
+    if (pool is None or not sriov.is_sriov_pool(pool) or
+            pool.sriov_host_id == host.id):
+        return None
+    return ('lease %s holds a virtual function of %s on host %s (pool %s); '
+            'it can be bound to that host only, not to %s'
+            % (lease.uuid, pool.sriov_pf_address, pool.sriov_host.name,
+               pool.name, host.name))
+
+
+def check_sriov_host(lease, host):
+    """See sriov_host_refusal."""
+    refusal = sriov_host_refusal(lease, host)
+    if refusal:
+        raise exception.Conflict(reason=refusal)
