@@ -184,7 +184,10 @@ def test_lease_in_chunks_bound_to_a_host(client, cxl_pool, network,
     assert lease['memory_pool_uuid'] == cxl_pool['uuid']
     assert sorted(e['size_mb'] for e in lease['extents']) == [256] * 3
     url = '/v1/leases/%s' % lease['uuid']
+    # The host named too: no Nova here to say where the server runs, and
+    # the refusal is the CXL rule's, checked by the conductor.
     resp = member.post(url + '/bind', {
+        'host': 'compute-1',
         'server': '9d5a1a5e-0e9b-4c3c-9b4e-2b1f2a1d2c3b',
         'attach_mode': 'guest'})
     assert resp.status == 400
