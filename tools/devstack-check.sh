@@ -206,6 +206,9 @@ LOG_COLOR=False
 VERBOSE=True
 # the self-check runs as a phase of its own
 COMPOSABLE_VERIFY=False
+# DevStack waits 60 s for a service to answer; on a host whose cores are
+# shared, keystone's uWSGI workers took longer than that to load.
+SERVICE_TIMEOUT=600
 EOF
     } > "$R/opt/stack/devstack/local.conf" || return 1
     in_ds chown stack:stack /opt/stack/devstack/local.conf || return 1

@@ -210,3 +210,32 @@ def test_an_interrupted_run_still_ends_with_its_summary(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM
     assert stopped.exists()
     assert not _running(pid)
+
+
+def test_local_conf_gives_services_time_on_a_busy_host(tmp_path):
+    # DevStack's default SERVICE_TIMEOUT is 60 s: in a real run on two
+    # shared cores keystone's uWSGI workers took longer to load, and
+    # stack.sh died with "keystone did not start".
+    tree, script, mirrors = _project(tmp_path)
+    root = tmp_path / 'rootfs'
+    recipe = tmp_path / 'recipe'
+    _write(recipe / 'run.sh', '#!/bin/bash\nexit 0\n', 0o755)
+    _write(recipe / 'start-ds.sh',
+           '#!/bin/bash\nmkdir -p "$DS_ROOT/opt/stack/devstack"\n', 0o755)
+    _write(recipe / 'stop-ds.sh', '#!/bin/bash\nexit 0\n', 0o755)
+    _write(recipe / 'ds-exec', '#!/bin/bash\ncat >/dev/null\nexit 0\n',
+           0o755)
+
+    subprocess.run(
+        ['bash', str(script), '--mirrors', str(mirrors), '--recipe',
+         str(recipe), '--repo', str(tree), '--branch', 'check'],
+        env=dict(os.environ, DS_ROOT=str(root),
+                 DS_STATE=str(tmp_path / 'state')),
+        capture_output=True, text=True, timeout=120)
+
+    local_conf = (root / 'opt' / 'stack' / 'devstack' /
+                  'local.conf').read_text()
+    timeouts = [int(line.split('=', 1)[1])
+                for line in local_conf.splitlines()
+                if line.startswith('SERVICE_TIMEOUT=')]
+    assert timeouts and timeouts[-1] >= 300, local_conf
