@@ -118,7 +118,8 @@ for phase in container stack selfcheck user_path unstack clean; do
     RESULT[$phase]=skipped
     WALL[$phase]=0
 done
-LEFTOVERS=0
+# Not counted until unstack.sh has run.
+LEFTOVERS=unknown
 
 log() { echo "[$(date -u +%T)] devstack-check: $*"; }
 
@@ -127,15 +128,28 @@ in_ds() { "$RECIPE/ds-exec" "$@"; }
 # Run a bash script (stdin) inside the container as the DevStack user.
 as_stack() { in_ds su - stack -c "bash -s"; }
 
+CURRENT_PHASE=
+PHASE_PID=
+PHASE_T0=0
+SUMMARY_PRINTED=no
+
 # phase NAME COMMAND...: run it, time it, keep its output in
-# $STATE/NAME.log, record ok/fail.
+# $STATE/NAME.log, record ok/fail. It runs in the background and the
+# script waits for it, so that a signal to the script is handled at once
+# rather than when the phase (stack.sh: twenty minutes) ends.
 phase() {
     local name=$1 t rc
     shift
     log "$name: starting (log $STATE/$name.log)"
     t=$(date +%s)
-    ( "$@" ) > "$STATE/$name.log" 2>&1
+    CURRENT_PHASE=$name
+    PHASE_T0=$t
+    ( "$@" ) > "$STATE/$name.log" 2>&1 < /dev/null &
+    PHASE_PID=$!
+    wait "$PHASE_PID"
     rc=$?
+    PHASE_PID=
+    CURRENT_PHASE=
     WALL[$name]=$(( $(date +%s) - t ))
     if [[ $rc -eq 0 ]]; then
         RESULT[$name]=ok
@@ -192,6 +206,9 @@ LOG_COLOR=False
 VERBOSE=True
 # the self-check runs as a phase of its own
 COMPOSABLE_VERIFY=False
+# DevStack waits 60 s for a service to answer; on a host whose cores are
+# shared, keystone's uWSGI workers took longer than that to load.
+SERVICE_TIMEOUT=600
 EOF
     } > "$R/opt/stack/devstack/local.conf" || return 1
     in_ds chown stack:stack /opt/stack/devstack/local.conf || return 1
@@ -329,6 +346,68 @@ cd /opt/stack/devstack && ./clean.sh
 EOF
 }
 
+# A process and all its descendants, the deepest first (the commands of
+# a phase run under ds-exec, in the container's namespaces).
+kill_tree() {
+    local pid=$1 child
+    for child in $(ps -o pid= --ppid "$pid" 2>/dev/null); do
+        kill_tree "$child"
+    done
+    kill -TERM "$pid" 2>/dev/null
+}
+
+# The phase results, the summary line last, and the exit status: 0 only
+# if every phase passed and nothing was left over. Called once, at the
+# end or from the traps below, so that the summary line is printed
+# whatever stops the script.
+finish() {
+    local rc=$1 phase
+    if [[ "$SUMMARY_PRINTED" == yes ]]; then
+        return
+    fi
+    SUMMARY_PRINTED=yes
+    trap - EXIT INT TERM HUP
+    for phase in container stack selfcheck user_path unstack clean; do
+        log "phase $phase: ${RESULT[$phase]} ${WALL[$phase]} s"
+    done
+    echo "devstack-check: stack=${RESULT[stack]} selfcheck=${RESULT[selfcheck]} user_path=${RESULT[user_path]} unstack_leftovers=$LEFTOVERS wall_s=$(( $(date +%s) - T0 ))"
+    if [[ $rc -eq 0 ]]; then
+        for phase in container stack selfcheck user_path unstack clean; do
+            [[ "${RESULT[$phase]}" == ok ]] || rc=1
+        done
+        [[ "$LEFTOVERS" == 0 ]] || rc=1
+    fi
+    exit "$rc"
+}
+
+# Interrupted (Ctrl-C, kill, a closed terminal): the running phase is
+# stopped and marked so, the container is stopped unless --keep-running,
+# and the summary line is still printed last.
+interrupted() {
+    local signal=$1 rc=$2
+    trap '' INT TERM HUP
+    log "interrupted by SIG$signal"
+    if [[ -n "$CURRENT_PHASE" ]]; then
+        RESULT[$CURRENT_PHASE]=interrupted
+        WALL[$CURRENT_PHASE]=$(( $(date +%s) - PHASE_T0 ))
+    fi
+    if [[ -n "$PHASE_PID" ]]; then
+        kill_tree "$PHASE_PID"
+        wait "$PHASE_PID" 2>/dev/null
+    fi
+    if [[ "$KEEP_RUNNING" == no ]]; then
+        "$RECIPE/stop-ds.sh" >/dev/null 2>&1
+    fi
+    finish "$rc"
+}
+
+# Anything else that ends the script early (an unset variable under
+# set -u) still ends with the summary.
+trap 'finish 1' EXIT
+trap 'interrupted INT 130' INT
+trap 'interrupted TERM 143' TERM
+trap 'interrupted HUP 129' HUP
+
 log "composable $BRANCH at $COMMIT; recipe $RECIPE; mirrors $MIRRORS; rootfs $R"
 if phase container container; then
     if phase stack stack; then
@@ -356,18 +435,9 @@ if phase container container; then
     if [[ -f "$STATE/unstack.log" ]]; then
         grep -A7 '^flavors:' "$STATE/unstack.log" | sed 's/^/    /'
     fi
-    if [[ "$KEEP_RUNNING" == no ]]; then
-        "$RECIPE/stop-ds.sh" >/dev/null
-    fi
 fi
-for phase in container stack selfcheck user_path unstack clean; do
-    log "phase $phase: ${RESULT[$phase]} ${WALL[$phase]} s"
-done
-summary="devstack-check: stack=${RESULT[stack]} selfcheck=${RESULT[selfcheck]} user_path=${RESULT[user_path]} unstack_leftovers=$LEFTOVERS wall_s=$(( $(date +%s) - T0 ))"
-echo "$summary"
-for phase in container stack selfcheck user_path unstack clean; do
-    [[ "${RESULT[$phase]}" == ok ]] || exit 1
-done
-[[ "$LEFTOVERS" == 0 ]]
-exit
+if [[ "$KEEP_RUNNING" == no ]]; then
+    "$RECIPE/stop-ds.sh" >/dev/null
+fi
+finish 0
 }

@@ -16,9 +16,11 @@ replaced by stubs (run.sh, start-ds.sh, stop-ds.sh, ds-exec), so what is
 checked is the script's own behaviour, not DevStack's."""
 
 import os
+import signal
 import shutil
 import subprocess
 import textwrap
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, '..', '..', '..'))
@@ -141,3 +143,99 @@ def test_the_selfcheck_waits_for_nova_compute_to_be_enabled(tmp_path):
     asked = [line for line in lines if 'compute service list' in line]
     assert len(asked) == 3
     assert lines.index('selfcheck') > lines.index(asked[-1])
+
+
+def _running(pid):
+    """Whether process pid still runs (a zombie does not)."""
+    try:
+        with open('/proc/%d/status' % pid) as f:
+            return 'State:\tZ' not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_an_interrupted_run_still_ends_with_its_summary(tmp_path):
+    # A run stopped by a signal in the middle of stack.sh stops what the
+    # phase started and the container, and its last line is still the
+    # summary, naming the phase that was interrupted.
+    tree, script, mirrors = _project(tmp_path)
+    root = tmp_path / 'rootfs'
+    stopped = tmp_path / 'stopped'
+    inner = tmp_path / 'inner.pid'
+    recipe = tmp_path / 'recipe'
+    _write(recipe / 'run.sh', '#!/bin/bash\nexit 0\n', 0o755)
+    _write(recipe / 'start-ds.sh',
+           '#!/bin/bash\nmkdir -p "$DS_ROOT/opt/stack/devstack"\n', 0o755)
+    _write(recipe / 'stop-ds.sh', '#!/bin/bash\ntouch %s\n' % stopped,
+           0o755)
+    # stack.sh "inside the container" runs until it is stopped.
+    _write(recipe / 'ds-exec', '''\
+        #!/bin/bash
+        if [[ "$1" == su ]]; then
+            cat >/dev/null
+            sleep 600 &
+            echo $! > %s
+            wait
+        fi
+        [[ "$1" == bash ]] && cat >/dev/null
+        exit 0
+        ''' % inner, 0o755)
+
+    proc = subprocess.Popen(
+        ['bash', str(script), '--mirrors', str(mirrors), '--recipe',
+         str(recipe), '--repo', str(tree), '--branch', 'check'],
+        env=dict(os.environ, DS_ROOT=str(root),
+                 DS_STATE=str(tmp_path / 'state')),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (inner.exists() and inner.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, 'stack.sh never started'
+            time.sleep(0.1)
+        pid = int(inner.read_text())
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+    lines = out.strip().splitlines()
+    assert lines, err
+    assert lines[-1].startswith(
+        'devstack-check: stack=interrupted selfcheck=skipped '
+        'user_path=skipped unstack_leftovers=unknown wall_s='), (
+        out[-2000:], err[-2000:])
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert stopped.exists()
+    assert not _running(pid)
+
+
+def test_local_conf_gives_services_time_on_a_busy_host(tmp_path):
+    # DevStack's default SERVICE_TIMEOUT is 60 s: in a real run on two
+    # shared cores keystone's uWSGI workers took longer to load, and
+    # stack.sh died with "keystone did not start".
+    tree, script, mirrors = _project(tmp_path)
+    root = tmp_path / 'rootfs'
+    recipe = tmp_path / 'recipe'
+    _write(recipe / 'run.sh', '#!/bin/bash\nexit 0\n', 0o755)
+    _write(recipe / 'start-ds.sh',
+           '#!/bin/bash\nmkdir -p "$DS_ROOT/opt/stack/devstack"\n', 0o755)
+    _write(recipe / 'stop-ds.sh', '#!/bin/bash\nexit 0\n', 0o755)
+    _write(recipe / 'ds-exec', '#!/bin/bash\ncat >/dev/null\nexit 0\n',
+           0o755)
+
+    subprocess.run(
+        ['bash', str(script), '--mirrors', str(mirrors), '--recipe',
+         str(recipe), '--repo', str(tree), '--branch', 'check'],
+        env=dict(os.environ, DS_ROOT=str(root),
+                 DS_STATE=str(tmp_path / 'state')),
+        capture_output=True, text=True, timeout=120)
+
+    local_conf = (root / 'opt' / 'stack' / 'devstack' /
+                  'local.conf').read_text()
+    timeouts = [int(line.split('=', 1)[1])
+                for line in local_conf.splitlines()
+                if line.startswith('SERVICE_TIMEOUT=')]
+    assert timeouts and timeouts[-1] >= 300, local_conf
