@@ -31,7 +31,6 @@ fixtures still clean up.
 """
 
 import os
-import pathlib
 import signal
 import threading
 
@@ -45,40 +44,11 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt('stopped by signal %d' % signum)
 
 
-# The tests that use what the machine has only one of (libvirtd, whose
-# hooks directory one test changes and restarts it for; tgtd; the tmpfs
-# areas and swap of the data plane) run one after another in one worker
-# of a parallel run ("-n 2 --dist loadgroup"); every other folder is a
-# group of its own, so that a folder's session fixtures (Keystone) start
-# once.
-MACHINE_GROUP = 'machine'
-MACHINE_FOLDERS = frozenset(['compute_host', 'compute_node', 'dataplane',
-                             'guest', 'hooks', 'memory'])
-HERE = pathlib.Path(__file__).parent
-
-
-def _group(path):
-    try:
-        parts = pathlib.Path(path).relative_to(HERE).parts
-    except ValueError:
-        return MACHINE_GROUP
-    if len(parts) == 1 or parts[0] in MACHINE_FOLDERS:
-        # Files at the top (the leftover check's own tests) mount and
-        # start processes: with the machine's group.
-        return MACHINE_GROUP
-    return parts[0]
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item.path)))
-
-
 def pytest_configure(config):
     tag = leftovers.tag_this_run()
     worker = getattr(config, 'workerinput', {}).get('workerid')
     if worker and not tag.endswith(worker):
-        # Each worker of a parallel run is a run of its own to the
+        # Each worker of a pytest-xdist run is a run of its own to the
         # leftover check: it sweeps only what carries its own tag (letters
         # and digits only: the tag is part of database names).
         os.environ[leftovers.TAG_VAR] = tag + worker
