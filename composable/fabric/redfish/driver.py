@@ -63,21 +63,25 @@ from composable import conf
 from composable.fabric import base
 from composable.fabric.redfish import connection
 from composable.fabric.redfish import models
+from composable.fabric.redfish import zones as fabric_zones
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 REQUIRED = ('address', 'username', 'password')
 OPTIONAL = ('verify_ca', 'system_map', 'match_by', 'poll_interval',
-            'timeout', 'mode', 'auth_type', 'composition_mode')
+            'timeout', 'mode', 'auth_type', 'composition_mode',
+            'fabric_id')
 MATCH_BY = ('name', 'uuid')
 MODES = ('expandable',)
 # How a block joins a host's system: ``expandable`` grows the system
 # (ComputerSystem.AddResourceBlock), ``specific`` composes the system
 # again with the block (POST /redfish/v1/Systems, or a PATCH of its
-# Links.ResourceBlocks where the service allows it); ``auto`` asks the
-# service which it offers.
-COMPOSITION_MODES = ('auto', 'expandable', 'specific')
+# Links.ResourceBlocks where the service allows it); ``zones`` puts the
+# device's endpoint into the host's zone of a fabric
+# (/redfish/v1/Fabrics/{id}, or a Connection where the host has no zone
+# of its own); ``auto`` asks the service which it offers.
+COMPOSITION_MODES = ('auto', 'expandable', 'specific', 'zones')
 DEFAULTS = {'verify_ca': True, 'system_map': {}, 'match_by': 'name',
             'poll_interval': 1, 'timeout': 60, 'mode': 'expandable',
             'auth_type': 'auto', 'composition_mode': 'auto'}
@@ -282,8 +286,22 @@ class RedfishFabricDriver(base.FabricDriver):
                 reason='driver_info composition_mode must be one of %s '
                        '(auto: what the service offers; expandable: '
                        'ComputerSystem.AddResourceBlock; specific: systems '
-                       'composed by POST /redfish/v1/Systems)' %
+                       'composed by POST /redfish/v1/Systems; zones: '
+                       'endpoints zoned on /redfish/v1/Fabrics/{id})' %
                 ', '.join(COMPOSITION_MODES))
+        if 'fabric_id' in info:
+            if not isinstance(info['fabric_id'], str) or not info[
+                    'fabric_id'].strip():
+                raise exception.Invalid(
+                    reason='driver_info fabric_id must be the Id or '
+                           '@odata.id of a fabric of the service (a '
+                           'non-empty string)')
+            if info.get('composition_mode', 'auto') not in ('auto',
+                                                            'zones'):
+                raise exception.Invalid(
+                    reason='driver_info fabric_id names the fabric of '
+                           'composition_mode zones; it means nothing with '
+                           'composition_mode %s' % info['composition_mode'])
         if info.get('auth_type', 'auto') not in connection.AUTH_TYPES:
             raise exception.Invalid(
                 reason='driver_info auth_type must be one of %s (auto: a '
@@ -297,10 +315,13 @@ class RedfishFabricDriver(base.FabricDriver):
         and every bind check the map again)."""
         self._check_driver_info(driver_info)
         info = self._merged(driver_info)
-        if not info['system_map']:
+        zoned = info['composition_mode'] == 'zones' or info.get('fabric_id')
+        if not info['system_map'] and not zoned:
             return
         try:
             with self._connect(info) as conn:
+                if zoned:
+                    self._fabric(conn, info)
                 systems, unreadable = self._systems(conn)
                 for host in sorted(info['system_map']):
                     self._resolve(conn, info, systems, unreadable, host)
@@ -566,10 +587,16 @@ class RedfishFabricDriver(base.FabricDriver):
 
         Raises LOCAL_ERRORS or models.ParseError when a member cannot be
         read: the block is then unknown, not guessed."""
-        device = models.Device()
-        device.health = block.health
-        queue = list(getattr(block, 'members', None) or
-                     [(None, uri) for uri in block.member_uris])
+        return self._members_device(
+            conn, list(getattr(block, 'members', None) or
+                       [(None, uri) for uri in block.member_uris]),
+            block.health)
+
+    def _members_device(self, conn, queue, health, device=None):
+        """What resources ``queue`` ((type hint, URI) pairs) and what
+        they lead to say of one device."""
+        device = device or models.Device()
+        device.health = health
         seen = set()
         while queue and len(seen) < MEMBER_LIMIT:
             hint, uri = queue.pop(0)
@@ -634,19 +661,10 @@ class RedfishFabricDriver(base.FabricDriver):
                         action))
         path = system.target(action)
         body = {'ResourceBlock': {'@odata.id': block_uri}}
-        for attempt in range(PRECONDITION_RETRIES + 1):
-            _, etag = conn.read(system.uri, models.System)
-            headers = {'If-Match': etag} if etag else {}
-            try:
-                response = conn.post(path, body, headers=headers)
-                break
-            except connection.HTTPFailure as exc:
-                if exc.status != 412 or attempt == PRECONDITION_RETRIES:
-                    raise
-                LOG.info('%(action)s of %(block)s on %(system)s met a '
-                         'changed system (412); trying again with its '
-                         'new ETag', {'action': action, 'block': block_uri,
-                                      'system': system.uri})
+        response = self._with_etag(
+            conn, system.uri,
+            lambda headers: conn.post(path, body, headers=headers),
+            '%s of %s' % (action, block_uri))
         if response.status == 202:
             self._follow_task(conn, info, response, path, deadline)
 
@@ -787,17 +805,33 @@ class RedfishFabricDriver(base.FabricDriver):
     def _with_etag(self, conn, system_uri, send, what):
         """``send(headers)`` with If-Match of the system's current ETag,
         again with the fresh one after a 412."""
+        return self._etag_retry(conn, system_uri, models.System,
+                                lambda current, headers: send(headers),
+                                what)
+
+    def _etag_retry(self, conn, uri, model, send, what):
+        """``send(current, headers)``: ``current`` the resource at
+        ``uri`` as ``model`` reads it now, ``headers`` If-Match of its
+        ETag. After a 412 (someone changed it meanwhile) it is read and
+        sent again, a bounded number of times."""
         for attempt in range(PRECONDITION_RETRIES + 1):
-            _, etag = conn.read(system_uri, models.System)
+            current, etag = conn.read(uri, model)
             headers = {'If-Match': etag} if etag else {}
             try:
-                return send(headers)
+                return send(current, headers)
             except connection.HTTPFailure as exc:
-                if exc.status != 412 or attempt == PRECONDITION_RETRIES:
+                if exc.status != 412:
                     raise
-                LOG.info('%(what)s of %(system)s met a changed system '
-                         '(412); trying again with its new ETag',
-                         {'what': what, 'system': system_uri})
+                if attempt == PRECONDITION_RETRIES:
+                    raise connection.HTTPFailure(
+                        412, exc.messages,
+                        reason='Redfish service %s refused %s on %s with '
+                               'HTTP 412 %d times: %s changes under every '
+                               'try; try again later' %
+                        (conn.address, what, uri, attempt + 1, uri))
+                LOG.info('%(what)s on %(uri)s met a change (412); trying '
+                         'again with the new ETag', {'what': what,
+                                                     'uri': uri})
 
     def _compose(self, conn, info, composition, system, blocks, deadline):
         """Make ``blocks`` the resource blocks of the host's ``system``
@@ -897,6 +931,9 @@ class RedfishFabricDriver(base.FabricDriver):
         with contextlib.ExitStack() as held:
             held.enter_context(one_operation(info['address'], block_uri))
             conn = held.enter_context(self._connect(info))
+            if self._zones_mode(conn, info):
+                return self._zones_bind(conn, info, fabric, block_uri,
+                                        host, deadline)
             return self._bind(conn, info, fabric, block_uri, host,
                               deadline, held)
 
@@ -1002,6 +1039,9 @@ class RedfishFabricDriver(base.FabricDriver):
         with contextlib.ExitStack() as held:
             held.enter_context(one_operation(info['address'], block_uri))
             conn = held.enter_context(self._connect(info))
+            if self._zones_mode(conn, info):
+                return self._zones_unbind(conn, info, fabric, block_uri,
+                                          host, deadline)
             self._unbind(conn, info, fabric, block_uri, host, deadline,
                          held)
 
@@ -1121,6 +1161,8 @@ class RedfishFabricDriver(base.FabricDriver):
     def discover(self, fabric):
         info = self._info(fabric)
         with self._connect(info) as conn:
+            if self._zones_mode(conn, info):
+                return self._zones_discover(conn, info, fabric)
             zones = self._zones(conn)
             systems, unreadable = self._systems(conn)
             names = self._host_names(conn, info, systems, unreadable,
@@ -1193,3 +1235,393 @@ class RedfishFabricDriver(base.FabricDriver):
                     item['unavailable'] = why
                 found.append(item)
             return found
+
+    # ------------------------------------------------ fabric zones mode
+
+    def _zones_mode(self, conn, info):
+        """True when devices are given to hosts by zoning a fabric's
+        endpoints: forced by composition_mode ``zones``, or (``auto``)
+        where the service has no resource blocks to compose but has
+        Fabrics."""
+        forced = info['composition_mode']
+        if forced != 'auto':
+            return forced == 'zones'
+        root = conn.root
+        if isinstance(root.get('CompositionService'), dict):
+            body = conn.get(self._service_path(conn,
+                                               'CompositionService')).body
+            if isinstance(body, dict) and isinstance(
+                    body.get('ResourceBlocks'), dict):
+                return False
+        if isinstance(root.get('Fabrics'), dict):
+            return True
+        if isinstance(root.get('CompositionService'), dict):
+            return False
+        raise exception.DriverError(
+            reason='Redfish service %s has no CompositionService (resource '
+                   'blocks to compose) and no Fabrics (endpoints to zone): '
+                   'nothing the redfish driver can give a host' %
+                   conn.address)
+
+    def _fabric(self, conn, info):
+        """The fabric (models.Fabric) whose zones and endpoints the driver
+        works with: the one driver_info fabric_id names, else the one
+        fabric of the service that has Zones and Endpoints. Invalid
+        naming fabric_id when that is what is wrong."""
+        ref = info.get('fabric_id')
+        if not isinstance(conn.root.get('Fabrics'), dict):
+            if ref:
+                raise exception.Invalid(
+                    reason='driver_info fabric_id names fabric %s, but the '
+                           'Redfish service %s has no Fabrics' %
+                           (ref, conn.address))
+            raise exception.DriverError(
+                reason='Redfish service %s has no Fabrics' % conn.address)
+        fabrics, unreadable = [], {}
+        for uri in self._collection(conn, self._service_path(conn,
+                                                             'Fabrics')):
+            try:
+                fabrics.append(conn.read(uri, models.Fabric)[0])
+            except LOCAL_ERRORS as exc:
+                unreadable[uri.rstrip('/')] = _reason(exc)
+                LOG.warning('Redfish service %(addr)s: fabric %(uri)s could '
+                            'not be read: %(reason)s',
+                            {'addr': conn.address, 'uri': uri,
+                             'reason': _reason(exc)})
+        listed = ', '.join('%s (%s)' % (f.id, f.uri) for f in fabrics)
+        if ref:
+            found = [f for f in fabrics if f.answers_to(ref)]
+            if not found:
+                if unreadable:
+                    raise exception.DriverError(
+                        reason='driver_info fabric_id names fabric %s, '
+                               'which is not among the fabrics of Redfish '
+                               'service %s that could be read (%s could '
+                               'not be)' % (ref, conn.address,
+                                            ', '.join(sorted(unreadable))))
+                raise exception.Invalid(
+                    reason='driver_info fabric_id names fabric %s, which '
+                           'the Redfish service %s does not have; its '
+                           'fabrics are %s' % (ref, conn.address,
+                                               listed or 'none'))
+            if not found[0].zoned:
+                raise exception.Invalid(
+                    reason='driver_info fabric_id names fabric %s of '
+                           'Redfish service %s, which has no Zones and '
+                           'Endpoints to give devices to hosts with' %
+                           (found[0].uri, conn.address))
+            return found[0]
+        zoned = [f for f in fabrics if f.zoned]
+        if len(zoned) > 1:
+            raise exception.Invalid(
+                reason='Redfish service %s has several fabrics with zones '
+                       'and endpoints (%s); name one in driver_info '
+                       'fabric_id' % (conn.address, ', '.join(
+                           '%s (%s)' % (f.id, f.uri) for f in zoned)))
+        if not zoned:
+            raise exception.DriverError(
+                reason='Redfish service %s has no fabric with Zones and '
+                       'Endpoints (its fabrics: %s%s)' % (
+                           conn.address, listed or 'none',
+                           '; unreadable: %s' % ', '.join(sorted(
+                               unreadable)) if unreadable else ''))
+        return zoned[0]
+
+    def _zoning(self, conn, info):
+        """The fabric's endpoints, zones and connections as read now
+        (zones.Zoning); one that cannot be read is noted, not fatal."""
+        try:
+            fabric = self._fabric(conn, info)
+        except exception.Invalid as exc:
+            raise exception.DriverError(reason=exc.message)
+        zoning = fabric_zones.Zoning(fabric,
+                                     self._service_path(conn, 'Systems'))
+        kinds = [(fabric.endpoints, models.Endpoint),
+                 (fabric.zones, models.FabricZone)]
+        if fabric.connections:
+            kinds.append((fabric.connections, models.FabricConnection))
+        for path, model in kinds:
+            for uri in self._collection(conn, path, expand=True):
+                uri = uri.rstrip('/')
+                if model is models.Endpoint:
+                    zoning.listed.append(uri)
+                try:
+                    zoning.add(conn.read_member(uri, model)[0])
+                except LOCAL_ERRORS as exc:
+                    zoning.unreadable[uri] = _reason(exc)
+                    LOG.warning('Redfish service %(addr)s: %(uri)s could '
+                                'not be read this round: %(reason)s',
+                                {'addr': conn.address, 'uri': uri,
+                                 'reason': _reason(exc)})
+        return zoning.finish()
+
+    def _endpoint_device(self, conn, endpoint):
+        """What a target endpoint's connected entities say of the device
+        (models.Device); raises LOCAL_ERRORS or models.ParseError when one
+        cannot be read."""
+        device = models.Device()
+        queue = []
+        targets = endpoint.targets()
+        for entity in targets:
+            what = '%s %s' % (entity.type or 'entity',
+                              entity.link or 'of %s' % endpoint.uri)
+            if entity.fabric_part:
+                device.refuse(what, 'is part of the fabric itself, not a '
+                                    'device a host can be given')
+            elif entity.memory:
+                device.refuse(what, 'is CXL memory; %s' %
+                              models.CXL_MEMORY_REASON)
+            elif entity.link:
+                queue.append((_ENTITY_HINTS.get(entity.type), entity.link))
+            elif entity.pci:
+                # Only the ids: the endpoint is the device.
+                device.bindable += 1
+        if not targets:
+            device.refuse('endpoint %s' % endpoint.uri,
+                          'connects no target entity')
+        device = self._members_device(conn, queue, endpoint.health, device)
+        for ids in [e.pci for e in targets] + [endpoint.pci]:
+            if ids:
+                device.read_pci_ids(ids)
+        return device
+
+    def _zones_bind(self, conn, info, fabric, uri, host, deadline):
+        zoning = self._zoning(conn, info)
+        endpoint = self._target_endpoint(conn, zoning, uri)
+        try:
+            device = self._endpoint_device(conn, endpoint)
+        except models.ParseError as exc:
+            raise exception.DriverError(
+                reason='Redfish service %s: what endpoint %s connects is '
+                       'not what it should be: %s' % (conn.address, uri,
+                                                      exc))
+        if device.not_poolable:
+            raise exception.DriverError(
+                reason='endpoint %s cannot be given to a host: %s' %
+                (uri, device.not_poolable))
+        system, _ = self._system(conn, info, fabric, host)
+        locator = {'vendor_id': device.vendor_id,
+                   'product_id': device.product_id,
+                   'serial': device.serial, 'pci_address': None,
+                   'fabric_ref': uri}
+        holders = zoning.holders(uri)
+        if system.uri in holders:
+            LOG.info('Endpoint %(uri)s is given to system %(system)s '
+                     'already', {'uri': uri, 'system': system.uri})
+            return locator
+        if holders:
+            raise exception.DriverError(
+                reason='endpoint %s is given to system %s, not %s (host '
+                       '%s)' % (uri, ', '.join(holders), system.uri,
+                                host.get('name')))
+        why = self._endpoint_unavailable(endpoint, device)
+        if why:
+            raise exception.DriverError(
+                reason='endpoint %s cannot be given to a host now: %s' %
+                (uri, why))
+        if system.uri not in zoning.reach(uri):
+            raise exception.DriverError(
+                reason='endpoint %s is in no zone that system %s (host %s) '
+                       'can reach on fabric %s: the fabric cannot connect '
+                       'them' % (uri, system.uri, host.get('name'),
+                                 zoning.fabric.uri))
+        zone = zoning.zone_for(system.uri, uri)
+        if zone is not None:
+            self._zone_change(conn, info, zone.uri, uri, True, deadline)
+        elif zoning.fabric.connections:
+            self._connect_endpoint(conn, info, zoning, system.uri, uri,
+                                   deadline)
+        else:
+            raise exception.DriverError(
+                reason='system %s (host %s) has no zone of its own on '
+                       'fabric %s, and the fabric has no Connections: '
+                       'there is nothing to give it the device with' %
+                       (system.uri, host.get('name'), zoning.fabric.uri))
+        again = self._zoning(conn, info)
+        if system.uri not in again.holders(uri):
+            raise exception.DriverError(
+                reason='Redfish service %s accepted giving endpoint %s to '
+                       'system %s, but the fabric does not show it so' %
+                       (conn.address, uri, system.uri))
+        LOG.info('Endpoint %(uri)s of fabric %(fabric)s given to system '
+                 '%(system)s for host %(host)s',
+                 {'uri': uri, 'fabric': zoning.fabric.uri,
+                  'system': system.uri, 'host': host.get('name')})
+        return locator
+
+    def _target_endpoint(self, conn, zoning, uri):
+        """The endpoint read afresh; DriverError when it is not a target
+        endpoint of the fabric."""
+        prefix = zoning.fabric.endpoints.rstrip('/') + '/'
+        if not uri.startswith(prefix):
+            raise exception.DriverError(
+                reason='device %s is not an endpoint of fabric %s; was it '
+                       'found on another fabric or composition mode?' %
+                       (uri, zoning.fabric.uri))
+        endpoint, _ = conn.read(uri, models.Endpoint)
+        if endpoint.initiator_systems(zoning.systems_path):
+            raise exception.DriverError(
+                reason='endpoint %s is an initiator of a host, not a '
+                       'device' % uri)
+        return endpoint
+
+    @staticmethod
+    def _endpoint_unavailable(endpoint, device):
+        if endpoint.state and endpoint.state != 'Enabled':
+            return 'its Status.State is %s' % endpoint.state
+        if device.health == base.HEALTH_WARNING:
+            return 'the service reports its health as Warning'
+        return None
+
+    def _zone_change(self, conn, info, zone_uri, uri, add, deadline):
+        """PATCH the zone's Links.Endpoints with or without ``uri``
+        (If-Match, again after a 412); follows a task monitor."""
+
+        def send(zone, headers):
+            current = list(zone.endpoints)
+            if (uri in current) == add:
+                return None
+            wanted = (current + [uri] if add
+                      else [u for u in current if u != uri])
+            return conn.patch(zone_uri, {'Links': {'Endpoints': [
+                {'@odata.id': u} for u in wanted]}}, headers=headers)
+
+        what = 'PATCH of Links.Endpoints %s %s' % (
+            'adding' if add else 'removing', uri)
+        response = self._etag_retry(conn, zone_uri, models.FabricZone, send,
+                                    what)
+        if response is not None:
+            self._task_answer(conn, info, response, zone_uri, deadline)
+
+    def _connect_endpoint(self, conn, info, zoning, system, uri, deadline):
+        """POST a Connection from the system's initiator to ``uri``."""
+        initiators = zoning.initiators_of(system)
+        body = {'Name': 'Endpoint %s for %s' % (uri.rsplit('/', 1)[-1],
+                                                system.rsplit('/', 1)[-1]),
+                'Links': {'InitiatorEndpoints': [{'@odata.id':
+                                                  initiators[0]}],
+                          'TargetEndpoints': [{'@odata.id': uri}]}}
+        path = zoning.fabric.connections
+        try:
+            response = conn.post(path, body)
+            self._task_answer(conn, info, response, path, deadline)
+        except connection.HTTPFailure:
+            # A repeated request may have been done already.
+            if not self._zoning(conn, info).connections_of(system, uri):
+                raise
+
+    def _zones_unbind(self, conn, info, fabric, uri, host, deadline):
+        zoning = self._zoning(conn, info)
+        holders = zoning.holders(uri)
+        if host is not None:
+            try:
+                system, _ = self._system(conn, info, fabric, host)
+            except exception.DriverError:
+                if holders:
+                    raise
+                LOG.warning('Endpoint %(uri)s is given to no system; the '
+                            'system of host %(host)s is not found either',
+                            {'uri': uri, 'host': host.get('name')})
+                return
+            systems = [system.uri] if system.uri in holders else []
+        else:
+            systems = holders
+        for system in systems:
+            for zone in zoning.own_zones(system):
+                if uri in zoning.members(zone.uri):
+                    self._zone_change(conn, info, zone.uri, uri, False,
+                                      deadline)
+            for link in zoning.connections_of(system, uri):
+                try:
+                    response = self._etag_retry(
+                        conn, link.uri, models.FabricConnection,
+                        lambda current, headers, link=link: conn.delete(
+                            link.uri, headers=headers),
+                        'DELETE of connection')
+                    self._task_answer(conn, info, response, link.uri,
+                                      deadline)
+                except connection.HTTPFailure as exc:
+                    if exc.status != 404:
+                        raise
+        if not systems:
+            return
+        left = [s for s in self._zoning(conn, info).holders(uri)
+                if s in systems]
+        if left:
+            raise exception.DriverError(
+                reason='Redfish service %s still gives endpoint %s to '
+                       'system %s after it was taken out of its zones and '
+                       'connections' % (conn.address, uri, left[0]))
+        LOG.info('Endpoint %(uri)s taken from %(systems)s',
+                 {'uri': uri, 'systems': ', '.join(systems)})
+
+    def _zones_discover(self, conn, info, fabric):
+        zoning = self._zoning(conn, info)
+        systems, unreadable = self._systems(conn)
+        names = self._host_names(conn, info, systems, unreadable,
+                                 fabric.get('hosts'))
+        found = []
+        for uri in zoning.listed:
+            if uri in zoning.unreadable:
+                found.append(_unknown(uri, zoning.unreadable[uri]))
+                continue
+            if zoning.is_initiator(uri):
+                continue
+            endpoint = zoning.endpoints[uri]
+            why = zoning.unknown_reason(endpoint)
+            if why:
+                found.append(_unknown(uri, why))
+                continue
+            try:
+                device = self._endpoint_device(conn, endpoint)
+            except LOCAL_ERRORS as exc:
+                found.append(_unknown(uri, _reason(exc)))
+                continue
+            except models.ParseError as exc:
+                found.append(_unknown(
+                    uri, 'Redfish service %s: what endpoint %s connects is '
+                    'not what it should be: %s' % (conn.address, uri, exc)))
+                continue
+            # The fabric's own parts (its switch in every zone) are held
+            # by no one.
+            targets = endpoint.targets()
+            held = [] if targets and all(
+                e.fabric_part for e in targets) else zoning.holders(uri)
+            lost = [s for s in held if s in unreadable]
+            if lost:
+                found.append(_unknown(
+                    uri, 'it is given to system %s, which could not be '
+                    'read: %s' % (lost[0], unreadable[lost[0]])))
+                continue
+            bound = [names.get(s, s) for s in held]
+            item = {
+                'address': uri,
+                'kind': device.kind or 'pci',
+                'model': device.model,
+                'vendor_id': device.vendor_id,
+                'product_id': device.product_id,
+                'serial': device.serial,
+                'health': device.health,
+                'state': endpoint.state,
+                'hosts': sorted(names.get(s, s) for s in zoning.reach(uri)),
+                'bound_to': ', '.join(bound) if bound else None,
+                'holders': bound,
+            }
+            if device.not_poolable:
+                item['not_poolable'] = device.not_poolable
+            why = self._endpoint_unavailable(endpoint, device)
+            if why:
+                item['unavailable'] = why
+            found.append(item)
+        return found
+
+
+# ConnectedEntities EntityType -> the resource type its EntityLink leads
+# to, where the resource does not say (@odata.type).
+_ENTITY_HINTS = {'Processor': 'Processor', 'Drive': 'Drive',
+                 'NetworkController': 'NetworkAdapter',
+                 'DisplayController': 'PCIeFunction',
+                 'AccelerationFunction': 'Processor',
+                 'CXLDevice': 'CXLLogicalDevice',
+                 'StorageInitiator': 'PCIeFunction',
+                 'MediaController': 'PCIeFunction'}

@@ -363,6 +363,18 @@ class Device(object):
     def _refuse(self, what, why):
         self.refused.append('%s %s' % (what, why))
 
+    def refuse(self, what, why):
+        """Note a part that is no device a host can be given."""
+        self._refuse(what, why)
+
+    def read_pci_ids(self, ids):
+        """(vendor, device, class code) a fabric endpoint gives itself
+        (its PciId or a connected entity's EntityPciId)."""
+        vendor, product, class_code = ids
+        if vendor and product and not self.product_id:
+            self.vendor_id, self.product_id = vendor, product
+        self.kind = self.kind or class_code_kind(class_code)
+
     def read_member(self, data, hint=None):
         """One member of the block; ``hint``: the type its link
         promised."""
@@ -452,6 +464,36 @@ class Device(object):
         elif rtype == 'ComputerSystem':
             self._refuse(what, 'is a computer system')
             return
+        elif rtype == 'PCIeFunction':
+            if (data.get('DeviceClass') == 'MemoryController'
+                    or is_cxl_memory_class(data.get('ClassCode'))):
+                self._refuse(what, 'is a memory controller (CXL memory); '
+                             + CXL_MEMORY_REASON)
+                return
+            self._bindable(None)
+            self._describe(data, health_only=True)
+            self.read_pcie_function(data)
+            # Its device tells the model and serial.
+            self.device_uris += _links(links.get('PCIeDevice'),
+                                       '%s Links.PCIeDevice' % what)
+            return
+        elif rtype == 'NetworkAdapter':
+            self._bindable('nic')
+            self.read_adapter(data)
+            return
+        elif rtype == 'CXLLogicalDevice':
+            semantics = data.get('SemanticsSupported') or []
+            if 'CXLmem' in semantics and 'CXLcache' not in semantics:
+                self._refuse(what, 'is CXL memory (a type 3 logical '
+                                   'device); ' + CXL_MEMORY_REASON)
+                return
+            self._bindable(None)
+            self._describe(data, health_only=True)
+            self._function_links(links, what)
+            return
+        elif rtype in ('MemoryChunk', 'MemoryChunks', 'MemoryDomain'):
+            self._refuse(what, 'is CXL memory; ' + CXL_MEMORY_REASON)
+            return
         else:
             self._refuse(what, 'is of a kind the driver does not bind')
             return
@@ -504,7 +546,8 @@ class Device(object):
         if vendor and product and not self.product_id:
             self.vendor_id, self.product_id = vendor, product
         self.kind = self.kind or _DEVICE_CLASS_KINDS.get(
-            data.get('DeviceClass')) or 'pci'
+            data.get('DeviceClass')) or class_code_kind(
+                data.get('ClassCode')) or 'pci'
 
     def _describe(self, data, health_only=False):
         if not health_only:
@@ -581,3 +624,246 @@ def reserved_blocks(data):
     data = _obj(data, 'composition reservation')
     return _links(data.get('ReservedResourceBlocks'),
                   'composition reservation ReservedResourceBlocks')
+
+
+# ------------------------------------------------------------ fabrics
+#
+# DSP0268's fabric model: a Fabric holds Endpoints (each the fabric's
+# view of what is plugged in: a host's root port or CPU as an initiator,
+# a device as a target, with the resources it is in ConnectedEntities),
+# Zones (which endpoints may talk to each other) and, on some services,
+# Connections (an initiator given a target, CXL memory chunks among
+# them).
+
+# ZoneType values of zones that hold endpoints (absent: the same).
+ENDPOINT_ZONE_TYPES = (None, 'ZoneOfEndpoints')
+ZONE_OF_ZONES = 'ZoneOfZones'
+DEFAULT_ZONE = 'Default'
+
+# ConnectedEntities EntityType values that are the fabric's own parts or
+# memory, never a device a host is given here (no GET needed to say so).
+_FABRIC_PARTS = ('Switch', 'FabricBridge', 'Manager', 'Bridge',
+                 'StorageExpander', 'RootComplex')
+_MEMORY_ENTITIES = ('MemoryChunk', 'Memory')
+CXL_MEMORY_REASON = 'CXL memory is pooled by a cxl memory pool'
+
+# PCI base class (first byte of ClassCode) -> device kind, where a
+# function gives no DeviceClass.
+_CLASS_CODE_KINDS = {'01': 'nvme', '02': 'nic', '03': 'gpu', '12': 'fpga',
+                     '0b': 'pci'}
+
+
+def class_code_kind(value):
+    """'0x030200' -> 'gpu'; None when it is not a class code the driver
+    knows. Mass storage counts only as NVMe (subclass 08)."""
+    if not isinstance(value, str):
+        return None
+    code = value.strip().lower()
+    code = code[2:] if code.startswith('0x') else code
+    if not re.match(r'^[0-9a-f]{6}$', code):
+        return None
+    if code[:2] == '01' and code[2:4] != '08':
+        return None
+    return _CLASS_CODE_KINDS.get(code[:2])
+
+
+def is_cxl_memory_class(value):
+    """True for the class code of a CXL memory device (05 02)."""
+    code = value.strip().lower() if isinstance(value, str) else ''
+    code = code[2:] if code.startswith('0x') else code
+    return code[:4] == '0502'
+
+
+def _status(data):
+    status = data.get('Status')
+    return (health(status),
+            _str(status.get('State')) if isinstance(status, dict) else None)
+
+
+class Fabric(object):
+
+    def __init__(self, uri, fid, name, fabric_type, zones, endpoints,
+                 connections):
+        self.uri = uri
+        self.id = fid
+        self.name = name
+        self.fabric_type = fabric_type
+        self.zones = zones
+        self.endpoints = endpoints
+        self.connections = connections
+
+    @classmethod
+    def parse(cls, data):
+        data = _obj(data, 'fabric')
+        uri = _uri(data, 'fabric')
+
+        def link(prop):
+            value = data.get(prop)
+            return _uri(value, 'fabric %s %s' % (uri, prop)) if isinstance(
+                value, dict) else None
+
+        return cls(uri, _str(data.get('Id')) or uri.rsplit('/', 1)[-1],
+                   _str(data.get('Name')), _str(data.get('FabricType')),
+                   link('Zones'), link('Endpoints'), link('Connections'))
+
+    @property
+    def zoned(self):
+        """True when it has Zones and Endpoints to compose with."""
+        return bool(self.zones and self.endpoints)
+
+    def answers_to(self, ref):
+        return ref.rstrip('/') in (self.uri, self.id)
+
+
+class Entity(object):
+    """One of an endpoint's ConnectedEntities."""
+
+    def __init__(self, entity_type, role, link, pci):
+        self.type = entity_type
+        self.role = role
+        self.link = link
+        self.pci = pci
+
+    @property
+    def fabric_part(self):
+        return self.type in _FABRIC_PARTS
+
+    @property
+    def memory(self):
+        return self.type in _MEMORY_ENTITIES
+
+
+def _pci_ids(value):
+    """(vendor, device, class code) of a PciId object, or None."""
+    if not isinstance(value, dict):
+        return None
+    found = (pci_id(value.get('VendorId')), pci_id(value.get('DeviceId')),
+             _str(value.get('ClassCode')))
+    return found if any(found) else None
+
+
+class Endpoint(object):
+
+    def __init__(self, uri, name, entities, zones, connections, health,
+                 state, pci, has_zone_links):
+        self.uri = uri
+        self.name = name
+        self.entities = entities
+        self.zones = zones
+        self.connections = connections
+        self.health = health
+        self.state = state
+        self.pci = pci
+        # False when the endpoint does not say which zones it is in
+        # (only the zones then tell).
+        self.has_zone_links = has_zone_links
+
+    @classmethod
+    def parse(cls, data):
+        data = _obj(data, 'endpoint')
+        uri = _uri(data, 'endpoint')
+        what = 'endpoint %s' % uri
+        entities = []
+        raw = data.get('ConnectedEntities') or []
+        if not isinstance(raw, list):
+            raise ParseError('%s ConnectedEntities is not an array' % what)
+        for item in raw:
+            item = _obj(item, '%s ConnectedEntities member' % what)
+            link = item.get('EntityLink')
+            entities.append(Entity(
+                _str(item.get('EntityType')), _str(item.get('EntityRole')),
+                _uri(link, '%s EntityLink' % what) if link else None,
+                _pci_ids(item.get('EntityPciId'))))
+        links = _obj(data.get('Links') or {}, '%s Links' % what)
+        state_health, state = _status(data)
+        return cls(uri, _str(data.get('Name')), entities,
+                   _links(links.get('Zones'), '%s Links.Zones' % what),
+                   _links(links.get('Connections'),
+                          '%s Links.Connections' % what),
+                   state_health, state, _pci_ids(data.get('PciId')),
+                   'Zones' in links)
+
+    def initiator_systems(self, systems_path):
+        """The @odata.id of each computer system an initiator entity of
+        this endpoint belongs to (a system, or a processor or memory of
+        one: /redfish/v1/Systems/<id>/...)."""
+        prefix = systems_path.rstrip('/') + '/'
+        found = []
+        for entity in self.entities:
+            if entity.role not in ('Initiator', 'Both') or not entity.link:
+                continue
+            if entity.link.startswith(prefix):
+                system = prefix + entity.link[len(prefix):].split('/')[0]
+                if system not in found:
+                    found.append(system)
+        return found
+
+    def targets(self):
+        """The entities a host would be given (role Target or Both, or
+        no role)."""
+        return [e for e in self.entities
+                if e.role in (None, 'Target', 'Both')]
+
+
+class FabricZone(object):
+
+    def __init__(self, uri, name, zone_type, endpoints, contains,
+                 contained_by, allowed, targets):
+        self.uri = uri
+        self.name = name
+        self.zone_type = zone_type
+        self.endpoints = endpoints
+        self.contains = contains
+        self.contained_by = contained_by
+        # Links.Endpoints@Redfish.AllowableValues: the endpoints the zone
+        # may be given (None: it does not say).
+        self.allowed = allowed
+        # The action targets it offers (Zone.AddEndpoint and so on).
+        self.targets = targets
+
+    @classmethod
+    def parse(cls, data):
+        data = _obj(data, 'zone')
+        uri = _uri(data, 'zone')
+        what = 'zone %s' % uri
+        links = _obj(data.get('Links') or {}, '%s Links' % what)
+        allowed = links.get('Endpoints@Redfish.AllowableValues')
+        if allowed is not None:
+            allowed = _links(allowed, '%s Links.Endpoints@Redfish.'
+                                      'AllowableValues' % what)
+        actions = data.get('Actions')
+        targets = {}
+        if isinstance(actions, dict):
+            for key, entry in actions.items():
+                if isinstance(entry, dict) and _str(entry.get('target')):
+                    targets[key.lstrip('#')] = entry['target']
+        return cls(uri, _str(data.get('Name')), _str(data.get('ZoneType')),
+                   _links(links.get('Endpoints'), '%s Links.Endpoints' % what),
+                   _links(links.get('ContainsZones'),
+                          '%s Links.ContainsZones' % what),
+                   _links(links.get('ContainedByZones'),
+                          '%s Links.ContainedByZones' % what),
+                   allowed, targets)
+
+    @property
+    def holds_endpoints(self):
+        return self.zone_type in ENDPOINT_ZONE_TYPES
+
+
+class FabricConnection(object):
+
+    def __init__(self, uri, initiators, targets):
+        self.uri = uri
+        self.initiators = initiators
+        self.targets = targets
+
+    @classmethod
+    def parse(cls, data):
+        data = _obj(data, 'connection')
+        uri = _uri(data, 'connection')
+        what = 'connection %s' % uri
+        links = _obj(data.get('Links') or {}, '%s Links' % what)
+        return cls(uri, _links(links.get('InitiatorEndpoints'),
+                               '%s Links.InitiatorEndpoints' % what),
+                   _links(links.get('TargetEndpoints'),
+                          '%s Links.TargetEndpoints' % what))

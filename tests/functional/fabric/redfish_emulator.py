@@ -78,6 +78,7 @@ SESSIONS = ROOT + '/SessionService/Sessions'
 CHASSIS = ROOT + '/Chassis'
 POOL = CHASSIS + '/Pool'
 MONITORS = ROOT + '/TaskService/TaskMonitors'
+FABRICS = ROOT + '/Fabrics'
 CAPABILITIES = SYSTEMS + '/Capabilities'
 
 ADD = 'ComputerSystem.AddResourceBlock'
@@ -101,11 +102,19 @@ TYPES = {
     'NetworkAdapter': 'NetworkAdapter.v1_14_0',
     'Storage': 'Storage.v1_15_0',
     'Memory': 'Memory.v1_17_0',
+    'Fabric': 'Fabric.v1_4_0',
+    'Endpoint': 'Endpoint.v1_8_2',
+    'Connection': 'Connection.v1_4_0',
+    'Switch': 'Switch.v1_10_0',
+    'MemoryChunks': 'MemoryChunks.v1_6_2',
 }
 COLLECTIONS = ('ResourceBlockCollection', 'ZoneCollection',
                'ComputerSystemCollection', 'SessionCollection',
                'ChassisCollection', 'PCIeDeviceCollection',
-               'PCIeFunctionCollection', 'NetworkAdapterCollection')
+               'PCIeFunctionCollection', 'NetworkAdapterCollection',
+               'FabricCollection', 'EndpointCollection',
+               'ConnectionCollection', 'SwitchCollection',
+               'ProcessorCollection')
 SCHEMA_BASE = 'http://redfish.dmtf.org/schemas/v1/'
 
 # Blocks whose members a host cannot be given as a PCIe function:
@@ -252,6 +261,35 @@ PROFILES = {
     # carry the servers' SMBIOS UUIDs, so a system composed again from
     # the same compute block keeps its UUID.
     'specific': _profile({}, composition='specific'),
+    # A PCIe/CXL fabric manager (DSP0268's fabric model with CXL's
+    # additions): no CompositionService; /redfish/v1/Fabrics/CXL has a
+    # switch, an initiator endpoint per host (its CPU), target endpoints
+    # of two GPUs, a NIC and a CXL memory device, and a zone of endpoints
+    # per host whose Links.Endpoints@Redfish.AllowableValues say which
+    # targets it may be given. A device is given to a host by a PATCH of
+    # the host zone's Links.Endpoints (If-Match).
+    'zones': _profile({
+        'zones': [],
+        'blocks': [dict(DEFAULT_CONFIG['blocks'][0], zones=[]),
+                   dict(DEFAULT_CONFIG['blocks'][1], zones=[]),
+                   dict(DEFAULT_CONFIG['blocks'][3], zones=[],
+                        health='OK')]},
+        fabric={'id': 'CXL', 'binding': 'zones',
+                'cxl_memory': ['CXL0'],
+                'reach': {'compute-0': ['GPU0', 'NIC0', 'CXL0'],
+                          'compute-1': ['GPU1', 'NIC0', 'CXL0']}}),
+    # The same devices on a fabric that connects endpoints instead: one
+    # zone of every endpoint (every host reaches every device) and a
+    # device given to a host by POST of a Connection from the host's
+    # initiator to the device's target endpoint, taken back by DELETE.
+    'zones-connections': _profile({
+        'zones': [],
+        'blocks': [dict(DEFAULT_CONFIG['blocks'][0], zones=[]),
+                   dict(DEFAULT_CONFIG['blocks'][1], zones=[]),
+                   dict(DEFAULT_CONFIG['blocks'][3], zones=[],
+                        health='OK')]},
+        fabric={'id': 'CXL', 'binding': 'connections',
+                'cxl_memory': ['CXL0']}),
 }
 
 
@@ -302,6 +340,19 @@ class Emulator(object):
         # With specific composition: a composed system's blocks may be
         # changed by PATCH of its Links.ResourceBlocks.
         self.updatable = bool(config.get('updatable', False))
+        # A fabric of endpoints and zones (the 'zones' profiles): the
+        # service then has no CompositionService.
+        self.fabric = copy.deepcopy(config.get('fabric'))
+        if self.fabric is not None:
+            self.fabric.setdefault('id', 'CXL')
+            self.fabric.setdefault('binding', 'zones')
+            self.fabric.setdefault('cxl_memory', [])
+            self.fabric.setdefault('reach', None)
+            # host (system id) -> device ids in its zone.
+            self.fabric['given'] = {
+                str(s['id']): [] for s in config.get('systems', [])}
+            # connection id -> (system id, device id).
+            self.fabric['connections'] = {}
         self.lock = threading.RLock()
         self.requests = []
         self.sessions = {}
@@ -468,6 +519,15 @@ class Emulator(object):
         if path == '/redfish':
             return {'v1': ROOT + '/'}
         head = parts[0]
+        if self.fabric is not None:
+            if head == 'Fabrics':
+                return self._render_fabrics(parts[1:])
+            if head == 'CompositionService':
+                return None
+            if head == 'Systems' and len(parts) > 2:
+                return self._render_processors(parts[1], parts[2:])
+            if path.startswith(POOL + '/MemoryDomains/'):
+                return self._render_memory_chunk(parts[3:])
         if head == 'SessionService':
             return self._render_sessions(parts[1:])
         if head == 'CompositionService':
@@ -491,6 +551,10 @@ class Emulator(object):
 
     def _service_root(self):
         root = self._root_without_features()
+        if self.fabric is not None:
+            # A fabric manager: endpoints are zoned, nothing composed.
+            root.pop('CompositionService')
+            root['Fabrics'] = _link(FABRICS)
         if self.expand:
             root['ProtocolFeaturesSupported'] = {'ExpandQuery': {
                 'ExpandAll': False, 'Levels': True, 'Links': False,
@@ -735,6 +799,17 @@ class Emulator(object):
         sid = parts[0]
         system = self.systems[sid]
         uri = SYSTEMS + '/' + sid
+        if self.fabric is not None:
+            return self._resource(
+                'ComputerSystem', uri, sid, system['name'],
+                SystemType='Physical', UUID=system['uuid'],
+                HostName=system['host_name'], PowerState='On',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                Processors=_link(uri + '/Processors'), Links={},
+                Actions={'#ComputerSystem.Reset': {
+                    'target': uri + '/Actions/ComputerSystem.Reset',
+                    'ResetType@Redfish.AllowableValues': ['On',
+                                                          'ForceOff']}})
         return self._resource(
             'ComputerSystem', uri, sid, system['name'],
             SystemType=('Physical' if self.composition == 'expandable'
@@ -863,8 +938,9 @@ class Emulator(object):
     def odata(self):
         services = [('Service', ROOT + '/'), ('Systems', SYSTEMS),
                     ('Chassis', CHASSIS),
-                    ('SessionService', ROOT + '/SessionService'),
-                    ('CompositionService', ROOT + '/CompositionService')]
+                    ('SessionService', ROOT + '/SessionService')]
+        services.append(('CompositionService', ROOT + '/CompositionService')
+                        if self.fabric is None else ('Fabrics', FABRICS))
         return {'@odata.context': ROOT + '/$metadata',
                 'value': [{'name': n, 'kind': 'Singleton', 'url': u}
                           for n, u in services]}
@@ -1082,6 +1158,11 @@ class Emulator(object):
                                     body)
             if answer is not None:
                 return answer
+        if self.fabric is not None:
+            answer = self._fabric_change(method, path.rstrip('/'), headers,
+                                         body)
+            if answer is not None:
+                return answer
         if method == 'POST' and path.startswith(SYSTEMS + '/'):
             parts = path[len(SYSTEMS) + 1:].split('/')
             if (len(parts) == 3 and parts[0] in self.systems
@@ -1090,6 +1171,296 @@ class Emulator(object):
                 return self._action(parts[0], parts[2], headers, body)
         return self._error(405, 'OperationNotAllowed',
                            '%s is not allowed on %s.' % (method, path))
+
+    # ------------------------------------------------- fabric zones
+
+    def _fabric_uri(self, *parts):
+        return '/'.join((FABRICS, self.fabric['id']) + parts)
+
+    def _fabric_devices(self):
+        """Device ids with a target endpoint: the PCIe devices and the
+        CXL memory devices."""
+        return sorted(b for b in self.blocks if self._pcie(b)) + sorted(
+            self.fabric['cxl_memory'])
+
+    def _endpoint_ids(self):
+        return (['Switch'] + ['I-' + s for s in sorted(self.systems)] +
+                ['T-' + d for d in self._fabric_devices()])
+
+    def _zone_members(self, zid):
+        if self.fabric['binding'] == 'connections':
+            return self._endpoint_ids() if zid == 'All' else None
+        sid = zid[2:] if zid.startswith('Z-') else None
+        if sid not in self.fabric['given']:
+            return None
+        return ['I-' + sid, 'Switch'] + [
+            'T-' + d for d in self.fabric['given'][sid]]
+
+    def _zone_ids(self):
+        if self.fabric['binding'] == 'connections':
+            return ['All']
+        return ['Z-' + s for s in sorted(self.fabric['given'])]
+
+    def _render_fabrics(self, parts):
+        fid = self.fabric['id']
+        if not parts:
+            return self._collection('FabricCollection', FABRICS,
+                                    'Fabric Collection',
+                                    [self._fabric_uri()])
+        if parts[0] != fid:
+            return None
+        parts = parts[1:]
+        if not parts:
+            return self._resource(
+                'Fabric', self._fabric_uri(), fid, 'CXL fabric',
+                FabricType='CXL', Status={'State': 'Enabled',
+                                          'Health': 'OK'},
+                Endpoints=_link(self._fabric_uri('Endpoints')),
+                Zones=_link(self._fabric_uri('Zones')),
+                Switches=_link(self._fabric_uri('Switches')),
+                Connections=_link(self._fabric_uri('Connections')))
+        head, rest = parts[0], parts[1:]
+        if head == 'Endpoints':
+            if not rest:
+                return self._collection(
+                    'EndpointCollection', self._fabric_uri('Endpoints'),
+                    'Endpoint Collection',
+                    [self._fabric_uri('Endpoints', e)
+                     for e in self._endpoint_ids()])
+            if len(rest) == 1 and rest[0] in self._endpoint_ids():
+                return self._endpoint(rest[0])
+        if head == 'Zones':
+            if not rest:
+                return self._collection(
+                    'ZoneCollection', self._fabric_uri('Zones'),
+                    'Zone Collection',
+                    [self._fabric_uri('Zones', z) for z in self._zone_ids()])
+            if len(rest) == 1 and rest[0] in self._zone_ids():
+                return self._fabric_zone(rest[0])
+        if head == 'Connections':
+            links = self.fabric['connections']
+            if not rest:
+                return self._collection(
+                    'ConnectionCollection', self._fabric_uri('Connections'),
+                    'Connection Collection',
+                    [self._fabric_uri('Connections', c)
+                     for c in sorted(links)])
+            if len(rest) == 1 and rest[0] in links:
+                sid, device = links[rest[0]]
+                return self._resource(
+                    'Connection', self._fabric_uri('Connections', rest[0]),
+                    rest[0], 'Connection %s' % rest[0],
+                    Status={'State': 'Enabled', 'Health': 'OK'},
+                    Links={'InitiatorEndpoints': [_link(self._fabric_uri(
+                        'Endpoints', 'I-' + sid))],
+                        'TargetEndpoints': [_link(self._fabric_uri(
+                            'Endpoints', 'T-' + device))]})
+        if head == 'Switches':
+            if not rest:
+                return self._collection(
+                    'SwitchCollection', self._fabric_uri('Switches'),
+                    'Switch Collection', [self._fabric_uri('Switches',
+                                                           'CXL')])
+            if rest == ['CXL']:
+                return self._resource(
+                    'Switch', self._fabric_uri('Switches', 'CXL'), 'CXL',
+                    'CXL switch', SwitchType='CXL',
+                    Status={'State': 'Enabled', 'Health': 'OK'})
+        return None
+
+    def _endpoint(self, eid):
+        uri = self._fabric_uri('Endpoints', eid)
+        health = 'OK'
+        if eid == 'Switch':
+            entity = {'EntityType': 'Switch', 'EntityRole': 'Target',
+                      'EntityLink': _link(self._fabric_uri('Switches',
+                                                           'CXL'))}
+        elif eid.startswith('I-'):
+            entity = {'EntityType': 'Processor', 'EntityRole': 'Initiator',
+                      'EntityLink': _link('%s/%s/Processors/CPU0' %
+                                          (SYSTEMS, eid[2:]))}
+        elif eid[2:] in self.fabric['cxl_memory']:
+            entity = {'EntityType': 'MemoryChunk', 'EntityRole': 'Target',
+                      'EntityLink': _link('%s/MemoryDomains/%s/'
+                                          'MemoryChunks/1' %
+                                          (POOL, eid[2:]))}
+        else:
+            block = self.blocks[eid[2:]]
+            health = block['health']
+            if block['kind'] == 'nic':
+                entity = {'EntityType': 'NetworkController',
+                          'EntityRole': 'Target',
+                          'EntityLink': _link(POOL + '/NetworkAdapters/' +
+                                              eid[2:])}
+            else:
+                entity = {'EntityType': {'gpu': 'DisplayController',
+                                         'nvme': 'StorageInitiator',
+                                         'fpga': 'AccelerationFunction'}[
+                                             block['kind']],
+                          'EntityRole': 'Target',
+                          'EntityLink': _link('%s/PCIeDevices/%s/'
+                                              'PCIeFunctions/0' %
+                                              (POOL, eid[2:]))}
+        zones = [self._fabric_uri('Zones', z) for z in self._zone_ids()
+                 if eid in self._zone_members(z)]
+        links = {'Zones': [_link(z) for z in zones]}
+        if eid.startswith(('I-', 'T-')):
+            side = 0 if eid.startswith('I-') else 1
+            links['Connections'] = [
+                _link(self._fabric_uri('Connections', c))
+                for c, pair in sorted(self.fabric['connections'].items())
+                if pair[side] == eid[2:]]
+        return self._resource(
+            'Endpoint', uri, eid, 'Endpoint %s' % eid,
+            EndpointProtocol='CXL',
+            Status={'State': 'Enabled', 'Health': health},
+            ConnectedEntities=[entity], Links=links)
+
+    def _fabric_zone(self, zid):
+        links = {'Endpoints': [_link(self._fabric_uri('Endpoints', e))
+                               for e in self._zone_members(zid)]}
+        reach = self.fabric['reach']
+        if reach is not None and zid[2:] in reach:
+            links['Endpoints@Redfish.AllowableValues'] = [
+                _link(self._fabric_uri('Endpoints', 'T-' + d))
+                for d in reach[zid[2:]]]
+        return self._resource(
+            'Zone', self._fabric_uri('Zones', zid), zid,
+            'Zone of every endpoint' if zid == 'All'
+            else 'Zone of host %s' % zid[2:],
+            ZoneType='ZoneOfEndpoints',
+            Status={'State': 'Enabled', 'Health': 'OK'}, Links=links)
+
+    def _render_processors(self, sid, parts):
+        if sid not in self.systems:
+            return None
+        uri = '%s/%s/Processors' % (SYSTEMS, sid)
+        if parts == ['Processors']:
+            return self._collection('ProcessorCollection', uri,
+                                    'Processor Collection', [uri + '/CPU0'])
+        if parts == ['Processors', 'CPU0']:
+            return self._resource(
+                'Processor', uri + '/CPU0', 'CPU0', 'CPU 0',
+                ProcessorType='CPU',
+                Status={'State': 'Enabled', 'Health': 'OK'})
+        return None
+
+    def _render_memory_chunk(self, parts):
+        if (len(parts) != 3 or parts[0] not in self.fabric['cxl_memory']
+                or parts[1:] != ['MemoryChunks', '1']):
+            return None
+        return self._resource(
+            'MemoryChunks', '%s/MemoryDomains/%s/MemoryChunks/1' %
+            (POOL, parts[0]), '1', 'CXL memory of %s' % parts[0],
+            MemoryChunkSizeMiB=65536, AddressRangeType='Volatile',
+            Status={'State': 'Enabled', 'Health': 'OK'})
+
+    def _endpoint_id(self, link):
+        """The endpoint id of a link to one of the fabric's endpoints."""
+        try:
+            uri = link['@odata.id'].rstrip('/')
+        except (TypeError, KeyError, AttributeError):
+            return None
+        eid = uri.rsplit('/', 1)[-1]
+        if uri != self._fabric_uri('Endpoints', eid) or (
+                eid not in self._endpoint_ids()):
+            return None
+        return eid
+
+    def _holder(self, device):
+        for sid, given in self.fabric['given'].items():
+            if device in given:
+                return sid
+        for sid, target in self.fabric['connections'].values():
+            if target == device:
+                return sid
+        return None
+
+    def _fabric_change(self, method, path, headers, body):
+        """PATCH of a host zone's Links.Endpoints, POST and DELETE of
+        Connections; None for any other request."""
+        zones = self._fabric_uri('Zones') + '/'
+        connections = self._fabric_uri('Connections')
+        if method in ('PATCH', 'DELETE') and path.startswith(
+                (zones, connections + '/')):
+            if self._render(path) is None:
+                return self._error(404, 'ResourceMissingAtURI',
+                                   'The resource %s was not found.' % path)
+            if_match = headers.get('if-match')
+            if if_match is not None and if_match not in (
+                    self.etag(path, self._render(path)), '*'):
+                return self._error(412, 'PreconditionFailed',
+                                   'The ETag given in If-Match is not '
+                                   'current.')
+        if method == 'PATCH' and path.startswith(zones):
+            zid = path[len(zones):]
+            sid = zid[2:]
+            if self.fabric['binding'] != 'zones' or (
+                    sid not in self.fabric['given']):
+                return self._error(405, 'PropertyNotWritable',
+                                   'The endpoints of %s cannot be changed.'
+                                   % path)
+            try:
+                links = body['Links']['Endpoints']
+                ids = [self._endpoint_id(link) for link in links]
+            except (TypeError, KeyError):
+                return self._error(400, 'PropertyMissing',
+                                   'The request needs Links.Endpoints.')
+            if None in ids:
+                return self._error(400, 'ResourceNotFound',
+                                   'An endpoint given is not one of the '
+                                   'fabric\'s.')
+            if 'I-' + sid not in ids:
+                return self._error(400, 'PropertyValueConflict',
+                                   'The zone of host %s keeps its '
+                                   'initiator.' % sid)
+            devices = [e[2:] for e in ids if e.startswith('T-')]
+            reach = self.fabric['reach']
+            for device in devices:
+                holder = self._holder(device)
+                if holder not in (None, sid):
+                    return self._error(400, 'ResourceInUse',
+                                       'The endpoint of %s is given to %s.'
+                                       % (device, holder))
+                if (reach is not None and device not in reach.get(sid, [])
+                        and device not in self.fabric['given'][sid]):
+                    return self._error(
+                        400, 'PropertyValueNotInList',
+                        'The endpoint of %s cannot join zone %s.' %
+                        (device, zid))
+            self.fabric['given'][sid] = sorted(set(devices))
+            self._bump(path)
+            return self._accepted(204, {}, None)
+        if method == 'POST' and path == connections:
+            try:
+                initiators = [self._endpoint_id(link) for link in
+                              body['Links']['InitiatorEndpoints']]
+                targets = [self._endpoint_id(link) for link in
+                           body['Links']['TargetEndpoints']]
+            except (TypeError, KeyError):
+                return self._error(400, 'PropertyMissing',
+                                   'The request needs Links.'
+                                   'InitiatorEndpoints and TargetEndpoints.')
+            if (len(initiators) != 1 or len(targets) != 1
+                    or not (initiators[0] or '').startswith('I-')
+                    or not (targets[0] or '').startswith('T-')):
+                return self._error(400, 'PropertyValueConflict',
+                                   'A connection takes one initiator and '
+                                   'one target endpoint of the fabric.')
+            sid, device = initiators[0][2:], targets[0][2:]
+            holder = self._holder(device)
+            if holder is not None:
+                return self._error(400, 'ResourceInUse',
+                                   'The endpoint of %s is given to %s.' %
+                                   (device, holder))
+            cid = str(next(self._ids))
+            self.fabric['connections'][cid] = (sid, device)
+            uri = self._fabric_uri('Connections', cid)
+            return self._accepted(201, {'Location': uri}, self._render(uri))
+        if method == 'DELETE' and path.startswith(connections + '/'):
+            del self.fabric['connections'][path.rsplit('/', 1)[-1]]
+            return self._accepted(204, {}, None)
+        return None
 
     # ------------------------------------------- specific composition
 
