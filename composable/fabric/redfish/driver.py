@@ -42,10 +42,17 @@ can be given (``not_poolable``) and blocks the service will not compose
 now (``unavailable``) with the reason, and makes one unreadable block
 unknown (``error``) rather than failing the whole fabric.
 
+On a PCIe or CXL fabric manager (composition mode ``zones``: no
+resource blocks, but /redfish/v1/Fabrics/{id} with Zones and Endpoints)
+a pooled device is a target endpoint of the fabric and a bind adds it to
+the host's zone (PATCH of the zone's Links.Endpoints with If-Match), or
+connects it to the host's initiator (POST of a Connection) where the
+host has no zone of its own; see composable/fabric/redfish/zones.py.
+
 driver_info keys: ``address``, ``username``, ``password``, ``verify_ca``,
 ``system_map``, ``match_by``, ``poll_interval``, ``timeout``, ``mode``,
-``auth_type``, ``composition_mode`` (see
-doc/source/admin/fabric-redfish.rst).
+``auth_type``, ``composition_mode``, ``fabric_id`` (see
+doc/source/admin/fabric-redfish.rst and fabric-redfish-zones.rst).
 """
 
 import contextlib
@@ -1275,6 +1282,11 @@ class RedfishFabricDriver(base.FabricDriver):
                     reason='driver_info fabric_id names fabric %s, but the '
                            'Redfish service %s has no Fabrics' %
                            (ref, conn.address))
+            if info['composition_mode'] == 'zones':
+                raise exception.Invalid(
+                    reason='driver_info composition_mode is zones, but the '
+                           'Redfish service %s has no Fabrics' %
+                           conn.address)
             raise exception.DriverError(
                 reason='Redfish service %s has no Fabrics' % conn.address)
         fabrics, unreadable = [], {}
@@ -1319,9 +1331,12 @@ class RedfishFabricDriver(base.FabricDriver):
                        'fabric_id' % (conn.address, ', '.join(
                            '%s (%s)' % (f.id, f.uri) for f in zoned)))
         if not zoned:
-            raise exception.DriverError(
+            error = (exception.Invalid if info['composition_mode'] == 'zones'
+                     and not unreadable else exception.DriverError)
+            raise error(
                 reason='Redfish service %s has no fabric with Zones and '
-                       'Endpoints (its fabrics: %s%s)' % (
+                       'Endpoints for composition_mode zones (its fabrics: '
+                       '%s%s)' % (
                            conn.address, listed or 'none',
                            '; unreadable: %s' % ', '.join(sorted(
                                unreadable)) if unreadable else ''))
@@ -1353,6 +1368,29 @@ class RedfishFabricDriver(base.FabricDriver):
                                 'not be read this round: %(reason)s',
                                 {'addr': conn.address, 'uri': uri,
                                  'reason': _reason(exc)})
+        # Endpoints a zone or connection names that the collection does
+        # not list (services do leave some out) are the fabric's all the
+        # same: without them a host's zone would look like nobody's.
+        prefix = fabric.endpoints.rstrip('/') + '/'
+        named = set()
+        for item in list(zoning.zones.values()) + list(
+                zoning.connections.values()):
+            named.update(getattr(item, 'endpoints', []))
+            named.update(getattr(item, 'initiators', []))
+            named.update(getattr(item, 'targets', []))
+        for uri in sorted(named):
+            if (not uri.startswith(prefix) or uri in zoning.endpoints
+                    or uri in zoning.unreadable):
+                continue
+            LOG.warning('Redfish service %(addr)s: endpoint %(uri)s is in '
+                        'a zone or connection but not in %(path)s',
+                        {'addr': conn.address, 'uri': uri,
+                         'path': fabric.endpoints})
+            zoning.listed.append(uri)
+            try:
+                zoning.add(conn.read(uri, models.Endpoint)[0])
+            except LOCAL_ERRORS as exc:
+                zoning.unreadable[uri] = _reason(exc)
         return zoning.finish()
 
     def _endpoint_device(self, conn, endpoint):
@@ -1568,7 +1606,11 @@ class RedfishFabricDriver(base.FabricDriver):
             if zoning.is_initiator(uri):
                 continue
             endpoint = zoning.endpoints[uri]
-            why = zoning.unknown_reason(endpoint)
+            targets = endpoint.targets()
+            # The fabric's own parts (its switch in every zone) are held
+            # by no one.
+            part = bool(targets) and all(e.fabric_part for e in targets)
+            why = None if part else zoning.unknown_reason(endpoint)
             if why:
                 found.append(_unknown(uri, why))
                 continue
@@ -1582,11 +1624,7 @@ class RedfishFabricDriver(base.FabricDriver):
                     uri, 'Redfish service %s: what endpoint %s connects is '
                     'not what it should be: %s' % (conn.address, uri, exc)))
                 continue
-            # The fabric's own parts (its switch in every zone) are held
-            # by no one.
-            targets = endpoint.targets()
-            held = [] if targets and all(
-                e.fabric_part for e in targets) else zoning.holders(uri)
+            held = [] if part else zoning.holders(uri)
             lost = [s for s in held if s in unreadable]
             if lost:
                 found.append(_unknown(

@@ -18,6 +18,8 @@ leave nothing outside the process, so the functional suite's leftover
 check (which lists the machine's shared services) is not run for them.
 """
 
+import contextlib
+
 import pytest
 
 from tests.functional.fabric import redfish_emulator
@@ -56,3 +58,19 @@ def profile():
     finally:
         for stop in stops:
             stop()
+
+
+@pytest.fixture
+def stack_on(tmp_path, profile):
+    """Starts the API in process, a conductor and a compute agent on a
+    Redfish fabric of an emulator profile (see redfish_stack.running):
+    ``stack_on('zones')`` -> (harness, API client, URL, emulator)."""
+    # Imported here: most fabric tests need no API or conductor.
+    from tests.functional.fabric import redfish_stack
+
+    with contextlib.ExitStack() as stack:
+        def start(config):
+            return stack.enter_context(
+                redfish_stack.running(tmp_path, profile(config)))
+
+        yield start

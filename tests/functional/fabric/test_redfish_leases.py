@@ -148,17 +148,11 @@ def test_misconfigured_fabric_is_refused_with_the_key_named(stack):
     assert api.get('/v1/fabrics/rf-bad').status == 404
 
 
-@pytest.fixture
-def specific_stack(tmp_path, profile):
-    with redfish_stack.running(tmp_path, profile('specific')) as parts:
-        yield parts
-
-
-def test_a_lease_on_a_service_that_composes_whole_systems(specific_stack):
+def test_a_lease_on_a_service_that_composes_whole_systems(stack_on):
     """Specific composition: the bind composes the host's system again
     with the block, the sync finds the lease's device on the host's new
     system, and the unbind composes it again without the block."""
-    h, api, url, emu = specific_stack
+    h, api, url, emu = stack_on('specific')
     uuid0 = redfish_emulator.DEFAULT_CONFIG['systems'][0]['uuid']
     devices = _inventory(api, url, system_map={HOST: uuid0})
     gpu0 = devices[redfish_emulator.BLOCKS + '/GPU0']
