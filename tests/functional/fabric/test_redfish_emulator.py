@@ -95,6 +95,14 @@ def test_validator_walks_every_profile(tmp_path, name):
     config = emu.PROFILES[name]
     url, stop, emulator = emu.serve(config=config)
     try:
+        if emulator.fabric is not None:
+            # A device given to a host, so that the host's zone (or a
+            # connection) links it.
+            with emulator.locked() as state:
+                if state.fabric['binding'] == 'connections':
+                    state.fabric['connections']['1'] = ('compute-1', 'GPU1')
+                else:
+                    state.fabric['given']['compute-0'] = ['GPU0']
         empty = tmp_path / 'no-schemas'
         empty.mkdir()
         rc, passed, warned, failed, visited, problems, out = _run_validator(
@@ -102,7 +110,16 @@ def test_validator_walks_every_profile(tmp_path, name):
             authtype='Basic' if config.get('sessions') is False
             else 'Session')
         with emulator.locked() as state:
-            blocks = [emu.BLOCKS + '/' + b for b in state.blocks]
+            if state.fabric is None:
+                blocks = [emu.BLOCKS + '/' + b for b in state.blocks]
+            else:
+                # A fabric manager: its endpoints, zones, connections.
+                blocks = [state._fabric_uri('Endpoints', e)
+                          for e in state._endpoint_ids()]
+                blocks += [state._fabric_uri('Zones', z)
+                           for z in state._zone_ids()]
+                blocks += [state._fabric_uri('Connections', c)
+                           for c in state.fabric['connections']]
             systems = [emu.SYSTEMS + '/' + s for s in state.systems]
     finally:
         stop()
