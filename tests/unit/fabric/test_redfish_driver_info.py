@@ -41,6 +41,11 @@ def test_minimal_and_full_driver_info():
     _check(verify_ca=False)
     for mode in ('auto', 'expandable', 'specific'):
         _check(composition_mode=mode)
+    # The fabric is looked up only when the service answers.
+    local = 'http://127.0.0.1:1'
+    _check(address=local, composition_mode='zones')
+    _check(address=local, composition_mode='zones', fabric_id='CXL')
+    _check(address=local, fabric_id='/redfish/v1/Fabrics/PCIe')
 
 
 def test_string_forms_of_the_cli():
@@ -87,6 +92,9 @@ def test_string_forms_of_the_cli():
     ({'composition_mode': ''}, 'composition_mode'),
     ({'composition_mode': None}, 'composition_mode'),
     ({'passwrod': 'typo'}, 'passwrod'),
+    ({'fabric_id': ''}, 'fabric_id'),
+    ({'fabric_id': 7}, 'fabric_id'),
+    ({'fabric_id': 'CXL', 'composition_mode': 'expandable'}, 'fabric_id'),
 ])
 def test_bad_driver_info_names_the_key(change, key):
     with pytest.raises(exception.Invalid) as err:
