@@ -30,6 +30,15 @@ returns its blocks to the pool. With ``updatable`` the blocks of a
 composed system may also be changed by ``PATCH`` of its
 ``Links.ResourceBlocks``.
 
+With a ``fabric`` (the ``zones`` profiles) it is a PCIe/CXL fabric
+manager instead: no CompositionService, and /redfish/v1/Fabrics/CXL with
+a switch, an initiator endpoint per system, a target endpoint per PCIe
+device (and per CXL memory device), zones of endpoints and Connections.
+A device is given to a system by ``PATCH`` of the system's zone's
+``Links.Endpoints`` (``binding`` ``zones``) or by ``POST`` of a
+Connection from its initiator (``binding`` ``connections``, one zone of
+every endpoint); ``DELETE`` of the connection takes it back.
+
 Every GET answers an ETag; a POST to an action with a stale ``If-Match``
 is answered 412. Everything but the service root, ``$metadata``, the
 OData service document and the login needs an ``X-Auth-Token`` from
