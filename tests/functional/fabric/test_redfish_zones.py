@@ -318,6 +318,31 @@ def test_a_bind_the_conductor_stopped_waiting_for_is_undone(profile,
     assert methods == ['PATCH', 'PATCH']
 
 
+def test_two_binds_into_one_zone_at_once_both_land(profile, driver):
+    """Two devices bound to one host at the same time: the second PATCH
+    changes the zone under the first, whose If-Match then fails (412); it
+    is sent again on the zone as it is now, so neither is lost."""
+    url, emulator = profile('zones')
+    sent = threading.Event()
+    emulator.observe(lambda record: sent.set()
+                     if record['method'] == 'PATCH' else None)
+    emulator.inject('delay', method='PATCH', path=ZONES, seconds=1)
+    first = threading.Thread(target=driver.bind_device,
+                             args=(_fabric(url), _device(GPU0), HOST0))
+    first.start()
+    assert sent.wait(30)
+    driver.bind_device(_fabric(url), _device(NIC0), HOST0)
+    first.join(30)
+    assert not first.is_alive()
+    assert _given(emulator)['compute-0'] == ['GPU0', 'NIC0']
+    statuses = [r.get('status') for r in emulator.requests
+                if r['method'] == 'PATCH']
+    assert statuses.count(412) == 1 and statuses.count(204) == 2
+    found = _found(driver, url)
+    assert found[GPU0]['bound_to'] == found[NIC0]['bound_to'] == \
+        'compute-0'
+
+
 # ------------------------------------------------------ errors stay local
 
 def test_one_unreadable_endpoint_zone_or_entity_is_only_that_device(
