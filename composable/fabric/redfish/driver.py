@@ -1512,20 +1512,34 @@ class RedfishFabricDriver(base.FabricDriver):
         return None
 
     def _zone_change(self, conn, info, zone_uri, uri, add, deadline):
-        """PATCH the zone's Links.Endpoints with or without ``uri``
-        (If-Match, again after a 412); follows a task monitor."""
+        """Add ``uri`` to the zone or take it out: by the zone's
+        Zone.AddEndpoint / Zone.RemoveEndpoint action where it offers it
+        (DSP0268 makes Links.Endpoints read-only; the actions came with
+        Zone v1_5_0), else by PATCH of its Links.Endpoints. If-Match (and
+        the actions' ZoneETag and EndpointETag) carry the ETags read just
+        before; after a 412 both are read and the change sent again.
+        Follows a task monitor."""
+        action = 'Zone.AddEndpoint' if add else 'Zone.RemoveEndpoint'
 
         def send(zone, headers):
             current = list(zone.endpoints)
             if (uri in current) == add:
                 return None
+            target = zone.targets.get(action)
+            if target:
+                body = {'Endpoint': {'@odata.id': uri}}
+                if headers.get('If-Match'):
+                    body['ZoneETag'] = headers['If-Match']
+                _, endpoint_etag = conn.read(uri, models.Endpoint)
+                if endpoint_etag:
+                    body['EndpointETag'] = endpoint_etag
+                return conn.post(target, body, headers=headers)
             wanted = (current + [uri] if add
                       else [u for u in current if u != uri])
             return conn.patch(zone_uri, {'Links': {'Endpoints': [
                 {'@odata.id': u} for u in wanted]}}, headers=headers)
 
-        what = 'PATCH of Links.Endpoints %s %s' % (
-            'adding' if add else 'removing', uri)
+        what = '%s of %s' % (action, uri)
         response = self._etag_retry(conn, zone_uri, models.FabricZone, send,
                                     what)
         if response is not None:

@@ -287,6 +287,20 @@ PROFILES = {
                 'cxl_memory': ['CXL0'],
                 'reach': {'compute-0': ['GPU0', 'NIC0', 'CXL0'],
                           'compute-1': ['GPU1', 'NIC0', 'CXL0']}}),
+    # The same, with zones whose Links.Endpoints are read-only (as
+    # DSP0268's Zone schema has them): a device joins and leaves a host's
+    # zone by the zone's Zone.AddEndpoint and Zone.RemoveEndpoint actions
+    # (Zone v1_5_0), with the zone's and the endpoint's ETags.
+    'zones-actions': _profile({
+        'zones': [],
+        'blocks': [dict(DEFAULT_CONFIG['blocks'][0], zones=[]),
+                   dict(DEFAULT_CONFIG['blocks'][1], zones=[]),
+                   dict(DEFAULT_CONFIG['blocks'][3], zones=[],
+                        health='OK')]},
+        fabric={'id': 'CXL', 'binding': 'zones', 'zone_actions': True,
+                'cxl_memory': ['CXL0'],
+                'reach': {'compute-0': ['GPU0', 'NIC0', 'CXL0'],
+                          'compute-1': ['GPU1', 'NIC0', 'CXL0']}}),
     # The same devices on a fabric that connects endpoints instead: one
     # zone of every endpoint (every host reaches every device) and a
     # device given to a host by POST of a Connection from the host's
@@ -1333,12 +1347,21 @@ class Emulator(object):
             links['Endpoints@Redfish.AllowableValues'] = [
                 _link(self._fabric_uri('Endpoints', 'T-' + d))
                 for d in reach[zid[2:]]]
+        more = {}
+        if self.fabric.get('zone_actions') and zid != 'All':
+            uri = self._fabric_uri('Zones', zid)
+            more['Actions'] = {
+                '#Zone.AddEndpoint': {
+                    'target': uri + '/Actions/Zone.AddEndpoint'},
+                '#Zone.RemoveEndpoint': {
+                    'target': uri + '/Actions/Zone.RemoveEndpoint'}}
         return self._resource(
             'Zone', self._fabric_uri('Zones', zid), zid,
             'Zone of every endpoint' if zid == 'All'
             else 'Zone of host %s' % zid[2:],
             ZoneType='ZoneOfEndpoints',
-            Status={'State': 'Enabled', 'Health': 'OK'}, Links=links)
+            Status={'State': 'Enabled', 'Health': 'OK'}, Links=links,
+            **more)
 
     def _render_processors(self, sid, parts):
         if sid not in self.systems:
@@ -1385,6 +1408,67 @@ class Emulator(object):
                 return sid
         return None
 
+    def _zone_to(self, zid, ids):
+        """Make ``ids`` (endpoint ids) the endpoints of a host's zone."""
+        sid = zid[2:]
+        if None in ids:
+            return self._error(400, 'ResourceNotFound',
+                               'An endpoint given is not one of the '
+                               'fabric\'s.')
+        if 'I-' + sid not in ids:
+            return self._error(400, 'PropertyValueConflict',
+                               'The zone of host %s keeps its initiator.' %
+                               sid)
+        devices = [e[2:] for e in ids if e.startswith('T-')]
+        reach = self.fabric['reach']
+        for device in devices:
+            holder = self._holder(device)
+            if holder not in (None, sid):
+                return self._error(400, 'ResourceInUse',
+                                   'The endpoint of %s is given to %s.' %
+                                   (device, holder))
+            if (reach is not None and device not in reach.get(sid, [])
+                    and device not in self.fabric['given'][sid]):
+                return self._error(400, 'PropertyValueNotInList',
+                                   'The endpoint of %s cannot join zone '
+                                   '%s.' % (device, zid))
+        self.fabric['given'][sid] = sorted(set(devices))
+        self._bump(self._fabric_uri('Zones', zid))
+        return self._accepted(204, {}, None)
+
+    def _zone_action(self, rest, headers, body):
+        """Zone.AddEndpoint and Zone.RemoveEndpoint (Zone v1_5_0): the
+        zone's ETag in If-Match or ZoneETag, the endpoint's in
+        EndpointETag, each checked when given."""
+        zid, _, action = rest.partition('/Actions/')
+        if zid[2:] not in self.fabric['given'] or action not in (
+                'Zone.AddEndpoint', 'Zone.RemoveEndpoint'):
+            return None
+        zone_uri = self._fabric_uri('Zones', zid)
+        current = self.etag(zone_uri, self._render(zone_uri))
+        body = body if isinstance(body, dict) else {}
+        for given in (headers.get('if-match'), body.get('ZoneETag')):
+            if given is not None and given not in (current, '*'):
+                return self._error(412, 'PreconditionFailed',
+                                   'The zone\'s ETag is not current.')
+        eid = self._endpoint_id(body.get('Endpoint'))
+        if eid is None:
+            return self._error(400, 'ActionParameterMissing',
+                               'The action needs the Endpoint parameter, '
+                               'an endpoint of the fabric.')
+        endpoint_uri = self._fabric_uri('Endpoints', eid)
+        given = body.get('EndpointETag')
+        if given is not None and given != self.etag(
+                endpoint_uri, self._render(endpoint_uri)):
+            return self._error(412, 'PreconditionFailed',
+                               'The endpoint\'s ETag is not current.')
+        ids = self._zone_members(zid)
+        if action == 'Zone.AddEndpoint':
+            ids = ids + [eid]
+        elif eid in ids:
+            ids.remove(eid)
+        return self._zone_to(zid, ids)
+
     def _fabric_change(self, method, path, headers, body):
         """PATCH of a host zone's Links.Endpoints, POST and DELETE of
         Connections; None for any other request."""
@@ -1403,43 +1487,23 @@ class Emulator(object):
                                    'current.')
         if method == 'PATCH' and path.startswith(zones):
             zid = path[len(zones):]
-            sid = zid[2:]
-            if self.fabric['binding'] != 'zones' or (
-                    sid not in self.fabric['given']):
+            if self.fabric['binding'] != 'zones' or self.fabric.get(
+                    'zone_actions') or zid[2:] not in self.fabric['given']:
+                # Links.Endpoints is read-only in DSP0268's Zone schema;
+                # a service that offers the actions keeps it so.
                 return self._error(405, 'PropertyNotWritable',
-                                   'The endpoints of %s cannot be changed.'
-                                   % path)
+                                   'The endpoints of %s cannot be changed '
+                                   'by PATCH.' % path)
             try:
-                links = body['Links']['Endpoints']
-                ids = [self._endpoint_id(link) for link in links]
+                ids = [self._endpoint_id(link)
+                       for link in body['Links']['Endpoints']]
             except (TypeError, KeyError):
                 return self._error(400, 'PropertyMissing',
                                    'The request needs Links.Endpoints.')
-            if None in ids:
-                return self._error(400, 'ResourceNotFound',
-                                   'An endpoint given is not one of the '
-                                   'fabric\'s.')
-            if 'I-' + sid not in ids:
-                return self._error(400, 'PropertyValueConflict',
-                                   'The zone of host %s keeps its '
-                                   'initiator.' % sid)
-            devices = [e[2:] for e in ids if e.startswith('T-')]
-            reach = self.fabric['reach']
-            for device in devices:
-                holder = self._holder(device)
-                if holder not in (None, sid):
-                    return self._error(400, 'ResourceInUse',
-                                       'The endpoint of %s is given to %s.'
-                                       % (device, holder))
-                if (reach is not None and device not in reach.get(sid, [])
-                        and device not in self.fabric['given'][sid]):
-                    return self._error(
-                        400, 'PropertyValueNotInList',
-                        'The endpoint of %s cannot join zone %s.' %
-                        (device, zid))
-            self.fabric['given'][sid] = sorted(set(devices))
-            self._bump(path)
-            return self._accepted(204, {}, None)
+            return self._zone_to(zid, ids)
+        if (method == 'POST' and path.startswith(zones)
+                and self.fabric.get('zone_actions')):
+            return self._zone_action(path[len(zones):], headers, body)
         if method == 'POST' and path == connections:
             try:
                 initiators = [self._endpoint_id(link) for link in

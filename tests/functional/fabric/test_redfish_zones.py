@@ -151,6 +151,32 @@ def test_bind_puts_the_endpoint_into_the_hosts_zone(profile, driver):
     assert len(_changes(emulator)) == 2
 
 
+def test_zone_actions_where_the_zone_offers_them(profile, driver):
+    """Zones whose Links.Endpoints are read-only (DSP0268) and that offer
+    Zone.AddEndpoint and Zone.RemoveEndpoint."""
+    url, emulator = profile('zones-actions')
+    fabric = _fabric(url)
+    driver.bind_device(fabric, _device(GPU0), HOST0)
+    assert _given(emulator)['compute-0'] == ['GPU0']
+    [post] = [r for r in emulator.requests if r['method'] == 'POST'
+              and '/Zones/' in r['path']]
+    assert post['path'] == ZONES + 'Z-compute-0/Actions/Zone.AddEndpoint'
+    assert post['body']['Endpoint'] == {'@odata.id': GPU0}
+    assert post['body']['ZoneETag'] == post['headers']['if-match']
+    assert post['body']['EndpointETag']
+    assert not [r for r in emulator.requests if r['method'] == 'PATCH']
+    assert _found(driver, url)[GPU0]['bound_to'] == 'compute-0'
+    # A zone changed meanwhile: the action again with the fresh ETags.
+    emulator.inject('412', method='POST', path='Zone.AddEndpoint', count=2)
+    driver.bind_device(fabric, _device(NIC0), HOST0)
+    assert _given(emulator)['compute-0'] == ['GPU0', 'NIC0']
+    driver.unbind_device(fabric, _device(GPU0), HOST0)
+    assert _given(emulator)['compute-0'] == ['NIC0']
+    assert [r['path'].rsplit('/', 1)[-1] for r in emulator.requests
+            if r['method'] == 'POST' and '/Zones/' in r['path']] == [
+        'Zone.AddEndpoint'] * 4 + ['Zone.RemoveEndpoint']
+
+
 def test_a_device_no_zone_of_the_host_may_hold_is_refused(profile, driver):
     url, emulator = profile('zones')
     with pytest.raises(exception.DriverError) as err:
