@@ -1470,11 +1470,8 @@ class RedfishFabricDriver(base.FabricDriver):
             self._connect_endpoint(conn, info, zoning, system.uri, uri,
                                    deadline)
         else:
-            raise exception.DriverError(
-                reason='system %s (host %s) has no zone of its own on '
-                       'fabric %s, and the fabric has no Connections: '
-                       'there is nothing to give it the device with' %
-                       (system.uri, host.get('name'), zoning.fabric.uri))
+            self._create_zone(conn, info, zoning, system.uri, uri,
+                              deadline)
         again = self._zoning(conn, info)
         if system.uri not in again.holders(uri):
             raise exception.DriverError(
@@ -1562,6 +1559,64 @@ class RedfishFabricDriver(base.FabricDriver):
             if not self._zoning(conn, info).connections_of(system, uri):
                 raise
 
+    def _create_zone(self, conn, info, zoning, system, uri, deadline):
+        """POST a zone of the system's initiators and ``uri`` to the
+        fabric's Zones (a host with no zone of its own, on a fabric
+        without Connections)."""
+        initiators = zoning.initiators_of(system)
+        body = {'Name': 'Endpoint %s for %s' % (uri.rsplit('/', 1)[-1],
+                                                system.rsplit('/', 1)[-1]),
+                'ZoneType': 'ZoneOfEndpoints',
+                'Links': {'Endpoints': [{'@odata.id': u}
+                                        for u in initiators + [uri]]}}
+        path = zoning.fabric.zones
+        try:
+            response = conn.post(path, body)
+            self._task_answer(conn, info, response, path, deadline)
+        except connection.HTTPFailure as exc:
+            # A repeated request may have been done already.
+            if system in self._zoning(conn, info).holders(uri):
+                return
+            raise exception.DriverError(
+                reason='system %s has no zone of its own on fabric %s and '
+                       'the fabric has no Connections; making a zone of '
+                       'its initiator and endpoint %s failed: %s' %
+                       (system, zoning.fabric.uri, uri, _reason(exc)))
+
+    def _take_out_of_zone(self, conn, info, zoning, system, zone, uri,
+                          deadline):
+        """Take ``uri`` out of the system's zone; where the service
+        refuses to change the zone and it holds nothing but the system's
+        initiators and ``uri`` (a zone made for the device), delete the
+        zone."""
+        try:
+            self._zone_change(conn, info, zone.uri, uri, False, deadline)
+        except connection.HTTPFailure as exc:
+            own = set(zoning.initiators_of(system)) | {uri}
+            if exc.status not in (400, 405, 501) or not (
+                    zoning.members(zone.uri) <= own):
+                raise
+            LOG.info('Redfish service %(addr)s does not change zone '
+                     '%(zone)s (HTTP %(status)s); deleting it, it holds '
+                     'only endpoint %(uri)s and its host',
+                     {'addr': conn.address, 'zone': zone.uri,
+                      'status': exc.status, 'uri': uri})
+            self._delete(conn, info, zone.uri, models.FabricZone,
+                         deadline)
+
+    def _delete(self, conn, info, uri, model, deadline):
+        """DELETE with If-Match (again after a 412); one already gone
+        is fine."""
+        try:
+            response = self._etag_retry(
+                conn, uri, model,
+                lambda current, headers: conn.delete(uri, headers=headers),
+                'DELETE')
+            self._task_answer(conn, info, response, uri, deadline)
+        except connection.HTTPFailure as exc:
+            if exc.status != 404:
+                raise
+
     def _zones_unbind(self, conn, info, fabric, uri, host, deadline):
         zoning = self._zoning(conn, info)
         holders = zoning.holders(uri)
@@ -1581,20 +1636,11 @@ class RedfishFabricDriver(base.FabricDriver):
         for system in systems:
             for zone in zoning.own_zones(system):
                 if uri in zoning.members(zone.uri):
-                    self._zone_change(conn, info, zone.uri, uri, False,
-                                      deadline)
+                    self._take_out_of_zone(conn, info, zoning, system, zone,
+                                           uri, deadline)
             for link in zoning.connections_of(system, uri):
-                try:
-                    response = self._etag_retry(
-                        conn, link.uri, models.FabricConnection,
-                        lambda current, headers, link=link: conn.delete(
-                            link.uri, headers=headers),
-                        'DELETE of connection')
-                    self._task_answer(conn, info, response, link.uri,
-                                      deadline)
-                except connection.HTTPFailure as exc:
-                    if exc.status != 404:
-                        raise
+                self._delete(conn, info, link.uri,
+                             models.FabricConnection, deadline)
         if not systems:
             return
         left = [s for s in self._zoning(conn, info).holders(uri)

@@ -28,9 +28,8 @@ asks it; nothing here talks HTTP.
   given), a zone of endpoints shared by several systems' initiators (or
   the fabric's ``Default`` zone), and a ``ZoneOfZones`` holding a
   system's own zone and a zone that holds the device. Where the service
-  says none of these, every host that could be given a device at all
-  (one with an own zone, or any initiator where the fabric has
-  Connections) can reach every device.
+  says none of these, every host with an initiator on the fabric can
+  reach every device.
 """
 
 from composable.fabric.redfish import models
@@ -105,12 +104,12 @@ class Zoning(object):
                     z.holds_endpoints and len(self.zone_systems(z.uri)) > 1)]
 
     def bindable_systems(self):
-        """Systems a device can be given to at all."""
+        """Systems a device can be given to at all: those with an
+        initiator on the fabric (by their own zone, a connection, or a
+        zone made for them)."""
         found = set()
         for systems in self._initiators.values():
-            for system in systems:
-                if self.own_zones(system) or self.fabric.connections:
-                    found.add(system)
+            found.update(systems)
         return found
 
     def connections_of(self, system, uri):

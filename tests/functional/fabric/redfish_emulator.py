@@ -301,6 +301,17 @@ PROFILES = {
                 'cxl_memory': ['CXL0'],
                 'reach': {'compute-0': ['GPU0', 'NIC0', 'CXL0'],
                           'compute-1': ['GPU1', 'NIC0', 'CXL0']}}),
+    # The same devices on a fabric that has neither host zones nor
+    # connections: a client makes a zone of a host's initiator and a
+    # device's target (POST to Zones) and deletes it; the zones' endpoints
+    # cannot be changed (Links.Endpoints read-only).
+    'zones-created': _profile({
+        'zones': [],
+        'blocks': [dict(DEFAULT_CONFIG['blocks'][0], zones=[]),
+                   dict(DEFAULT_CONFIG['blocks'][1], zones=[]),
+                   dict(DEFAULT_CONFIG['blocks'][3], zones=[],
+                        health='OK')]},
+        fabric={'id': 'CXL', 'binding': 'create', 'cxl_memory': ['CXL0']}),
     # The same devices on a fabric that connects endpoints instead: one
     # zone of every endpoint (every host reaches every device) and a
     # device given to a host by POST of a Connection from the host's
@@ -376,6 +387,9 @@ class Emulator(object):
                 str(s['id']): [] for s in config.get('systems', [])}
             # connection id -> (system id, device id).
             self.fabric['connections'] = {}
+            # zone id -> (system id, device id) of the zones a client
+            # made (binding 'create').
+            self.fabric['created'] = {}
         self.lock = threading.RLock()
         self.requests = []
         self.sessions = {}
@@ -1213,6 +1227,11 @@ class Emulator(object):
     def _zone_members(self, zid):
         if self.fabric['binding'] == 'connections':
             return self._endpoint_ids() if zid == 'All' else None
+        if self.fabric['binding'] == 'create':
+            if zid not in self.fabric['created']:
+                return None
+            sid, device = self.fabric['created'][zid]
+            return ['I-' + sid, 'T-' + device]
         sid = zid[2:] if zid.startswith('Z-') else None
         if sid not in self.fabric['given']:
             return None
@@ -1222,6 +1241,8 @@ class Emulator(object):
     def _zone_ids(self):
         if self.fabric['binding'] == 'connections':
             return ['All']
+        if self.fabric['binding'] == 'create':
+            return sorted(self.fabric['created'])
         return ['Z-' + s for s in sorted(self.fabric['given'])]
 
     def _render_fabrics(self, parts):
@@ -1241,7 +1262,8 @@ class Emulator(object):
                 Endpoints=_link(self._fabric_uri('Endpoints')),
                 Zones=_link(self._fabric_uri('Zones')),
                 Switches=_link(self._fabric_uri('Switches')),
-                Connections=_link(self._fabric_uri('Connections')))
+                **({} if self.fabric['binding'] == 'create' else {
+                    'Connections': _link(self._fabric_uri('Connections'))}))
         head, rest = parts[0], parts[1:]
         if head == 'Endpoints':
             if not rest:
@@ -1260,7 +1282,7 @@ class Emulator(object):
                     [self._fabric_uri('Zones', z) for z in self._zone_ids()])
             if len(rest) == 1 and rest[0] in self._zone_ids():
                 return self._fabric_zone(rest[0])
-        if head == 'Connections':
+        if head == 'Connections' and self.fabric['binding'] != 'create':
             links = self.fabric['connections']
             if not rest:
                 return self._collection(
@@ -1358,6 +1380,8 @@ class Emulator(object):
         return self._resource(
             'Zone', self._fabric_uri('Zones', zid), zid,
             'Zone of every endpoint' if zid == 'All'
+            else 'Zone %s of host %s' % (zid, self.fabric['created'][zid][0])
+            if zid in self.fabric['created']
             else 'Zone of host %s' % zid[2:],
             ZoneType='ZoneOfEndpoints',
             Status={'State': 'Enabled', 'Health': 'OK'}, Links=links,
@@ -1403,10 +1427,37 @@ class Emulator(object):
         for sid, given in self.fabric['given'].items():
             if device in given:
                 return sid
-        for sid, target in self.fabric['connections'].values():
+        for sid, target in (list(self.fabric['connections'].values()) +
+                            list(self.fabric['created'].values())):
             if target == device:
                 return sid
         return None
+
+    def _create_zone(self, body):
+        """POST to the Zones collection: a zone of one host's initiator
+        and one device's target endpoint."""
+        try:
+            ids = [self._endpoint_id(link)
+                   for link in body['Links']['Endpoints']]
+        except (TypeError, KeyError):
+            return self._error(400, 'PropertyMissing',
+                               'The request needs Links.Endpoints.')
+        initiators = [e for e in ids if (e or '').startswith('I-')]
+        targets = [e for e in ids if (e or '').startswith('T-')]
+        if None in ids or len(initiators) != 1 or len(targets) != 1:
+            return self._error(400, 'PropertyValueConflict',
+                               'A zone takes one initiator and one target '
+                               'endpoint of the fabric.')
+        sid, device = initiators[0][2:], targets[0][2:]
+        holder = self._holder(device)
+        if holder is not None:
+            return self._error(400, 'ResourceInUse',
+                               'The endpoint of %s is given to %s.' %
+                               (device, holder))
+        zid = 'Z%d' % next(self._ids)
+        self.fabric['created'][zid] = (sid, device)
+        uri = self._fabric_uri('Zones', zid)
+        return self._accepted(201, {'Location': uri}, self._render(uri))
 
     def _zone_to(self, zid, ids):
         """Make ``ids`` (endpoint ids) the endpoints of a host's zone."""
@@ -1501,6 +1552,13 @@ class Emulator(object):
                 return self._error(400, 'PropertyMissing',
                                    'The request needs Links.Endpoints.')
             return self._zone_to(zid, ids)
+        if (method == 'POST' and path == zones.rstrip('/')
+                and self.fabric['binding'] == 'create'):
+            return self._create_zone(body)
+        if (method == 'DELETE' and path.startswith(zones)
+                and path[len(zones):] in self.fabric['created']):
+            del self.fabric['created'][path[len(zones):]]
+            return self._accepted(204, {}, None)
         if (method == 'POST' and path.startswith(zones)
                 and self.fabric.get('zone_actions')):
             return self._zone_action(path[len(zones):], headers, body)

@@ -232,6 +232,30 @@ def test_a_fabric_of_connections_binds_by_a_connection(profile, driver):
     assert len(deletes) == 1 and deletes[0]['headers'].get('if-match')
 
 
+def test_a_fabric_without_host_zones_or_connections_gets_a_zone_made(
+        profile, driver):
+    url, emulator = profile('zones-created')
+    found = _found(driver, url)
+    # The service says nothing of reach: every host on the fabric.
+    assert found[GPU0]['hosts'] == ['compute-0', 'compute-1']
+    driver.bind_device(_fabric(url), _device(GPU0), HOST1)
+    with emulator.locked() as state:
+        assert list(state.fabric['created'].values()) == [
+            ('compute-1', 'GPU0')]
+    [post] = [r for r in emulator.requests if r['method'] == 'POST'
+              and r['path'] == ZONES.rstrip('/')]
+    assert post['body']['Links']['Endpoints'] == [
+        {'@odata.id': ENDPOINTS + 'I-compute-1'}, {'@odata.id': GPU0}]
+    assert _found(driver, url)[GPU0]['bound_to'] == 'compute-1'
+    # The zone's endpoints cannot change: it is deleted.
+    driver.unbind_device(_fabric(url), _device(GPU0), HOST1)
+    with emulator.locked() as state:
+        assert state.fabric['created'] == {}
+    assert [m for m, _ in _changes(emulator)] == ['POST', 'PATCH',
+                                                  'DELETE']
+    assert _found(driver, url)[GPU0]['bound_to'] is None
+
+
 # --------------------------------------------------------------- faults
 
 def test_an_etag_storm_shorter_than_the_retries_is_ridden_out(

@@ -122,17 +122,14 @@ def test_allowable_values_and_shared_zones():
     assert zoning.zone_for(_sys('A'), _ep('NIC0')).uri.endswith('/ZA2')
 
 
-def test_nothing_said_of_reach_means_every_bindable_host():
-    zoning = _zoning([
-        _initiator('I1', 'A'), _initiator('I2', 'B'), _target('GPU0'),
-        _zone('ZA', ['I1'])], connections=False)
-    # B has no zone and the fabric no connections: it cannot be given
-    # anything.
-    assert zoning.reach(_ep('GPU0')) == [_sys('A')]
-    zoning = _zoning([
-        _initiator('I1', 'A'), _initiator('I2', 'B'), _target('GPU0'),
-        _zone('ZA', ['I1'])], connections=True)
-    assert zoning.reach(_ep('GPU0')) == [_sys('A'), _sys('B')]
+def test_nothing_said_of_reach_means_every_host_on_the_fabric():
+    # B has no zone (one is made for it, or a connection) and C no
+    # initiator on the fabric.
+    for connections in (False, True):
+        zoning = _zoning([
+            _initiator('I1', 'A'), _initiator('I2', 'B'), _target('GPU0'),
+            _zone('ZA', ['I1'])], connections=connections)
+        assert zoning.reach(_ep('GPU0')) == [_sys('A'), _sys('B')]
 
 
 def test_connections_and_endpoint_side_zone_links_hold_too():
