@@ -97,10 +97,12 @@ def test_validator_walks_every_profile(tmp_path, name):
     try:
         if emulator.fabric is not None:
             # A device given to a host, so that the host's zone (or a
-            # connection) links it.
+            # connection, or a zone made for it) links it.
             with emulator.locked() as state:
                 if state.fabric['binding'] == 'connections':
                     state.fabric['connections']['1'] = ('compute-1', 'GPU1')
+                elif state.fabric['binding'] == 'create':
+                    state.fabric['created']['Z1'] = ('compute-1', 'GPU1')
                 else:
                     state.fabric['given']['compute-0'] = ['GPU0']
         empty = tmp_path / 'no-schemas'
