@@ -12,6 +12,7 @@
 
 import datetime
 
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from horizon import exceptions
 from horizon import tables
@@ -83,9 +84,16 @@ class OverviewTab(tabs.Tab):
         uuids = [u for u in (lease.get('memory_pool_uuid'),
                              lease.get('device_pool_uuid')) if u]
         names = api.names_by_uuid(request, api.pool_list) if uuids else {}
-        return {'lease': lease,
-                'pools': ', '.join(names.get(u, u) for u in uuids),
-                'elastic': elastic_view(lease)}
+        context = {'lease': lease,
+                   'pools': ', '.join(names.get(u, u) for u in uuids),
+                   'elastic': elastic_view(lease)}
+        if lease.get('instance_uuid'):
+            server = lease.instance_uuid
+            context['server_name'] = (api.server_name(request, server) or
+                                      server)
+            context['server_url'] = reverse(
+                'horizon:project:instances:detail', args=[server])
+        return context
 
 
 def elastic_view(lease):

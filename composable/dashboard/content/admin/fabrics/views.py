@@ -26,11 +26,14 @@ class CreateFabric(base.CreateAction):
 class FabricsTable(base.InventoryTable):
     api_name = 'fabric'
     panel_slug = SLUG
+    named = {'aggregate_uuid': 'aggregate'}
     name = tables.Column('name', verbose_name=_('Name'))
     driver = tables.Column('driver', verbose_name=_('Driver'))
-    aggregate_uuid = tables.Column('aggregate_uuid',
-                                   verbose_name=_('Host aggregate'),
-                                   empty_value='-')
+    # The aggregate's name, as Nova has it; its UUID when Nova cannot be
+    # read.
+    aggregate = tables.Column('aggregate_name',
+                              verbose_name=_('Host aggregate'),
+                              empty_value='-')
     description = tables.WrappingColumn('description',
                                         verbose_name=_('Description'),
                                         empty_value='')
