@@ -107,6 +107,59 @@ class FabricAggregateNameTests(helpers.BaseAdminViewTests):
         self.novaclient.assert_not_called()
 
 
+class FabricFormAggregateTests(helpers.BaseAdminViewTests):
+
+    def setUp(self):
+        super().setUp()
+        self.novaclient = mock.patch.object(_nova, 'novaclient').start()
+        self.fabric_create = mock.patch.object(api, 'fabric_create').start()
+        self.fabric_create.return_value = api.Resource(dict(FABRIC))
+
+    def test_the_aggregates_by_their_names(self):
+        self.novaclient.return_value.aggregates.list.return_value = [
+            aggregate(AGGREGATE_UUID, 'rack-1-hosts')]
+
+        form = self.client.get(inventory.admin_url(
+            'fabrics', 'create')).context['form']
+
+        self.assertEqual(
+            [('', 'None'), (AGGREGATE_UUID,
+                            'rack-1-hosts (%s)' % AGGREGATE_UUID)],
+            [(v, str(label))
+             for v, label in form.fields['aggregate_uuid'].choices])
+
+        res = self.client.post(inventory.admin_url('fabrics', 'create'), {
+            'name': 'rack-1-pcie', 'driver': 'fake',
+            'aggregate_uuid': AGGREGATE_UUID})
+
+        self.assertNoFormErrors(res)
+        self.fabric_create.assert_called_once_with(
+            helpers.IsHttpRequest(), name='rack-1-pcie', driver='fake',
+            aggregate_uuid=AGGREGATE_UUID)
+
+    @mock.patch.object(api, 'fabric_get')
+    def test_editing_keeps_an_aggregate_nova_does_not_list(self, fabric_get):
+        fabric_get.return_value = api.Resource(dict(FABRIC))
+        self.novaclient.return_value.aggregates.list.return_value = [
+            aggregate('a0000000-0000-4000-8000-00000000a002', 'other', 2)]
+
+        form = self.client.get(inventory.admin_url(
+            'fabrics', 'update', FABRIC['uuid'])).context['form']
+
+        self.assertEqual(AGGREGATE_UUID, form.initial['aggregate_uuid'])
+        self.assertIn((AGGREGATE_UUID, AGGREGATE_UUID),
+                      form.fields['aggregate_uuid'].choices)
+
+    def test_a_uuid_to_type_when_nova_cannot_say(self):
+        self.novaclient.side_effect = Exception('no compute endpoint')
+
+        res = self.client.get(inventory.admin_url('fabrics', 'create'))
+
+        field = res.context['form'].fields['aggregate_uuid']
+        self.assertFalse(hasattr(field, 'choices'))
+        self.assertNoMessages(res)
+
+
 class DeviceLeaseNameTests(helpers.BaseAdminViewTests):
 
     def setUp(self):
