@@ -18,6 +18,7 @@ The composable API module and Nova (its client for the aggregates, its
 server calls) are stubbed with mocks, as Horizon's helpers expect.
 """
 
+import re
 from unittest import mock
 
 from django.urls import reverse
@@ -46,6 +47,12 @@ def server(ident, name):
     found = mock.Mock(id=ident)
     found.name = name
     return found
+
+
+def cells(html):
+    """The texts of the cells of a rendered table."""
+    return [text.strip() for text in
+            re.findall(r'<td[^>]*>(.*?)</td>', html, re.S)]
 
 
 def lease_detail_url(lease_id):
@@ -339,3 +346,81 @@ class HostChoicesTests(helpers.BaseAdminViewTests):
             [v for v, _l in pool_form.fields['sriov_host'].choices])
         self.assertEqual(['', 'compute-0'],
                          [v for v, _l in bind_form.fields['host'].choices])
+
+
+class LeaseDetailTabNameTests(helpers.BaseAdminViewTests):
+
+    def setUp(self):
+        super().setUp()
+        mock.patch.object(api, 'pool_list',
+                          return_value=helpers.pools()).start()
+        mock.patch.object(nova, 'server_get',
+                          return_value=server(SERVER_ID, 'vm')).start()
+        mock.patch.object(api, 'lease_get', return_value=helpers.leases(
+            helpers.LEASE_BINDING)[0]).start()
+        self.device_get = mock.patch.object(api, 'device_get').start()
+        self.action_list = mock.patch.object(api,
+                                             'lease_action_list').start()
+
+    def _tab(self, slug):
+        res = self.client.get(
+            lease_detail_url(helpers.LEASE_BINDING['uuid']),
+            {'tab': 'lease_details__%s' % slug})
+        return res, res.context['tab_group'].get_tab(slug).render()
+
+    def test_an_administrator_sees_the_devices_by_name(self):
+        self.device_get.return_value = api.Resource(
+            dict(inventory.DEVICE_HELD,
+                 uuid=helpers.LEASE_BINDING['devices'][0]['uuid']))
+
+        _res, devices = self._tab('devices')
+
+        self.assertIn('gpu-0', cells(devices))
+        self.assertNotIn(helpers.LEASE_BINDING['devices'][0]['uuid'],
+                         cells(devices))
+        self.device_get.assert_called_once_with(
+            helpers.IsHttpRequest(),
+            helpers.LEASE_BINDING['devices'][0]['uuid'])
+
+    def test_the_device_id_when_the_inventory_cannot_be_read(self):
+        self.device_get.side_effect = helpers.api_error('Service Unavailable',
+                                                        status=503)
+
+        _res, devices = self._tab('devices')
+
+        self.assertIn(helpers.LEASE_BINDING['devices'][0]['uuid'],
+                      cells(devices))
+
+    def test_the_users_own_actions_by_name(self):
+        mine = dict(helpers.ACTIONS[0], user_id=self.user.id)
+        theirs = dict(helpers.ACTIONS[1], user_id='0ther0000user')
+        self.action_list.return_value = [
+            api.base.APIDictWrapper(a) for a in (mine, theirs)]
+
+        _res, actions = self._tab('actions')
+
+        self.assertIn(self.user.name, cells(actions))
+        self.assertNotIn(self.user.id, cells(actions))
+        self.assertIn('0ther0000user', cells(actions))
+
+
+class MemberLeaseDevicesTests(helpers.TestCase):
+
+    @mock.patch.object(api, 'device_get')
+    @mock.patch.object(api, 'pool_list')
+    @mock.patch.object(api, 'lease_get')
+    def test_a_member_is_not_asked_for_the_inventory(
+            self, lease_get, pool_list, device_get):
+        lease_get.return_value = helpers.leases(helpers.LEASE_BINDING)[0]
+        pool_list.return_value = helpers.pools()
+        mock.patch.object(nova, 'server_get',
+                          return_value=server(SERVER_ID, 'vm')).start()
+
+        res = self.client.get(
+            lease_detail_url(helpers.LEASE_BINDING['uuid']),
+            {'tab': 'lease_details__devices'})
+
+        devices = res.context['tab_group'].get_tab('devices').render()
+        self.assertIn(helpers.LEASE_BINDING['devices'][0]['uuid'],
+                      cells(devices))
+        device_get.assert_not_called()
