@@ -14,6 +14,7 @@
 
 import sys
 
+from django.utils.translation import gettext_lazy as _
 from horizon import exceptions
 from horizon import messages
 
@@ -36,3 +37,18 @@ def call_reporting_failure(table, request, obj_id, call, message):
             'name': table.get_object_display(datum) if datum else obj_id,
             'reason': exc.message})
         raise exceptions.HandledException(sys.exc_info())
+
+
+def host_choices(request, first):
+    """The inventory's hosts (which only administrators may read) as the
+    choices of a form field, by name, after ``first`` (the empty
+    choice); ``first`` alone, with an error message saying why, when the
+    API does not list them."""
+    choices = [('', first)]
+    try:
+        hosts = api.host_list(request)
+    except api.ComposableAPIError:
+        exceptions.handle(request, _('Unable to retrieve the hosts.'))
+        return choices
+    return choices + [(host.name, host.name)
+                      for host in sorted(hosts, key=lambda h: h.name)]

@@ -36,6 +36,13 @@ def detail_url(lease_id):
 
 class LeasesIndexTests(helpers.TestCase):
 
+    def setUp(self):
+        super().setUp()
+        # Nova knows no server of the project: their IDs are shown
+        # (test_names has the names).
+        mock.patch.object(dashboard_api.nova, 'server_list',
+                          return_value=([], False)).start()
+
     @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'lease_list')
     def test_index_lists_the_leases(self, lease_list, pool_list):
@@ -143,6 +150,11 @@ class LeasesIndexTests(helpers.TestCase):
 
 
 class LeaseDetailTests(helpers.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        mock.patch.object(dashboard_api.nova, 'server_get',
+                          side_effect=Exception('not stubbed')).start()
 
     @mock.patch.object(api, 'pool_list')
     @mock.patch.object(api, 'lease_action_list')

@@ -133,6 +133,13 @@ class ProjectPoolsTests(helpers.TestCase):
 
 class AdminInventoryTests(helpers.BaseAdminViewTests):
 
+    def setUp(self):
+        super().setUp()
+        # The devices table names the leases holding devices
+        # (test_names has the rest of it).
+        mock.patch.object(api, 'lease_list', return_value=helpers.leases(
+            helpers.LEASE_BINDING)).start()
+
     @mock.patch.object(api, 'fabric_list')
     def test_fabrics(self, fabric_list):
         fabric_list.return_value = wrap(FABRIC)
@@ -215,7 +222,7 @@ class AdminInventoryTests(helpers.BaseAdminViewTests):
 
         rows = {r.datum.name: r for r in res.context['table'].get_rows()}
         held = rows['gpu-0'].render()
-        self.assertIn(helpers.LEASE_BINDING['uuid'], held)
+        self.assertIn(helpers.LEASE_BINDING['name'], held)
         self.assertIn('gpu-pool', held)
         self.assertNotIn(helpers.POOL_GPU['uuid'], held)
         self.assertIn('Attached', held)

@@ -27,7 +27,9 @@ from horizon import exceptions as horizon_exceptions
 from horizon.utils.memoized import memoized
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
+from openstack_dashboard.api import _nova
 from openstack_dashboard.api import base
+from openstack_dashboard.api import nova
 from osc_lib import exceptions as osc_exceptions
 
 from composable.cli import client as composable_client
@@ -288,10 +290,66 @@ def pool_create(request, **fields):
 
 def names_by_uuid(request, lister):
     """UUID -> name of what ``lister`` (``fabric_list``, ``pool_list``)
-    lists; {} when the API does not answer, the tables then showing
-    UUIDs."""
+    lists, the unnamed left out; {} when the API does not answer, the
+    tables then showing UUIDs."""
     try:
-        return {item.uuid: item.name for item in lister(request)}
+        return {item.uuid: item.get('name') for item in lister(request)
+                if item.get('name')}
     except ComposableAPIError as exc:
         LOG.warning('Unable to list names for the tables: %s', exc)
         return {}
+
+
+def lease_names(request):
+    """UUID -> name of the named leases of every project (what an
+    administrator's inventory tables show of the lease holding a
+    device); {} when the API does not answer."""
+    return names_by_uuid(
+        request, lambda req: lease_list(req, all_projects=True))
+
+
+# -- what Nova knows: names of aggregates and servers ---------------------
+
+#: Nova's API version from which host aggregates show their UUID (the
+#: ``aggregate_uuid`` of a fabric).
+AGGREGATE_UUID_VERSION = '2.41'
+
+
+def _from_nova(request, what, read, default):
+    """``read()`` where the cloud has Nova; ``default`` when it has none
+    or Nova cannot be read: names are a courtesy, their absence no error
+    of the page (the UUIDs are shown instead)."""
+    try:
+        if not base.is_service_enabled(request, 'compute'):
+            return default
+        return read()
+    except Exception as exc:
+        LOG.warning('Unable to read the %s of Nova; their UUIDs are shown: '
+                    '%s', what, exc)
+        return default
+
+
+def aggregate_names(request):
+    """UUID -> name of Nova's host aggregates."""
+    def read():
+        # Horizon's own client (openstack_dashboard.api.nova reads the
+        # aggregates through it too), at the version that shows UUIDs.
+        client = _nova.novaclient(request, version=AGGREGATE_UUID_VERSION)
+        return {agg.uuid: agg.name for agg in client.aggregates.list()
+                if getattr(agg, 'uuid', None) and agg.name}
+    return _from_nova(request, 'host aggregates', read, {})
+
+
+def server_name(request, server_id):
+    """The name of one server, or None."""
+    return _from_nova(request, 'server %s' % server_id,
+                      lambda: nova.server_get(request, server_id).name, None)
+
+
+def server_names(request):
+    """ID -> name of the servers of the user's project."""
+    def read():
+        servers, _more = nova.server_list(request)
+        return {server.id: server.name for server in servers
+                if server.name}
+    return _from_nova(request, 'servers', read, {})

@@ -223,14 +223,19 @@ class Composable(fixtures.Fixture):
                               self.test.api.project_id)))
         self.addCleanup(nova_api.reset)
         self.services = []
+        self.agents = {}
         for name, roles in (('memory-0', ['memory_node']),
                             ('host1', ['compute_node']),
                             ('host2', ['compute_node'])):
-            self._serve(rpc.AGENT_TOPIC, name,
-                        agent_manager.AgentManager(name, roles))
+            self.agents[name] = self._agent(name, roles)
+            self._serve(rpc.AGENT_TOPIC, name, self.agents[name])
         self.conductor = conductor_manager.ConductorManager(CONDUCTOR)
         self._serve(rpc.CONDUCTOR_TOPIC, CONDUCTOR, self.conductor,
                     manager=self.conductor)
+
+    def _agent(self, name, roles):
+        """The agent of one host (simulated data plane)."""
+        return agent_manager.AgentManager(name, roles)
 
     def _overrides(self):
         endpoint = self.test.placement.fixture.endpoint

@@ -99,7 +99,8 @@ class InventoryTable(tables.DataTable):
     ``named``: the fields holding the UUID of a fabric or pool, and the
     collection it belongs to (``{'fabric_uuid': 'fabric'}``): the index
     view gives each row a ``fabric_name`` (``pool_name``) to show
-    instead, the UUID itself when the name cannot be had.
+    instead, the UUID itself when the name cannot be had (see
+    add_names).
     """
 
     api_name = None
@@ -169,14 +170,28 @@ class IndexView(tables.DataTableView):
         return items
 
 
+def names_of(request, collection):
+    """UUID -> name of ``collection``: ``api.<collection>_names`` where
+    the API module has one (``aggregate``: Nova's host aggregates,
+    ``lease``: the leases of every project), else what
+    ``api.<collection>_list`` lists."""
+    reader = getattr(api, '%s_names' % collection, None)
+    if reader is not None:
+        return reader(request)
+    return api.names_by_uuid(request, call(collection, 'list'))
+
+
 def add_names(request, items, named):
     """Give each item a ``<collection>_name`` for each UUID field of
-    ``named`` ({field: collection}): one list call per collection."""
+    ``named`` ({field: collection}): one read per collection, and none
+    when no item refers to one. The UUID itself where the name cannot be
+    had (None where the field is empty)."""
     for field, collection in named.items():
-        names = api.names_by_uuid(request, call(collection, 'list'))
+        uuids = {item.get(field) for item in items} - {None}
+        names = names_of(request, collection) if uuids else {}
         for item in items:
             uuid = item.get(field)
-            item._apidict['%s_name' % collection] = names.get(uuid, uuid)
+            item._apidict['%s_name' % collection] = names.get(uuid) or uuid
 
 
 class CreateView(forms.ModalFormView):

@@ -24,6 +24,7 @@ from osc_lib import exceptions as osc_exceptions
 from composable.cli import utils as cli_utils
 from composable.common import states
 from composable.dashboard.api import composable as api
+from composable.dashboard import utils
 
 ATTACH_MODE_CHOICES = (
     (states.ATTACH_HOST, _('Host: the compute node uses it (swap, PCI)')),
@@ -256,14 +257,8 @@ class BindHostLeaseForm(_BindForm):
 
     def __init__(self, request, *args, **kwargs):
         super().__init__(request, *args, **kwargs)
-        choices = [('', _('Select a host'))]
-        try:
-            choices += [(host.name, host.name)
-                        for host in sorted(api.host_list(request),
-                                           key=lambda h: h.name)]
-        except api.ComposableAPIError:
-            exceptions.handle(request, _('Unable to retrieve the hosts.'))
-        self.fields['host'].choices = choices
+        self.fields['host'].choices = utils.host_choices(
+            request, _('Select a host'))
         if base.is_service_enabled(request, 'compute'):
             self.fields['server'].choices = server_choices(request,
                                                            _('None'))

@@ -169,6 +169,7 @@ class UpdateRow(tables.Row):
         # loads the pool names for the whole table, does not run.
         if lease.memory_pool_uuid or lease.device_pool_uuid:
             add_pool_names(lease, load_pool_names(request))
+        add_server_names(request, [lease])
         return lease
 
 
@@ -191,8 +192,23 @@ def devices(lease):
     return '%d \u00d7 %s' % (lease.device_count, what)
 
 
+def add_server_names(request, leases):
+    """Give each lease bound to a server a ``server_name``: the name Nova
+    has for it, its ID when Nova cannot say (one Nova call, none when no
+    lease has a server)."""
+    if not any(lease.instance_uuid for lease in leases):
+        return
+    names = api.server_names(request)
+    for lease in leases:
+        if lease.instance_uuid:
+            lease._apidict['server_name'] = (names.get(lease.instance_uuid) or
+                                             lease.instance_uuid)
+
+
 def consumer(lease):
-    return lease.instance_uuid or lease.host or '-'
+    if lease.instance_uuid:
+        return lease.get('server_name') or lease.instance_uuid
+    return lease.host or '-'
 
 
 class LeasesTable(tables.DataTable):

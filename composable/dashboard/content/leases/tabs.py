@@ -12,12 +12,14 @@
 
 import datetime
 
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from horizon import exceptions
 from horizon import tables
 from horizon import tabs
 
 from composable.dashboard.api import composable as api
+from composable.dashboard.content.leases import tables as lease_tables
 from composable.dashboard.content.leases import usage_chart
 
 
@@ -38,7 +40,10 @@ class ExtentsTable(tables.DataTable):
 
 
 class LeaseDevicesTable(tables.DataTable):
-    uuid = tables.Column('uuid', verbose_name=_('ID'))
+    # The device's name where the inventory (administrators only) could be
+    # read, its ID otherwise.
+    name = tables.Column(lambda device: device.get('name') or device['uuid'],
+                         verbose_name=_('Device'))
     kind = tables.Column('kind', verbose_name=_('Kind'))
     model = tables.Column('model', verbose_name=_('Model'))
     state = tables.Column('state', verbose_name=_('State'))
@@ -62,7 +67,8 @@ class ActionsTable(tables.DataTable):
     result = tables.Column('result', verbose_name=_('Result'))
     message = tables.WrappingColumn('message', verbose_name=_('Message'),
                                     empty_value='')
-    user_id = tables.Column('user_id', verbose_name=_('User'))
+    user = tables.Column(lambda action: action.get('user_name') or
+                         action.user_id, verbose_name=_('User'))
     request_id = tables.Column('request_id', verbose_name=_('Request ID'))
 
     def get_object_id(self, action):
@@ -83,9 +89,16 @@ class OverviewTab(tabs.Tab):
         uuids = [u for u in (lease.get('memory_pool_uuid'),
                              lease.get('device_pool_uuid')) if u]
         names = api.names_by_uuid(request, api.pool_list) if uuids else {}
-        return {'lease': lease,
-                'pools': ', '.join(names.get(u, u) for u in uuids),
-                'elastic': elastic_view(lease)}
+        context = {'lease': lease,
+                   'pools': ', '.join(names.get(u, u) for u in uuids),
+                   'elastic': elastic_view(lease)}
+        if lease.get('instance_uuid'):
+            server = lease.instance_uuid
+            context['server_name'] = (api.server_name(request, server) or
+                                      server)
+            context['server_url'] = reverse(
+                'horizon:project:instances:detail', args=[server])
+        return context
 
 
 def elastic_view(lease):
@@ -97,6 +110,16 @@ def elastic_view(lease):
     headroom = policy.get('headroom')
     return dict(policy, headroom_percent=(
         None if headroom is None else '%g%%' % (headroom * 100)))
+
+
+def device_name(request, device_uuid):
+    """The inventory's name of a device (its fabric address when it has
+    none), or None when the inventory cannot be read."""
+    try:
+        device = api.device_get(request, device_uuid)
+    except api.ComposableAPIError:
+        return None
+    return device.get('name') or device.get('address')
 
 
 class _ListTab(tabs.TableTab):
@@ -123,7 +146,13 @@ class DevicesTab(_ListTab):
     table_classes = (LeaseDevicesTable,)
 
     def get_devices_data(self):
-        return list(self.tab_group.kwargs['lease'].devices or [])
+        devices = [dict(d) for d in
+                   self.tab_group.kwargs['lease'].devices or []]
+        if devices and lease_tables.is_admin(self.request):
+            # The lease names none of its devices; the inventory does.
+            for device in devices:
+                device['name'] = device_name(self.request, device['uuid'])
+        return devices
 
 
 class ActionLogTab(_ListTab):
@@ -136,11 +165,18 @@ class ActionLogTab(_ListTab):
     def get_actions_data(self):
         lease = self.tab_group.kwargs['lease']
         try:
-            return api.lease_action_list(self.request, lease.uuid)
+            actions = api.lease_action_list(self.request, lease.uuid)
         except api.ComposableAPIError:
             exceptions.handle(self.request,
                               _('Unable to retrieve the action log.'))
             return []
+        # The user's own actions by the user's name; others' by their ID
+        # (a project member may not read other users in Keystone).
+        user = self.request.user
+        for action in actions:
+            if action.get('user_id') and action.user_id == user.id:
+                action._apidict['user_name'] = user.username
+        return actions
 
 
 class UsageTab(tabs.Tab):

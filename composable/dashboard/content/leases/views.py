@@ -43,6 +43,7 @@ class IndexView(tables.DataTableView):
         pool_names = lease_tables.load_pool_names(self.request)
         for lease in leases:
             lease_tables.add_pool_names(lease, pool_names)
+        lease_tables.add_server_names(self.request, leases)
         return leases
 
 

@@ -10,6 +10,7 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from horizon import forms
 from horizon import tables
@@ -72,6 +73,14 @@ def reachable_text(device):
     return ', '.join(hosts)
 
 
+def lease_link(device):
+    """The page of the lease holding the device (None: held by none)."""
+    if not device.get('lease_uuid'):
+        return None
+    return reverse('horizon:project:composable_leases:detail',
+                   args=[device.lease_uuid])
+
+
 class CreateDevice(base.CreateAction):
     verbose_name = _('Create Device')
 
@@ -79,7 +88,7 @@ class CreateDevice(base.CreateAction):
 class DevicesTable(base.InventoryTable):
     api_name = 'device'
     panel_slug = SLUG
-    named = {'pool_uuid': 'pool'}
+    named = {'pool_uuid': 'pool', 'lease_uuid': 'lease'}
     name = tables.Column(lambda d: d.name or d.address,
                          verbose_name=_('Name'))
     kind = tables.Column('kind', verbose_name=_('Kind'))
@@ -93,8 +102,8 @@ class DevicesTable(base.InventoryTable):
     health = tables.WrappingColumn(health_text, verbose_name=_('Health'))
     reachable_hosts = tables.WrappingColumn(
         reachable_text, verbose_name=_('Reachable hosts'))
-    lease_uuid = tables.Column('lease_uuid', verbose_name=_('Held by lease'),
-                               empty_value='-')
+    lease = tables.Column('lease_name', verbose_name=_('Held by lease'),
+                          link=lease_link, empty_value='-')
     pci_address = tables.Column('pci_address',
                                 verbose_name=_('PCI address'),
                                 empty_value='-')

@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from horizon import forms
 from horizon import tables
 
+from composable.dashboard.api import composable as api
 from composable.dashboard.content.admin import base
 
 SLUG = 'composable_admin_fabrics'
@@ -26,11 +27,14 @@ class CreateFabric(base.CreateAction):
 class FabricsTable(base.InventoryTable):
     api_name = 'fabric'
     panel_slug = SLUG
+    named = {'aggregate_uuid': 'aggregate'}
     name = tables.Column('name', verbose_name=_('Name'))
     driver = tables.Column('driver', verbose_name=_('Driver'))
-    aggregate_uuid = tables.Column('aggregate_uuid',
-                                   verbose_name=_('Host aggregate'),
-                                   empty_value='-')
+    # The aggregate's name, as Nova has it; its UUID when Nova cannot be
+    # read.
+    aggregate = tables.Column('aggregate_name',
+                              verbose_name=_('Host aggregate'),
+                              empty_value='-')
     description = tables.WrappingColumn('description',
                                         verbose_name=_('Description'),
                                         empty_value='')
@@ -51,6 +55,24 @@ class UpdateFabricForm(base.InventoryForm):
         help_text=_('The Nova host aggregate of the hosts on this fabric.'))
     description = forms.CharField(label=_('Description'), max_length=255,
                                   required=False)
+
+    def __init__(self, request, *args, **kwargs):
+        super().__init__(request, *args, **kwargs)
+        # Nova's aggregates by name where Nova says which there are; a
+        # UUID to type in where it does not.
+        names = api.aggregate_names(request)
+        if not names:
+            return
+        choices = sorted(((uuid, '%s (%s)' % (name, uuid))
+                          for uuid, name in names.items()),
+                         key=lambda choice: choice[1])
+        current = self.initial.get('aggregate_uuid')
+        if current and current not in names:
+            choices.append((current, current))
+        field = self.fields['aggregate_uuid']
+        self.fields['aggregate_uuid'] = forms.ThemableChoiceField(
+            label=_('Host aggregate'), required=False,
+            choices=[('', _('None'))] + choices, help_text=field.help_text)
 
     def request_fields(self, data):
         fields = super().request_fields(data)

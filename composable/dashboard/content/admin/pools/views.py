@@ -11,14 +11,13 @@
 #    under the License.
 
 from django.utils.translation import gettext_lazy as _
-from horizon import exceptions
 from horizon import forms
 from horizon import tables
 
 from composable.common import sriov as sriov_words
-from composable.dashboard.api import composable as api
 from composable.dashboard.content.admin import base
 from composable.dashboard.content.pools import tables as pool_tables
+from composable.dashboard import utils
 
 SLUG = 'composable_admin_pools'
 
@@ -151,14 +150,8 @@ class CreatePoolForm(UpdatePoolForm):
 
     def __init__(self, request, *args, **kwargs):
         super().__init__(request, *args, **kwargs)
-        choices = [('', _('None: not an SR-IOV pool'))]
-        try:
-            choices += [(host.name, host.name)
-                        for host in sorted(api.host_list(request),
-                                           key=lambda h: h.name)]
-        except api.ComposableAPIError:
-            exceptions.handle(request, _('Unable to retrieve the hosts.'))
-        self.fields['sriov_host'].choices = choices
+        self.fields['sriov_host'].choices = utils.host_choices(
+            request, _('None: not an SR-IOV pool'))
 
     def clean(self):
         data = super().clean()
