@@ -194,15 +194,15 @@ def take_back(context, lease):
         return
     client = placement_claims.get_client()
     host = att.host
-    provider = _compute_node(client, host)
-    if provider is None:
-        return
     name = sync.compute_node_name(host)
 
     def check(inventory, used):
         rules.check_cxl_unbind(lease, name, inventory, used)
 
     try:
+        provider = _compute_node(client, host)
+        if provider is None:
+            return
         moved = _change(client, provider, -lease.memory_mb, check=check)
     except pclient.PlacementError as exc:
         # Without the numbers the memory is not taken: the guests using
