@@ -78,11 +78,11 @@ def table(plan, cxl_tiers=()):
         rows.append((
             'CXL, %g %% of memory pooled' % (100 * tier.share),
             'DRAM saved %s (%s %%): local %s + pool %s vs static %s; '
-            '%s %% of used memory pooled, slowdown %s'
+            '%s %% of used memory pooled, slowdown x%.3f'
             % (_fmt(got['saved_mb'], ' MiB'), _fmt(got['saved_pct']),
                _fmt(got['local_mb'], ' MiB'), _fmt(got['pool_mb'], ' MiB'),
                _fmt(got['static_mb'], ' MiB'), _fmt(got['pooled_use_pct']),
-               _fmt(got['slowdown']))))
+               got['slowdown'])))
     rows.extend(('WARNING', text) for text in data['warnings'])
     width = max(len(name) for name, _ in rows)
     return '\n'.join('%-*s  %s' % (width, name, value)
