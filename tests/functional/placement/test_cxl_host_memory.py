@@ -243,3 +243,37 @@ def _nowhere():
     auth = token_endpoint.Token('http://127.0.0.1:9/placement', 'admin')
     return ks_adapter.Adapter(ks_session.Session(auth=auth),
                               service_type='placement')
+
+
+def test_expiry_takes_nothing_instances_use(harness, client, cxl_host):
+    """A lease whose end passed is released by the conductor on its own,
+    with no request to refuse: its flow checks the same rule and fails
+    (error, with the numbers) rather than take the memory."""
+    import datetime
+
+    from composable.common import utils
+    from tests import lease_rows
+
+    node = cxl_host['node']
+    uuid = bound_lease(harness, cxl_host)
+    second = instance(client, node, 3700)
+    lease_rows.write(h_mod.admin(), harness.lease(uuid).id, {
+        'end_at': utils.utcnow() - datetime.timedelta(seconds=1)})
+    harness.conductor.run_periodic_tasks()
+    harness.idle()
+    lease = harness.wait(uuid, ['error', 'released'])
+    assert lease.status == 'error'
+    assert 'they use 3700 MiB' in lease.fault
+    assert 'would offer 3584 MiB' in lease.fault
+    assert harness.actions(uuid)[-1] == ('expire', 'error')
+    assert memory(client, node)['total'] == 5120
+    # The memory is still the host's: its attachment is live.
+    assert [a.state for a in dbapi.attachment_list(
+        h_mod.admin(), lease.id,
+        states_=['attaching', 'attached', 'detaching', 'failed'])] == [
+        'attached']
+
+    client.delete_allocations(second)
+    harness.api.delete_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['released', 'error']).status == 'released'
+    assert memory(client, node)['total'] == 4096
