@@ -66,13 +66,16 @@ TAKEN = 'host_memory_taken'
 
 def host_attachment(context, lease):
     """The live host-mode attachment of a CXL lease whose memory a bind
-    onlined on the host (``COUNTED`` in its details); None otherwise."""
+    onlined on the host (``COUNTED`` in its details, or attached by a
+    bind made before composable counted it: Nova's periodic run has);
+    None otherwise."""
     if not lease.memory_mb or not media.is_cxl(lease.memory_pool):
         return None
     for att in db_api.attachment_list(
             context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
-        if (att.mode == states.ATTACH_HOST and
-                (att.details or {}).get(COUNTED)):
+        if att.mode == states.ATTACH_HOST and (
+                (att.details or {}).get(COUNTED) or
+                att.state == states.ATT_ATTACHED):
             return att
     return None
 
@@ -118,6 +121,11 @@ def _read(client, uuid):
 def _write_total(client, uuid, generation, inventory, total):
     body = dict(inventory, total=total,
                 resource_provider_generation=generation)
+    if inventory.get('max_unit') == inventory['total']:
+        # Nova's libvirt driver lets one instance take all of it
+        # (max_unit = total): keep to that, so that Nova finds nothing
+        # to change once it computes the same total.
+        body['max_unit'] = total
     client._call('PUT', '/resource_providers/%s/inventories/%s' %
                  (uuid, MEMORY_MB), pclient.MV_INVENTORY, body=body)
 
@@ -211,7 +219,7 @@ def take_back(context, lease):
             reason='cannot check that no instance on compute node %s uses '
                    'the CXL memory of lease %s: %s; try again when '
                    'Placement answers' % (name, lease.uuid, exc))
-    _mark(context, att, **{TAKEN: True})
+    _mark(context, att, **{TAKEN: True, COUNTED: lease.memory_mb})
     if moved:
         LOG.info('Lease %(lease)s: MEMORY_MB of compute node %(host)s '
                  'from %(old)d to %(new)d MiB before its CXL memory is '

@@ -63,7 +63,8 @@ def cxl_host(harness, client):
     node = client.create_provider(pclient.new_provider_uuid(), HOST)
     client.set_inventories(node['uuid'], {
         'VCPU': {'total': 8},
-        MB: {'total': 4096, 'reserved': 512, 'allocation_ratio': 1.0}})
+        MB: {'total': 4096, 'reserved': 512, 'allocation_ratio': 1.0,
+             'max_unit': 4096}})
     try:
         yield {'host': host, 'pool': dbapi.pool_get(ctx, pool.uuid),
                'node': node['uuid']}
@@ -106,6 +107,7 @@ def test_memory_follows_the_lease_and_unbind_waits_for_room(
     # Counted at once, not at nova-compute's next periodic run; reserved
     # and the ratio stay Nova's.
     assert memory(client, node)['total'] == 5120
+    assert memory(client, node)['max_unit'] == 5120
     assert memory(client, node)['reserved'] == 512
 
     # Capacity now (5120 - 512) x 1 = 4608; without the lease 3584.
@@ -136,6 +138,7 @@ def test_memory_follows_the_lease_and_unbind_waits_for_room(
     harness.api.unbind_lease(h_mod.user_context(), uuid)
     assert harness.wait(uuid, ['reserved', 'error']).status == 'reserved'
     assert memory(client, node)['total'] == 4096
+    assert memory(client, node)['max_unit'] == 4096
     assert used(client, node) == 3000
 
     # Bound again and deleted: counted, then taken off again.
