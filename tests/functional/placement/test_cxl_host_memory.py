@@ -280,3 +280,22 @@ def test_expiry_takes_nothing_instances_use(harness, client, cxl_host):
     harness.api.delete_lease(h_mod.user_context(), uuid)
     assert harness.wait(uuid, ['released', 'error']).status == 'released'
     assert memory(client, node)['total'] == 4096
+
+
+def test_the_api_answers_409_with_the_numbers(harness, client, cxl_host):
+    from composable.api import app as api_app
+    from composable import policies
+    from tests.unit.api import base as api_base
+
+    policies.reset()
+    api = api_base.Client(api_app.setup_app('noauth'), 'admin')
+    node = cxl_host['node']
+    uuid = bound_lease(harness, cxl_host)
+    instance(client, node, 4000)
+    url = '/v1/leases/%s' % uuid
+    for resp in (api.post(url + '/unbind'), api.delete(url)):
+        assert resp.status == 409, resp
+        assert resp.error['code'] == 'composable.lease.host_memory_in_use'
+        assert 'they use 4000 MiB' in resp.error['detail']
+        assert 'would offer 3584 MiB' in resp.error['detail']
+    assert api.get(url).json['status'] == 'bound'
