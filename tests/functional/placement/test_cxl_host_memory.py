@@ -299,3 +299,61 @@ def test_the_api_answers_409_with_the_numbers(harness, client, cxl_host):
         assert 'they use 4000 MiB' in resp.error['detail']
         assert 'would offer 3584 MiB' in resp.error['detail']
     assert api.get(url).json['status'] == 'bound'
+
+
+def test_two_unbinds_at_once_take_only_what_is_free(harness, client,
+                                                    cxl_host, monkeypatch):
+    """Two leases on one host, unbound at the same moment (each under
+    its own reservation, so nothing orders them but Placement): the
+    instances fit without either, not without both. Both checks read
+    the same figures before either writes; exactly one write lands, the
+    other conflicts, reads again and is refused on the figures the first
+    left."""
+    import threading
+
+    node = cxl_host['node']
+    first = bound_lease(harness, cxl_host)
+    second = bound_lease(harness, cxl_host)
+    # (4096 + 2048 - 512) = 5632 with both, 4608 with one, 3584 with none.
+    assert memory(client, node)['total'] == 6144
+    instance(client, node, 4000)
+    start = threading.Barrier(2)
+    both_read = threading.Barrier(2)
+    real_read = host_memory._read
+    reads = []
+
+    def read_together(placement, provider):
+        got = real_read(placement, provider)
+        reads.append(got[0])
+        if len(reads) <= 2:
+            both_read.wait(timeout=30)
+        return got
+
+    monkeypatch.setattr(host_memory, '_read', read_together)
+    outcome = {}
+
+    def unbind(uuid):
+        start.wait(timeout=30)
+        try:
+            harness.api.unbind_lease(h_mod.user_context(), uuid)
+            outcome[uuid] = 'unbinding'
+        except exception.HostMemoryInUse as exc:
+            outcome[uuid] = str(exc)
+
+    threads = [threading.Thread(target=unbind, args=(uuid,))
+               for uuid in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(outcome) == sorted([first, second])
+    went = [uuid for uuid, said in outcome.items() if said == 'unbinding']
+    assert len(went) == 1, outcome
+    stayed = first if went == [second] else second
+    assert 'they use 4000 MiB' in outcome[stayed]
+    assert 'total 5120 MiB' in outcome[stayed]
+    assert harness.wait(went[0], ['reserved', 'error']).status == 'reserved'
+    assert harness.lease(stayed).status == 'bound'
+    assert memory(client, node)['total'] == 5120
+    # Two reads of one generation, then the loser's read of the next.
+    assert reads[0] == reads[1] and len(reads) == 3 and reads[2] > reads[0]
