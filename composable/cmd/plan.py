@@ -18,6 +18,8 @@
         [--observation 600] [--prediction 30] [--order 4] [--headroom 5%]
         [--attach-delay 30] [--shrink-after S] [--max-refused 1%]
         [--pool-cost-factor 1] [--max-lease-mb MB] [--step S]
+        [--cxl-share 10%,25%] [--cxl-chunk-mb 256] [--cxl-attach-delay 2]
+        [--cxl-slowdown 1.25] [--cxl-pool-nodes N]
         [--format table|json]
         [--plot FILE.png] [--progress]
 
@@ -35,6 +37,7 @@ import importlib.util
 import os
 import sys
 
+from composable.planner import cxl
 from composable.planner import replay
 from composable.planner import report
 from composable.planner import trace as trace_mod
@@ -55,6 +58,11 @@ def share(text):
         raise argparse.ArgumentTypeError(
             '%r is not a fraction (0.25) or a percentage (25%%)' % text)
     return value
+
+
+def shares(text):
+    """Fractions separated by commas: ``10%,25%`` or ``0.1,0.25``."""
+    return [share(part) for part in text.split(',') if part.strip()]
 
 
 def seconds(text):
@@ -120,6 +128,28 @@ def build_parser():
     parser.add_argument('--step', type=seconds, default=None,
                         help='seconds between samples (default: the median '
                              'interval between a node\'s samples)')
+    cxl_defaults = cxl.Parameters()
+    parser.add_argument('--cxl-share', type=shares, default=[],
+                        help="also report the CXL tier: the DRAM saved "
+                             "(Pond's measure) with these shares of memory "
+                             "in CXL pools, e.g. 10%%,25%%")
+    parser.add_argument('--cxl-chunk-mb', type=int,
+                        default=cxl_defaults.chunk_mb,
+                        help='allocation unit of a CXL pool in MiB '
+                             '(default %(default)s)')
+    parser.add_argument('--cxl-attach-delay', type=seconds,
+                        default=cxl_defaults.attach_delay_s,
+                        help='seconds to make and online a CXL region '
+                             '(default %(default)g)')
+    parser.add_argument('--cxl-slowdown', type=float,
+                        default=cxl_defaults.slowdown,
+                        help='how much longer a workload runs with every '
+                             'access on CXL pool pages (default '
+                             '%(default)g)')
+    parser.add_argument('--cxl-pool-nodes', type=int,
+                        default=cxl_defaults.pool_nodes,
+                        help='nodes sharing one CXL pool, in trace order '
+                             '(default: all)')
     parser.add_argument('--format', choices=('table', 'json'),
                         default='table')
     parser.add_argument('--plot', metavar='FILE.png',
@@ -171,8 +201,12 @@ def main(argv=None):
         max_refused=args.max_refused,
         pool_cost_factor=args.pool_cost_factor,
         max_lease_mb=args.max_lease_mb)
+    cxl_params = cxl.Parameters(
+        chunk_mb=args.cxl_chunk_mb, attach_delay_s=args.cxl_attach_delay,
+        slowdown=args.cxl_slowdown, pool_nodes=args.cxl_pool_nodes)
     try:
         replay.check(params, trace)
+        cxl.check(cxl_params, trace, args.cxl_share)
         bar = _progress_bar(trace.demand.size, args.progress)
     except (ValueError, report.MissingDependency) as exc:
         return _fail(str(exc))
@@ -191,8 +225,9 @@ def main(argv=None):
             bar.close()
     for warning in plan.warnings():
         print('composable-plan: warning: %s' % warning, file=sys.stderr)
-    text = (report.to_json(plan) if args.format == 'json'
-            else report.table(plan))
+    tiers = cxl.tiers(trace, cxl_params, args.cxl_share)
+    text = (report.to_json(plan, tiers) if args.format == 'json'
+            else report.table(plan, tiers))
     return _write(text)
 
 

@@ -144,6 +144,12 @@ class InvalidState(Conflict):
         super().__init__(message, **kwargs)
 
 
+class HostMemoryInUse(Conflict):
+    """Taking a lease's CXL memory off its host would leave the compute
+    node less MEMORY_MB than its instances hold."""
+    error_code = 'composable.lease.host_memory_in_use'
+
+
 class LeaseLocked(Conflict):
     msg_fmt = ('Lease %(lease)s is busy with another operation; try again '
                'in a few seconds.')

@@ -66,6 +66,7 @@ from composable.common import states
 from composable.common import utils
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import host_memory
 from composable.conductor import rules
 from composable.conductor import task as lease_task
 from composable import conf
@@ -436,6 +437,9 @@ class LeaseFlows(object):
         db_api.attachment_update(context, attachment.id,
                                  {'state': states.ATT_ATTACHED,
                                   'details': details})
+        if cxl and lease.extents:
+            # Only now is the memory online on the host.
+            host_memory.grow(context, self._lease(context, lease.id))
 
     @staticmethod
     def _virtual_function(lease, device, host):
@@ -726,11 +730,15 @@ class LeaseFlows(object):
         advice = advice or (' Unbind it again once that is fixed, or delete '
                             'it.')
         try:
+            if not host_gone:
+                # A host that is gone has no guests left to protect.
+                self._take_host_memory_back(context, lease)
             if host_gone:
                 self._teardown_from_gone_host(context, lease)
             else:
                 self.teardown(context, lease)
         except Exception as exc:
+            host_memory.give_back(context, lease)
             fault = self._fault('Unbinding', exc, lease, advice)
             return self._finish(context, lease_id, states.UNBINDING,
                                 states.FAIL, action, fault=fault)
@@ -739,6 +747,18 @@ class LeaseFlows(object):
             values['instance_uuid'] = None
         return self._finish(context, lease_id, states.UNBINDING, states.DONE,
                             action, values=values)
+
+    @staticmethod
+    def _take_host_memory_back(context, lease):
+        """Lower the host's MEMORY_MB before its CXL memory goes, or
+        refuse when instances use it. The unbind and delete requests did
+        it already (409 at the API); an expiry or Nova's release of the
+        lease has it done here."""
+        try:
+            host_memory.take_back(context, lease)
+        except (exception.Conflict, exception.ServiceUnavailable) as exc:
+            raise StepFailed('taking CXL memory off its host: %s' %
+                             exc.message.replace('Conflict: ', '', 1))
 
     def _teardown_from_gone_host(self, context, lease):
         problems = self.teardown(context, lease, best_effort=True,
@@ -766,6 +786,7 @@ class LeaseFlows(object):
                      {'lease': lease.uuid, 'status': lease.status})
             return lease.status
         try:
+            self._take_host_memory_back(context, lease)
             self.teardown(context, lease)
             lease = self._lease(context, lease_id)
             self._scrub(context, lease)
@@ -773,6 +794,7 @@ class LeaseFlows(object):
                                         expected_status=states.RELEASING)
             allocator.release_capacity(context, lease_id)
         except Exception as exc:
+            host_memory.give_back(context, lease)
             fault = self._fault('Releasing', exc, lease,
                                 ' Delete the lease again once that is '
                                 'fixed; until then it keeps its capacity.')

@@ -50,6 +50,7 @@ from composable.conductor.nova import client as nova_api
 from composable.conductor.nova import events as nova_events
 from composable.conductor import periodic
 from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import host_memory
 from composable.conductor import reconciler
 from composable.conductor import rules
 from composable.conductor import task as lease_task
@@ -457,11 +458,26 @@ class ConductorManager(object):
         lease = db_api.lease_get(context, lease_uuid)
         with lease_task.acquire(context, lease.id, self.host,
                                 lease_ident=lease.uuid) as task:
-            task.process_event(states.UNBIND, request='unbind',
-                               action='unbind')
+            lease_task.check_event(task.lease, states.UNBIND, 'unbind')
+            self._take_host_memory_back(context, task, states.UNBIND,
+                                        'unbind', 'unbind')
             task.spawn_after(self.spawn, self.flows.unbind, context,
                              lease.id, action='unbind')
         return lease.uuid
+
+    @staticmethod
+    def _take_host_memory_back(context, task, event, request, action):
+        """CXL memory bound in host mode: refuse (409, nothing changed)
+        when instances on the compute node use it, else lower its
+        MEMORY_MB before the state change (rules.check_cxl_unbind under
+        the reservation, see composable.conductor.placement.host_memory).
+        The flow gives it back if the memory stays."""
+        host_memory.take_back(context, task.lease)
+        try:
+            task.process_event(event, request=request, action=action)
+        except Exception:
+            host_memory.give_back(context, task.lease)
+            raise
 
     @_EXPECTED
     def delete_lease(self, context, lease_uuid):
@@ -485,8 +501,8 @@ class ConductorManager(object):
                 action = periodic.running_action(context, lease.id,
                                                  'delete')
                 start = None
-            task.process_event(states.DELETE, request='delete',
-                               action=start)
+            self._take_host_memory_back(context, task, states.DELETE,
+                                        'delete', start)
             task.spawn_after(self.spawn, self.flows.release, context,
                              lease.id, action=action)
         return lease.uuid

@@ -101,3 +101,35 @@ def check_sriov_host(lease, host):
     refusal = sriov_host_refusal(lease, host)
     if refusal:
         raise exception.Conflict(reason=refusal)
+
+
+# ------------------------------------------------------------ unbind
+
+def check_cxl_unbind(lease, host_name, inventory, used):
+    """Taking the CXL memory of ``lease`` off compute node ``host_name``
+    leaves room for what instances hold of its MEMORY_MB: ``inventory``
+    is that inventory in Placement (total, reserved, allocation_ratio),
+    ``used`` its usage. Placement's capacity is (total - reserved) x
+    allocation_ratio; without the lease's memory_mb the usage must still
+    fit it, or the unbind would take memory that running guests use."""
+    total = int(inventory['total'])
+    reserved = int(inventory.get('reserved') or 0)
+    ratio = float(inventory.get('allocation_ratio') or 1.0)
+    size = int(lease.memory_mb or 0)
+    # Below 0 when Placement never counted the lease (a bind Placement
+    # missed): nothing remains, and only an unused node lets it go.
+    remaining = max((total - size - reserved) * ratio, 0.0)
+    if used <= remaining:
+        return
+    raise exception.HostMemoryInUse(
+        reason='lease %(lease)s gives compute node %(host)s %(size)d MiB '
+               'of CXL memory that instances need: they use %(used)d MiB '
+               'of its MEMORY_MB (total %(total)d MiB, reserved '
+               '%(reserved)d MiB, allocation ratio %(ratio)g), and without '
+               'the lease it would offer %(remaining)d MiB; stop or move '
+               'instances holding at least %(short)d MiB there, then '
+               'unbind it again' % {
+                   'lease': lease.uuid, 'host': host_name, 'size': size,
+                   'used': used, 'total': total, 'reserved': reserved,
+                   'ratio': ratio, 'remaining': int(remaining),
+                   'short': used - int(remaining)})

@@ -34,8 +34,9 @@ def _fmt(value, unit=''):
     return text + unit
 
 
-def table(plan):
-    """The plan as a plain-text table."""
+def table(plan, cxl_tiers=()):
+    """The plan as a plain-text table; with the CXL tier's rows, one per
+    share of memory pooled."""
     data = plan.as_dict()
     params = data['parameters']
     rows = [
@@ -72,14 +73,27 @@ def table(plan):
          % (_fmt(data['cost_per_used_mb_static']),
             _fmt(data['cost_per_used_mb_pooled']))),
     ]
+    for tier in cxl_tiers:
+        got = tier.as_dict()
+        rows.append((
+            'CXL, %g %% of memory pooled' % (100 * tier.share),
+            'DRAM saved %s (%s %%): local %s + pool %s vs static %s; '
+            '%s %% of used memory pooled, slowdown x%.3f'
+            % (_fmt(got['saved_mb'], ' MiB'), _fmt(got['saved_pct']),
+               _fmt(got['local_mb'], ' MiB'), _fmt(got['pool_mb'], ' MiB'),
+               _fmt(got['static_mb'], ' MiB'), _fmt(got['pooled_use_pct']),
+               got['slowdown'])))
     rows.extend(('WARNING', text) for text in data['warnings'])
     width = max(len(name) for name, _ in rows)
     return '\n'.join('%-*s  %s' % (width, name, value)
                      for name, value in rows)
 
 
-def to_json(plan):
-    return json.dumps(plan.as_dict(), indent=2, sort_keys=True)
+def to_json(plan, cxl_tiers=()):
+    data = plan.as_dict()
+    if cxl_tiers:
+        data['cxl'] = [tier.as_dict() for tier in cxl_tiers]
+    return json.dumps(data, indent=2, sort_keys=True)
 
 
 def plot(plan, path):

@@ -1,0 +1,251 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The MEMORY_MB inventory of a compute node whose host holds CXL memory.
+
+A lease of a CXL pool bound in host mode is onlined on its host as a NUMA
+node: the host's MemTotal grows, and nova-compute's libvirt driver
+reports MemTotal as the total of the compute node provider's MEMORY_MB
+at its next ``update_available_resource`` periodic run. composable moves
+that total at once, in the safe order:
+
+* grow: after the host's agent onlined the memory (never advertise memory
+  that is not there yet);
+* take back: before the agent offlines it, in one compare-and-swap on
+  the provider's generation: read the inventory and the usage (both
+  carry the generation), check the usage still fits without the lease
+  (composable.conductor.rules.check_cxl_unbind), and lower the total
+  with that generation. An allocation that lands between the read and
+  the write moves the generation, so the write fails with
+  ``placement.concurrent_update`` and the check runs again on the new
+  usage; an allocation after the write is checked by Placement against
+  the lowered total. (Placement accepts a total below the usage, so the
+  check must precede the write: lowering alone refuses nothing that is
+  already allocated.)
+* give back: when the unbind failed and the memory is still online.
+
+Nova converges to the same figure: its report client writes MEMORY_MB
+only when what it computes (MemTotal) differs from what it last wrote or
+read, and then with the generation it knows, which composable's writes
+have moved; the conflict makes it read the provider again before
+writing. See doc/source/admin/cxl-memory.rst.
+
+The attachment of the lease records what was done (``details``):
+``host_memory_mb`` once the bind counted the memory on the host,
+``host_memory_taken`` once an unbind lowered the total, so an unbind
+that the API checked is not lowered twice and a failed one is given
+back once.
+"""
+
+from oslo_log import log as logging
+
+from composable.common import exception
+from composable.common import media
+from composable.common import states
+from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import client as pclient
+from composable.conductor.placement import sync
+from composable.conductor import rules
+from composable.db import api as db_api
+
+LOG = logging.getLogger(__name__)
+
+MEMORY_MB = 'MEMORY_MB'
+COUNTED = 'host_memory_mb'
+TAKEN = 'host_memory_taken'
+
+
+def host_attachment(context, lease):
+    """The live host-mode attachment of a CXL lease whose memory a bind
+    onlined on the host (``COUNTED`` in its details, or attached by a
+    bind made before composable counted it: Nova's periodic run has);
+    None otherwise."""
+    if not lease.memory_mb or not media.is_cxl(lease.memory_pool):
+        return None
+    for att in db_api.attachment_list(
+            context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
+        if att.mode == states.ATTACH_HOST and (
+                (att.details or {}).get(COUNTED) or
+                att.state == states.ATT_ATTACHED):
+            return att
+    return None
+
+
+def _mark(context, att, **values):
+    details = dict(att.details or {})
+    for key, value in values.items():
+        if value is None:
+            details.pop(key, None)
+        else:
+            details[key] = value
+    db_api.attachment_update(context, att.id, {'details': details})
+
+
+def _compute_node(client, host):
+    """The compute node provider of ``host``; None when Placement has
+    none (no nova-compute on it)."""
+    name = sync.compute_node_name(host)
+    provider = client.get_provider_by_name(name)
+    if provider is None:
+        LOG.info('Host %(host)s has no compute node resource provider '
+                 '%(name)s in Placement; its MEMORY_MB is not composable\'s '
+                 'to follow', {'host': host.name, 'name': name})
+    return provider
+
+
+def _read(client, uuid):
+    """(generation, MEMORY_MB inventory or None, MEMORY_MB used) read so
+    that the three belong together: the usage is read after the
+    inventory and both name the same generation, or it is read again."""
+    for _attempt in range(client.retries + 1):
+        generation, inventories = client.get_inventories(uuid)
+        got = client._call('GET', '/resource_providers/%s/usages' % uuid,
+                           pclient.MV_INVENTORY)
+        if got.get('resource_provider_generation') == generation:
+            return (generation, inventories.get(MEMORY_MB),
+                    int(got['usages'].get(MEMORY_MB, 0)))
+    raise pclient.GenerationConflict(
+        status=409, error_code=pclient.CONCURRENT_UPDATE,
+        what='usage of provider %s' % uuid, attempts=client.retries + 1)
+
+
+def _write_total(client, uuid, generation, inventory, total):
+    body = dict(inventory, total=total,
+                resource_provider_generation=generation)
+    if inventory.get('max_unit') == inventory['total']:
+        # Nova's libvirt driver lets one instance take all of it
+        # (max_unit = total): keep to that, so that Nova finds nothing
+        # to change once it computes the same total.
+        body['max_unit'] = total
+    client._call('PUT', '/resource_providers/%s/inventories/%s' %
+                 (uuid, MEMORY_MB), pclient.MV_INVENTORY, body=body)
+
+
+def _change(client, provider, delta, check=None):
+    """Add ``delta`` MiB to the total of the provider's MEMORY_MB, after
+    ``check(inventory, used)`` on the figures the write is conditional
+    on; (old total, new total), or None when it has no MEMORY_MB."""
+    uuid = provider['uuid']
+
+    def attempt():
+        generation, inventory, used = _read(client, uuid)
+        if inventory is None:
+            return None
+        if check is not None:
+            check(inventory, used)
+        old = int(inventory['total'])
+        # Placement wants total >= 1 and reserved <= total.
+        new = max(old + delta, int(inventory.get('reserved') or 0), 1)
+        if new != old:
+            _write_total(client, uuid, generation, inventory, new)
+        return old, new
+    return client._retrying('MEMORY_MB of provider %s' % uuid, attempt)
+
+
+def grow(context, lease):
+    """After a bind onlined the lease's CXL memory on its host: count it
+    in the host's MEMORY_MB, once. Never fails the bind: Nova's periodic
+    run counts it too, a minute later at most."""
+    if not lease.memory_mb or not media.is_cxl(lease.memory_pool):
+        return
+    att = None
+    for row in db_api.attachment_list(context, lease.id,
+                                      states_=[states.ATT_ATTACHED]):
+        if row.mode == states.ATTACH_HOST:
+            att = row
+    if att is None or (att.details or {}).get(COUNTED):
+        # Counted by the bind that made this attachment; the agent kept
+        # the region, so the host has no more memory than then.
+        return
+    _mark(context, att, **{COUNTED: lease.memory_mb})
+    if not placement_claims.enabled():
+        return
+    try:
+        client = placement_claims.get_client()
+        provider = _compute_node(client, att.host)
+        if provider is None:
+            return
+        moved = _change(client, provider, lease.memory_mb)
+    except exception.ComposableException as exc:
+        LOG.warning('Lease %(lease)s: could not add its %(mb)d MiB to the '
+                    'MEMORY_MB of compute node %(host)s (%(exc)s); '
+                    'nova-compute adds them at its next periodic run',
+                    {'lease': lease.uuid, 'mb': lease.memory_mb,
+                     'host': att.host.name, 'exc': exc})
+        return
+    if moved:
+        LOG.info('Lease %(lease)s: MEMORY_MB of compute node %(host)s '
+                 'from %(old)d to %(new)d MiB',
+                 {'lease': lease.uuid, 'host': att.host.name,
+                  'old': moved[0], 'new': moved[1]})
+
+
+def take_back(context, lease):
+    """Before an unbind (or a release) takes the lease's CXL memory off
+    its host: refuse it (Conflict, 409, with the numbers) when instances
+    use that memory, else lower the host's MEMORY_MB at once. Nothing is
+    changed when it refuses. Idempotent: an unbind already taken back is
+    not lowered again."""
+    att = host_attachment(context, lease)
+    if att is None or (att.details or {}).get(TAKEN):
+        return
+    if not placement_claims.enabled():
+        return
+    client = placement_claims.get_client()
+    host = att.host
+    name = sync.compute_node_name(host)
+
+    def check(inventory, used):
+        rules.check_cxl_unbind(lease, name, inventory, used)
+
+    try:
+        provider = _compute_node(client, host)
+        if provider is None:
+            return
+        moved = _change(client, provider, -lease.memory_mb, check=check)
+    except pclient.PlacementError as exc:
+        # Without the numbers the memory is not taken: the guests using
+        # it cannot be known.
+        raise exception.ServiceUnavailable(
+            reason='cannot check that no instance on compute node %s uses '
+                   'the CXL memory of lease %s: %s; try again when '
+                   'Placement answers' % (name, lease.uuid, exc))
+    _mark(context, att, **{TAKEN: True, COUNTED: lease.memory_mb})
+    if moved:
+        LOG.info('Lease %(lease)s: MEMORY_MB of compute node %(host)s '
+                 'from %(old)d to %(new)d MiB before its CXL memory is '
+                 'taken off', {'lease': lease.uuid, 'host': name,
+                               'old': moved[0], 'new': moved[1]})
+
+
+def give_back(context, lease):
+    """The unbind that took back the MEMORY_MB did not take the memory:
+    count it again. Best effort (logged): Nova's next periodic run sets
+    MEMORY_MB from MemTotal only when MemTotal changes."""
+    att = host_attachment(context, lease)
+    if att is None or not (att.details or {}).get(TAKEN):
+        return
+    try:
+        if placement_claims.enabled():
+            client = placement_claims.get_client()
+            provider = _compute_node(client, att.host)
+            if provider is not None:
+                _change(client, provider, lease.memory_mb)
+    except exception.ComposableException as exc:
+        LOG.warning('Lease %(lease)s: could not give the MEMORY_MB of '
+                    'compute node %(host)s its %(mb)d MiB back (%(exc)s); '
+                    'restarting nova-compute there makes it report '
+                    'MemTotal again', {'lease': lease.uuid,
+                                       'host': att.host.name,
+                                       'mb': lease.memory_mb, 'exc': exc})
+        return
+    _mark(context, att, **{TAKEN: None})

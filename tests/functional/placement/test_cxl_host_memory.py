@@ -1,0 +1,359 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""CXL memory bound in host mode and the compute node's MEMORY_MB in a
+real Placement: the inventory follows bind and unbind, an unbind (or a
+delete) that would take memory instances hold is refused with 409 and
+the numbers, and an allocation racing the unbind is either checked again
+or refused by Placement.
+
+The compute host's agent runs with the noop CXL back end (no CXL
+hardware here: a mock that onlines nothing); the conductor, its
+database, its Placement client and Placement are real.
+"""
+
+import pytest
+
+from composable.common import exception
+from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import client as pclient
+from composable.conductor.placement import host_memory
+from composable import conf
+from composable.db import api as dbapi
+from composable import fabric as fabric_drivers
+from composable.fabric import cxl
+from tests.unit.conductor import harness as h_mod
+
+CONF = conf.CONF
+HOST = 'cxl-host'
+MB = 'MEMORY_MB'
+
+
+@pytest.fixture
+def cxl_host(harness, client):
+    """A CXL fabric whose device cmm0 is wired to HOST, a cxl pool of it,
+    HOST's agent, and HOST's compute node provider as nova-compute makes
+    it: 4096 MiB of MEMORY_MB, 512 reserved."""
+    CONF.set_override('enabled_drivers', ['fake', 'cxl'], 'fabric')
+    fabric_drivers._DRIVERS['cxl'] = cxl.CxlFabricDriver()
+    ctx = h_mod.admin()
+    fabric = dbapi.fabric_create(ctx, {
+        'name': 'cxl1', 'driver': 'cxl', 'driver_info': {
+            'backend': 'local', 'devices': {
+                'cmm0': {'serial': '0x5a5a0001', 'capacity_mb': 4096,
+                         'hosts': [HOST]}}}})
+    host = dbapi.host_create(ctx, {'name': HOST, 'fabric_id': fabric.id})
+    pool = dbapi.pool_create(ctx, {
+        'name': 'cxl-mem', 'kind': 'memory', 'medium': 'cxl',
+        'resource_class': 'CUSTOM_COMPOSABLE_CXL_MEMORY_MB',
+        'fabric_id': fabric.id, 'step_size': 256, 'total': 0, 'used': 0,
+        'reserved': 0, 'traits': []})
+    dbapi.memory_node_create(ctx, {'name': 'cmm0', 'pool_id': pool.id,
+                                   'capacity_mb': 4096, 'exporter': 'cxl'})
+    harness.start_agent(HOST)
+    node = client.create_provider(pclient.new_provider_uuid(), HOST)
+    client.set_inventories(node['uuid'], {
+        'VCPU': {'total': 8},
+        MB: {'total': 4096, 'reserved': 512, 'allocation_ratio': 1.0,
+             'max_unit': 4096}})
+    try:
+        yield {'host': host, 'pool': dbapi.pool_get(ctx, pool.uuid),
+               'node': node['uuid']}
+    finally:
+        CONF.clear_override('enabled_drivers', 'fabric')
+
+
+def memory(client, node):
+    return client.get_inventories(node)[1][MB]
+
+
+def used(client, node):
+    return client.get_usages(node).get(MB, 0)
+
+
+def instance(client, node, mb):
+    """An instance's allocation on the compute node, as Nova's scheduler
+    writes it."""
+    uuid = pclient.new_provider_uuid()
+    client.put_allocations(uuid, {node: {MB: mb, 'VCPU': 1}}, 'p2', 'u2',
+                           consumer_type='INSTANCE')
+    return uuid
+
+
+def bound_lease(harness, setup, mb=1024):
+    uuid = harness.create(memory_mb=mb,
+                          requested_pools=[setup['pool'].uuid])
+    uuid = uuid['uuid'] if isinstance(uuid, dict) else uuid
+    harness.wait(uuid, ['reserved'])
+    harness.api.bind_lease(h_mod.user_context(), uuid, setup['host'].uuid)
+    lease = harness.wait(uuid, ['bound', 'bind_failed'])
+    assert lease.status == 'bound', lease.fault
+    return uuid
+
+
+def test_memory_follows_the_lease_and_unbind_waits_for_room(
+        harness, client, cxl_host):
+    node = cxl_host['node']
+    uuid = bound_lease(harness, cxl_host)
+    # Counted at once, not at nova-compute's next periodic run; reserved
+    # and the ratio stay Nova's.
+    assert memory(client, node)['total'] == 5120
+    assert memory(client, node)['max_unit'] == 5120
+    assert memory(client, node)['reserved'] == 512
+
+    # Capacity now (5120 - 512) x 1 = 4608; without the lease 3584.
+    instance(client, node, 3000)
+    second = instance(client, node, 700)
+    with pytest.raises(exception.HostMemoryInUse) as err:
+        harness.api.unbind_lease(h_mod.user_context(), uuid)
+    message = str(err.value)
+    for words in ('gives compute node %s 1024 MiB of CXL memory' % HOST,
+                  'they use 3700 MiB', 'total 5120 MiB',
+                  'reserved 512 MiB', 'would offer 3584 MiB',
+                  'at least 116 MiB'):
+        assert words in message, message
+    # Nothing changed: the lease is bound, no unbind was started, the
+    # inventory is as it was.
+    lease = harness.lease(uuid)
+    assert lease.status == 'bound' and lease.reservation is None
+    assert ('unbind', 'error') not in harness.actions(uuid)
+    assert [a for a, _ in harness.actions(uuid)].count('unbind') == 0
+    assert memory(client, node)['total'] == 5120
+    # A delete would take the memory as well.
+    with pytest.raises(exception.HostMemoryInUse):
+        harness.api.delete_lease(h_mod.user_context(), uuid)
+    assert harness.lease(uuid).status == 'bound'
+
+    # One instance goes: 3000 fits in 3584.
+    client.delete_allocations(second)
+    harness.api.unbind_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['reserved', 'error']).status == 'reserved'
+    assert memory(client, node)['total'] == 4096
+    assert memory(client, node)['max_unit'] == 4096
+    assert used(client, node) == 3000
+
+    # Bound again and deleted: counted, then taken off again.
+    harness.api.bind_lease(h_mod.user_context(), uuid,
+                           cxl_host['host'].uuid)
+    assert harness.wait(uuid, ['bound', 'bind_failed']).status == 'bound'
+    assert memory(client, node)['total'] == 5120
+    harness.api.delete_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['released', 'error']).status == 'released'
+    assert memory(client, node)['total'] == 4096
+
+
+def test_allocation_between_check_and_write_is_checked_again(
+        harness, client, cxl_host, monkeypatch):
+    """The check reads inventory and usage at generation G and writes
+    the lowered total at G. An instance allocated in between moves the
+    generation: the write is refused (concurrent update) and the check
+    runs again on the usage with that instance."""
+    node = cxl_host['node']
+    uuid = bound_lease(harness, cxl_host)
+    instance(client, node, 3000)
+    real_read = host_memory._read
+    reads = []
+
+    def read_then_allocate(placement, provider):
+        got = real_read(placement, provider)
+        reads.append(got)
+        if len(reads) == 1:
+            # Fits with the lease (3000 + 1000 <= 4608), not without
+            # it (> 3584).
+            instance(client, node, 1000)
+        return got
+
+    monkeypatch.setattr(host_memory, '_read', read_then_allocate)
+    with pytest.raises(exception.HostMemoryInUse) as err:
+        harness.api.unbind_lease(h_mod.user_context(), uuid)
+    assert 'they use 4000 MiB' in str(err.value)
+    # First read: 3000 used; the second one saw the instance.
+    assert [r[2] for r in reads] == [3000, 4000]
+    assert memory(client, node)['total'] == 5120
+    assert harness.lease(uuid).status == 'bound'
+
+
+def test_allocation_after_the_write_is_refused_by_placement(
+        harness, client, cxl_host):
+    """Once the total is lowered, Placement checks every new allocation
+    against it: an instance that would only fit with the lease's memory
+    is refused while the memory is being taken off, and after."""
+    node = cxl_host['node']
+    uuid = bound_lease(harness, cxl_host)
+    instance(client, node, 3000)
+    harness.api.unbind_lease(h_mod.user_context(), uuid)
+    # Lowered under the reservation, before the agent was asked.
+    assert memory(client, node)['total'] == 4096
+    with pytest.raises(pclient.PlacementError) as err:
+        instance(client, node, 1000)
+    assert err.value.status == 409
+    assert harness.wait(uuid, ['reserved', 'error']).status == 'reserved'
+    assert used(client, node) == 3000
+    assert instance(client, node, 584)
+
+
+def test_failed_unbind_gives_the_memory_back(harness, client, cxl_host,
+                                             monkeypatch):
+    """The host could not offline the memory (the kernel could not move
+    its pages): it is still there, so MEMORY_MB counts it again."""
+    node = cxl_host['node']
+    uuid = bound_lease(harness, cxl_host)
+    agent = harness.agents[HOST]
+
+    def refuse(*args, **kwargs):
+        raise exception.DriverError(
+            reason='memory blocks 33, 34 of node 1 could not be offlined')
+
+    monkeypatch.setattr(agent, 'detach_memory', refuse)
+    harness.api.unbind_lease(h_mod.user_context(), uuid)
+    lease = harness.wait(uuid, ['reserved', 'error'])
+    assert lease.status == 'error'
+    assert memory(client, node)['total'] == 5120
+    monkeypatch.undo()
+    harness.api.unbind_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['reserved', 'error']).status == 'reserved'
+    assert memory(client, node)['total'] == 4096
+
+
+def test_placement_unreachable_refuses_the_unbind(harness, client,
+                                                  cxl_host):
+    uuid = bound_lease(harness, cxl_host)
+    placement_claims.set_client(pclient.ReportClient(
+        _nowhere(), retry_delay=0))
+    try:
+        with pytest.raises(exception.ServiceUnavailable) as err:
+            harness.api.unbind_lease(h_mod.user_context(), uuid)
+    finally:
+        placement_claims.set_client(None)
+    assert 'cannot check that no instance on compute node %s uses' % HOST \
+        in str(err.value)
+    assert harness.lease(uuid).status == 'bound'
+
+
+def _nowhere():
+    from keystoneauth1 import adapter as ks_adapter
+    from keystoneauth1 import session as ks_session
+    from keystoneauth1 import token_endpoint
+    auth = token_endpoint.Token('http://127.0.0.1:9/placement', 'admin')
+    return ks_adapter.Adapter(ks_session.Session(auth=auth),
+                              service_type='placement')
+
+
+def test_expiry_takes_nothing_instances_use(harness, client, cxl_host):
+    """A lease whose end passed is released by the conductor on its own,
+    with no request to refuse: its flow checks the same rule and fails
+    (error, with the numbers) rather than take the memory."""
+    import datetime
+
+    from composable.common import utils
+    from tests import lease_rows
+
+    node = cxl_host['node']
+    uuid = bound_lease(harness, cxl_host)
+    second = instance(client, node, 3700)
+    lease_rows.write(h_mod.admin(), harness.lease(uuid).id, {
+        'end_at': utils.utcnow() - datetime.timedelta(seconds=1)})
+    harness.conductor.run_periodic_tasks()
+    harness.idle()
+    lease = harness.wait(uuid, ['error', 'released'])
+    assert lease.status == 'error'
+    assert 'they use 3700 MiB' in lease.fault
+    assert 'would offer 3584 MiB' in lease.fault
+    assert harness.actions(uuid)[-1] == ('expire', 'error')
+    assert memory(client, node)['total'] == 5120
+    # The memory is still the host's: its attachment is live.
+    assert [a.state for a in dbapi.attachment_list(
+        h_mod.admin(), lease.id,
+        states_=['attaching', 'attached', 'detaching', 'failed'])] == [
+        'attached']
+
+    client.delete_allocations(second)
+    harness.api.delete_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['released', 'error']).status == 'released'
+    assert memory(client, node)['total'] == 4096
+
+
+def test_the_api_answers_409_with_the_numbers(harness, client, cxl_host):
+    from composable.api import app as api_app
+    from composable import policies
+    from tests.unit.api import base as api_base
+
+    policies.reset()
+    api = api_base.Client(api_app.setup_app('noauth'), 'admin')
+    node = cxl_host['node']
+    uuid = bound_lease(harness, cxl_host)
+    instance(client, node, 4000)
+    url = '/v1/leases/%s' % uuid
+    for resp in (api.post(url + '/unbind'), api.delete(url)):
+        assert resp.status == 409, resp
+        assert resp.error['code'] == 'composable.lease.host_memory_in_use'
+        assert 'they use 4000 MiB' in resp.error['detail']
+        assert 'would offer 3584 MiB' in resp.error['detail']
+    assert api.get(url).json['status'] == 'bound'
+
+
+def test_two_unbinds_at_once_take_only_what_is_free(harness, client,
+                                                    cxl_host, monkeypatch):
+    """Two leases on one host, unbound at the same moment (each under
+    its own reservation, so nothing orders them but Placement): the
+    instances fit without either, not without both. Both checks read
+    the same figures before either writes; exactly one write lands, the
+    other conflicts, reads again and is refused on the figures the first
+    left."""
+    import threading
+
+    node = cxl_host['node']
+    first = bound_lease(harness, cxl_host)
+    second = bound_lease(harness, cxl_host)
+    # (4096 + 2048 - 512) = 5632 with both, 4608 with one, 3584 with none.
+    assert memory(client, node)['total'] == 6144
+    instance(client, node, 4000)
+    start = threading.Barrier(2)
+    both_read = threading.Barrier(2)
+    real_read = host_memory._read
+    reads = []
+
+    def read_together(placement, provider):
+        got = real_read(placement, provider)
+        reads.append(got[0])
+        if len(reads) <= 2:
+            both_read.wait(timeout=30)
+        return got
+
+    monkeypatch.setattr(host_memory, '_read', read_together)
+    outcome = {}
+
+    def unbind(uuid):
+        start.wait(timeout=30)
+        try:
+            harness.api.unbind_lease(h_mod.user_context(), uuid)
+            outcome[uuid] = 'unbinding'
+        except exception.HostMemoryInUse as exc:
+            outcome[uuid] = str(exc)
+
+    threads = [threading.Thread(target=unbind, args=(uuid,))
+               for uuid in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(outcome) == sorted([first, second])
+    went = [uuid for uuid, said in outcome.items() if said == 'unbinding']
+    assert len(went) == 1, outcome
+    stayed = first if went == [second] else second
+    assert 'they use 4000 MiB' in outcome[stayed]
+    assert 'total 5120 MiB' in outcome[stayed]
+    assert harness.wait(went[0], ['reserved', 'error']).status == 'reserved'
+    assert harness.lease(stayed).status == 'bound'
+    assert memory(client, node)['total'] == 5120
+    # Two reads of one generation, then the loser's read of the next.
+    assert reads[0] == reads[1] and len(reads) == 3 and reads[2] > reads[0]
