@@ -40,8 +40,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN_PYTEST = os.path.join(HERE, 'run-pytest.py')
 ROOT = 'tests/functional'
-MACHINE = ['compute_host', 'compute_node', 'dataplane', 'guest', 'hooks',
-           'memory']
+MACHINE = ['compute_host', 'compute_node', 'cxl_host', 'dataplane', 'guest',
+           'hooks', 'memory']
 # Whatever is in folders of their own elsewhere (a browser's, say) is not
 # for this tier.
 ELSEWHERE = ['horizon']

@@ -23,8 +23,9 @@ make a region
     ``target0`` (the endpoint decoder) and ``commit``; then the region
     bound to the ``cxl_region`` driver, which makes its DAX device.
 online it
-    the DAX device moved from ``device_dax`` to ``kmem``, and every
-    memory block of its physical range onlined ``online_movable`` (in
+    the DAX device in ``kmem`` (where Linux puts a RAM region's at
+    once), and every memory block of its physical range onlined
+    ``online_movable`` (in
     ZONE_MOVABLE only can the pages be migrated away again when the
     memory goes back); its ``target_node`` is the new NUMA node.
 give it back
@@ -409,7 +410,13 @@ def _release_dax(region):
     if dax_driver(dax) == 'kmem':
         _put(dax, DAX, 'drivers', 'kmem', 'unbind')
     if dax_driver(dax) is None:
-        _put(dax, DAX, 'drivers', 'device_dax', 'bind')
+        # A RAM region's DAX device is of the kmem type: device_dax
+        # matches it only once named in its new_id (a plain bind is
+        # refused with ENODEV); the new id also binds it. This is what
+        # daxctl reconfigure-device --mode=devdax does.
+        _put(dax, DAX, 'drivers', 'device_dax', 'new_id')
+        if dax_driver(dax) is None:
+            _put(dax, DAX, 'drivers', 'device_dax', 'bind')
     return dax
 
 
@@ -435,7 +442,9 @@ def _overwrite(dax):
                 for start in range(0, length, SLICE):
                     end = min(length, start + SLICE)
                     window[start:end] = zeros[:end - start]
-                window.flush()
+                # No flush: the stores reach the device directly (a DAX
+                # mapping has no page cache), and Linux refuses msync on
+                # a device-dax file (EINVAL: it has no fsync).
             offset += length
     finally:
         os.close(fd)

@@ -37,6 +37,7 @@ record got its name: it is erased and destroyed too.
 The privileged side is composable.privsep.cxl.
 """
 
+import errno
 import json
 import os
 import threading
@@ -332,6 +333,17 @@ class CxlHostMemory(object):
         try:
             self._teardown_steps(key, record)
         except OSError as exc:
+            if exc.errno == errno.EBUSY and record['step'] == SCRUBBED:
+                # Linux resets a device's HDM decoders in the reverse of
+                # the order they were committed: a region made before
+                # another on the same device can only go after it.
+                raise _error(
+                    'CXL region %s of device %s is offline and erased, but '
+                    'the kernel frees a device\'s decoders last-made '
+                    'first: it stays until the regions made after it on '
+                    'that device are given back; unbind again then (%s)'
+                    % (record.get('region'), record['device'],
+                       exc.strerror or exc))
             raise _error('giving back CXL region %s of device %s failed: %s'
                          % (record.get('region'), record['device'],
                             exc.strerror or exc))

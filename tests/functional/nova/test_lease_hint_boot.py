@@ -32,7 +32,9 @@ POOL = uuidutils.generate_uuid()
 FABRIC = uuidutils.generate_uuid()
 
 
-class LeaseHintBootTest(base.ProviderUsageTestCase):
+class ComposableFilterTestCase(base.ProviderUsageTestCase):
+    """Three compute hosts, Nova's scheduler with ComposableFilter, and
+    the fake composable API the filter reaches over keystoneauth."""
 
     def setUp(self):
         self.composable = fake_api.FakeComposableAPI()
@@ -40,6 +42,7 @@ class LeaseHintBootTest(base.ProviderUsageTestCase):
         self.addCleanup(intercept.uninstall_intercept)
         self.flags(auth_type='none', endpoint_override=fake_api.ENDPOINT,
                    timeout=5, group='composable')
+        # The filter must be configured before the scheduler starts.
         self.flags(available_filters=[
             'nova.scheduler.filters.all_filters',
             'composable.nova.scheduler.ComposableFilter'],
@@ -50,6 +53,12 @@ class LeaseHintBootTest(base.ProviderUsageTestCase):
         super().setUp()
         for host in ('host1', 'host2', 'host3'):
             self._start_compute(host)
+
+
+class LeaseHintBootTest(ComposableFilterTestCase):
+
+    def setUp(self):
+        super().setUp()
         aggregate = self.admin_api.post_aggregate(
             {'aggregate': {'name': 'composable-fabric'}})
         for host in ('host1', 'host2'):
@@ -94,27 +103,13 @@ class LeaseHintBootTest(base.ProviderUsageTestCase):
         self.assertIn('No valid host', server['fault']['message'])
 
 
-class ReachableDevicesBootTest(base.ProviderUsageTestCase):
+class ReachableDevicesBootTest(ComposableFilterTestCase):
     """A flavor asking for a composable GPU: Placement finds the pool's
     capacity through the aggregate of host1 and host2, and the filter
     keeps the host the fabric can connect a free GPU to."""
 
     def setUp(self):
-        self.composable = fake_api.FakeComposableAPI()
-        intercept = self.composable.install()
-        self.addCleanup(intercept.uninstall_intercept)
-        self.flags(auth_type='none', endpoint_override=fake_api.ENDPOINT,
-                   timeout=5, group='composable')
-        self.flags(available_filters=[
-            'nova.scheduler.filters.all_filters',
-            'composable.nova.scheduler.ComposableFilter'],
-            enabled_filters=(
-                list(CONF.filter_scheduler.enabled_filters) +
-                ['ComposableFilter']),
-            group='filter_scheduler')
         super().setUp()
-        for host in ('host1', 'host2', 'host3'):
-            self._start_compute(host)
         aggregate, _, client = test_flavor_boot.fabric_with_pool(
             self, ['host1', 'host2'])
         pool = test_flavor_boot.gpu_pool(self, aggregate, client, total=2)

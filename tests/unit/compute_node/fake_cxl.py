@@ -74,6 +74,8 @@ class FakeCxlKernel(object):
         self.regions = {}
         self.blocks = {}
         self.dax = {}
+        # DAX devices named in a DAX driver's new_id: {driver: {dax}}.
+        self.named_ids = {}
         self.pinned = set()
         self.next_region = 0
         self.next_hpa = WINDOW_BASE
@@ -327,9 +329,12 @@ class FakeCxlKernel(object):
             self._put(dbase + 'resource', '0x%x' % r['hpa'])
             self._put(dbase + 'size', '%d' % r['size'])
             self._put(dbase + 'target_node', NODE)
-            self.dax[dax] = {'region': name, 'driver': 'device_dax'}
-            self._sync_dax(dax)
+            self.dax[dax] = {'region': name, 'driver': None}
             self._copy(r, to_memory=True)
+            # A RAM region's DAX device is of the kmem type: Linux gives
+            # it to kmem at once (and onlines it as auto_online_blocks
+            # says), as a real 6.12 kernel does.
+            self._dax_driver('kmem', 'bind', dax)
         elif attr == 'unbind':
             if not r['bound']:
                 _fail(errno.ENODEV, name)
@@ -385,9 +390,20 @@ class FakeCxlKernel(object):
                     del self.blocks[b]
                     _rmtree(self.p('sys/devices/system/memory/' + b))
             d['driver'] = None
-        elif attr == 'bind':
+        elif attr in ('bind', 'new_id'):
+            if attr == 'new_id':
+                self.named_ids.setdefault(driver, set()).add(dax)
+                if d['driver'] is not None:
+                    self._sync_dax(dax)
+                    return
             if d['driver'] is not None:
                 _fail(errno.EBUSY, dax + ' has a driver')
+            if driver == 'device_dax' and \
+                    dax not in self.named_ids.get(driver, ()):
+                # The device is of the kmem type: device_dax matches it
+                # only once it is named in its new_id (what daxctl
+                # reconfigure-device does).
+                _fail(errno.ENODEV, dax)
             d['driver'] = driver
             if driver == 'kmem':
                 auto = self._get('sys/devices/system/memory/'

@@ -1,0 +1,28 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import pytest
+
+from tests.functional.compute_node import dataplane
+from tests.functional.cxl_host import host
+
+
+@pytest.fixture(scope='module')
+def cxl_guest():
+    """One CXL host guest for the module's tests (it boots in about half
+    a minute under TCG); each test leaves its regions as it found them."""
+    try:
+        image = host.build_image()
+    except host.CxlHostUnavailable as exc:
+        dataplane.unavailable(str(exc))
+    with host.running_guest(image) as guest:
+        yield guest

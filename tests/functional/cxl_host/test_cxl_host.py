@@ -1,0 +1,283 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The compute agent's CXL memory code against a real kernel's CXL
+regions: Linux 6.12 in a TCG guest with two emulated CXL Type-3 memory
+devices (tests/functional/cxl_host/host.py).
+
+``CxlHostMemory`` runs here, in the test process, exactly as in the
+agent; every call it makes to ``composable.privsep.cxl`` runs that
+module's code in the guest, as root against the guest's sysfs. The
+emulated part is the memory device itself (QEMU's cxl-type3): what a
+real device would be.
+"""
+
+import json
+
+import pytest
+
+from composable.agent.compute_node import cxl_memory
+from composable.common import exception
+from tests.functional.cxl_host import host
+
+CHUNK_MB = 256
+SECRET = b'the previous tenant\'s secret, 0123456789'
+MIB = 1 << 20
+
+
+class Killed(BaseException):
+    """The agent's process dying at a chosen call (nothing after it in
+    the process runs; what the guest's kernel did stays done)."""
+
+
+class DiesAfter(object):
+    """The guest's ops, but the process 'dies' once ``name`` returned."""
+
+    def __init__(self, ops, name):
+        self._ops = ops
+        self._name = name
+
+    def __getattr__(self, name):
+        value = getattr(self._ops, name)
+        if name != self._name:
+            return value
+
+        def call(*args):
+            value(*args)
+            raise Killed(name)
+        return call
+
+
+def serial(index):
+    return hex(host.SERIALS[index])
+
+
+def chunks(lease, n, device=0):
+    return [{'uuid': '%s-chunk-%d' % (lease, i), 'index': i,
+             'size_mb': CHUNK_MB, 'lease_uuid': lease, 'medium': 'cxl',
+             'device': 'cxl-device-%d' % device,
+             'locator': {'serial': serial(device)}}
+            for i in range(n)]
+
+
+def agent(ops, state_file):
+    memory = cxl_memory.CxlHostMemory(
+        ops=ops, state_file=state_file, offline_attempts=5,
+        offline_interval=1, sanitize_timeout=300)
+    memory.start()
+    return memory
+
+
+@pytest.fixture
+def state_file(tmp_path):
+    return str(tmp_path / 'cxl-regions.json')
+
+
+@pytest.fixture
+def guest(cxl_guest):
+    """The guest, checked to hold no region before and after the test
+    (a test that fails leaves none for the next either)."""
+    ops = cxl_guest.ops
+    assert _regions(ops) == [], 'a region was left before this test'
+    try:
+        yield cxl_guest
+    finally:
+        for region in _regions(ops):
+            info = ops.region_info(region) or {}
+            ops.offline_region(region)
+            ops.release_dax(region)
+            ops.destroy_region(region, (info.get('targets') or [None])[0],
+                               ops.root_decoders()[0])
+        for index in range(len(host.SERIALS)):
+            ops.release_idle_decoders(ops.memdev_by_serial(serial(index)))
+
+
+def _regions(ops):
+    regions = set(ops.untargeted_regions())
+    for index in range(len(host.SERIALS)):
+        regions.update(ops.regions_of(ops.memdev_by_serial(serial(index))))
+    return sorted(regions)
+
+
+def _scratch_region(ops, index, size):
+    """A region made directly on device ``index`` (no agent), its DAX
+    device taken back to device_dax so the test can read the bytes (the
+    kernel gives a new RAM region's DAX device to kmem by itself, and
+    onlines its memory)."""
+    made = ops.make_region(ops.memdev_by_serial(serial(index)), size)
+    assert ops.offline_region(made['region']) == []
+    dax = ops.release_dax(made['region'])
+    assert dax and ops.dax_driver(dax) == 'device_dax'
+    return made, dax
+
+
+def _destroy(ops, made):
+    ops.destroy_region(made['region'], made['decoder'],
+                       made['root_decoder'])
+
+
+def test_device_memory_outlives_a_region_unless_erased(guest):
+    """The control for the scrub tests: bytes written through one region
+    are read back through the next one on the same device capacity, so
+    finding no secret later means the agent erased it."""
+    ops = guest.ops
+    made, dax = _scratch_region(ops, 1, CHUNK_MB * MIB)
+    guest.call('dax_write', dax, 12345, SECRET.hex())
+    _destroy(ops, made)
+    made, dax = _scratch_region(ops, 1, CHUNK_MB * MIB)
+    try:
+        assert guest.call('dax_find', dax, SECRET.hex()) == 12345
+    finally:
+        _destroy(ops, made)
+
+
+def test_bind_onlines_a_movable_node_and_unbind_sanitizes(guest,
+                                                          state_file):
+    ops = guest.ops
+    memory = agent(ops, state_file)
+    details = memory.attach({'uuid': 'lease-1'}, chunks('lease-1', 2))
+    node = details['lease-1-chunk-0']['numa_node']
+    region = details['lease-1-chunk-0']['region']
+    assert node is not None and node > 0
+    assert details['lease-1-chunk-1']['region'] == region
+    # The host has the lease's memory as a CPU-less node, all of it
+    # movable (the kernel onlined it as normal memory first).
+    assert guest.call('node_memory_mib', node) == 2 * CHUNK_MB
+    assert ops.node_cpus(node) == ''
+    dax = ops.dax_of(region)
+    blocks = ops.memory_blocks(dax)
+    assert blocks and {ops.block_zone(b) for b in blocks} == {'Movable'}
+    with open(state_file) as f:
+        assert json.load(f)['regions']['lease-1/cxl-device-0']['step'] == \
+            'online'
+
+    # A tenant uses the memory and leaves its bytes in it.
+    guest.call('numa_fill', node, 16 * MIB, SECRET.hex())
+    memory.detach({'uuid': 'lease-1'}, chunks('lease-1', 2))
+    assert guest.call('node_memory_mib', node) == 0
+    assert _regions(ops) == []
+    # The only region of the device: erased by the device's sanitize
+    # (QEMU's Type-3 device has one).
+    assert ops.can_sanitize(ops.memdev_by_serial(serial(0)))
+    made, dax = _scratch_region(ops, 0, 2 * CHUNK_MB * MIB)
+    try:
+        assert guest.call('dax_find', dax, SECRET.hex()) == -1
+    finally:
+        _destroy(ops, made)
+
+    # The capacity goes to the next lease.
+    details = memory.attach({'uuid': 'lease-2'}, chunks('lease-2', 2))
+    node = details['lease-2-chunk-0']['numa_node']
+    assert guest.call('node_memory_mib', node) == 2 * CHUNK_MB
+    memory.detach({'uuid': 'lease-2'}, chunks('lease-2', 2))
+    assert _regions(ops) == []
+
+
+def test_shared_device_is_overwritten_not_sanitized(guest, state_file):
+    """Two leases on one device. Neither unbind can sanitize the device
+    (the other region maps it): each overwrites its own region. The
+    kernel frees a device's decoders last-made first, so the first
+    lease's region, offline and erased, stays until the second one has
+    gone; the second lease keeps its memory meanwhile."""
+    ops = guest.ops
+    memory = agent(ops, state_file)
+    first = memory.attach({'uuid': 'lease-a'}, chunks('lease-a', 1, 1))
+    second = memory.attach({'uuid': 'lease-b'}, chunks('lease-b', 1, 1))
+    node_a = first['lease-a-chunk-0']['numa_node']
+    node_b = second['lease-b-chunk-0']['numa_node']
+    assert first['lease-a-chunk-0']['region'] != \
+        second['lease-b-chunk-0']['region']
+    # Linux gives every region of one CXL memory window the window's
+    # NUMA node: two leases on one host share it.
+    assert node_a == node_b
+    assert guest.call('node_memory_mib', node_a) == 2 * CHUNK_MB
+    guest.call('numa_fill', node_a, 16 * MIB, SECRET.hex())
+    with pytest.raises(exception.DriverError) as error:
+        memory.detach({'uuid': 'lease-a'}, chunks('lease-a', 1, 1))
+    assert 'last-made first' in error.value.message
+    assert guest.call('node_memory_mib', node_b) == CHUNK_MB
+    with open(state_file) as f:
+        assert json.load(f)['regions']['lease-a/cxl-device-1']['step'] == \
+            'scrubbed'
+
+    memory.detach({'uuid': 'lease-b'}, chunks('lease-b', 1, 1))
+    memory.detach({'uuid': 'lease-a'}, chunks('lease-a', 1, 1))
+    assert _regions(ops) == []
+    made, dax = _scratch_region(ops, 1, 2 * CHUNK_MB * MIB)
+    try:
+        assert guest.call('dax_find', dax, SECRET.hex()) == -1
+    finally:
+        _destroy(ops, made)
+
+
+@pytest.mark.parametrize('dies_after', ['make_region', 'online_region'])
+def test_agent_killed_during_bind_is_undone_at_restart(guest, state_file,
+                                                       dies_after):
+    ops = guest.ops
+    memory = agent(DiesAfter(ops, dies_after), state_file)
+    with pytest.raises(Killed):
+        memory.attach({'uuid': 'lease-k'}, chunks('lease-k', 1))
+    assert len(_regions(ops)) == 1
+
+    restarted = cxl_memory.CxlHostMemory(
+        ops=ops, state_file=state_file, offline_attempts=5,
+        offline_interval=1, sanitize_timeout=300)
+    assert restarted.start() == {'lease-k/cxl-device-0': 'undone'}
+    assert _regions(ops) == []
+    # Nothing of the device is held: the whole of it can be bound.
+    details = restarted.attach({'uuid': 'lease-k'}, chunks('lease-k', 2))
+    assert guest.call('node_memory_mib',
+                      details['lease-k-chunk-0']['numa_node']) == \
+        2 * CHUNK_MB
+    restarted.detach({'uuid': 'lease-k'}, chunks('lease-k', 2))
+    assert _regions(ops) == []
+
+
+def test_agent_killed_during_unbind_finishes_at_restart(guest, state_file):
+    ops = guest.ops
+    memory = agent(ops, state_file)
+    details = memory.attach({'uuid': 'lease-u'}, chunks('lease-u', 1))
+    node = details['lease-u-chunk-0']['numa_node']
+    guest.call('numa_fill', node, 16 * MIB, SECRET.hex())
+    dying = agent(DiesAfter(ops, 'offline_region'), state_file)
+    with pytest.raises(Killed):
+        dying.detach({'uuid': 'lease-u'}, chunks('lease-u', 1))
+
+    restarted = agent(ops, state_file)
+    assert guest.call('node_memory_mib', node) == 0
+    assert _regions(ops) == []
+    with open(state_file) as f:
+        assert json.load(f)['regions'] == {}
+    made, dax = _scratch_region(ops, 0, CHUNK_MB * MIB)
+    try:
+        assert guest.call('dax_find', dax, SECRET.hex()) == -1
+    finally:
+        _destroy(ops, made)
+    assert restarted.records.regions == {}
+
+
+def test_refusals_name_what_is_wrong(guest, state_file):
+    ops = guest.ops
+    memory = agent(ops, state_file)
+    # A device this host is not wired to.
+    stranger = chunks('lease-x', 1)
+    stranger[0]['locator'] = {'serial': '0x7777'}
+    with pytest.raises(exception.DriverError) as error:
+        memory.attach({'uuid': 'lease-x'}, stranger)
+    assert 'serial 0x7777' in str(error.value.message)
+    # More than the device holds: the kernel refuses, nothing is left.
+    with pytest.raises(exception.DriverError) as error:
+        memory.attach({'uuid': 'lease-y'}, chunks('lease-y', 3))
+    assert 'failed' in error.value.message
+    assert _regions(ops) == []
+    with open(state_file) as f:
+        assert json.load(f)['regions'] == {}
