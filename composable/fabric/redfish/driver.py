@@ -633,7 +633,25 @@ class RedfishFabricDriver(base.FabricDriver):
                     functions += device.function_uris
         for uri in functions[:1]:
             device.read_pcie_function(conn.get(uri).body)
+        if device.wants_assembly:
+            self._read_assembly(conn, device)
         return device
+
+    @staticmethod
+    def _read_assembly(conn, device):
+        """The model and serial from the first Assembly the device's
+        resources link, where they do not say them themselves. One that
+        cannot be read leaves them unknown: the device is still what its
+        resources say it is."""
+        uri = device.assembly_uris[0]
+        try:
+            device.read_assembly(conn.get(uri).body)
+        except (LOCAL_ERRORS + (models.ParseError,)) as exc:
+            LOG.warning('Redfish service %(addr)s: assembly %(uri)s could '
+                        'not be read; the device\'s model or serial stays '
+                        'unknown: %(reason)s',
+                        {'addr': conn.address, 'uri': uri,
+                         'reason': _reason(exc)})
 
     def _bindable(self, conn, block):
         """The block's device; DriverError when no host can be given

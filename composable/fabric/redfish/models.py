@@ -338,6 +338,7 @@ class Device(object):
         self.serial = None
         self.vendor_id = None
         self.product_id = None
+        self.part_number = None
         self.health = None
         self.bindable = 0
         self.refused = []
@@ -348,6 +349,10 @@ class Device(object):
         # (type, URI) of members found through members (a Storage's
         # Drives).
         self.more = []
+        # The Assembly resources of what was read, in that order: where
+        # the resources themselves give no model or serial, the first
+        # Assembly is read for them (models.Device.read_assembly).
+        self.assembly_uris = []
 
     @property
     def not_poolable(self):
@@ -549,7 +554,41 @@ class Device(object):
             data.get('DeviceClass')) or class_code_kind(
                 data.get('ClassCode')) or 'pci'
 
+    @property
+    def wants_assembly(self):
+        """True when the model or serial is unknown and an Assembly may
+        tell it."""
+        return bool(self.assembly_uris) and not (self.model and self.serial)
+
+    def read_assembly(self, data):
+        """An Assembly (its Assemblies entries: Model, SerialNumber,
+        Vendor or Producer, PartNumber): fills in what the device's own
+        resources left unknown, from the first entry that tells it (the
+        first entry is the part itself, the others its sub-assemblies)."""
+        data = _obj(data, 'assembly')
+        entries = data.get('Assemblies')
+        if not isinstance(entries, list):
+            raise ParseError('assembly %s has no Assemblies array' %
+                             data.get('@odata.id', ''))
+        for entry in entries:
+            if not isinstance(entry, dict):
+                continue
+            self.model = self.model or _str(entry.get('Model'))
+            self.serial = self.serial or _str(entry.get('SerialNumber'))
+            self.manufacturer = (self.manufacturer
+                                 or _str(entry.get('Vendor'))
+                                 or _str(entry.get('Producer')))
+            self.part_number = self.part_number or _str(
+                entry.get('PartNumber'))
+
     def _describe(self, data, health_only=False):
+        try:
+            self.assembly_uris += [u for u in _links(
+                data.get('Assembly'), 'Assembly')
+                if u not in self.assembly_uris]
+        except ParseError:
+            # A bad link to an Assembly loses only what it would tell.
+            pass
         if not health_only:
             self.model = self.model or _str(data.get('Model'))
             self.manufacturer = self.manufacturer or _str(

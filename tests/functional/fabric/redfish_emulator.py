@@ -116,6 +116,7 @@ TYPES = {
     'Connection': 'Connection.v1_4_0',
     'Switch': 'Switch.v1_10_0',
     'MemoryChunks': 'MemoryChunks.v1_6_2',
+    'Assembly': 'Assembly.v1_6_1',
 }
 COLLECTIONS = ('ResourceBlockCollection', 'ZoneCollection',
                'ComputerSystemCollection', 'SessionCollection',
@@ -231,6 +232,17 @@ PROFILES = {
             {'id': 'DIMM0', 'kind': 'memory', 'zones': ['1']},
             {'id': 'GPU9', 'kind': 'gpu', 'no_ids': True,
              'model': 'Workstation GPU', 'zones': ['1']}]}),
+    # Devices whose own resources (Processor, PCIeDevice, NetworkAdapter)
+    # give no model or serial number but link the device's Assembly,
+    # whose entries (the board, then its parts) have them.
+    'assemblies': _profile({
+        'blocks': [
+            dict(DEFAULT_CONFIG['blocks'][0], assembly=True,
+                 part_number='900-21010-0000-000'),
+            dict(DEFAULT_CONFIG['blocks'][1]),
+            dict(DEFAULT_CONFIG['blocks'][2]),
+            dict(DEFAULT_CONFIG['blocks'][3], assembly=True,
+                 part_number='MCX623106AN-CDAT')]}),
     # A service without a SessionService: HTTP Basic only.
     'no-sessions': _profile({}, sessions=False),
     # Every collection in pages of two members.
@@ -742,9 +754,7 @@ class Emulator(object):
             Status={'State': 'Enabled', 'Health': block['health']},
             Protocol='SAS' if sas else 'NVMe',
             MediaType='HDD' if sas else 'SSD',
-            Manufacturer=block.get('manufacturer'),
-            Model=block.get('model'),
-            SerialNumber=block.get('serial'), Links=links)
+            Links=links, **self._identity(bid))
 
     def _block_member(self, bid, prop):
         block = self.blocks[bid]
@@ -792,9 +802,7 @@ class Emulator(object):
                 kind, uri, '0', '%s %s' % (block['kind'].upper(), bid),
                 Status=status,
                 ProcessorType='GPU' if block['kind'] == 'gpu' else 'FPGA',
-                Manufacturer=block.get('manufacturer'),
-                Model=block.get('model'),
-                SerialNumber=block.get('serial'), Links=pcie)
+                Links=pcie, **self._identity(bid))
         if kind == 'Drive':
             return self._drive(bid, uri, links=pcie)
         return self._resource(
@@ -881,6 +889,37 @@ class Emulator(object):
                '@Redfish.ResourceBlockLimits': {'MinCompute': 1,
                                                 'MaxCompute': 1}})
 
+    def _identity(self, bid):
+        """Manufacturer, Model and SerialNumber of a block's device as
+        its resources give them; with ``assembly`` they give none but link
+        the device's Assembly, which has them."""
+        block = self.blocks[bid]
+        if block.get('assembly'):
+            return {'Assembly': _link('%s/PCIeDevices/%s/Assembly' %
+                                      (POOL, bid))}
+        return {'Manufacturer': block.get('manufacturer'),
+                'Model': block.get('model'),
+                'SerialNumber': block.get('serial')}
+
+    def _assembly(self, bid, uri):
+        """The Assembly of a device: the board itself and its heat
+        sink, as a service's field-replaceable-unit data lists them."""
+        block = self.blocks[bid]
+        return self._resource(
+            'Assembly', uri, 'Assembly', 'Assembly of %s' % bid,
+            Assemblies=[
+                {'@odata.id': uri + '#/Assemblies/0', 'MemberId': '0',
+                 'Name': 'Board of %s' % bid,
+                 'Model': block.get('model'),
+                 'PartNumber': block.get('part_number'),
+                 'SerialNumber': block.get('serial'),
+                 'Vendor': block.get('manufacturer'),
+                 'Producer': block.get('manufacturer'), 'Version': 'A01'},
+                {'@odata.id': uri + '#/Assemblies/1', 'MemberId': '1',
+                 'Name': 'Heat sink of %s' % bid, 'Model': 'Passive',
+                 'SerialNumber': 'HS-%s' % bid}],
+            **{'Assemblies@odata.count': 2})
+
     def _render_chassis(self, parts):
         devices = sorted(b for b in self.blocks if self._pcie(b))
         if not parts:
@@ -907,10 +946,9 @@ class Emulator(object):
                 'NetworkAdapter', POOL + '/NetworkAdapters/' + parts[2],
                 parts[2], 'Network adapter %s' % parts[2],
                 Status={'State': 'Enabled', 'Health': block['health']},
-                Manufacturer=block.get('manufacturer'),
-                Model=block.get('model'), SerialNumber=block.get('serial'),
                 Controllers=[{'Links': {'PCIeDevices': [
-                    _link(POOL + '/PCIeDevices/' + parts[2])]}}])
+                    _link(POOL + '/PCIeDevices/' + parts[2])]}}],
+                **self._identity(parts[2]))
         if parts[1:] == ['PCIeDevices']:
             return self._collection(
                 'PCIeDeviceCollection', POOL + '/PCIeDevices',
@@ -925,10 +963,11 @@ class Emulator(object):
         if len(parts) == 3:
             return self._resource(
                 'PCIeDevice', device, bid, 'PCIe device %s' % bid,
-                Status=status, Manufacturer=block.get('manufacturer'),
-                Model=block.get('model'), SerialNumber=block.get('serial'),
-                DeviceType='SingleFunction',
-                PCIeFunctions=_link(device + '/PCIeFunctions'))
+                Status=status, DeviceType='SingleFunction',
+                PCIeFunctions=_link(device + '/PCIeFunctions'),
+                **self._identity(bid))
+        if parts[3:] == ['Assembly'] and block.get('assembly'):
+            return self._assembly(bid, device + '/Assembly')
         if parts[3:] == ['PCIeFunctions']:
             return self._collection(
                 'PCIeFunctionCollection', device + '/PCIeFunctions',
