@@ -1050,9 +1050,12 @@ class RedfishFabricDriver(base.FabricDriver):
                         raise
         block = self._wait(conn, info, block.uri, composed, deadline)
         LOG.info('Resource block %(block)s composed into system '
-                 '%(system)s for host %(host)s',
+                 '%(system)s for host %(host)s (device %(vendor)s:%(product)s '
+                 'serial %(serial)s)',
                  {'block': block.uri, 'system': system.uri,
-                  'host': host.get('name')})
+                  'host': host.get('name'), 'vendor': device.vendor_id,
+                  'product': device.product_id,
+                  'serial': device.serial or 'unknown'})
         return {'vendor_id': device.vendor_id,
                 'product_id': device.product_id,
                 'serial': device.serial,
@@ -1497,9 +1500,12 @@ class RedfishFabricDriver(base.FabricDriver):
                        'system %s, but the fabric does not show it so' %
                        (conn.address, uri, system.uri))
         LOG.info('Endpoint %(uri)s of fabric %(fabric)s given to system '
-                 '%(system)s for host %(host)s',
+                 '%(system)s for host %(host)s (device %(vendor)s:%(product)s '
+                 'serial %(serial)s)',
                  {'uri': uri, 'fabric': zoning.fabric.uri,
-                  'system': system.uri, 'host': host.get('name')})
+                  'system': system.uri, 'host': host.get('name'),
+                  'vendor': device.vendor_id, 'product': device.product_id,
+                  'serial': device.serial or 'unknown'})
         return locator
 
     def _target_endpoint(self, conn, zoning, uri):

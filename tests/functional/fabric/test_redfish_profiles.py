@@ -14,6 +14,8 @@
 duplicate system names, storage appliances, shared and failed blocks,
 HTTP Basic, paged collections."""
 
+import logging
+
 import pytest
 
 from composable.common import exception
@@ -320,7 +322,7 @@ def _assembly_reads(emulator):
             if r['method'] == 'GET' and r['path'].endswith('/Assembly')]
 
 
-def test_model_and_serial_come_from_the_assembly(profile, driver):
+def test_model_and_serial_come_from_the_assembly(profile, driver, caplog):
     url, emulator = profile('assemblies')
     found = {d['address']: d for d in driver.discover(_fabric(url))}
     gpu = found[GPU0]
@@ -334,10 +336,12 @@ def test_model_and_serial_come_from_the_assembly(profile, driver):
         emu.POOL + '/PCIeDevices/GPU0/Assembly',
         emu.POOL + '/PCIeDevices/NIC0/Assembly']
     # The compute agent is told the serial the Assembly gave.
+    caplog.set_level(logging.INFO)
     locator = driver.bind_device(_fabric(url), _device(GPU0),
                                  {'name': 'compute-0'})
     assert locator['serial'] == 'GPU-SN-0000'
     assert locator['vendor_id'] == '10de'
+    assert 'device 10de:2330 serial GPU-SN-0000' in caplog.text
 
 
 def test_an_unreadable_assembly_leaves_model_and_serial_unknown(
