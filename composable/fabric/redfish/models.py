@@ -796,6 +796,18 @@ class Endpoint(object):
         # False when the endpoint does not say which zones it is in
         # (only the zones then tell).
         self.has_zone_links = has_zone_links
+        # The switch ports it is connected to or has (Links.ConnectedPorts
+        # and Links.Ports).
+        self.ports = []
+
+    @property
+    def switches(self):
+        """The switches (@odata.id) of its ports and of the switches
+        among its connected entities."""
+        found = set(switch_of(p) for p in self.ports) - {None}
+        found.update(e.link for e in self.entities
+                     if e.type == 'Switch' and e.link)
+        return found
 
     @classmethod
     def parse(cls, data):
@@ -815,12 +827,16 @@ class Endpoint(object):
                 _pci_ids(item.get('EntityPciId'))))
         links = _obj(data.get('Links') or {}, '%s Links' % what)
         state_health, state = _status(data)
-        return cls(uri, _str(data.get('Name')), entities,
-                   _links(links.get('Zones'), '%s Links.Zones' % what),
-                   _links(links.get('Connections'),
-                          '%s Links.Connections' % what),
-                   state_health, state, _pci_ids(data.get('PciId')),
-                   'Zones' in links)
+        endpoint = cls(uri, _str(data.get('Name')), entities,
+                       _links(links.get('Zones'), '%s Links.Zones' % what),
+                       _links(links.get('Connections'),
+                              '%s Links.Connections' % what),
+                       state_health, state, _pci_ids(data.get('PciId')),
+                       'Zones' in links)
+        for prop in ('ConnectedPorts', 'Ports'):
+            endpoint.ports += _links(links.get(prop),
+                                     '%s Links.%s' % (what, prop))
+        return endpoint
 
     def initiator_systems(self, systems_path):
         """The @odata.id of each computer system an initiator entity of
@@ -844,6 +860,16 @@ class Endpoint(object):
                 if e.role in (None, 'Target', 'Both')]
 
 
+def switch_of(uri):
+    """The switch of a switch port's @odata.id
+    (``.../Switches/<id>/Ports/<port>`` -> ``.../Switches/<id>``), or
+    None for any other port."""
+    head, sep, _ = uri.partition('/Ports/')
+    if not sep or '/Switches/' not in head:
+        return None
+    return head
+
+
 class FabricZone(object):
 
     def __init__(self, uri, name, zone_type, endpoints, contains,
@@ -859,6 +885,8 @@ class FabricZone(object):
         self.allowed = allowed
         # The action targets it offers (Zone.AddEndpoint and so on).
         self.targets = targets
+        # Links.InvolvedSwitches: the switches its endpoints are zoned on.
+        self.switches = []
 
     @classmethod
     def parse(cls, data):
@@ -876,13 +904,16 @@ class FabricZone(object):
             for key, entry in actions.items():
                 if isinstance(entry, dict) and _str(entry.get('target')):
                     targets[key.lstrip('#')] = entry['target']
-        return cls(uri, _str(data.get('Name')), _str(data.get('ZoneType')),
+        zone = cls(uri, _str(data.get('Name')), _str(data.get('ZoneType')),
                    _links(links.get('Endpoints'), '%s Links.Endpoints' % what),
                    _links(links.get('ContainsZones'),
                           '%s Links.ContainsZones' % what),
                    _links(links.get('ContainedByZones'),
                           '%s Links.ContainedByZones' % what),
                    allowed, targets)
+        zone.switches = _links(links.get('InvolvedSwitches'),
+                               '%s Links.InvolvedSwitches' % what)
+        return zone
 
     @property
     def holds_endpoints(self):

@@ -108,6 +108,40 @@ def test_discovery_walks_endpoints_to_their_devices(profile, driver):
     assert _changes(emulator) == []
 
 
+def test_a_host_with_two_zones_gets_a_device_in_the_one_that_allows_it(
+        profile, driver):
+    config = dict(emu.PROFILES['zones'])
+    # compute-0's first zone (sorted first) may be given GPU0 only, its
+    # second zone the NIC only.
+    config['fabric'] = dict(config['fabric'],
+                            reach={'compute-0': ['GPU0'],
+                                   'compute-1': ['GPU1', 'NIC0']},
+                            more_zones={'compute-0': ['NIC0']})
+    url, emulator = profile(config)
+    fabric = _fabric(url)
+    found = _found(driver, url)
+    assert found[NIC0]['hosts'] == ['compute-0', 'compute-1']
+    driver.bind_device(fabric, _device(NIC0), HOST0)
+    driver.bind_device(fabric, _device(GPU0), HOST0)
+    with emulator.locked() as state:
+        assert state.fabric['given_more'] == {'compute-0': ['NIC0']}
+        assert state.fabric['given']['compute-0'] == ['GPU0']
+    assert [path for method, path in _changes(emulator)] == [
+        ZONES + 'Y-compute-0', ZONES + 'Z-compute-0']
+    found = _found(driver, url)
+    assert found[NIC0]['bound_to'] == 'compute-0'
+    assert found[GPU0]['bound_to'] == 'compute-0'
+    # Binding it again changes nothing; unbinding takes it out of the
+    # zone that holds it.
+    driver.bind_device(fabric, _device(NIC0), HOST0)
+    driver.unbind_device(fabric, _device(NIC0), HOST0)
+    with emulator.locked() as state:
+        assert state.fabric['given_more'] == {'compute-0': []}
+        assert state.fabric['given']['compute-0'] == ['GPU0']
+    assert _changes(emulator)[-1] == ('PATCH', ZONES + 'Y-compute-0')
+    assert _found(driver, url)[NIC0]['bound_to'] is None
+
+
 def test_auto_mode_picks_zones_only_where_nothing_is_composed(
         profile, emulator, driver):
     url, _ = profile('zones')
