@@ -799,12 +799,15 @@ class RedfishFabricDriver(base.FabricDriver):
         ReservationSupported (None where it does not say)."""
         info = self._info(fabric)
         with self._connect(info) as conn:
+            if self._zones_mode(conn, info):
+                return self._describe_fabrics(conn, info)
             systems, unreadable = self._systems(conn)
             composition = self._system_composition(conn)
             service = conn.get(self._service_path(
                 conn, 'CompositionService')).body
             service = service if isinstance(service, dict) else {}
             return {
+                'mode': 'resource_blocks',
                 'expandable_systems': sorted(
                     s.uri for s in systems if s.expandable),
                 'other_systems': {
@@ -819,6 +822,57 @@ class RedfishFabricDriver(base.FabricDriver):
                 'reservation_supported': service.get(
                     'ReservationSupported'),
             }
+
+    def _describe_fabrics(self, conn, info):
+        """describe_service of a fabric manager (zones mode): its
+        fabrics, and of the one the driver works with the number of
+        endpoints (initiators among them), zones and connections, what
+        could not be read, and how a bind gives each host with an
+        initiator a device: ``zone action`` (Zone.AddEndpoint on the
+        host's zone), ``PATCH`` (of the zone's Links.Endpoints),
+        ``connection`` (POST of a Connection) or ``new zone`` (POST of a
+        zone of the host's initiator and the device)."""
+        fabrics = []
+        for uri in self._collection(conn, self._service_path(conn,
+                                                             'Fabrics')):
+            try:
+                found = conn.read(uri, models.Fabric)[0]
+            except LOCAL_ERRORS as exc:
+                fabrics.append({'uri': uri.rstrip('/'), 'error':
+                                _reason(exc)})
+                continue
+            fabrics.append({'id': found.id, 'uri': found.uri,
+                            'name': found.name, 'type': found.fabric_type,
+                            'zoned': found.zoned,
+                            'connections': bool(found.connections)})
+        zoning = self._zoning(conn, info)
+        binds = {}
+        for system in sorted(zoning.bindable_systems()):
+            own = zoning.own_zones(system)
+            if own and any('Zone.AddEndpoint' in z.targets for z in own):
+                binds[system] = 'zone action'
+            elif own:
+                binds[system] = 'PATCH'
+            elif zoning.fabric.connections:
+                binds[system] = 'connection'
+            else:
+                binds[system] = 'new zone'
+        return {
+            'mode': 'zones',
+            'fabrics': fabrics,
+            'fabric': {'id': zoning.fabric.id, 'uri': zoning.fabric.uri,
+                       'name': zoning.fabric.name,
+                       'type': zoning.fabric.fabric_type},
+            'endpoints': len(zoning.listed),
+            'initiators': sum(1 for uri in zoning.listed
+                              if zoning.is_initiator(uri)),
+            'zones': len(zoning.zones),
+            'connections': (len(zoning.connections)
+                            if zoning.fabric.connections else None),
+            'unreadable': dict(zoning.unreadable),
+            'says_reach': zoning.says_reach(),
+            'binds': binds,
+        }
 
     def _task_answer(self, conn, info, response, path, deadline):
         """The final answer of a request: itself, or what its task

@@ -37,9 +37,9 @@ device (and per CXL memory device), zones of endpoints and Connections.
 A device is given to a system by ``PATCH`` of the system's zone's
 ``Links.Endpoints`` (``binding`` ``zones``; with ``more_zones`` a host
 has a second zone, ``Y-<host>``, that may be given other devices) or by
-``POST`` of a
-Connection from its initiator (``binding`` ``connections``, one zone of
-every endpoint); ``DELETE`` of the connection takes it back.
+``POST`` of a Connection from its initiator (``binding``
+``connections``, one zone of every endpoint); ``DELETE`` of the
+connection takes it back.
 
 Every GET answers an ETag; a POST to an action with a stale ``If-Match``
 is answered 412. Everything but the service root, ``$metadata``, the
