@@ -924,7 +924,10 @@ class RedfishFabricDriver(base.FabricDriver):
         collection) under its Name and HostName; if the service refuses
         that POST, the system is composed again with the blocks it had,
         so the host is not left without one. (A POST that may still be
-        done, one not answered in time, is not followed by another.)"""
+        done, one not answered in time, is not followed by another.) A
+        DELETE whose outcome is unknown (its task did not end in time) is
+        followed by :meth:`_after_unfinished_delete`: the blocks are not
+        composed, and the host keeps a system."""
         body = {'Links': {'ResourceBlocks': [{'@odata.id': uri}
                                              for uri in blocks]}}
         if composition.updatable:
@@ -935,11 +938,20 @@ class RedfishFabricDriver(base.FabricDriver):
                 'PATCH of Links.ResourceBlocks')
             self._task_answer(conn, info, response, system.uri, deadline)
             return system.uri
-        response = self._with_etag(
-            conn, system.uri,
-            lambda headers: conn.delete(system.uri, headers=headers),
-            'DELETE')
-        self._task_answer(conn, info, response, system.uri, deadline)
+        try:
+            response = self._with_etag(
+                conn, system.uri,
+                lambda headers: conn.delete(system.uri, headers=headers),
+                'DELETE')
+            self._task_answer(conn, info, response, system.uri, deadline)
+        except connection.HTTPFailure:
+            # Refused: the system is as it was.
+            raise
+        except exception.DriverError as exc:
+            # Not known to be done or not: its task did not end in time,
+            # or the answer never came or made no sense.
+            self._after_unfinished_delete(conn, info, composition, system,
+                                          blocks, exc)
         try:
             return self._post_system(conn, info, composition, system,
                                      body, deadline)
@@ -962,6 +974,82 @@ class RedfishFabricDriver(base.FabricDriver):
                            (_reason(exc), system.name or system.uri,
                             _reason(again)))
             raise
+
+    def _system_after_delete(self, conn, system):
+        """'there' (the system is still listed), 'back' (another system
+        holds one of its blocks: the service composed it again itself) or
+        'gone'."""
+        systems, unreadable = self._systems(conn)
+        if system.uri in unreadable or any(s.uri == system.uri
+                                           for s in systems):
+            return 'there'
+        if any(set(s.blocks) & set(system.blocks) for s in systems):
+            return 'back'
+        if unreadable:
+            raise exception.DriverError(
+                reason='systems %s could not be read' %
+                ', '.join(sorted(unreadable)))
+        return 'gone'
+
+    def _after_unfinished_delete(self, conn, info, composition, system,
+                                 blocks, exc):
+        """A DELETE of the host's system (to compose it again with
+        ``blocks``) whose outcome is unknown: watch the Systems collection
+        for up to the fabric's ``timeout`` until the system is gone (then
+        compose it again with the blocks it had, so the host keeps a
+        system) or is back; always raises DriverError saying what became
+        of the system. The blocks are never composed in its place: the
+        DELETE may still be under way."""
+        name = system.name or system.host_name or system.uri
+        what = ('Redfish service %s: the DELETE of system %s (to compose '
+                'it again with %s) did not finish: %s' %
+                (conn.address, system.uri, ', '.join(blocks) or 'no blocks',
+                 _reason(exc)))
+        LOG.warning('%(what)s; watching the systems until it is gone or '
+                    'back', {'what': what})
+        limit = time.monotonic() + float(info['timeout'])
+        state, why = None, None
+        while True:
+            try:
+                state = self._system_after_delete(conn, system)
+                why = None
+            except exception.DriverError as again:
+                state, why = None, _reason(again)
+            if state in ('gone', 'back') or time.monotonic() > limit:
+                break
+            time.sleep(info['poll_interval'])
+        if state == 'back':
+            raise exception.DriverError(
+                reason='%s; the service composed system %s again itself, '
+                       'with the blocks it had; nothing was changed' %
+                       (what, name))
+        if state == 'there':
+            raise exception.DriverError(
+                reason='%s; system %s is still there as it was after %ss '
+                       '(its DELETE may still be under way); nothing else '
+                       'was asked of the service' %
+                       (what, system.uri, info['timeout']))
+        if state is None:
+            raise exception.DriverError(
+                reason='%s; what became of system %s could not be told '
+                       '(%s); check the host\'s system on the service' %
+                       (what, system.uri, why))
+        restore = {'Links': {'ResourceBlocks': [
+            {'@odata.id': uri} for uri in system.blocks]}}
+        try:
+            uri = self._post_system(conn, info, composition, system,
+                                    restore,
+                                    time.monotonic() + float(info['timeout']))
+        except exception.DriverError as failed:
+            raise exception.DriverError(
+                reason='%s; system %s was gone, and composing it again with '
+                       'the blocks it had failed: %s; the host has no '
+                       'system on the service now' %
+                       (what, name, _reason(failed)))
+        raise exception.DriverError(
+            reason='%s; system %s was gone, so it was composed again with '
+                   'the blocks it had (%s): the change was not made' %
+                   (what, name, uri))
 
     def _post_system(self, conn, info, composition, system, body, deadline):
         body = dict(body)
