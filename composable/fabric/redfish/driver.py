@@ -987,8 +987,9 @@ class RedfishFabricDriver(base.FabricDriver):
             return 'back'
         if unreadable:
             raise exception.DriverError(
-                reason='systems %s could not be read' %
-                ', '.join(sorted(unreadable)))
+                reason='systems could not be read: %s' % '; '.join(
+                    '%s: %s' % (uri, unreadable[uri])
+                    for uri in sorted(unreadable)))
         return 'gone'
 
     def _after_unfinished_delete(self, conn, info, composition, system,
