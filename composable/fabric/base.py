@@ -64,12 +64,19 @@ def locator(vendor_id=None, product_id=None, serial=None, pci_address=None,
 
 def as_locator(value, device):
     """A bind's answer as a locator dict, filled in from the device row
-    where the driver left a key out."""
+    where the driver left a key out.
+
+    The serial the fabric reported for the device (devices.serial) goes
+    in too: where it is a PCIe Device Serial Number the compute agent
+    reads it from the function's config space and tells apart two new
+    functions with the same vendor and device ids by it
+    (composable.privsep.pci_sysfs.find_function); a vendor's product
+    serial, which the function does not carry, is only logged there."""
     if not isinstance(value, dict):
         raise TypeError('a fabric bind must return a locator dict, not %s'
                         % type(value).__name__)
     found = locator(**{key: value.get(key) for key in LOCATOR_KEYS})
-    for key in ('vendor_id', 'product_id'):
+    for key in ('vendor_id', 'product_id', 'serial'):
         if not found[key]:
             found[key] = device.get(key)
     if not found['fabric_ref']:

@@ -633,7 +633,25 @@ class RedfishFabricDriver(base.FabricDriver):
                     functions += device.function_uris
         for uri in functions[:1]:
             device.read_pcie_function(conn.get(uri).body)
+        if device.wants_assembly:
+            self._read_assembly(conn, device)
         return device
+
+    @staticmethod
+    def _read_assembly(conn, device):
+        """The model and serial from the first Assembly the device's
+        resources link, where they do not say them themselves. One that
+        cannot be read leaves them unknown: the device is still what its
+        resources say it is."""
+        uri = device.assembly_uris[0]
+        try:
+            device.read_assembly(conn.get(uri).body)
+        except (LOCAL_ERRORS + (models.ParseError,)) as exc:
+            LOG.warning('Redfish service %(addr)s: assembly %(uri)s could '
+                        'not be read; the device\'s model or serial stays '
+                        'unknown: %(reason)s',
+                        {'addr': conn.address, 'uri': uri,
+                         'reason': _reason(exc)})
 
     def _bindable(self, conn, block):
         """The block's device; DriverError when no host can be given
@@ -781,12 +799,15 @@ class RedfishFabricDriver(base.FabricDriver):
         ReservationSupported (None where it does not say)."""
         info = self._info(fabric)
         with self._connect(info) as conn:
+            if self._zones_mode(conn, info):
+                return self._describe_fabrics(conn, info)
             systems, unreadable = self._systems(conn)
             composition = self._system_composition(conn)
             service = conn.get(self._service_path(
                 conn, 'CompositionService')).body
             service = service if isinstance(service, dict) else {}
             return {
+                'mode': 'resource_blocks',
                 'expandable_systems': sorted(
                     s.uri for s in systems if s.expandable),
                 'other_systems': {
@@ -801,6 +822,57 @@ class RedfishFabricDriver(base.FabricDriver):
                 'reservation_supported': service.get(
                     'ReservationSupported'),
             }
+
+    def _describe_fabrics(self, conn, info):
+        """describe_service of a fabric manager (zones mode): its
+        fabrics, and of the one the driver works with the number of
+        endpoints (initiators among them), zones and connections, what
+        could not be read, and how a bind gives each host with an
+        initiator a device: ``zone action`` (Zone.AddEndpoint on the
+        host's zone), ``PATCH`` (of the zone's Links.Endpoints),
+        ``connection`` (POST of a Connection) or ``new zone`` (POST of a
+        zone of the host's initiator and the device)."""
+        fabrics = []
+        for uri in self._collection(conn, self._service_path(conn,
+                                                             'Fabrics')):
+            try:
+                found = conn.read(uri, models.Fabric)[0]
+            except LOCAL_ERRORS as exc:
+                fabrics.append({'uri': uri.rstrip('/'), 'error':
+                                _reason(exc)})
+                continue
+            fabrics.append({'id': found.id, 'uri': found.uri,
+                            'name': found.name, 'type': found.fabric_type,
+                            'zoned': found.zoned,
+                            'connections': bool(found.connections)})
+        zoning = self._zoning(conn, info)
+        binds = {}
+        for system in sorted(zoning.bindable_systems()):
+            own = zoning.own_zones(system)
+            if own and any('Zone.AddEndpoint' in z.targets for z in own):
+                binds[system] = 'zone action'
+            elif own:
+                binds[system] = 'PATCH'
+            elif zoning.fabric.connections:
+                binds[system] = 'connection'
+            else:
+                binds[system] = 'new zone'
+        return {
+            'mode': 'zones',
+            'fabrics': fabrics,
+            'fabric': {'id': zoning.fabric.id, 'uri': zoning.fabric.uri,
+                       'name': zoning.fabric.name,
+                       'type': zoning.fabric.fabric_type},
+            'endpoints': len(zoning.listed),
+            'initiators': sum(1 for uri in zoning.listed
+                              if zoning.is_initiator(uri)),
+            'zones': len(zoning.zones),
+            'connections': (len(zoning.connections)
+                            if zoning.fabric.connections else None),
+            'unreadable': dict(zoning.unreadable),
+            'says_reach': zoning.says_reach(),
+            'binds': binds,
+        }
 
     def _task_answer(self, conn, info, response, path, deadline):
         """The final answer of a request: itself, or what its task
@@ -852,7 +924,10 @@ class RedfishFabricDriver(base.FabricDriver):
         collection) under its Name and HostName; if the service refuses
         that POST, the system is composed again with the blocks it had,
         so the host is not left without one. (A POST that may still be
-        done, one not answered in time, is not followed by another.)"""
+        done, one not answered in time, is not followed by another.) A
+        DELETE whose outcome is unknown (its task did not end in time) is
+        followed by :meth:`_after_unfinished_delete`: the blocks are not
+        composed, and the host keeps a system."""
         body = {'Links': {'ResourceBlocks': [{'@odata.id': uri}
                                              for uri in blocks]}}
         if composition.updatable:
@@ -863,11 +938,20 @@ class RedfishFabricDriver(base.FabricDriver):
                 'PATCH of Links.ResourceBlocks')
             self._task_answer(conn, info, response, system.uri, deadline)
             return system.uri
-        response = self._with_etag(
-            conn, system.uri,
-            lambda headers: conn.delete(system.uri, headers=headers),
-            'DELETE')
-        self._task_answer(conn, info, response, system.uri, deadline)
+        try:
+            response = self._with_etag(
+                conn, system.uri,
+                lambda headers: conn.delete(system.uri, headers=headers),
+                'DELETE')
+            self._task_answer(conn, info, response, system.uri, deadline)
+        except connection.HTTPFailure:
+            # Refused: the system is as it was.
+            raise
+        except exception.DriverError as exc:
+            # Not known to be done or not: its task did not end in time,
+            # or the answer never came or made no sense.
+            self._after_unfinished_delete(conn, info, composition, system,
+                                          blocks, exc)
         try:
             return self._post_system(conn, info, composition, system,
                                      body, deadline)
@@ -890,6 +974,83 @@ class RedfishFabricDriver(base.FabricDriver):
                            (_reason(exc), system.name or system.uri,
                             _reason(again)))
             raise
+
+    def _system_after_delete(self, conn, system):
+        """'there' (the system is still listed), 'back' (another system
+        holds one of its blocks: the service composed it again itself) or
+        'gone'."""
+        systems, unreadable = self._systems(conn)
+        if system.uri in unreadable or any(s.uri == system.uri
+                                           for s in systems):
+            return 'there'
+        if any(set(s.blocks) & set(system.blocks) for s in systems):
+            return 'back'
+        if unreadable:
+            raise exception.DriverError(
+                reason='systems could not be read: %s' % '; '.join(
+                    '%s: %s' % (uri, unreadable[uri])
+                    for uri in sorted(unreadable)))
+        return 'gone'
+
+    def _after_unfinished_delete(self, conn, info, composition, system,
+                                 blocks, exc):
+        """A DELETE of the host's system (to compose it again with
+        ``blocks``) whose outcome is unknown: watch the Systems collection
+        for up to the fabric's ``timeout`` until the system is gone (then
+        compose it again with the blocks it had, so the host keeps a
+        system) or is back; always raises DriverError saying what became
+        of the system. The blocks are never composed in its place: the
+        DELETE may still be under way."""
+        name = system.name or system.host_name or system.uri
+        what = ('Redfish service %s: the DELETE of system %s (to compose '
+                'it again with %s) did not finish: %s' %
+                (conn.address, system.uri, ', '.join(blocks) or 'no blocks',
+                 _reason(exc)))
+        LOG.warning('%(what)s; watching the systems until it is gone or '
+                    'back', {'what': what})
+        limit = time.monotonic() + float(info['timeout'])
+        state, why = None, None
+        while True:
+            try:
+                state = self._system_after_delete(conn, system)
+                why = None
+            except exception.DriverError as again:
+                state, why = None, _reason(again)
+            if state in ('gone', 'back') or time.monotonic() > limit:
+                break
+            time.sleep(info['poll_interval'])
+        if state == 'back':
+            raise exception.DriverError(
+                reason='%s; the service composed system %s again itself, '
+                       'with the blocks it had; nothing was changed' %
+                       (what, name))
+        if state == 'there':
+            raise exception.DriverError(
+                reason='%s; system %s is still there as it was after %ss '
+                       '(its DELETE may still be under way); nothing else '
+                       'was asked of the service' %
+                       (what, system.uri, info['timeout']))
+        if state is None:
+            raise exception.DriverError(
+                reason='%s; what became of system %s could not be told '
+                       '(%s); check the host\'s system on the service' %
+                       (what, system.uri, why))
+        restore = {'Links': {'ResourceBlocks': [
+            {'@odata.id': uri} for uri in system.blocks]}}
+        try:
+            uri = self._post_system(conn, info, composition, system,
+                                    restore,
+                                    time.monotonic() + float(info['timeout']))
+        except exception.DriverError as failed:
+            raise exception.DriverError(
+                reason='%s; system %s was gone, and composing it again with '
+                       'the blocks it had failed: %s; the host has no '
+                       'system on the service now' %
+                       (what, name, _reason(failed)))
+        raise exception.DriverError(
+            reason='%s; system %s was gone, so it was composed again with '
+                   'the blocks it had (%s): the change was not made' %
+                   (what, name, uri))
 
     def _post_system(self, conn, info, composition, system, body, deadline):
         body = dict(body)
@@ -1032,9 +1193,12 @@ class RedfishFabricDriver(base.FabricDriver):
                         raise
         block = self._wait(conn, info, block.uri, composed, deadline)
         LOG.info('Resource block %(block)s composed into system '
-                 '%(system)s for host %(host)s',
+                 '%(system)s for host %(host)s (device %(vendor)s:%(product)s '
+                 'serial %(serial)s)',
                  {'block': block.uri, 'system': system.uri,
-                  'host': host.get('name')})
+                  'host': host.get('name'), 'vendor': device.vendor_id,
+                  'product': device.product_id,
+                  'serial': device.serial or 'unknown'})
         return {'vendor_id': device.vendor_id,
                 'product_id': device.product_id,
                 'serial': device.serial,
@@ -1479,9 +1643,12 @@ class RedfishFabricDriver(base.FabricDriver):
                        'system %s, but the fabric does not show it so' %
                        (conn.address, uri, system.uri))
         LOG.info('Endpoint %(uri)s of fabric %(fabric)s given to system '
-                 '%(system)s for host %(host)s',
+                 '%(system)s for host %(host)s (device %(vendor)s:%(product)s '
+                 'serial %(serial)s)',
                  {'uri': uri, 'fabric': zoning.fabric.uri,
-                  'system': system.uri, 'host': host.get('name')})
+                  'system': system.uri, 'host': host.get('name'),
+                  'vendor': device.vendor_id, 'product': device.product_id,
+                  'serial': device.serial or 'unknown'})
         return locator
 
     def _target_endpoint(self, conn, zoning, uri):

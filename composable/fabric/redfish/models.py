@@ -338,6 +338,7 @@ class Device(object):
         self.serial = None
         self.vendor_id = None
         self.product_id = None
+        self.part_number = None
         self.health = None
         self.bindable = 0
         self.refused = []
@@ -348,6 +349,10 @@ class Device(object):
         # (type, URI) of members found through members (a Storage's
         # Drives).
         self.more = []
+        # The Assembly resources of what was read, in that order: where
+        # the resources themselves give no model or serial, the first
+        # Assembly is read for them (models.Device.read_assembly).
+        self.assembly_uris = []
 
     @property
     def not_poolable(self):
@@ -549,7 +554,41 @@ class Device(object):
             data.get('DeviceClass')) or class_code_kind(
                 data.get('ClassCode')) or 'pci'
 
+    @property
+    def wants_assembly(self):
+        """True when the model or serial is unknown and an Assembly may
+        tell it."""
+        return bool(self.assembly_uris) and not (self.model and self.serial)
+
+    def read_assembly(self, data):
+        """An Assembly (its Assemblies entries: Model, SerialNumber,
+        Vendor or Producer, PartNumber): fills in what the device's own
+        resources left unknown, from the first entry that tells it (the
+        first entry is the part itself, the others its sub-assemblies)."""
+        data = _obj(data, 'assembly')
+        entries = data.get('Assemblies')
+        if not isinstance(entries, list):
+            raise ParseError('assembly %s has no Assemblies array' %
+                             data.get('@odata.id', ''))
+        for entry in entries:
+            if not isinstance(entry, dict):
+                continue
+            self.model = self.model or _str(entry.get('Model'))
+            self.serial = self.serial or _str(entry.get('SerialNumber'))
+            self.manufacturer = (self.manufacturer
+                                 or _str(entry.get('Vendor'))
+                                 or _str(entry.get('Producer')))
+            self.part_number = self.part_number or _str(
+                entry.get('PartNumber'))
+
     def _describe(self, data, health_only=False):
+        try:
+            self.assembly_uris += [u for u in _links(
+                data.get('Assembly'), 'Assembly')
+                if u not in self.assembly_uris]
+        except ParseError:
+            # A bad link to an Assembly loses only what it would tell.
+            pass
         if not health_only:
             self.model = self.model or _str(data.get('Model'))
             self.manufacturer = self.manufacturer or _str(
@@ -757,6 +796,18 @@ class Endpoint(object):
         # False when the endpoint does not say which zones it is in
         # (only the zones then tell).
         self.has_zone_links = has_zone_links
+        # The switch ports it is connected to or has (Links.ConnectedPorts
+        # and Links.Ports).
+        self.ports = []
+
+    @property
+    def switches(self):
+        """The switches (@odata.id) of its ports and of the switches
+        among its connected entities."""
+        found = set(switch_of(p) for p in self.ports) - {None}
+        found.update(e.link for e in self.entities
+                     if e.type == 'Switch' and e.link)
+        return found
 
     @classmethod
     def parse(cls, data):
@@ -776,12 +827,16 @@ class Endpoint(object):
                 _pci_ids(item.get('EntityPciId'))))
         links = _obj(data.get('Links') or {}, '%s Links' % what)
         state_health, state = _status(data)
-        return cls(uri, _str(data.get('Name')), entities,
-                   _links(links.get('Zones'), '%s Links.Zones' % what),
-                   _links(links.get('Connections'),
-                          '%s Links.Connections' % what),
-                   state_health, state, _pci_ids(data.get('PciId')),
-                   'Zones' in links)
+        endpoint = cls(uri, _str(data.get('Name')), entities,
+                       _links(links.get('Zones'), '%s Links.Zones' % what),
+                       _links(links.get('Connections'),
+                              '%s Links.Connections' % what),
+                       state_health, state, _pci_ids(data.get('PciId')),
+                       'Zones' in links)
+        for prop in ('ConnectedPorts', 'Ports'):
+            endpoint.ports += _links(links.get(prop),
+                                     '%s Links.%s' % (what, prop))
+        return endpoint
 
     def initiator_systems(self, systems_path):
         """The @odata.id of each computer system an initiator entity of
@@ -805,6 +860,16 @@ class Endpoint(object):
                 if e.role in (None, 'Target', 'Both')]
 
 
+def switch_of(uri):
+    """The switch of a switch port's @odata.id
+    (``.../Switches/<id>/Ports/<port>`` -> ``.../Switches/<id>``), or
+    None for any other port."""
+    head, sep, _ = uri.partition('/Ports/')
+    if not sep or '/Switches/' not in head:
+        return None
+    return head
+
+
 class FabricZone(object):
 
     def __init__(self, uri, name, zone_type, endpoints, contains,
@@ -820,6 +885,8 @@ class FabricZone(object):
         self.allowed = allowed
         # The action targets it offers (Zone.AddEndpoint and so on).
         self.targets = targets
+        # Links.InvolvedSwitches: the switches its endpoints are zoned on.
+        self.switches = []
 
     @classmethod
     def parse(cls, data):
@@ -837,13 +904,16 @@ class FabricZone(object):
             for key, entry in actions.items():
                 if isinstance(entry, dict) and _str(entry.get('target')):
                     targets[key.lstrip('#')] = entry['target']
-        return cls(uri, _str(data.get('Name')), _str(data.get('ZoneType')),
+        zone = cls(uri, _str(data.get('Name')), _str(data.get('ZoneType')),
                    _links(links.get('Endpoints'), '%s Links.Endpoints' % what),
                    _links(links.get('ContainsZones'),
                           '%s Links.ContainsZones' % what),
                    _links(links.get('ContainedByZones'),
                           '%s Links.ContainedByZones' % what),
                    allowed, targets)
+        zone.switches = _links(links.get('InvolvedSwitches'),
+                               '%s Links.InvolvedSwitches' % what)
+        return zone
 
     @property
     def holds_endpoints(self):

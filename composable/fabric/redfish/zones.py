@@ -164,13 +164,57 @@ class Zoning(object):
         return sorted(found)
 
     def zone_for(self, system, uri):
-        """The system's own zone to add the endpoint to: one that lists
-        it as allowed, else the first."""
+        """The system's own zone to add the endpoint to, where the system
+        has several: the one whose
+        ``Links.Endpoints@Redfish.AllowableValues`` lists it, else one
+        that a ZoneOfZones joins with a zone holding it
+        (``ContainsZones`` / ``ContainedByZones``), else one on the switch
+        the endpoint is connected to (the zone's ``InvolvedSwitches``,
+        its members' switch entities and ports), else one that does not
+        say what it may be given; by URI among equals. A zone whose
+        allowable values leave the endpoint out is never asked: None
+        when every zone of the system is such a one."""
         zones = self.own_zones(system)
-        for zone in zones:
-            if zone.allowed and uri in zone.allowed:
-                return zone
-        return zones[0] if zones else None
+        switches = self._endpoint_switches(uri)
+
+        def rank(zone):
+            if zone.allowed is not None and uri in zone.allowed:
+                return 0
+            if zone.allowed is not None:
+                return None
+            if self._joined_with(zone, uri):
+                return 1
+            if switches and switches & self._zone_switches(zone):
+                return 2
+            return 3
+
+        ranked = [(rank(z), z.uri, z) for z in zones]
+        ranked = [item for item in ranked if item[0] is not None]
+        return min(ranked, key=lambda item: item[:2])[2] if ranked else None
+
+    def _joined_with(self, zone, uri):
+        """True when a ZoneOfZones holds ``zone`` and a zone holding the
+        endpoint."""
+        for outer in self.zones.values():
+            if outer.zone_type != models.ZONE_OF_ZONES:
+                continue
+            inner = set(outer.contains)
+            inner.update(z.uri for z in self.zones.values()
+                         if outer.uri in z.contained_by)
+            if zone.uri in inner and any(
+                    uri in self.members(z) for z in inner if z != zone.uri):
+                return True
+        return False
+
+    def _endpoint_switches(self, uri):
+        endpoint = self.endpoints.get(uri)
+        return endpoint.switches if endpoint is not None else set()
+
+    def _zone_switches(self, zone):
+        found = set(zone.switches)
+        for member in self.members(zone.uri):
+            found.update(self._endpoint_switches(member))
+        return found
 
     def unknown_reason(self, endpoint):
         """Why what the endpoint is given to cannot be told this round,

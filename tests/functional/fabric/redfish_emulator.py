@@ -35,9 +35,11 @@ manager instead: no CompositionService, and /redfish/v1/Fabrics/CXL with
 a switch, an initiator endpoint per system, a target endpoint per PCIe
 device (and per CXL memory device), zones of endpoints and Connections.
 A device is given to a system by ``PATCH`` of the system's zone's
-``Links.Endpoints`` (``binding`` ``zones``) or by ``POST`` of a
-Connection from its initiator (``binding`` ``connections``, one zone of
-every endpoint); ``DELETE`` of the connection takes it back.
+``Links.Endpoints`` (``binding`` ``zones``; with ``more_zones`` a host
+has a second zone, ``Y-<host>``, that may be given other devices) or by
+``POST`` of a Connection from its initiator (``binding``
+``connections``, one zone of every endpoint); ``DELETE`` of the
+connection takes it back.
 
 Every GET answers an ETag; a POST to an action with a stale ``If-Match``
 is answered 412. Everything but the service root, ``$metadata``, the
@@ -116,6 +118,7 @@ TYPES = {
     'Connection': 'Connection.v1_4_0',
     'Switch': 'Switch.v1_10_0',
     'MemoryChunks': 'MemoryChunks.v1_6_2',
+    'Assembly': 'Assembly.v1_6_1',
 }
 COLLECTIONS = ('ResourceBlockCollection', 'ZoneCollection',
                'ComputerSystemCollection', 'SessionCollection',
@@ -231,6 +234,17 @@ PROFILES = {
             {'id': 'DIMM0', 'kind': 'memory', 'zones': ['1']},
             {'id': 'GPU9', 'kind': 'gpu', 'no_ids': True,
              'model': 'Workstation GPU', 'zones': ['1']}]}),
+    # Devices whose own resources (Processor, PCIeDevice, NetworkAdapter)
+    # give no model or serial number but link the device's Assembly,
+    # whose entries (the board, then its parts) have them.
+    'assemblies': _profile({
+        'blocks': [
+            dict(DEFAULT_CONFIG['blocks'][0], assembly=True,
+                 part_number='900-21010-0000-000'),
+            dict(DEFAULT_CONFIG['blocks'][1]),
+            dict(DEFAULT_CONFIG['blocks'][2]),
+            dict(DEFAULT_CONFIG['blocks'][3], assembly=True,
+                 part_number='MCX623106AN-CDAT')]}),
     # A service without a SessionService: HTTP Basic only.
     'no-sessions': _profile({}, sessions=False),
     # Every collection in pages of two members.
@@ -385,6 +399,11 @@ class Emulator(object):
             # host (system id) -> device ids in its zone.
             self.fabric['given'] = {
                 str(s['id']): [] for s in config.get('systems', [])}
+            # host (system id) -> the devices a second zone of the host
+            # (Y-<host>) may be given, and those it holds.
+            self.fabric.setdefault('more_zones', {})
+            self.fabric['given_more'] = {
+                sid: [] for sid in self.fabric['more_zones']}
             # connection id -> (system id, device id).
             self.fabric['connections'] = {}
             # zone id -> (system id, device id) of the zones a client
@@ -742,9 +761,7 @@ class Emulator(object):
             Status={'State': 'Enabled', 'Health': block['health']},
             Protocol='SAS' if sas else 'NVMe',
             MediaType='HDD' if sas else 'SSD',
-            Manufacturer=block.get('manufacturer'),
-            Model=block.get('model'),
-            SerialNumber=block.get('serial'), Links=links)
+            Links=links, **self._identity(bid))
 
     def _block_member(self, bid, prop):
         block = self.blocks[bid]
@@ -792,9 +809,7 @@ class Emulator(object):
                 kind, uri, '0', '%s %s' % (block['kind'].upper(), bid),
                 Status=status,
                 ProcessorType='GPU' if block['kind'] == 'gpu' else 'FPGA',
-                Manufacturer=block.get('manufacturer'),
-                Model=block.get('model'),
-                SerialNumber=block.get('serial'), Links=pcie)
+                Links=pcie, **self._identity(bid))
         if kind == 'Drive':
             return self._drive(bid, uri, links=pcie)
         return self._resource(
@@ -881,6 +896,37 @@ class Emulator(object):
                '@Redfish.ResourceBlockLimits': {'MinCompute': 1,
                                                 'MaxCompute': 1}})
 
+    def _identity(self, bid):
+        """Manufacturer, Model and SerialNumber of a block's device as
+        its resources give them; with ``assembly`` they give none but link
+        the device's Assembly, which has them."""
+        block = self.blocks[bid]
+        if block.get('assembly'):
+            return {'Assembly': _link('%s/PCIeDevices/%s/Assembly' %
+                                      (POOL, bid))}
+        return {'Manufacturer': block.get('manufacturer'),
+                'Model': block.get('model'),
+                'SerialNumber': block.get('serial')}
+
+    def _assembly(self, bid, uri):
+        """The Assembly of a device: the board itself and its heat
+        sink, as a service's field-replaceable-unit data lists them."""
+        block = self.blocks[bid]
+        return self._resource(
+            'Assembly', uri, 'Assembly', 'Assembly of %s' % bid,
+            Assemblies=[
+                {'@odata.id': uri + '#/Assemblies/0', 'MemberId': '0',
+                 'Name': 'Board of %s' % bid,
+                 'Model': block.get('model'),
+                 'PartNumber': block.get('part_number'),
+                 'SerialNumber': block.get('serial'),
+                 'Vendor': block.get('manufacturer'),
+                 'Producer': block.get('manufacturer'), 'Version': 'A01'},
+                {'@odata.id': uri + '#/Assemblies/1', 'MemberId': '1',
+                 'Name': 'Heat sink of %s' % bid, 'Model': 'Passive',
+                 'SerialNumber': 'HS-%s' % bid}],
+            **{'Assemblies@odata.count': 2})
+
     def _render_chassis(self, parts):
         devices = sorted(b for b in self.blocks if self._pcie(b))
         if not parts:
@@ -907,10 +953,9 @@ class Emulator(object):
                 'NetworkAdapter', POOL + '/NetworkAdapters/' + parts[2],
                 parts[2], 'Network adapter %s' % parts[2],
                 Status={'State': 'Enabled', 'Health': block['health']},
-                Manufacturer=block.get('manufacturer'),
-                Model=block.get('model'), SerialNumber=block.get('serial'),
                 Controllers=[{'Links': {'PCIeDevices': [
-                    _link(POOL + '/PCIeDevices/' + parts[2])]}}])
+                    _link(POOL + '/PCIeDevices/' + parts[2])]}}],
+                **self._identity(parts[2]))
         if parts[1:] == ['PCIeDevices']:
             return self._collection(
                 'PCIeDeviceCollection', POOL + '/PCIeDevices',
@@ -925,10 +970,11 @@ class Emulator(object):
         if len(parts) == 3:
             return self._resource(
                 'PCIeDevice', device, bid, 'PCIe device %s' % bid,
-                Status=status, Manufacturer=block.get('manufacturer'),
-                Model=block.get('model'), SerialNumber=block.get('serial'),
-                DeviceType='SingleFunction',
-                PCIeFunctions=_link(device + '/PCIeFunctions'))
+                Status=status, DeviceType='SingleFunction',
+                PCIeFunctions=_link(device + '/PCIeFunctions'),
+                **self._identity(bid))
+        if parts[3:] == ['Assembly'] and block.get('assembly'):
+            return self._assembly(bid, device + '/Assembly')
         if parts[3:] == ['PCIeFunctions']:
             return self._collection(
                 'PCIeFunctionCollection', device + '/PCIeFunctions',
@@ -1232,18 +1278,29 @@ class Emulator(object):
                 return None
             sid, device = self.fabric['created'][zid]
             return ['I-' + sid, 'T-' + device]
-        sid = zid[2:] if zid.startswith('Z-') else None
-        if sid not in self.fabric['given']:
+        if not self._is_host_zone(zid):
             return None
+        sid = zid[2:]
+        if zid.startswith('Y-'):
+            return ['I-' + sid] + [
+                'T-' + d for d in self.fabric['given_more'][sid]]
         return ['I-' + sid, 'Switch'] + [
             'T-' + d for d in self.fabric['given'][sid]]
+
+    def _is_host_zone(self, zid):
+        """True for a host's zone (Z-<host>, or its second zone
+        Y-<host>)."""
+        return (zid.startswith('Z-') and zid[2:] in self.fabric['given']
+                or zid.startswith('Y-')
+                and zid[2:] in self.fabric['given_more'])
 
     def _zone_ids(self):
         if self.fabric['binding'] == 'connections':
             return ['All']
         if self.fabric['binding'] == 'create':
             return sorted(self.fabric['created'])
-        return ['Z-' + s for s in sorted(self.fabric['given'])]
+        return ['Z-' + s for s in sorted(self.fabric['given'])] + [
+            'Y-' + s for s in sorted(self.fabric['given_more'])]
 
     def _render_fabrics(self, parts):
         fid = self.fabric['id']
@@ -1365,6 +1422,8 @@ class Emulator(object):
         links = {'Endpoints': [_link(self._fabric_uri('Endpoints', e))
                                for e in self._zone_members(zid)]}
         reach = self.fabric['reach']
+        if zid.startswith('Y-') and self._is_host_zone(zid):
+            reach = self.fabric['more_zones']
         if reach is not None and zid[2:] in reach:
             links['Endpoints@Redfish.AllowableValues'] = [
                 _link(self._fabric_uri('Endpoints', 'T-' + d))
@@ -1382,6 +1441,7 @@ class Emulator(object):
             'Zone of every endpoint' if zid == 'All'
             else 'Zone %s of host %s' % (zid, self.fabric['created'][zid][0])
             if zid in self.fabric['created']
+            else 'Second zone of host %s' % zid[2:] if zid.startswith('Y-')
             else 'Zone of host %s' % zid[2:],
             ZoneType='ZoneOfEndpoints',
             Status={'State': 'Enabled', 'Health': 'OK'}, Links=links,
@@ -1424,7 +1484,8 @@ class Emulator(object):
         return eid
 
     def _holder(self, device):
-        for sid, given in self.fabric['given'].items():
+        for sid, given in (list(self.fabric['given'].items()) +
+                           list(self.fabric['given_more'].items())):
             if device in given:
                 return sid
         for sid, target in (list(self.fabric['connections'].values()) +
@@ -1471,7 +1532,10 @@ class Emulator(object):
                                'The zone of host %s keeps its initiator.' %
                                sid)
         devices = [e[2:] for e in ids if e.startswith('T-')]
-        reach = self.fabric['reach']
+        reach, store = self.fabric['reach'], self.fabric['given']
+        if zid.startswith('Y-'):
+            reach, store = self.fabric['more_zones'], self.fabric[
+                'given_more']
         for device in devices:
             holder = self._holder(device)
             if holder not in (None, sid):
@@ -1479,11 +1543,11 @@ class Emulator(object):
                                    'The endpoint of %s is given to %s.' %
                                    (device, holder))
             if (reach is not None and device not in reach.get(sid, [])
-                    and device not in self.fabric['given'][sid]):
+                    and device not in store[sid]):
                 return self._error(400, 'PropertyValueNotInList',
                                    'The endpoint of %s cannot join zone '
                                    '%s.' % (device, zid))
-        self.fabric['given'][sid] = sorted(set(devices))
+        store[sid] = sorted(set(devices))
         self._bump(self._fabric_uri('Zones', zid))
         return self._accepted(204, {}, None)
 
@@ -1492,7 +1556,7 @@ class Emulator(object):
         zone's ETag in If-Match or ZoneETag, the endpoint's in
         EndpointETag, each checked when given."""
         zid, _, action = rest.partition('/Actions/')
-        if zid[2:] not in self.fabric['given'] or action not in (
+        if not self._is_host_zone(zid) or action not in (
                 'Zone.AddEndpoint', 'Zone.RemoveEndpoint'):
             return None
         zone_uri = self._fabric_uri('Zones', zid)
@@ -1539,7 +1603,7 @@ class Emulator(object):
         if method == 'PATCH' and path.startswith(zones):
             zid = path[len(zones):]
             if self.fabric['binding'] != 'zones' or self.fabric.get(
-                    'zone_actions') or zid[2:] not in self.fabric['given']:
+                    'zone_actions') or not self._is_host_zone(zid):
                 # Links.Endpoints is read-only in DSP0268's Zone schema;
                 # a service that offers the actions keeps it so.
                 return self._error(405, 'PropertyNotWritable',

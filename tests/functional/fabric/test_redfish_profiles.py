@@ -14,6 +14,8 @@
 duplicate system names, storage appliances, shared and failed blocks,
 HTTP Basic, paged collections."""
 
+import logging
+
 import pytest
 
 from composable.common import exception
@@ -311,3 +313,75 @@ def test_no_expand_where_the_service_does_not_say_so(emulator, driver):
     url, emulator_ = emulator
     driver.discover(_fabric(url))
     assert not [r for r in emulator_.requests if '$expand' in r['query']]
+
+
+# ----------------------------------------------------------- assemblies
+
+def _assembly_reads(emulator):
+    return [r['path'] for r in emulator.requests
+            if r['method'] == 'GET' and r['path'].endswith('/Assembly')]
+
+
+def test_model_and_serial_come_from_the_assembly(profile, driver, caplog):
+    url, emulator = profile('assemblies')
+    found = {d['address']: d for d in driver.discover(_fabric(url))}
+    gpu = found[GPU0]
+    assert (gpu['model'], gpu['serial']) == ('H100 80GB', 'GPU-SN-0000')
+    nic = found[emu.BLOCKS + '/NIC0']
+    assert (nic['model'], nic['serial']) == ('ConnectX-6 Dx', 'NIC-SN-0000')
+    # GPU1 says them itself: no Assembly read for it; one read each for
+    # the others, though their Processor and PCIeDevice both link it.
+    assert found[GPU1]['serial'] == 'GPU-SN-0001'
+    assert sorted(_assembly_reads(emulator)) == [
+        emu.POOL + '/PCIeDevices/GPU0/Assembly',
+        emu.POOL + '/PCIeDevices/NIC0/Assembly']
+    # The compute agent is told the serial the Assembly gave.
+    caplog.set_level(logging.INFO)
+    locator = driver.bind_device(_fabric(url), _device(GPU0),
+                                 {'name': 'compute-0'})
+    assert locator['serial'] == 'GPU-SN-0000'
+    assert locator['vendor_id'] == '10de'
+    assert 'device 10de:2330 serial GPU-SN-0000' in caplog.text
+
+
+def test_an_unreadable_assembly_leaves_model_and_serial_unknown(
+        profile, driver, caplog):
+    url, emulator = profile('assemblies')
+    emulator.inject('status', method='GET', path='GPU0/Assembly', count=100,
+                    code=500)
+    found = {d['address']: d for d in driver.discover(_fabric(url))}
+    gpu = found[GPU0]
+    assert 'error' not in gpu and 'not_poolable' not in gpu
+    assert (gpu['model'], gpu['serial']) == (None, None)
+    assert (gpu['vendor_id'], gpu['product_id']) == ('10de', '2330')
+    assert found[emu.BLOCKS + '/NIC0']['serial'] == 'NIC-SN-0000'
+    assert 'PCIeDevices/GPU0/Assembly could not be read' in caplog.text
+    assert 'HTTP 500' in caplog.text
+    # Nor does it stop a bind.
+    locator = driver.bind_device(_fabric(url), _device(GPU0),
+                                 {'name': 'compute-0'})
+    assert locator['serial'] is None and locator['product_id'] == '2330'
+
+
+def test_an_assembly_that_is_not_one_leaves_them_unknown(profile, driver,
+                                                         caplog):
+    url, emulator = profile('assemblies')
+    emulator.inject('garbage', method='GET', path='NIC0/Assembly',
+                    count=100, body={'@odata.id': '/x', 'Assemblies': 7})
+    found = {d['address']: d for d in driver.discover(_fabric(url))}
+    nic = found[emu.BLOCKS + '/NIC0']
+    assert 'error' not in nic and nic['serial'] is None
+    assert 'no Assemblies array' in caplog.text
+
+
+def test_zones_mode_reads_the_assembly_of_an_endpoints_device(profile,
+                                                              driver):
+    config = dict(emu.PROFILES['zones'])
+    config['blocks'] = [dict(b, assembly=True) if b['id'] == 'GPU0' else b
+                        for b in config['blocks']]
+    url, emulator = profile(config)
+    found = {d['address']: d for d in driver.discover(_fabric(url))}
+    gpu = found[emu.FABRICS + '/CXL/Endpoints/T-GPU0']
+    assert (gpu['model'], gpu['serial']) == ('H100 80GB', 'GPU-SN-0000')
+    assert _assembly_reads(emulator) == [
+        emu.POOL + '/PCIeDevices/GPU0/Assembly']

@@ -209,6 +209,83 @@ def test_a_task_that_does_not_end_in_time_is_undone_after(profile,
     assert _system_of(emulator, 'compute-0')[1] == ['compute-0-Compute']
 
 
+def _delete_task_never_ends(emulator):
+    """The next DELETE of a system is done at once, but its task monitor
+    answers 202 for ever."""
+    seen = []
+
+    def watch(record):
+        if (record['method'] == 'DELETE'
+                and record['path'].startswith(emu.SYSTEMS + '/')
+                and not seen):
+            seen.append(record)
+            emulator.task_polls = 10000
+        elif seen and emulator.task_polls:
+            # Only that DELETE's monitor: what follows is answered.
+            emulator.task_polls = 0
+
+    emulator.observe(watch)
+    return seen
+
+
+def test_a_delete_whose_task_never_ends_leaves_the_host_a_system(
+        profile, driver):
+    url, emulator = profile('specific')
+    seen = _delete_task_never_ends(emulator)
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(_fabric(url, timeout=1), _device(GPU0), HOST0)
+    message = str(err.value)
+    assert seen
+    assert 'the DELETE of system %s/compute-0' % emu.SYSTEMS in message
+    assert 'did not finish within' in message
+    assert 'composed again with the blocks it had' in message
+    assert PASSWORD not in message
+    # The host has its system, with the blocks it had; the GPU is free.
+    sid, blocks = _system_of(emulator, 'compute-0')
+    assert blocks == ['compute-0-Compute']
+    assert _gpu0(emulator) == ('Unused', None)
+    posted = [r['body'] for r in emulator.requests
+              if r['method'] == 'POST' and r['path'] == emu.SYSTEMS]
+    assert [p['Links']['ResourceBlocks'] for p in posted] == [
+        [{'@odata.id': emu.BLOCKS + '/compute-0-Compute'}]]
+    # The conductor's undo finds nothing to undo; a bind then works.
+    driver.unbind_device(_fabric(url), _device(GPU0), HOST0)
+    driver.bind_device(_fabric(url), _device(GPU0), HOST0)
+    assert _gpu0(emulator)[0] == 'Composed'
+
+
+def test_a_delete_whose_task_never_ends_on_unbind(profile, driver):
+    url, emulator = profile('specific')
+    driver.bind_device(_fabric(url), _device(GPU0), HOST0)
+    _delete_task_never_ends(emulator)
+    with pytest.raises(exception.DriverError) as err:
+        driver.unbind_device(_fabric(url, timeout=1), _device(GPU0), HOST0)
+    assert 'composed again with the blocks it had' in str(err.value)
+    # The system is back with the GPU: the unbind failed, nothing lost.
+    sid, blocks = _system_of(emulator, 'compute-0')
+    assert sorted(blocks) == ['GPU0', 'compute-0-Compute']
+    driver.unbind_device(_fabric(url), _device(GPU0), HOST0)
+    assert _system_of(emulator, 'compute-0')[1] == ['compute-0-Compute']
+    assert _gpu0(emulator) == ('Unused', None)
+
+
+def test_a_delete_not_known_to_be_done_leaves_the_system_as_it_is(
+        profile, driver):
+    url, emulator = profile('specific')
+    # Accepted without a task monitor, and never done.
+    emulator.inject('status', method='DELETE', path=emu.SYSTEMS, count=1,
+                    code=202)
+    with pytest.raises(exception.DriverError) as err:
+        driver.bind_device(_fabric(url, timeout=1), _device(GPU0), HOST0)
+    message = str(err.value)
+    assert 'without a task monitor' in message
+    assert 'is still there as it was' in message
+    assert _system_of(emulator, 'compute-0') == ('compute-0',
+                                                 ['compute-0-Compute'])
+    assert _changes(emulator) == [('DELETE', emu.SYSTEMS + '/compute-0')]
+    assert _gpu0(emulator) == ('Unused', None)
+
+
 def test_an_undo_finds_nothing_to_do_where_the_host_lost_its_system(
         profile, driver):
     url, emulator = profile('specific')

@@ -108,6 +108,82 @@ def test_discovery_walks_endpoints_to_their_devices(profile, driver):
     assert _changes(emulator) == []
 
 
+def test_a_host_with_two_zones_gets_a_device_in_the_one_that_allows_it(
+        profile, driver):
+    config = dict(emu.PROFILES['zones'])
+    # compute-0's first zone (sorted first) may be given GPU0 only, its
+    # second zone the NIC only.
+    config['fabric'] = dict(config['fabric'],
+                            reach={'compute-0': ['GPU0'],
+                                   'compute-1': ['GPU1', 'NIC0']},
+                            more_zones={'compute-0': ['NIC0']})
+    url, emulator = profile(config)
+    fabric = _fabric(url)
+    found = _found(driver, url)
+    assert found[NIC0]['hosts'] == ['compute-0', 'compute-1']
+    driver.bind_device(fabric, _device(NIC0), HOST0)
+    driver.bind_device(fabric, _device(GPU0), HOST0)
+    with emulator.locked() as state:
+        assert state.fabric['given_more'] == {'compute-0': ['NIC0']}
+        assert state.fabric['given']['compute-0'] == ['GPU0']
+    assert [path for method, path in _changes(emulator)] == [
+        ZONES + 'Y-compute-0', ZONES + 'Z-compute-0']
+    found = _found(driver, url)
+    assert found[NIC0]['bound_to'] == 'compute-0'
+    assert found[GPU0]['bound_to'] == 'compute-0'
+    # Binding it again changes nothing; unbinding takes it out of the
+    # zone that holds it.
+    driver.bind_device(fabric, _device(NIC0), HOST0)
+    driver.unbind_device(fabric, _device(NIC0), HOST0)
+    with emulator.locked() as state:
+        assert state.fabric['given_more'] == {'compute-0': []}
+        assert state.fabric['given']['compute-0'] == ['GPU0']
+    assert _changes(emulator)[-1] == ('PATCH', ZONES + 'Y-compute-0')
+    assert _found(driver, url)[NIC0]['bound_to'] is None
+
+
+@pytest.mark.parametrize('name,config,binds', [
+    ('zones', {}, 'PATCH'),
+    ('zones-actions', {}, 'zone action'),
+    ('zones-connections', {}, 'connection'),
+    ('zones-created', {}, 'new zone'),
+])
+def test_describe_service_tells_the_fabric_and_how_binds_go(
+        profile, driver, name, config, binds):
+    url, emulator = profile(name)
+    found = driver.describe_service(_fabric(url))
+    assert found['mode'] == 'zones'
+    assert found['fabric']['id'] == 'CXL'
+    assert found['fabric']['uri'] == emu.FABRICS + '/CXL'
+    assert found['fabric']['type'] == 'CXL'
+    assert found['fabrics'] == [{
+        'id': 'CXL', 'uri': emu.FABRICS + '/CXL', 'name': 'CXL fabric',
+        'type': 'CXL', 'zoned': True,
+        'connections': name != 'zones-created'}]
+    # A switch, two initiators, two GPUs, a NIC and a CXL memory device.
+    assert (found['endpoints'], found['initiators']) == (7, 2)
+    assert found['zones'] == {'zones': 2, 'zones-actions': 2,
+                              'zones-connections': 1,
+                              'zones-created': 0}[name]
+    assert found['connections'] == (None if name == 'zones-created'
+                                    else 0)
+    assert found['unreadable'] == {}
+    assert found['binds'] == {emu.SYSTEMS + '/compute-0': binds,
+                              emu.SYSTEMS + '/compute-1': binds}
+    assert _changes(emulator) == []
+
+
+def test_describe_service_names_what_could_not_be_read(profile, driver):
+    url, emulator = profile('zones')
+    emulator.inject('status', method='GET', path=ZONES + 'Z-compute-1',
+                    count=100, code=500)
+    found = driver.describe_service(_fabric(url))
+    assert list(found['unreadable']) == [ZONES + 'Z-compute-1']
+    assert 'HTTP 500' in found['unreadable'][ZONES + 'Z-compute-1']
+    # Without its zone compute-1 would get a zone made for it.
+    assert found['binds'][emu.SYSTEMS + '/compute-0'] == 'PATCH'
+
+
 def test_auto_mode_picks_zones_only_where_nothing_is_composed(
         profile, emulator, driver):
     url, _ = profile('zones')

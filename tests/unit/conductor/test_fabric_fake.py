@@ -113,6 +113,18 @@ def test_as_locator_fills_in_from_the_device():
         base.as_locator('0000:41:00.0', DEVICE)
 
 
+def test_as_locator_carries_the_devices_serial():
+    device = dict(DEVICE, vendor_id='10de', product_id='2330',
+                  serial='0011223344556677')
+    # A driver that leaves the serial out: the one the sync stored.
+    found = base.as_locator({'vendor_id': '10de'}, device)
+    assert found['serial'] == '0011223344556677'
+    assert found['product_id'] == '2330'
+    # What the bind answers wins over the stored one.
+    assert base.as_locator({'serial': 'S9'}, device)['serial'] == 'S9'
+    assert base.as_locator({}, DEVICE)['serial'] is None
+
+
 @pytest.mark.parametrize('info', [
     {'simulate_delay': -1}, {'simulate_delay': 'x'},
     {'simulate_failure': 'sometimes'}, {'inventory': 'gpu0'},

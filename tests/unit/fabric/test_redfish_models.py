@@ -361,3 +361,58 @@ def test_a_block_of_any_type_but_a_systems_own_is_classified():
     block = models.ResourceBlock.parse(dict(
         OFFLOAD_BLOCK, ResourceBlockType=['Compute', 'Network']))
     assert not block.is_device
+
+
+# ------------------------------------------------------------ assemblies
+
+ASSEMBLY = '/redfish/v1/Chassis/1/PCIeDevices/GPU/Assembly'
+
+
+def test_model_and_serial_from_an_assembly():
+    device = models.Device()
+    device.read_member({
+        '@odata.type': '#Processor.v1_22_0.Processor',
+        'ProcessorType': 'GPU', 'Assembly': {'@odata.id': ASSEMBLY},
+        'Links': {'PCIeDevice': {'@odata.id': '/redfish/v1/Chassis/1/'
+                                              'PCIeDevices/GPU'}}})
+    device.read_pcie_device({'@odata.id': '/redfish/v1/Chassis/1/'
+                                          'PCIeDevices/GPU',
+                             'Assembly': {'@odata.id': ASSEMBLY}})
+    # Both link the same Assembly: it is read once.
+    assert device.assembly_uris == [ASSEMBLY]
+    assert device.wants_assembly
+    device.read_assembly({
+        '@odata.id': ASSEMBLY, 'Assemblies': [
+            {'MemberId': '0', 'Name': 'Riser', 'PartNumber': 'R-1'},
+            {'MemberId': '1', 'Model': 'VID2000', 'SerialNumber': 'SN-A',
+             'Producer': 'Contoso', 'PartNumber': 'P-2'},
+            {'MemberId': '2', 'Model': 'Fan', 'SerialNumber': 'SN-F'}]})
+    # The first entry that tells each fact.
+    assert (device.model, device.serial, device.manufacturer,
+            device.part_number) == ('VID2000', 'SN-A', 'Contoso', 'R-1')
+    assert not device.wants_assembly
+
+
+def test_an_assembly_does_not_override_what_the_device_says():
+    device = models.Device()
+    device.read_pcie_device({'SerialNumber': 'OWN', 'Model': 'M',
+                             'Assembly': {'@odata.id': ASSEMBLY}})
+    assert not device.wants_assembly
+    device.read_assembly({'Assemblies': [{'Model': 'X',
+                                          'SerialNumber': 'Y'}]})
+    assert (device.model, device.serial) == ('M', 'OWN')
+
+
+def test_no_assembly_link_wants_none():
+    device = models.Device()
+    device.read_pcie_device({'Model': 'M'})
+    assert device.assembly_uris == [] and not device.wants_assembly
+    # A link that is not one is ignored, not fatal.
+    device.read_pcie_device({'Assembly': 'nowhere'})
+    assert device.assembly_uris == []
+
+
+@pytest.mark.parametrize('data', [[], {'Assemblies': 'x'}, {}])
+def test_an_assembly_that_is_not_one(data):
+    with pytest.raises(models.ParseError):
+        models.Device().read_assembly(data)

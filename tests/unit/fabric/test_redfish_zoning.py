@@ -122,6 +122,63 @@ def test_allowable_values_and_shared_zones():
     assert zoning.zone_for(_sys('A'), _ep('NIC0')).uri.endswith('/ZA2')
 
 
+def test_a_host_with_several_zones_gets_the_device_in_the_right_one():
+    zoning = _zoning([
+        _initiator('I1', 'A'), _target('GPU0'), _target('GPU1'),
+        _target('NIC0'), _target('NVMe0'),
+        # ZA1 may be given GPU0 only: never asked for another device.
+        _zone('ZA1', ['I1'], **{'Endpoints@Redfish.AllowableValues': [
+            _link(_ep('GPU0'))]}),
+        _zone('ZA2', ['I1'], ContainedByZones=[
+            _link(FABRIC + '/Zones/Pod2')]),
+        _zone('ZA3', ['I1']),
+        _zone('Free2', ['NIC0'], ContainedByZones=[
+            _link(FABRIC + '/Zones/Pod2')]),
+        _zone('Pod2', zone_type='ZoneOfZones'),
+    ], connections=False)
+    assert zoning.zone_for(_sys('A'), _ep('GPU0')).uri.endswith('/ZA1')
+    # The zone a zone of zones joins with the device's.
+    assert zoning.zone_for(_sys('A'), _ep('NIC0')).uri.endswith('/ZA2')
+    # Nothing tells: the first (by URI) that may take anything, not ZA1.
+    assert zoning.zone_for(_sys('A'), _ep('GPU1')).uri.endswith('/ZA2')
+    # Only zones that leave it out: none.
+    zoning = _zoning([
+        _initiator('I1', 'A'), _target('GPU0'), _target('GPU1'),
+        _zone('ZA1', ['I1'], **{'Endpoints@Redfish.AllowableValues': [
+            _link(_ep('GPU0'))]})])
+    assert zoning.zone_for(_sys('A'), _ep('GPU1')) is None
+
+
+def test_a_host_with_a_zone_per_switch_gets_the_devices_switch():
+    def port(switch, number):
+        return _link('%s/Switches/%s/Ports/%s' % (FABRIC, switch, number))
+
+    switch2 = _endpoint('SW2', [{
+        'EntityType': 'Switch', 'EntityRole': 'Target',
+        'EntityLink': _link(FABRIC + '/Switches/S2')}])
+    gpu = _endpoint('GPU0', [{
+        'EntityType': 'Processor', 'EntityRole': 'Target',
+        'EntityLink': _link('/redfish/v1/Chassis/Box/Processors/GPU0')}],
+        Links={'ConnectedPorts': [port('S2', 'D7')]})
+    nic = _endpoint('NIC0', [{
+        'EntityType': 'NetworkController', 'EntityRole': 'Target',
+        'EntityLink': _link('/redfish/v1/Chassis/Box/NetworkAdapters/N')}],
+        Links={'Ports': [port('S3', 'D1')]})
+    zoning = _zoning([
+        _initiator('I1', 'A'), _initiator('I2', 'A'), gpu, nic, switch2,
+        _zone('ZA-S1', ['I1'], InvolvedSwitches=[
+            _link(FABRIC + '/Switches/S1')]),
+        # S1's and S3's zones name their switch; S2's holds its switch
+        # endpoint.
+        _zone('ZA-S2', ['I2', 'SW2']),
+        _zone('ZA-S3', ['I1'], InvolvedSwitches=[
+            _link(FABRIC + '/Switches/S3')]),
+    ], connections=False)
+    assert gpu.switches == {FABRIC + '/Switches/S2'}
+    assert zoning.zone_for(_sys('A'), _ep('GPU0')).uri.endswith('/ZA-S2')
+    assert zoning.zone_for(_sys('A'), _ep('NIC0')).uri.endswith('/ZA-S3')
+
+
 def test_nothing_said_of_reach_means_every_host_on_the_fabric():
     # B has no zone (one is made for it, or a connection) and C no
     # initiator on the fabric.
