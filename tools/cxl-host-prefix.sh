@@ -33,7 +33,17 @@ APT=(-o "Dir::Etc::SourceList=$PREFIX/apt/sources.list"
      -o "Dir::State::Lists=$PREFIX/apt/lists"
      -o "Dir::Cache=$PREFIX/apt/cache"
      -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
-apt-get "${APT[@]}" -qq update
+# retry COMMAND...: three tries, a mirror may hiccup.
+retry() {
+    local try
+    for try in 1 2 3; do
+        "$@" && return 0
+        echo "cxl-host-prefix: try $try of '$*' failed" >&2
+        sleep $((try * 10))
+    done
+    return 1
+}
+retry apt-get "${APT[@]}" -qq update
 
 # The newest 6.12 kernel image of the backports (the metapackage names it).
 KERNEL=$(apt-cache "${APT[@]}" depends linux-image-amd64 \
@@ -44,9 +54,8 @@ if [ -z "$KERNEL" ]; then
     exit 1
 fi
 cd "$PREFIX/debs"
-apt-get "${APT[@]}" -qq download qemu-system-x86 qemu-system-common \
-    qemu-system-data seabios "$KERNEL" 2>&1 \
-    | grep -v 'unsandboxed as root' || true
+retry apt-get "${APT[@]}" -qq download qemu-system-x86 qemu-system-common \
+    qemu-system-data seabios "$KERNEL"
 for deb in "$PREFIX"/debs/*.deb; do
     dpkg-deb -x "$deb" "$ROOT"
 done

@@ -281,3 +281,23 @@ def test_refusals_name_what_is_wrong(guest, state_file):
     assert _regions(ops) == []
     with open(state_file) as f:
         assert json.load(f)['regions'] == {}
+
+
+def test_bind_benchmark_runs(guest, capsys):
+    """tools/bench/cxl_bind.py on this guest, one cycle: it measures
+    what it says and its summary line is whole."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location(
+        'cxl_bind', os.path.join(host.REPO, 'tools', 'bench', 'cxl_bind.py'))
+    cxl_bind = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cxl_bind)
+    status = cxl_bind.run(1, 1, guest=guest)
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith('cxl_bind: bind_p50_ms=')
+    fields = dict(item.split('=') for item in summary.split()[1:])
+    assert float(fields['bind_p50_ms']) > 0
+    assert float(fields['unbind_p50_ms']) > 0
+    assert int(fields['calls_per_bind']) >= 3
+    assert status == (0 if fields['target'] == 'ok' else 1)
+    assert _regions(guest.ops) == []
