@@ -227,9 +227,9 @@ class Composable(fixtures.Fixture):
                             ('host1', ['compute_node']),
                             ('host2', ['compute_node'])):
             self._serve(rpc.AGENT_TOPIC, name,
-                        agent_manager.AgentManager(name, roles))
+                        agent_manager.AgentManager(name, roles).endpoints)
         self.conductor = conductor_manager.ConductorManager(CONDUCTOR)
-        self._serve(rpc.CONDUCTOR_TOPIC, CONDUCTOR, self.conductor,
+        self._serve(rpc.CONDUCTOR_TOPIC, CONDUCTOR, [self.conductor],
                     manager=self.conductor)
 
     def _overrides(self):
@@ -252,8 +252,8 @@ class Composable(fixtures.Fixture):
             ('placement', 'composable_reconcile_interval', 0),
         ]
 
-    def _serve(self, topic, name, endpoint, manager=None):
-        svc = service.RPCService(topic, name, [endpoint], manager=manager)
+    def _serve(self, topic, name, endpoints, manager=None):
+        svc = service.RPCService(topic, name, endpoints, manager=manager)
         svc.start()
         self.addCleanup(svc.wait)
         self.addCleanup(svc.stop)
