@@ -49,7 +49,9 @@ class ComputeNodeParts(object):
                  simulate=None, memory_tuner=None, host_pci=None,
                  device_attacher=None, cxl_memory=None, connection=None):
         self.host = host
-        self._lock = threading.Lock()
+        # Reentrant: making a worker makes the workers it needs (the
+        # guest attacher the connection, the tuner the guest attacher).
+        self._lock = threading.RLock()
         self._connection = connection
         self._guest = guest_attacher
         self._host_swap = host_swap

@@ -17,6 +17,7 @@ agent's entry point builds from ``AgentManager.endpoints``. The pieces
 behind the endpoints are recording stand-ins, named as such."""
 
 import inspect
+import threading
 
 from oslo_messaging import conffixture
 import pytest
@@ -240,8 +241,27 @@ def test_the_simulator_is_a_back_end_chosen_by_configuration(
             parts._connection) == (None, None, None, None)
 
 
+def _made_in_a_thread(make):
+    # A worker that makes the workers it needs must not wait for itself:
+    # a deadlock fails the test instead of hanging it.
+    made = []
+    thread = threading.Thread(target=lambda: made.append(make()),
+                              daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), 'making the worker deadlocked'
+    return made[0]
+
+
 def test_the_attachers_share_the_one_libvirt_connection():
     agent = manager.AgentManager(NODE, ['compute_node'], simulate=False)
+    # The tuner first: it makes the guest attacher, which makes the
+    # connection, each under the parts' lock.
+    tuner = _made_in_a_thread(lambda: agent.memory_tuner)
+    assert tuner is agent.memory_tuner
     connection = agent.parts.connection
     assert agent.guest_attacher.connection is connection
-    assert agent.device_attacher.connection is connection
+    device_attacher = _made_in_a_thread(lambda: agent.device_attacher)
+    assert device_attacher.connection is connection
+    # Made once: libvirt is not opened by making them.
+    assert connection.opened == 0
