@@ -226,8 +226,7 @@ class Composable(fixtures.Fixture):
         for name, roles in (('memory-0', ['memory_node']),
                             ('host1', ['compute_node']),
                             ('host2', ['compute_node'])):
-            self._serve(rpc.AGENT_TOPIC, name,
-                        agent_manager.AgentManager(name, roles).endpoints)
+            self._serve_agent(name, roles)
         self.conductor = conductor_manager.ConductorManager(CONDUCTOR)
         self._serve(rpc.CONDUCTOR_TOPIC, CONDUCTOR, [self.conductor],
                     manager=self.conductor)
@@ -251,6 +250,11 @@ class Composable(fixtures.Fixture):
             ('placement', 'token', 'admin'),
             ('placement', 'composable_reconcile_interval', 0),
         ]
+
+    def _serve_agent(self, name, roles):
+        agent = agent_manager.AgentManager(name, roles)
+        self._serve(rpc.AGENT_TOPIC, name, agent.endpoints)
+        return agent
 
     def _serve(self, topic, name, endpoints, manager=None):
         svc = service.RPCService(topic, name, endpoints, manager=manager)
