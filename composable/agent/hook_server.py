@@ -226,17 +226,25 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 class HookServer(object):
-    """Serves the libvirt hook for one AgentManager (compute_node role).
+    """Serves the libvirt hook of one compute node.
+
+    ``node`` is the node's ComputeNodeParts
+    (composable.agent.compute_node.parts): the attachers the deferred
+    hot-plugs use, the record of what is attached, and whether the back
+    ends are simulated. The hook server holds nothing of the RPC
+    endpoint; the endpoint hands it what waits for a domain's start
+    (defer_guest_attach, defer_guest_devices) and what a detach cancels
+    (forget_guest, forget_guest_devices).
 
     ``conductor`` (a ConductorAPI) and ``path`` can be injected; by
     default they come from composable.conductor.rpcapi and
     ``[compute_node]hook_socket``.
     """
 
-    def __init__(self, agent, path=None, group=None, conductor=None,
+    def __init__(self, node, path=None, group=None, conductor=None,
                  refresh_interval=None):
-        self.agent = agent
-        self.host = agent.host
+        self.node = node
+        self.host = node.host
         self.path = path if path is not None else \
             CONF.compute_node.hook_socket
         self.group = group if group is not None else \
@@ -506,10 +514,10 @@ class HookServer(object):
             busy = instance_uuid in self._busy
         if not busy:
             return False
-        attacher = self.agent.guest_attacher
+        attacher = self.node.guest_attacher
         for extent in extents:
             # Secrets are a libvirt object of their own: no domain lock.
-            if attacher._undefine_secret(extent['uuid']):
+            if attacher.remove_secret(extent['uuid']):
                 LOG.info('Removed the libvirt secret of extent %s',
                          extent['uuid'])
         return True
@@ -780,7 +788,7 @@ class HookServer(object):
 
     def _attach_lease_devices(self, instance, lease_uuid, addresses, since):
         """One lease's devices; False when the domain stopped."""
-        attacher = self.agent.device_attacher
+        attacher = self.node.device_attacher
 
         def still_wanted():
             return not self._cancelled(instance, lease_uuid)
@@ -829,7 +837,7 @@ class HookServer(object):
                           'hot-plug', lease_uuid)
 
     def _attach_pending_memory(self, instance, pending, since):
-        attacher = self.agent.guest_attacher
+        attacher = self.node.guest_attacher
         for lease_uuid, (lease, extents, initiator) in pending.items():
             reason = None
             for attempt in range(ATTACH_ATTEMPTS):
@@ -849,7 +857,7 @@ class HookServer(object):
                     if self._stopping.wait(ATTACH_RETRY_DELAY):
                         return
                     continue
-                self.agent.memory_attached(
+                self.node.attachments.memory_attached(
                     lease_uuid, details,
                     dict(lease, attach_mode=states.ATTACH_GUEST,
                          instance_uuid=instance))
@@ -885,13 +893,13 @@ class HookServer(object):
             # Simulated memory or devices are in no guest: nothing to
             # look for.
             missing = [lease['uuid'] for lease in here
-                       if not self.agent.simulate and
+                       if not self.node.memory_simulated and
                        lease.get('attach_mode') == states.ATTACH_GUEST and
                        lease.get('extents') and
                        not self._disks_present(instance,
                                                lease.get('extents') or [])]
             missing += [lease['uuid'] for lease in here
-                        if not self.agent.simulate_devices and
+                        if not self.node.devices_simulated and
                         lease.get('devices') and
                         lease['uuid'] not in missing and
                         not self._devices_present(instance,
@@ -923,15 +931,16 @@ class HookServer(object):
     def _guests_real(self):
         """Whether guest-mode memory or devices really go into guests
         on this host (else there is nothing to check in a domain)."""
-        return not (self.agent.simulate and self.agent.simulate_devices)
+        return not (self.node.memory_simulated and
+                    self.node.devices_simulated)
 
     def _devices_present(self, instance, device_uuids):
-        present = self.agent.device_attacher.present(instance, device_uuids)
+        present = self.node.device_attacher.present(instance, device_uuids)
         return set(device_uuids) <= present
 
     def _disks_present(self, instance, extent_uuids):
-        attacher = self.agent.guest_attacher
-        domain = attacher._domain(instance, missing_ok=True)
+        attacher = self.node.guest_attacher
+        domain = attacher.domain(instance, missing_ok=True)
         if domain is None or not domain.isActive():
             return True
         disks = libvirt_guest.live_disks(domain.XMLDesc(0))

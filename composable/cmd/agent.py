@@ -63,8 +63,8 @@ def main(argv=None):
     rpc.init()
     # The manager starts first: a memory node's tmpfs area is mounted or
     # checked before any request is taken.
-    server = service.RPCService(rpc.AGENT_TOPIC, CONF.host, [agent],
-                                manager=agent)
+    server = service.RPCService(rpc.AGENT_TOPIC, CONF.host,
+                                agent.endpoints, manager=agent)
     LOG.info('Starting composable-agent on %(host)s with roles %(roles)s',
              {'host': CONF.host, 'roles': ', '.join(agent.roles)})
     try:

@@ -240,13 +240,13 @@ def agent_services(context):
         agent = agent_manager.AgentManager(host.name,
                                            [agent_manager.COMPUTE_NODE])
         services.append(service.RPCService(rpc.AGENT_TOPIC, host.name,
-                                           [agent],
+                                           agent.endpoints,
                                            manager=_UsageReports(agent)))
     for node in db_api.memory_node_list(context):
         agent = agent_manager.AgentManager(node.name,
                                            [agent_manager.MEMORY_NODE])
         services.append(service.RPCService(rpc.AGENT_TOPIC, node.name,
-                                           [agent]))
+                                           agent.endpoints))
     return services
 
 

@@ -185,3 +185,85 @@ def test_the_privsep_modules_load_without_the_rest_of_composable():
     assert [m for m in out
             if _outside(m, ('composable.privsep', 'composable.conf'))
             and m != 'composable'] == []
+
+
+# The compute agent, bottom up: the pieces (compute_node.*, memory_node)
+# know nothing of who drives them; the libvirt hook server uses the
+# pieces; the RPC endpoints use the pieces and are handed the hook
+# server; the manager builds them all. Nothing points back up, so no
+# two of them hold each other.
+_AGENT_LAYERS = (
+    ('composable.agent.compute_node', 'composable.agent.memory_node'),
+    ('composable.agent.hook_server',),
+    ('composable.agent.endpoints',),
+    ('composable.agent.manager',),
+)
+
+
+def _agent_layer(module):
+    for level, members in enumerate(_AGENT_LAYERS):
+        if not _outside(module, members):
+            return level
+    return None
+
+
+def test_the_agent_pieces_do_not_import_what_drives_them():
+    graph = import_graph()
+    assert 'composable.agent.compute_node.parts' in graph
+    up = {}
+    for module, imported in graph.items():
+        level = _agent_layer(module)
+        if level is None:
+            continue
+        wrong = sorted(n for n in imported
+                       if (_agent_layer(n) or 0) > level)
+        if wrong:
+            up[module] = wrong
+    assert up == {}
+
+
+def private_uses(path):
+    """``name._private`` reached through anything but self or cls, and
+    ``from x import _private``, in the source at ``path``: line and
+    text of each."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            name = node.attr
+            if not name.startswith('_') or name.startswith('__'):
+                continue
+            if isinstance(node.value, ast.Name) and \
+                    node.value.id in ('self', 'cls'):
+                continue
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom):
+            found.extend((node.lineno, alias.name) for alias in node.names
+                         if alias.name.startswith('_') and
+                         not alias.name.startswith('__'))
+    return found
+
+
+def test_the_private_use_finder_finds_them(tmp_path):
+    path = tmp_path / 'm.py'
+    path.write_text('from x import _y\n'
+                    'def f(attacher):\n'
+                    '    self._ok = attacher._domain("i")\n'
+                    '    return attacher.domain("i").__class__\n')
+    assert private_uses(str(path)) == [(1, '_y'), (3, 'attacher._domain')]
+
+
+def test_the_agent_uses_only_public_names_of_other_objects():
+    # The hook server called the guest attacher's _domain and
+    # _undefine_secret: its public domain() and remove_secret() are the
+    # names to use, in every module of the agent.
+    wrong = {}
+    for module, path in _modules(os.path.join(PACKAGE_DIR,
+                                              'agent')).items():
+        found = private_uses(path)
+        if found:
+            wrong[module] = found
+    assert 'composable.agent.hook_server' in _modules(
+        os.path.join(PACKAGE_DIR, 'agent'))
+    assert wrong == {}

@@ -87,7 +87,7 @@ def start_agent(path):
     from composable.agent import manager
     agent = manager.AgentManager('compute-bench', ['compute_node'],
                                  simulate=True)
-    server = hook_server.HookServer(agent, path=path, group='',
+    server = hook_server.HookServer(agent.parts, path=path, group='',
                                     conductor=InstantConductor(),
                                     refresh_interval=0)
     agent.hook_server = server

@@ -52,8 +52,10 @@ A domain that is not running, or goes away meanwhile, has no device to
 unplug.
 
 Events need libvirt's event loop: the default implementation is
-registered before this module opens its own connection, and a daemon
-thread runs it.
+registered before the agent's libvirt connection (libvirt_connection,
+shared with the guest memory attacher) is opened, and a daemon thread
+runs it; the removal callbacks are registered again on every connection
+it opens.
 """
 
 import re
@@ -65,6 +67,7 @@ from oslo_concurrency import lockutils
 from oslo_log import log as logging
 from oslo_utils import importutils
 
+from composable.agent.compute_node import libvirt_connection
 from composable.common import exception
 from composable.common import utils
 from composable import conf
@@ -260,50 +263,26 @@ class _Waiter(object):
         return self.kind
 
 
-_event_loop_lock = threading.Lock()
-_event_loop_started = False
-
-
-def start_libvirt_event_loop():
-    """Register libvirt's default event loop and run it in a daemon
-    thread, once per process; connections opened afterwards deliver
-    domain events."""
-    global _event_loop_started
-    with _event_loop_lock:
-        if _event_loop_started:
-            return
-        libvirt.virEventRegisterDefaultImpl()
-        # libvirt prints every error to stderr by default, the expected
-        # ones too (no such domain...); they are raised and handled here.
-        libvirt.registerErrorHandler(lambda ctx, err: None, None)
-
-        def run():
-            while True:
-                libvirt.virEventRunDefaultImpl()
-
-        threading.Thread(target=run, name='libvirt-events',
-                         daemon=True).start()
-        _event_loop_started = True
-
-
 class GuestDeviceAttacher(object):
     """Hot-plugs leased PCI functions into running libvirt domains and
     unplugs them.
 
-    ``connect`` (the URI -> a libvirt connection) and ``event_loop`` (run
-    before the first connection) can be injected; by default they are
-    libvirt.open and start_libvirt_event_loop. The timeouts come from the
-    [compute_node] options unless given.
+    ``connection`` is the agent's LibvirtConnection (libvirt_connection),
+    shared with the guest memory attacher; without it one is made from
+    ``uri``, ``connect`` (the URI -> a libvirt connection) and
+    ``event_loop`` (run before the first connection), by default
+    libvirt.open and libvirt_connection.start_libvirt_event_loop. The
+    timeouts come from the [compute_node] options unless given.
     """
 
     def __init__(self, uri=None, connect=None, event_loop=None,
                  attach_timeout=None, detach_timeout=None,
-                 detach_attempts=None):
-        self.uri = uri or CONF.compute_node.libvirt_uri
-        self._connect = connect
-        if event_loop is None and connect is None:
-            event_loop = start_libvirt_event_loop
-        self._event_loop = event_loop
+                 detach_attempts=None, connection=None):
+        if connection is None:
+            connection = libvirt_connection.LibvirtConnection(
+                uri, connect=connect, event_loop=event_loop)
+        self.connection = connection
+        self.uri = connection.uri
         self.attach_timeout = (attach_timeout if attach_timeout is not None
                                else CONF.compute_node.attach_timeout)
         self.detach_timeout = (
@@ -313,40 +292,16 @@ class GuestDeviceAttacher(object):
             detach_attempts if detach_attempts is not None
             else CONF.compute_node.device_detach_attempts)
         self.events = DeviceEvents()
-        self._conn = None
-        self._conn_lock = threading.Lock()
+        # Every connection, the reopened ones too, delivers the removal
+        # events of devices.
+        self.connection.add_listener(self.events.register)
 
     # ---------------------------------------------------------- libvirt
 
     def _connection(self):
-        with self._conn_lock:
-            if self._conn is not None:
-                try:
-                    if self._conn.isAlive():
-                        return self._conn
-                except Exception:
-                    pass
-                self._conn = None
-            connect = self._connect
-            if connect is None:
-                if libvirt is None:
-                    raise exception.DriverError(
-                        reason='the libvirt Python binding (libvirt-python) '
-                               'is not installed, so leased devices cannot '
-                               'be passed through to guests on this host')
-                connect = libvirt.open
-            if self._event_loop is not None:
-                self._event_loop()
-            try:
-                conn = connect(self.uri)
-            except Exception as exc:
-                raise exception.DriverError(
-                    reason='cannot connect to libvirt at %s: %s; check that '
-                           'libvirtd runs and [compute_node]libvirt_uri' %
-                           (self.uri, exc))
-            self.events.register(conn)
-            self._conn = conn
-            return conn
+        return self.connection.get(
+            'leased devices cannot be passed through to guests on this '
+            'host')
 
     def _domain(self, instance_uuid):
         """The domain of the instance, or None when it has none."""

@@ -63,6 +63,7 @@ from oslo_log import log as logging
 from oslo_serialization import jsonutils
 from oslo_utils import importutils
 
+from composable.agent.compute_node import libvirt_connection
 from composable.agent.compute_node import portal as iscsi_portal
 from composable.common import exception
 from composable.common import states
@@ -362,51 +363,34 @@ def _scrub(text, secrets):
 class GuestMemoryAttacher(object):
     """Hot-plugs memory extents into running libvirt domains.
 
-    ``connect`` (a callable taking the URI and returning a libvirt
-    connection) and the timeouts can be injected; by default they come
-    from the [compute_node] options.
+    ``connection`` is the agent's LibvirtConnection (libvirt_connection),
+    shared with the device attacher; without it one is made from ``uri``
+    and ``connect`` (a callable taking the URI and returning a libvirt
+    connection). The timeouts can be injected; by default they come from
+    the [compute_node] options.
     """
 
     def __init__(self, uri=None, connect=None, attach_timeout=None,
                  detach_timeout=None, poll_interval=POLL_INTERVAL,
-                 detach_retry_interval=DETACH_RETRY_INTERVAL):
-        self.uri = uri or CONF.compute_node.libvirt_uri
-        self._connect = connect
+                 detach_retry_interval=DETACH_RETRY_INTERVAL,
+                 connection=None):
+        if connection is None:
+            connection = libvirt_connection.LibvirtConnection(
+                uri, connect=connect)
+        self.connection = connection
+        self.uri = connection.uri
         self.attach_timeout = (attach_timeout if attach_timeout is not None
                                else CONF.compute_node.attach_timeout)
         self.detach_timeout = (detach_timeout if detach_timeout is not None
                                else CONF.compute_node.detach_timeout)
         self.poll_interval = poll_interval
         self.detach_retry_interval = detach_retry_interval
-        self._conn = None
 
     # ---------------------------------------------------------- libvirt
 
     def _connection(self):
-        if self._conn is not None:
-            try:
-                if self._conn.isAlive():
-                    return self._conn
-            except Exception:
-                pass
-            self._conn = None
-        connect = self._connect
-        if connect is None:
-            if libvirt is None:
-                raise exception.DriverError(
-                    reason='the libvirt Python binding (libvirt-python) is '
-                           'not installed, so guest-mode memory cannot be '
-                           'attached on this host')
-            connect = libvirt.open
-            _quiet_libvirt()
-        try:
-            self._conn = connect(self.uri)
-        except Exception as exc:
-            raise exception.DriverError(
-                reason='cannot connect to libvirt at %s: %s; check that '
-                       'libvirtd runs and [compute_node]libvirt_uri' %
-                       (self.uri, exc))
-        return self._conn
+        return self.connection.get(
+            'guest-mode memory cannot be attached on this host')
 
     def domain(self, instance_uuid, missing_ok=False):
         """The live domain of an instance (None when it has none and
@@ -457,6 +441,12 @@ class GuestMemoryAttacher(object):
                 self._undefine_secret(extent['uuid'])
             raise
         return created
+
+    def remove_secret(self, extent_uuid):
+        """Remove the libvirt secret of an extent; True when there was
+        one. Secrets are libvirt objects of their own: this takes no
+        domain, so it may run while the libvirt hook holds the domain."""
+        return self._undefine_secret(extent_uuid)
 
     def _undefine_secret(self, extent_uuid):
         secret = self._lookup_secret(extent_uuid)
@@ -986,10 +976,3 @@ def _b64(data):
     if not data:
         return ''
     return base64.b64decode(data).decode('utf-8', 'replace')
-
-
-def _quiet_libvirt():
-    """libvirt's default error handler prints every error to stderr, even
-    the expected ones (no such secret...); they are raised as exceptions
-    and handled here anyway."""
-    libvirt.registerErrorHandler(lambda ctx, err: None, None)

@@ -61,8 +61,8 @@ def main(argv=None):
     agent = manager.AgentManager(
         CONF.host, CONF.agent.roles,
         host_pci=host_pci.HostPciDevices(bus=bus))
-    server = service.RPCService(rpc.AGENT_TOPIC, CONF.host, [agent],
-                                manager=agent)
+    server = service.RPCService(rpc.AGENT_TOPIC, CONF.host,
+                                agent.endpoints, manager=agent)
     LOG.info('Starting composable-agent on %(host)s, its PCI work in the '
              'compute host guest %(guest)s',
              {'host': CONF.host, 'guest': domain.name()})

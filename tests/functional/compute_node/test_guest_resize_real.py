@@ -122,11 +122,12 @@ def _sampler(agent):
 
 
 def _attach(agent, guest, lease, extents):
-    return agent.attach_memory(None, lease, extents, 'guest', guest.uuid)
+    return agent.compute.attach_memory(None, lease, extents, 'guest',
+                                       guest.uuid)
 
 
 def _detach(agent, guest, lease, extents):
-    agent.detach_memory(None, lease, extents, 'guest', guest.uuid)
+    agent.compute.detach_memory(None, lease, extents, 'guest', guest.uuid)
 
 
 def test_grow_then_shrink_in_the_guest(agent, guest, tgt, libvirt_conn):

@@ -124,12 +124,12 @@ def test_grow_and_shrink_with_real_swap(agent, loop_devices):
     sampler = usage.UsageSampler(agent, conductor=object(), interval=1,
                                  timeout=5)
 
-    agent.attach_memory(None, lease, [first], 'host')
+    agent.compute.attach_memory(None, lease, [first], 'host')
     [sample] = sampler.sample()
     assert sample['size_mb'] == SIZE_MB
     assert 0 <= sample['used_mb'] <= SIZE_MB
 
-    grown = agent.attach_memory(None, lease, [second], 'host')
+    grown = agent.compute.attach_memory(None, lease, [second], 'host')
 
     assert list(grown) == [second['uuid']]
     entries = _entries()
@@ -139,7 +139,7 @@ def test_grow_and_shrink_with_real_swap(agent, loop_devices):
     [sample] = sampler.sample()
     assert sample['size_mb'] == 2 * SIZE_MB
 
-    agent.detach_memory(None, lease, [second], 'host')
+    agent.compute.detach_memory(None, lease, [second], 'host')
 
     entries = _entries()
     second_dev = grown[second['uuid']]['swap_device']
@@ -150,7 +150,7 @@ def test_grow_and_shrink_with_real_swap(agent, loop_devices):
     [sample] = sampler.sample()
     assert sample['size_mb'] == SIZE_MB
 
-    agent.detach_memory(None, lease, [first], 'host')
+    agent.compute.detach_memory(None, lease, [first], 'host')
 
     assert not set(loop_devices) & set(_entries())
     assert agent.memory_attachments == {}

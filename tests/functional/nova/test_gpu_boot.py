@@ -41,12 +41,12 @@ class ComposableWithGpus(events_test.Composable):
     the fake fabric, trait CUSTOM_GPU), reported to Placement in the
     fabric's aggregate; the agents are kept to look at."""
 
-    def _serve(self, topic, name, endpoint, manager=None):
+    def _serve_agent(self, name, roles):
         if not hasattr(self, 'agents'):
             self.agents = {}
-        if topic == events_test.rpc.AGENT_TOPIC:
-            self.agents[name] = endpoint
-        super()._serve(topic, name, endpoint, manager=manager)
+        agent = super()._serve_agent(name, roles)
+        self.agents[name] = agent
+        return agent
 
     def _inventory(self):
         super()._inventory()

@@ -227,10 +227,9 @@ class Composable(fixtures.Fixture):
         for name, roles in (('memory-0', ['memory_node']),
                             ('host1', ['compute_node']),
                             ('host2', ['compute_node'])):
-            self.agents[name] = self._agent(name, roles)
-            self._serve(rpc.AGENT_TOPIC, name, self.agents[name])
+            self.agents[name] = self._serve_agent(name, roles)
         self.conductor = conductor_manager.ConductorManager(CONDUCTOR)
-        self._serve(rpc.CONDUCTOR_TOPIC, CONDUCTOR, self.conductor,
+        self._serve(rpc.CONDUCTOR_TOPIC, CONDUCTOR, [self.conductor],
                     manager=self.conductor)
 
     def _agent(self, name, roles):
@@ -257,8 +256,13 @@ class Composable(fixtures.Fixture):
             ('placement', 'composable_reconcile_interval', 0),
         ]
 
-    def _serve(self, topic, name, endpoint, manager=None):
-        svc = service.RPCService(topic, name, [endpoint], manager=manager)
+    def _serve_agent(self, name, roles):
+        agent = self._agent(name, roles)
+        self._serve(rpc.AGENT_TOPIC, name, agent.endpoints)
+        return agent
+
+    def _serve(self, topic, name, endpoints, manager=None):
+        svc = service.RPCService(topic, name, endpoints, manager=manager)
         svc.start()
         self.addCleanup(svc.wait)
         self.addCleanup(svc.stop)

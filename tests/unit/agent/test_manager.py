@@ -28,20 +28,20 @@ def test_memory_node_exports_with_noop(caplog):
     caplog.set_level(logging.DEBUG)
     agent = manager.AgentManager('memory-0', ['memory_node'])
     assert isinstance(agent.exporter, noop.NoopExporter)
-    result = agent.export_extent(None, EXTENT, 'iqn.x:host', 'user',
-                                 'very-secret-value')
+    result = agent.memory.export_extent(None, EXTENT, 'iqn.x:host', 'user',
+                                        'very-secret-value')
     assert result['target_iqn'].endswith('e1')
     assert result['portal'] == '10.0.0.5:3260'
-    assert result == agent.export_extent(None, EXTENT, 'iqn.x:host', 'user',
-                                         'very-secret-value')
+    assert result == agent.memory.export_extent(None, EXTENT, 'iqn.x:host',
+                                                'user', 'very-secret-value')
     assert 'noop exporter: nothing is exported' in caplog.text
     assert 'very-secret-value' not in caplog.text
-    agent.unexport_extent(None, EXTENT)
-    agent.unexport_extent(None, EXTENT)
+    agent.memory.unexport_extent(None, EXTENT)
+    agent.memory.unexport_extent(None, EXTENT)
     assert agent.exporter.exports == {}
     assert agent.exporter.backed == {'e1'}
-    agent.scrub_extent(None, EXTENT)
-    agent.scrub_extent(None, EXTENT)
+    agent.memory.scrub_extent(None, EXTENT)
+    agent.memory.scrub_extent(None, EXTENT)
     assert agent.exporter.backed == set()
 
 
@@ -50,16 +50,16 @@ def test_compute_node_attach_detach(caplog):
     agent = manager.AgentManager('compute-0', ['compute_node'])
     extent = dict(EXTENT, target_iqn='iqn.t:e1', lun=1,
                   chap_username='u', chap_secret='very-secret-value')
-    details = agent.attach_memory(None, LEASE, [extent], 'host', None)
+    details = agent.compute.attach_memory(None, LEASE, [extent], 'host', None)
     assert details['e1']['device'].startswith('/dev/disk/by-path/')
     assert 'very-secret-value' not in caplog.text
-    agent.detach_memory(None, LEASE, [extent], 'host', None)
-    agent.detach_memory(None, LEASE, [extent], 'host', None)
+    agent.compute.detach_memory(None, LEASE, [extent], 'host', None)
+    agent.compute.detach_memory(None, LEASE, [extent], 'host', None)
     assert agent.memory_attachments == {}
     devices = [{'uuid': 'd1', 'pci_address': '0000:41:00.0'}]
-    assert agent.attach_devices(None, LEASE, devices) == {
+    assert agent.compute.attach_devices(None, LEASE, devices) == {
         'd1': '0000:41:00.0'}
-    agent.detach_devices(None, LEASE, devices)
+    agent.compute.detach_devices(None, LEASE, devices)
     assert agent.device_attachments == {}
 
 
@@ -72,7 +72,8 @@ def test_compute_node_attach_detach(caplog):
 def test_refuses_a_role_it_does_not_have(roles, method, args):
     agent = manager.AgentManager('node-x', roles)
     with pytest.raises(exception.DriverError) as info:
-        getattr(agent, method)(None, *args)
+        endpoint, = [e for e in agent.endpoints if hasattr(e, method)]
+        getattr(endpoint, method)(None, *args)
     assert 'node-x' in info.value.message
     assert 'role' in info.value.message
 
@@ -143,11 +144,12 @@ def test_guest_mode_goes_to_the_guest_attacher(real_conf):
     assert not agent.simulate
     extent = dict(EXTENT, target_iqn='iqn.t:e1', lun=1)
     lease = dict(LEASE, initiator_iqn='iqn.x:compute-0')
-    details = agent.attach_memory(None, lease, [extent], 'guest', 'dom-1')
+    details = agent.compute.attach_memory(None, lease, [extent], 'guest',
+                                          'dom-1')
     assert details == {'e1': {'dev': 'x'}}
     assert guest.calls == [('attach', 'dom-1', [extent], 'iqn.x:compute-0')]
     assert agent.memory_attachments == {'l1': details}
-    agent.detach_memory(None, lease, [extent], 'guest', 'dom-1')
+    agent.compute.detach_memory(None, lease, [extent], 'guest', 'dom-1')
     assert guest.calls[-1] == ('detach', 'dom-1', [extent])
     assert swap.calls == []
     assert agent.memory_attachments == {}
@@ -156,7 +158,7 @@ def test_guest_mode_goes_to_the_guest_attacher(real_conf):
 def test_guest_mode_needs_a_server(real_conf):
     agent = _real_agent()
     with pytest.raises(exception.DriverError) as info:
-        agent.attach_memory(None, LEASE, [EXTENT], 'guest', None)
+        agent.compute.attach_memory(None, LEASE, [EXTENT], 'guest', None)
     assert 'server' in info.value.message
 
 
@@ -165,10 +167,10 @@ def test_host_mode_goes_to_host_swap(real_conf):
     agent = _real_agent(guest, swap)
     extent = dict(EXTENT, target_iqn='iqn.t:e1', lun=1)
     never = dict(EXTENT, uuid='e2', target_iqn=None, lun=None)
-    agent.attach_memory(None, LEASE, [extent], 'host', None)
+    agent.compute.attach_memory(None, LEASE, [extent], 'host', None)
     assert swap.calls == [('attach', [extent], 'iqn.x:compute-0')]
     # An extent that was never exported was never logged in to.
-    agent.detach_memory(None, LEASE, [extent, never], 'host', None)
+    agent.compute.detach_memory(None, LEASE, [extent, never], 'host', None)
     assert swap.calls[-1] == ('detach', [extent])
     assert guest.calls == []
 
@@ -192,17 +194,17 @@ def test_host_mode_for_an_instance_tunes_its_memory(real_conf):
                                  host_swap=swap, memory_tuner=tuner)
     extent = dict(EXTENT, target_iqn='iqn.t:e1', lun=1)
     lease = dict(LEASE, memory_mb=1024)
-    agent.attach_memory(None, lease, [extent], 'host', 'inst-1')
+    agent.compute.attach_memory(None, lease, [extent], 'host', 'inst-1')
     # The swap exists before the guest is pushed towards it ...
     assert swap.calls == [('attach', [extent], 'iqn.x:compute-0'),
                           ('tune', 'inst-1', 'l1', 1024)]
-    agent.detach_memory(None, lease, [extent], 'host', 'inst-1')
+    agent.compute.detach_memory(None, lease, [extent], 'host', 'inst-1')
     # ... and the guest's limit is lifted before swapoff.
     assert swap.calls[2:] == [('untune', 'inst-1', 'l1'),
                               ('detach', [extent])]
     # Host mode for the host itself: no instance, no tuning.
-    agent.attach_memory(None, lease, [extent], 'host', None)
-    agent.detach_memory(None, lease, [extent], 'host', None)
+    agent.compute.attach_memory(None, lease, [extent], 'host', None)
+    agent.compute.detach_memory(None, lease, [extent], 'host', None)
     assert [c[0] for c in swap.calls[4:]] == ['attach', 'detach']
 
 
@@ -210,7 +212,7 @@ def test_initiator_must_be_the_registered_one(real_conf):
     agent = _real_agent()
     lease = dict(LEASE, initiator_iqn='iqn.x:somebody-else')
     with pytest.raises(exception.DriverError) as info:
-        agent.attach_memory(None, lease, [EXTENT], 'guest', 'dom-1')
+        agent.compute.attach_memory(None, lease, [EXTENT], 'guest', 'dom-1')
     assert 'iqn.x:somebody-else' in info.value.message
     assert 'iqn.x:compute-0' in info.value.message
 
@@ -222,7 +224,8 @@ def test_noop_exporter_simulates_the_compute_side():
 
 def test_unknown_mode_is_refused(real_conf):
     with pytest.raises(exception.DriverError):
-        _real_agent().attach_memory(None, LEASE, [EXTENT], 'sideways', None)
+        _real_agent().compute.attach_memory(None, LEASE, [EXTENT],
+                                            'sideways', None)
 
 
 def test_start_readies_the_area_and_reports(real_conf, caplog):
@@ -233,7 +236,7 @@ def test_start_readies_the_area_and_reports(real_conf, caplog):
     agent.start()
     try:
         assert exporter.area.ready == 1
-        report = agent.get_memory_report(None)
+        report = agent.memory.get_memory_report(None)
         assert report['total_mb'] == 4096 and report['free_mb'] == 2048
         assert report['node'] == 'memory-0' and not report['simulated']
         assert report['extent_uuids'] == ['e1', 'e2']
@@ -244,8 +247,8 @@ def test_start_readies_the_area_and_reports(real_conf, caplog):
 
 def test_noop_report_is_simulated():
     agent = manager.AgentManager('memory-0', ['memory_node'])
-    agent.export_extent(None, EXTENT, 'iqn.x:host', 'user', 'secret')
-    report = agent.get_memory_report(None)
+    agent.memory.export_extent(None, EXTENT, 'iqn.x:host', 'user', 'secret')
+    report = agent.memory.get_memory_report(None)
     assert report['simulated'] and report['extents'] == 1
     assert report['extent_uuids'] == ['e1']
 

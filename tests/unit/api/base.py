@@ -183,11 +183,11 @@ def conductor(api_env):
     if agent_class is not None:
         servers.append(rpc.get_server(
             rpc.AGENT_TOPIC, COMPUTE_HOST,
-            [agent_class(COMPUTE_HOST, roles=['compute_node'])]))
+            agent_class(COMPUTE_HOST, roles=['compute_node']).endpoints))
         for name in MEMORY_NODES:
             servers.append(rpc.get_server(
                 rpc.AGENT_TOPIC, name,
-                [agent_class(name, roles=['memory_node'])]))
+                agent_class(name, roles=['memory_node']).endpoints))
     manager.start()
     for server in servers:
         server.start()

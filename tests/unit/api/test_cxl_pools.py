@@ -307,7 +307,7 @@ def cxl_host(api_env, tmp_path, monkeypatch):
     agent._start_cxl()
     conductor = conductor_manager.ConductorManager('test-host')
     servers = [rpc.get_server(rpc.CONDUCTOR_TOPIC, 'test-host', [conductor]),
-               rpc.get_server(rpc.AGENT_TOPIC, 'compute-1', [agent])]
+               rpc.get_server(rpc.AGENT_TOPIC, 'compute-1', agent.endpoints)]
     conductor.start()
     for server in servers:
         server.start()

@@ -123,7 +123,7 @@ class Service(object):
     def start_agent(self, name, role):
         manager = _import('composable.agent.manager', 'AgentManager')[0]
         agent = self.rpc.get_server(self.rpc.AGENT_TOPIC, name,
-                                    [manager(name, [role])])
+                                    manager(name, [role]).endpoints)
         agent.start()
         self.agents.append(agent)
 

@@ -25,6 +25,7 @@ import threading
 
 import pytest
 
+from composable.agent.compute_node import backends
 from composable.agent.compute_node import host_pci
 from composable.agent import manager
 from composable.common import exception
@@ -782,14 +783,14 @@ def test_the_agent_delegates_devices_to_the_host(fs, host, pf, sysfs_conf):
                                  host_pci=host)
     assert not agent.simulate_devices
     fs.add(GPU.replace('41', '42'), group=12, hidden=True)
-    assert agent.attach_devices(None, LEASE, [_device()]) == {
+    assert agent.compute.attach_devices(None, LEASE, [_device()]) == {
         'dev-1': '0000:42:00.0'}
     assert agent.device_attachments == {'lease-1': {'dev-1': '0000:42:00.0'}}
     assert fs.driver_of('0000:42:00.0') == pci.VFIO_DRIVER
-    agent.detach_devices(None, LEASE, [_device()])
+    agent.compute.detach_devices(None, LEASE, [_device()])
     assert agent.device_attachments == {}
     assert not pci.exists('0000:42:00.0', fs.root)
-    vfs = agent.set_sriov_vfs(None, pf, 1)['vfs']
+    vfs = agent.compute.set_sriov_vfs(None, pf, 1)['vfs']
     assert [v['address'] for v in vfs] == ['0000:41:10.0']
 
 
@@ -808,20 +809,20 @@ def test_the_agent_refuses_when_start_checks_failed(fs, privileged,
         agent.stop()
     fs.add(GPU, group=12, hidden=True)
     with pytest.raises(exception.DriverError) as e:
-        agent.attach_devices(None, LEASE, [_device()])
+        agent.compute.attach_devices(None, LEASE, [_device()])
     assert 'matches every PCI device' in e.value.message
     assert fs.driver_of(GPU) is None
 
 
 def test_pci_backend_follows_the_memory_exporter():
-    assert manager.pci_backend() == 'noop'
+    assert backends.pci_backend() == 'noop'
     assert manager.AgentManager('compute-0',
                                 ['compute_node']).simulate_devices
     conf.CONF.set_override('memory_exporter', 'tgt', 'agent')
     try:
-        assert manager.pci_backend() == 'sysfs'
+        assert backends.pci_backend() == 'sysfs'
         conf.CONF.set_override('pci_backend', 'noop', 'compute_node')
-        assert manager.pci_backend() == 'noop'
+        assert backends.pci_backend() == 'noop'
     finally:
         conf.CONF.clear_override('memory_exporter', 'agent')
         conf.CONF.clear_override('pci_backend', 'compute_node')
@@ -830,7 +831,7 @@ def test_pci_backend_follows_the_memory_exporter():
 def test_simulated_devices_only_log(caplog):
     caplog.set_level(logging.DEBUG)
     agent = manager.AgentManager('compute-0', ['compute_node'])
-    result = agent.set_sriov_vfs(None, '0000:41:00.0', 4)
+    result = agent.compute.set_sriov_vfs(None, '0000:41:00.0', 4)
     assert result['simulated'] and result['vfs'] == []
     assert 'would give 0000:41:00.0 4 virtual function(s)' in caplog.text
 

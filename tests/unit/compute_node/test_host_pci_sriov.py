@@ -261,11 +261,11 @@ def test_an_unbind_racing_a_bind_never_takes_the_new_vf(fs, host):
 def test_the_agent_attaches_and_detaches_vfs(fs, host):
     agent = manager.AgentManager('compute-0', ['compute_node'],
                                  host_pci=host)
-    assert agent.attach_devices(None, _lease(1), [_vf_device(1)]) == {
+    assert agent.compute.attach_devices(None, _lease(1), [_vf_device(1)]) == {
         'vf-dev-1': '0000:41:10.1'}
     assert agent.device_attachments == {'lease-1': {
         'vf-dev-1': '0000:41:10.1'}}
-    agent.detach_devices(None, _lease(1), [_vf_device(1)])
+    agent.compute.detach_devices(None, _lease(1), [_vf_device(1)])
     assert agent.device_attachments == {}
     assert pci.virtual_functions(PF, fs.root) == []
 

@@ -65,10 +65,10 @@ def _targets(runner, start, word):
 
 def test_grow_adds_one_swap_device_at_the_lease_priority(agent, host,
                                                          runner):
-    agent.attach_memory(None, LEASE, [_extent(1)], 'host')
+    agent.compute.attach_memory(None, LEASE, [_extent(1)], 'host')
     before = len(runner.commands)
 
-    grown = agent.attach_memory(None, LEASE, [_extent(2)], 'host')
+    grown = agent.compute.attach_memory(None, LEASE, [_extent(2)], 'host')
 
     assert list(grown) == ['e2']
     assert _targets(runner, before, '--login') == [_extent(2)['target_iqn']]
@@ -80,12 +80,12 @@ def test_grow_adds_one_swap_device_at_the_lease_priority(agent, host,
 
 
 def test_shrink_removes_only_the_named_extents(agent, host, runner):
-    agent.attach_memory(None, LEASE, [_extent(1), _extent(2), _extent(3)],
-                        'host')
+    agent.compute.attach_memory(None, LEASE,
+                                [_extent(1), _extent(2), _extent(3)], 'host')
     kept = agent.memory_attachments['lease-1']['e1']['swap_device']
     before = len(runner.commands)
 
-    agent.detach_memory(None, LEASE, [_extent(2), _extent(3)], 'host')
+    agent.compute.detach_memory(None, LEASE, [_extent(2), _extent(3)], 'host')
 
     assert _targets(runner, before, '--logout') == [
         _extent(2)['target_iqn'], _extent(3)['target_iqn']]
@@ -97,14 +97,14 @@ def test_shrink_removes_only_the_named_extents(agent, host, runner):
 
 
 def test_shrink_that_does_not_fit_runs_nothing(agent, host, runner):
-    agent.attach_memory(None, LEASE, [_extent(1), _extent(2)], 'host')
+    agent.compute.attach_memory(None, LEASE, [_extent(1), _extent(2)], 'host')
     details = agent.memory_attachments['lease-1']
     host.set_used(details['e2']['swap_device'], 200 * 1024)
     host.set_mem_available(100 * 1024)
     before = len(runner.commands)
 
     with pytest.raises(host_swap.SwapoffWouldNotFit) as raised:
-        agent.detach_memory(None, LEASE, [_extent(2)], 'host')
+        agent.compute.detach_memory(None, LEASE, [_extent(2)], 'host')
 
     assert 'holds 200 MiB' in str(raised.value)
     assert runner.commands[before:] == []
@@ -123,7 +123,7 @@ def test_concurrent_grows_of_one_lease_keep_every_extent(agent, host):
     def grow(n):
         try:
             barrier.wait(30)
-            agent.attach_memory(None, LEASE, [_extent(n)], 'host')
+            agent.compute.attach_memory(None, LEASE, [_extent(n)], 'host')
         except Exception as exc:  # reported below
             errors.append(exc)
     threads = [threading.Thread(target=grow, args=(n,)) for n in (1, 2)]

@@ -273,13 +273,19 @@ def test_other_libvirt_error_on_unplug(conn, domain):
 
 
 def test_reconnects_and_registers_again(conn, domain):
-    attacher = _attacher(conn)
-    attacher.attach(INSTANCE, LEASE, {GPU_A: '0000:41:00.0'})
-    conn.alive = False
     fresh = fake_vfio.VfioStandInConnection()
     fresh.add(domain)
-    attacher._connect = fresh.open
+    # libvirtd answers the first open with conn, every later one (after
+    # its restart) with fresh.
+    opens = [conn.open, fresh.open]
+    attacher = hostdev.GuestDeviceAttacher(
+        uri='qemu:///test', connect=lambda uri: opens[
+            min(attacher.connection.opened, 1)](uri),
+        detach_timeout=10, detach_attempts=3, attach_timeout=10)
+    attacher.attach(INSTANCE, LEASE, {GPU_A: '0000:41:00.0'})
+    conn.alive = False
     attacher.detach(INSTANCE, LEASE, [GPU_A])
+    assert attacher.connection.opened == 2
     assert fresh.opened == 1
     assert libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED in fresh.callbacks
     assert domain.aliases() == []

@@ -87,15 +87,15 @@ def _sampler(agent, host, conductor=None, timeout=5):
 
 
 def _attach_host(agent, lease_uuid, *extents):
-    return agent.attach_memory(None, {'uuid': lease_uuid}, list(extents),
-                               'host')
+    return agent.compute.attach_memory(None, {'uuid': lease_uuid},
+                                       list(extents), 'host')
 
 
 def _attach_guest(agent, conn, instance, lease_uuid, *extents):
     if instance not in conn.domains:
         conn.add_domain(fakes.FakeDomain(instance))
-    return agent.attach_memory(None, {'uuid': lease_uuid}, list(extents),
-                               'guest', instance)
+    return agent.compute.attach_memory(None, {'uuid': lease_uuid},
+                                       list(extents), 'guest', instance)
 
 
 def test_host_mode_sums_the_lease_swap_devices(agent, host):
@@ -126,11 +126,11 @@ def test_host_mode_sums_the_lease_swap_devices(agent, host):
 def test_a_shrunk_host_lease_reports_what_is_left(agent, host):
     one, two = _extent(1), _extent(2)
     _attach_host(agent, 'lease-a', one, two)
-    agent.detach_memory(None, {'uuid': 'lease-a'}, [two], 'host')
+    agent.compute.detach_memory(None, {'uuid': 'lease-a'}, [two], 'host')
     assert list(agent.memory_attachments['lease-a']) == [one['uuid']]
     [sample] = _sampler(agent, host).sample()
     assert sample['size_mb'] == 64
-    agent.detach_memory(None, {'uuid': 'lease-a'}, [one], 'host')
+    agent.compute.detach_memory(None, {'uuid': 'lease-a'}, [one], 'host')
     assert agent.memory_attachments == {}
     assert _sampler(agent, host).sample() == []
 
@@ -142,7 +142,7 @@ def test_host_shrink_refused_keeps_every_extent(agent, host):
     host.set_used(device, 100 * 1024)
     host.set_mem_available(50 * 1024)
     with pytest.raises(host_swap.SwapoffWouldNotFit):
-        agent.detach_memory(None, {'uuid': 'lease-a'}, [two], 'host')
+        agent.compute.detach_memory(None, {'uuid': 'lease-a'}, [two], 'host')
     assert set(agent.memory_attachments['lease-a']) == {one['uuid'],
                                                         two['uuid']}
     assert len(host.swaps) == 2
@@ -304,8 +304,8 @@ def test_a_restarted_agent_reports_the_guest_leases_again(agent, host,
     assert sampler.report() == [{'lease_uuid': 'lease-g', 'taken_at': NOW,
                                  'used_mb': 4, 'size_mb': 64}]
     # Its detach works from what was learnt.
-    restarted.detach_memory(None, {'uuid': 'lease-g'}, [extent], 'guest',
-                            instance)
+    restarted.compute.detach_memory(None, {'uuid': 'lease-g'}, [extent],
+                                    'guest', instance)
     assert restarted.memory_attachments == {}
     assert conn.domains[instance].disk_aliases() == ['virtio-disk0']
 
@@ -346,9 +346,9 @@ def test_a_restarted_agent_reports_the_host_leases_again(agent, host):
     assert sampler.report() == [before[0]]
     assert conductor.casts == [('compute-0', [before[0]])]
     # A shrink and the detach work from what was learnt.
-    restarted.detach_memory(None, {'uuid': 'lease-h'}, [two], 'host')
+    restarted.compute.detach_memory(None, {'uuid': 'lease-h'}, [two], 'host')
     [sample] = sampler.report()
     assert (sample['used_mb'], sample['size_mb']) == (10, 64)
-    restarted.detach_memory(None, {'uuid': 'lease-h'}, [one], 'host')
+    restarted.compute.detach_memory(None, {'uuid': 'lease-h'}, [one], 'host')
     assert restarted.memory_attachments == {}
     assert sampler.report() == []

@@ -136,7 +136,7 @@ class Harness(object):
         roles = (['memory_node'] if name.startswith('memory')
                  else ['compute_node'])
         agent = agent_manager.AgentManager(name, roles)
-        svc = service.RPCService(rpc.AGENT_TOPIC, name, [agent])
+        svc = service.RPCService(rpc.AGENT_TOPIC, name, agent.endpoints)
         svc.start()
         self.agents[name] = agent
         self.agent_services[name] = svc
@@ -249,12 +249,14 @@ class Harness(object):
     def live_exports(self):
         return {name: dict(agent.exporter.exports)
                 for name, agent in self.agents.items()
-                if 'memory_node' in agent.roles and agent._exporter}
+                if 'memory_node' in agent.roles and
+                agent.memory_node.exporter_made}
 
     def backed(self):
         return {name: set(agent.exporter.backed)
                 for name, agent in self.agents.items()
-                if 'memory_node' in agent.roles and agent._exporter}
+                if 'memory_node' in agent.roles and
+                agent.memory_node.exporter_made}
 
     def host_attachments(self):
         return {name: (dict(agent.memory_attachments),

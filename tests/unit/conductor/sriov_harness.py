@@ -80,7 +80,7 @@ class SriovHarness(h_mod.Harness):
             return super().start_agent(name)
         agent = agent_manager.AgentManager(name, ['compute_node'],
                                            host_pci=self.host_pci)
-        svc = service.RPCService(rpc.AGENT_TOPIC, name, [agent])
+        svc = service.RPCService(rpc.AGENT_TOPIC, name, agent.endpoints)
         svc.start()
         self.agents[name] = agent
         self.agent_services[name] = svc

@@ -66,7 +66,7 @@ class SwapHarness(h_mod.Harness):
         agent = agent_manager.AgentManager(name, ['compute_node'],
                                            host_swap=self.swap,
                                            simulate=False)
-        svc = service.RPCService(rpc.AGENT_TOPIC, name, [agent])
+        svc = service.RPCService(rpc.AGENT_TOPIC, name, agent.endpoints)
         svc.start()
         self.agents[name] = agent
         self.agent_services[name] = svc

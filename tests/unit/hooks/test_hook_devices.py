@@ -21,6 +21,7 @@ import logging
 
 import pytest
 
+from composable.agent.compute_node import backends
 from composable.agent.compute_node import hostdev
 from composable.agent import hook_server
 from composable.agent import manager as agent_manager
@@ -41,6 +42,16 @@ ADDRESSES = {GPU_A: '0000:41:00.0', GPU_B: '0000:42:00.0'}
 def _lease():
     return {'uuid': LEASE, 'attach_mode': 'host', 'instance_uuid': INSTANCE,
             'memory_mb': 0, 'device_count': 2}
+
+
+def _into_guest(agent, lease, addresses):
+    """What attach_devices does once the host bound the functions."""
+    agent.parts.devices.into_guest(lease, addresses, agent.hook_server)
+
+
+def _out_of_guest(agent, lease, devices):
+    """What detach_devices does before the host releases them."""
+    agent.parts.devices.out_of_guest(lease, devices, agent.hook_server)
 
 
 def _summary(**kwargs):
@@ -98,7 +109,7 @@ def conductor():
 def server(agent, conductor, tmp_path, monkeypatch):
     monkeypatch.setattr(hook_server, 'ATTACH_RETRY_DELAY', 0.01)
     monkeypatch.setattr(hook_server, 'FIRST_LOAD_WAIT', 0.01)
-    srv = hook_server.HookServer(agent, path=str(tmp_path / 'hook.sock'),
+    srv = hook_server.HookServer(agent.parts, path=str(tmp_path / 'hook.sock'),
                                  group='', conductor=conductor,
                                  refresh_interval=0)
     agent.hook_server = srv
@@ -122,12 +133,12 @@ def _allow_domain_calls(vfio):
 def _bind_flow(agent):
     """What the bind flow does on this host while the prepare hook waits,
     once the host side bound the functions to vfio-pci."""
-    return lambda: agent.devices_into_guest(_lease(), ADDRESSES)
+    return lambda: _into_guest(agent, _lease(), ADDRESSES)
 
 
 def _unbind_flow(agent):
-    return lambda: agent.devices_out_of_guest(
-        _lease(), [{'uuid': GPU_A}, {'uuid': GPU_B}])
+    return lambda: _out_of_guest(agent, _lease(), [{'uuid': GPU_A},
+                                                   {'uuid': GPU_B}])
 
 
 def _start(server, conductor, agent, vfio, guest=None):
@@ -202,10 +213,9 @@ def test_a_stop_before_started_drops_the_devices(server, conductor, agent,
 
 def test_hot_add_and_remove_on_a_running_server(server, agent, vfio):
     domain = vfio.add(fake_vfio.VfioStandInDomain(INSTANCE))
-    agent.devices_into_guest(_lease(), ADDRESSES)
+    _into_guest(agent, _lease(), ADDRESSES)
     assert len(domain.aliases()) == 2
-    agent.devices_out_of_guest(_lease(), [{'uuid': GPU_A},
-                                          {'uuid': GPU_B}])
+    _out_of_guest(agent, _lease(), [{'uuid': GPU_A}, {'uuid': GPU_B}])
     assert domain.aliases() == []
 
 
@@ -215,18 +225,18 @@ def test_guest_detach_comes_before_the_host_releases(server, agent, vfio):
     domain = vfio.add(fake_vfio.VfioStandInDomain(INSTANCE))
     devices = [{'uuid': u, 'pci_address': a} for u, a in ADDRESSES.items()]
     ctx = ctx_mod.get_admin_context()
-    agent.attach_devices(ctx, _lease(), devices)
+    agent.compute.attach_devices(ctx, _lease(), devices)
     assert len(domain.aliases()) == 2
     domain.guest[hostdev.device_alias(GPU_B)] = fake_vfio.IGNORES
     agent.device_attacher.detach_timeout = 0.2
     with pytest.raises(exception.DriverError) as info:
-        agent.detach_devices(ctx, _lease(), devices)
+        agent.compute.detach_devices(ctx, _lease(), devices)
     assert GPU_B in info.value.message
     # The host did not release anything.
     assert [c[0] for c in agent.host_pci.calls] == ['attach']
     assert agent.device_attachments[LEASE] == ADDRESSES
     domain.guest.clear()
-    agent.detach_devices(ctx, _lease(), devices)
+    agent.compute.detach_devices(ctx, _lease(), devices)
     assert domain.aliases() == []
     assert [c[0] for c in agent.host_pci.calls] == ['attach', 'detach']
     assert agent.device_attachments == {}
@@ -236,10 +246,10 @@ def test_stopped_or_deleted_guest_has_nothing_to_detach(server, agent,
                                                         vfio):
     devices = [{'uuid': GPU_A}, {'uuid': GPU_B}]
     # Deleted: no domain at all.
-    agent.devices_out_of_guest(_lease(), devices)
+    _out_of_guest(agent, _lease(), devices)
     domain = vfio.add(fake_vfio.VfioStandInDomain(INSTANCE))
     domain.active = False
-    agent.devices_out_of_guest(_lease(), devices)
+    _out_of_guest(agent, _lease(), devices)
     assert domain.detach_calls == []
 
 
@@ -257,7 +267,7 @@ def test_reconnect_binds_again_devices_the_guest_lost(server, conductor,
 def test_reconnect_leaves_a_guest_with_its_devices_alone(server, conductor,
                                                          agent, vfio):
     vfio.add(fake_vfio.VfioStandInDomain(INSTANCE))
-    agent.devices_into_guest(_lease(), ADDRESSES)
+    _into_guest(agent, _lease(), ADDRESSES)
     conductor.status = [_summary()]
     server.handle(base._request('reconnect'))
     base._join(server)
@@ -298,10 +308,10 @@ def test_simulated_compute_side_touches_no_guest(caplog):
                                        device_attacher=_NoGuest())
     assert agent.simulate
     devices = [{'uuid': GPU_A, 'pci_address': ADDRESSES[GPU_A]}]
-    assert agent.attach_devices(None, _lease(), devices) == {
+    assert agent.compute.attach_devices(None, _lease(), devices) == {
         GPU_A: ADDRESSES[GPU_A]}
     assert 'would hot-plug device(s) %s' % GPU_A in caplog.text
-    agent.detach_devices(None, _lease(), devices)
+    agent.compute.detach_devices(None, _lease(), devices)
     assert agent.device_attachments == {}
 
 
@@ -319,8 +329,7 @@ def test_an_unbind_during_the_started_plug_wins(server, conductor, agent,
     assert server.handle(base._request('started'))['ok']
     [(plug, args)] = held
     # The unbind arrives before the thread plugs anything.
-    agent.devices_out_of_guest(_lease(), [{'uuid': GPU_A},
-                                          {'uuid': GPU_B}])
+    _out_of_guest(agent, _lease(), [{'uuid': GPU_A}, {'uuid': GPU_B}])
     plug(*args)
     assert domain.attach_calls == []
     assert 'release_instance' not in conductor.names()
@@ -329,10 +338,12 @@ def test_an_unbind_during_the_started_plug_wins(server, conductor, agent,
 
 def test_simulated_devices_are_not_looked_for_in_the_guest(server,
                                                            conductor, agent,
-                                                           vfio):
+                                                           vfio,
+                                                           monkeypatch):
     """Real guest-mode memory, simulated devices: a device lease is not
     bound again for lacking a hostdev it never had."""
-    agent.simulate_devices = True
+    monkeypatch.setattr(agent.parts, 'devices',
+                        backends.SimulatedDevices(HOST))
     vfio.add(fake_vfio.VfioStandInDomain(INSTANCE))
     conductor.status = [_summary()]
     server.handle(base._request('reconnect'))

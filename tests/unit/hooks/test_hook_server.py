@@ -127,7 +127,7 @@ def conductor():
 def server(agent, conductor, tmp_path, monkeypatch):
     monkeypatch.setattr(hook_server, 'ATTACH_RETRY_DELAY', 0.01)
     monkeypatch.setattr(hook_server, 'FIRST_LOAD_WAIT', 0.01)
-    srv = hook_server.HookServer(agent, path=str(tmp_path / 'hook.sock'),
+    srv = hook_server.HookServer(agent.parts, path=str(tmp_path / 'hook.sock'),
                                  group='', conductor=conductor,
                                  refresh_interval=0)
     agent.hook_server = srv
@@ -279,7 +279,7 @@ def _bind_flow_attaches(agent):
     results = []
 
     def attach():
-        results.append(agent.attach_memory(
+        results.append(agent.compute.attach_memory(
             ctx_mod.get_admin_context(), _lease(), [_extent()], 'guest',
             instance_uuid=INSTANCE))
     return attach, results
@@ -309,8 +309,8 @@ def test_guest_memory_is_plugged_once_the_guest_runs(server, conductor,
 def test_outside_prepare_guest_memory_is_plugged_at_once(server, agent,
                                                          conn):
     domain = conn.add_domain(fakes.FakeDomain(INSTANCE))
-    agent.attach_memory(ctx_mod.get_admin_context(), _lease(), [_extent()],
-                        'guest', instance_uuid=INSTANCE)
+    agent.compute.attach_memory(ctx_mod.get_admin_context(), _lease(),
+                                [_extent()], 'guest', instance_uuid=INSTANCE)
     assert libvirt_guest.disk_alias(EXTENT) in domain.disk_aliases()
     # And the agent now knows the instance has a lease.
     assert server.cache.leases_of(INSTANCE) == [LEASE]
@@ -394,15 +394,16 @@ def test_guest_detach_while_the_hook_holds_the_domain(server, conductor,
     def no_domain_calls(uuid):
         raise AssertionError('libvirt domain call during the hook')
     conn.lookupByUUIDString = no_domain_calls
-    conductor.on_release = lambda: agent.detach_memory(
+    conductor.on_release = lambda: agent.compute.detach_memory(
         ctx_mod.get_admin_context(), _lease(), [_extent()], 'guest',
         instance_uuid=INSTANCE)
     assert server.handle(_request('stopped'))['ok']
     assert conn.secrets == {}
     # Outside a hook the domain is looked at as before.
     with pytest.raises(AssertionError):
-        agent.detach_memory(ctx_mod.get_admin_context(), _lease(),
-                            [_extent()], 'guest', instance_uuid=INSTANCE)
+        agent.compute.detach_memory(ctx_mod.get_admin_context(), _lease(),
+                                    [_extent()], 'guest',
+                                    instance_uuid=INSTANCE)
 
 
 # ------------------------------------------------- migrate and reconnect
@@ -461,8 +462,8 @@ def test_reconnect_leaves_a_complete_guest_alone(server, conductor, conn):
 
 def test_pushes_reach_the_cache(server, agent):
     server.refresh()
-    agent.instance_leases_changed(ctx_mod.get_admin_context(), INSTANCE,
-                                  [LEASE])
+    agent.compute.instance_leases_changed(ctx_mod.get_admin_context(),
+                                          INSTANCE, [LEASE])
     assert server.cache.leases_of(INSTANCE) == [LEASE]
 
 
@@ -482,7 +483,7 @@ def test_the_socket(server, conductor):
         assert b'not a JSON line' in sock.makefile('rb').readline()
     assert server.handle({'op': 'prepare'})['ok'] is False
     # Another agent cannot take the path over.
-    other = hook_server.HookServer(server.agent, path=server.path,
+    other = hook_server.HookServer(server.node, path=server.path,
                                    group='', conductor=conductor,
                                    refresh_interval=0)
     with pytest.raises(exception.DriverError):
@@ -543,11 +544,11 @@ def test_a_lease_growing_while_the_domain_starts_gets_every_extent(
 
     def bind_then_grow():
         ctx = ctx_mod.get_admin_context()
-        agent.attach_memory(ctx, _lease(), [_extent()], 'guest',
-                            instance_uuid=INSTANCE)
+        agent.compute.attach_memory(ctx, _lease(), [_extent()], 'guest',
+                                    instance_uuid=INSTANCE)
         # The elastic task grows the lease before QEMU runs.
-        agent.attach_memory(ctx, _lease(), [second], 'guest',
-                            instance_uuid=INSTANCE)
+        agent.compute.attach_memory(ctx, _lease(), [second], 'guest',
+                                    instance_uuid=INSTANCE)
     conductor.on_prepare = bind_then_grow
     assert server.handle(_request('prepare'))['ok']
     assert set(agent.memory_attachments[LEASE]) == {EXTENT, second['uuid']}
@@ -568,10 +569,10 @@ def test_a_lease_shrinking_while_the_domain_starts_keeps_the_rest(
 
     def bind_then_shrink():
         ctx = ctx_mod.get_admin_context()
-        agent.attach_memory(ctx, _lease(), [_extent(), second], 'guest',
-                            instance_uuid=INSTANCE)
-        agent.detach_memory(ctx, _lease(), [second], 'guest',
-                            instance_uuid=INSTANCE)
+        agent.compute.attach_memory(ctx, _lease(), [_extent(), second],
+                                    'guest', instance_uuid=INSTANCE)
+        agent.compute.detach_memory(ctx, _lease(), [second], 'guest',
+                                    instance_uuid=INSTANCE)
     conductor.on_prepare = bind_then_shrink
     assert server.handle(_request('prepare'))['ok']
     assert set(agent.memory_attachments[LEASE]) == {EXTENT}

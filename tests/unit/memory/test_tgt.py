@@ -474,14 +474,14 @@ def test_agent_report_lists_the_targets_or_says_why_not(exporter,
     extent = make_extent()
     _export(exporter, extent)
 
-    report = agent.get_memory_report(None)
+    report = agent.memory.get_memory_report(None)
     assert report['exported_extent_uuids'] == [extent['uuid']]
     assert report['extent_uuids'] == [extent['uuid']]
     # The periodic log line does not ask tgtd.
-    assert 'exported_extent_uuids' not in agent.report()
+    assert 'exported_extent_uuids' not in agent.memory_node.report()
 
     fake_tgtadm.down = True
-    report = agent.get_memory_report(None)
+    report = agent.memory.get_memory_report(None)
     # Unknown is not "none": the conductor then leaves targets alone.
     assert report['exported_extent_uuids'] is None
     assert 'start the tgt service' in report['exporter_problem']

@@ -51,7 +51,7 @@ def ten_second_samples():
 def calls(harness, monkeypatch):
     """What the compute agent is asked to attach and detach: [(method,
     [extent uuids])]."""
-    agent = harness.agents[HOST]
+    agent = harness.agents[HOST].compute
     seen = []
     for name in ('attach_memory', 'detach_memory'):
         original = getattr(agent, name)
@@ -246,7 +246,7 @@ def test_agent_timeout_during_a_grow_rolls_it_back(harness, calls):
 
 def test_a_delete_waits_for_a_running_grow(harness, calls, monkeypatch):
     lease = _bound(harness, calls=calls)
-    agent = harness.agents[HOST]
+    agent = harness.agents[HOST].compute
     entered, go_on = threading.Event(), threading.Event()
     original = agent.attach_memory
 
@@ -397,7 +397,7 @@ def test_a_shrink_the_host_refuses_keeps_the_extents(harness, calls,
     CONF.set_override('shrink_hysteresis', 0, 'elastic')
     try:
         lease = _bound(harness, memory_mb=2048, calls=calls)
-        agent = harness.agents[HOST]
+        agent = harness.agents[HOST].compute
 
         def refuse(context, lease, extents, mode, instance_uuid=None):
             calls.append(('detach_memory', sorted(e['uuid']

@@ -1,0 +1,203 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The agent RPC API (composable.agent.rpcapi), one endpoint per role.
+
+Every agent serves both endpoints on topic ``composable-agent``, server
+= its node name: the methods of a role the node does not have refuse
+with the reason (the node is registered as the wrong kind), rather than
+oslo.messaging's bare "no such method". Both carry the same target
+version, so the interface is the one a single endpoint served before:
+the method names, arguments and version history are those of rpcapi.
+Only the methods below are reachable over RPC.
+
+Every method is idempotent, because the conductor repeats calls after
+timeouts and when it resumes work. CHAP credentials arrive in ``extent``
+dicts and in export_extent's arguments; they are never logged.
+"""
+
+from oslo_log import log as logging
+import oslo_messaging as messaging
+
+from composable.common import exception
+from composable.common import media
+from composable.common import states
+
+LOG = logging.getLogger(__name__)
+
+MEMORY_NODE = 'memory_node'
+COMPUTE_NODE = 'compute_node'
+ROLES = (MEMORY_NODE, COMPUTE_NODE)
+
+# 1.1: set_sriov_vfs
+# 1.2: attach_devices / detach_devices take SR-IOV virtual functions
+RPC_API_VERSION = '1.2'
+
+
+def is_cxl(extents):
+    """True for the chunks of a CXL memory lease."""
+    return any(e.get('medium') == media.CXL for e in extents or ())
+
+
+class _RoleEndpoint(object):
+
+    role = None
+    target = messaging.Target(version=RPC_API_VERSION)
+
+    def __init__(self, host, roles):
+        self._host = host
+        self._roles = tuple(roles)
+
+    def _require(self, what):
+        if self.role not in self._roles:
+            raise exception.DriverError(
+                reason='composable-agent on %s does not have the %s role '
+                       '([agent]roles = %s), so it cannot %s; check that '
+                       'the node is registered as the right kind' %
+                       (self._host, self.role,
+                        ','.join(self._roles) or '(none)', what))
+
+
+class MemoryNodeEndpoint(_RoleEndpoint):
+    """export/unexport/scrub an extent and report the node's memory,
+    delegated to the node's MemoryNode (its exporter and tmpfs area)."""
+
+    role = MEMORY_NODE
+
+    def __init__(self, host, roles, node):
+        super(MemoryNodeEndpoint, self).__init__(host, roles)
+        self._node = node
+
+    def export_extent(self, context, extent, initiator_iqn, chap_username,
+                      chap_secret):
+        self._require('export memory')
+        LOG.info('Exporting extent %(extent)s of lease %(lease)s to '
+                 '%(initiator)s', {'extent': extent['uuid'],
+                                   'lease': extent.get('lease_uuid'),
+                                   'initiator': initiator_iqn})
+        return self._node.exporter.export(extent, initiator_iqn,
+                                          chap_username, chap_secret)
+
+    def unexport_extent(self, context, extent):
+        self._require('unexport memory')
+        LOG.info('Unexporting extent %s', extent['uuid'])
+        self._node.exporter.unexport(extent)
+
+    def scrub_extent(self, context, extent):
+        self._require('scrub memory')
+        LOG.info('Scrubbing extent %s', extent['uuid'])
+        self._node.exporter.scrub(extent)
+
+    def get_memory_report(self, context):
+        self._require('report memory')
+        return self._node.memory_report(targets=True)
+
+
+class ComputeNodeEndpoint(_RoleEndpoint):
+    """attach/detach memory and devices, SR-IOV functions and the
+    conductor's push of an instance's leases, delegated to the back ends
+    of ComputeNodeParts (each real or simulated, as configured) and to
+    the libvirt hook server once it runs (``hook_server``)."""
+
+    role = COMPUTE_NODE
+
+    def __init__(self, host, roles, parts):
+        super(ComputeNodeEndpoint, self).__init__(host, roles)
+        self._parts = parts
+        # The libvirt hook's socket, set by the agent when it serves it:
+        # a domain being prepared by its hook defers its guest attaches.
+        self.hook_server = None
+
+    @staticmethod
+    def _mode(mode):
+        mode = mode or states.ATTACH_HOST
+        if mode not in states.ATTACH_MODES:
+            raise exception.DriverError(
+                reason='unknown attach mode %r; use host or guest' % mode)
+        return mode
+
+    # ------------------------------------------------------------ memory
+
+    def attach_memory(self, context, lease, extents, mode,
+                      instance_uuid=None):
+        self._require('attach memory')
+        mode = self._mode(mode)
+        LOG.info('Attaching %(n)d extent(s) of lease %(lease)s in %(mode)s '
+                 'mode%(to)s', {'n': len(extents), 'lease': lease['uuid'],
+                                'mode': mode,
+                                'to': (' to instance %s' % instance_uuid
+                                       if mode == states.ATTACH_GUEST
+                                       else '')})
+        hook = self.hook_server
+        if is_cxl(extents):
+            if mode != states.ATTACH_HOST:
+                raise exception.DriverError(
+                    reason='CXL memory of lease %s is onlined on the host '
+                           'as a NUMA node; it cannot be attached in %s '
+                           'mode' % (lease['uuid'], mode))
+            details = self._parts.cxl.attach(lease, extents)
+        else:
+            details = self._parts.memory.attach(lease, extents, mode,
+                                                instance_uuid, hook)
+        if instance_uuid and hook is not None:
+            hook.cache.add(instance_uuid, lease['uuid'])
+        self._parts.attachments.memory_attached(
+            lease['uuid'], details,
+            dict(lease, attach_mode=mode, instance_uuid=instance_uuid))
+        return details
+
+    def detach_memory(self, context, lease, extents, mode,
+                      instance_uuid=None):
+        self._require('detach memory')
+        mode = self._mode(mode)
+        if is_cxl(extents):
+            self._parts.cxl.detach(lease, extents)
+        else:
+            self._parts.memory.detach(lease, extents, mode, instance_uuid,
+                                      self.hook_server)
+        self._parts.attachments.memory_detached(lease['uuid'], extents)
+
+    # ----------------------------------------------------------- devices
+
+    def attach_devices(self, context, lease, devices):
+        self._require('attach devices')
+        backend = self._parts.devices
+        result = backend.attach(lease, devices)
+        self._parts.attachments.devices_attached(lease['uuid'], result)
+        backend.into_guest(lease, result, self.hook_server)
+        return result
+
+    def detach_devices(self, context, lease, devices):
+        self._require('detach devices')
+        backend = self._parts.devices
+        # The guest lets go first: the host side then releases functions
+        # no guest drives any more, and the fabric unbinds them last.
+        backend.out_of_guest(lease, devices, self.hook_server)
+        backend.detach(lease, devices)
+        self._parts.attachments.devices_detached(lease['uuid'], devices)
+
+    def set_sriov_vfs(self, context, pf_address, count):
+        """Give the physical function ``pf_address`` ``count`` virtual
+        functions (through 0 when changing); returns ``{'pf_address',
+        'vfs': [{'address', 'vendor_id', 'product_id', 'iommu_group'}]}``.
+        Refused while one of its VFs that would go is leased."""
+        self._require('set up SR-IOV virtual functions')
+        return self._parts.devices.set_virtual_functions(pf_address, count)
+
+    # ------------------------------------------------------ libvirt hook
+
+    def instance_leases_changed(self, context, instance_uuid, lease_uuids):
+        """The conductor's push (fanout, to memory nodes too): the leases
+        of an instance changed; the libvirt hook's answers follow it at
+        once."""
+        if self.hook_server is not None:
+            self.hook_server.leases_changed(instance_uuid, lease_uuids)
