@@ -689,8 +689,15 @@ def measure(db_url, info, repeat=5, requests=40, page_size=50,
     for name, (fn, interval) in table.items():
         if only and name not in only:
             continue
-        result['passes'][name] = {'ms': time_call(fn, repeat, budget),
-                                  'interval': interval}
+        calls = (fakes['placement'].calls, fakes['agents'].calls)
+        times = time_call(fn, repeat, budget)
+        result['passes'][name] = {
+            'ms': times, 'interval': interval,
+            # What a real Placement and real agents would be asked per
+            # pass (answered at once here).
+            'placement_calls': (fakes['placement'].calls - calls[0]) /
+            len(times),
+            'agent_calls': (fakes['agents'].calls - calls[1]) / len(times)}
     result['rss_mb'] = rss_kb('VmHWM') / 1024.0
     result['rss_growth_mb'] = (rss_kb('VmHWM') - rss_before) / 1024.0
     result['acted_on'] = list(fakes['spawned'])
@@ -767,6 +774,13 @@ def report(results, out=sys.stdout):
         summary.append('%s_exp=%.2f' % (key.replace(' ', '_'), exp))
     for s in sizes:
         r = results[s]
+        asked = ', '.join(
+            '%s %d/%d' % (name, figures.get('placement_calls', 0),
+                          figures.get('agent_calls', 0))
+            for name, figures in r['passes'].items()
+            if figures.get('placement_calls') or figures.get('agent_calls'))
+        print('N=%d: calls per pass to Placement/agents (fakes): %s' % (
+            s, asked or 'none'), file=out)
         print('N=%d: load average %s before, %s after; fill %.0f s; '
               'passes acted on %d lease(s), agents called %d time(s), '
               'Placement written %d time(s)' % (
