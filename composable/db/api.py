@@ -820,9 +820,11 @@ def lease_ref(context, ident):
 
 
 def lease_list(context, filters=None, limit=None, marker=None,
-               sort_key='created_at', sort_dir='asc'):
+               sort_key='created_at', sort_dir='asc', for_view=False):
     """Filters: project_id, status, pool (pool id), kind
-    (memory|gpu|pci), host_id, instance_uuid, name."""
+    (memory|gpu|pci), host_id, instance_uuid, name. ``for_view``: a page
+    (``limit``) of leases loaded with only what the API renders, as
+    lease_get(for_view=True)."""
     filters = dict(filters or {})
     with reader(context) as session:
         query = _lease_query(context, session)
@@ -858,8 +860,11 @@ def lease_list(context, filters=None, limit=None, marker=None,
             limit, marker, sort_key, sort_dir)]
         if not ids:
             return []
-        rows = {lease.id: lease for lease in session.query(
-            models.Lease).filter(models.Lease.id.in_(ids))}
+        query = session.query(models.Lease).filter(
+            models.Lease.id.in_(ids))
+        if for_view:
+            query = query.options(*_lease_view_options())
+        rows = {lease.id: lease for lease in query}
         # One purged in between is left out of the page.
         return [rows[i] for i in ids if i in rows]
 
