@@ -133,9 +133,11 @@ class PeriodicTasks(object):
     def _start_due(self, context, lease):
         return _due(lease.start_at)
 
-    @lease_task.lease_periodic('starting leases whose start time came',
-                               filters={'status': states.REQUESTED},
-                               predicate=_start_due)
+    @lease_task.lease_periodic(
+        'starting leases whose start time came',
+        lister=lambda self, context: db_api.lease_refs_due(
+            context, [states.REQUESTED], 'start_at', utils.utcnow()),
+        predicate=_start_due)
     def start_due_leases(self, task, context):
         lease = task.lease
         if lease.status != states.REQUESTED or not _due(lease.start_at):
@@ -165,9 +167,11 @@ class PeriodicTasks(object):
             return False
         return True
 
-    @lease_task.lease_periodic('expiring leases whose end time passed',
-                               filters={'status': EXPIRABLE},
-                               predicate=_end_due)
+    @lease_task.lease_periodic(
+        'expiring leases whose end time passed',
+        lister=lambda self, context: db_api.lease_refs_due(
+            context, EXPIRABLE, 'end_at', utils.utcnow()),
+        predicate=_end_due)
     def expire_leases(self, task, context):
         # end_at changes only under the reservation (update_lease): what
         # is read here holds until the lease is releasing.

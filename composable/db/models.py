@@ -252,8 +252,14 @@ class Lease(Base):
         # SQLite, MariaDB and PostgreSQL alike).
         sa.UniqueConstraint('project_id', 'live_name',
                             name='uniq_leases0project_id0live_name'),
-        sa.Index('leases_project_id_idx', 'project_id'),
-        sa.Index('leases_status_idx', 'status'),
+        # A page of the lease list from an index (see migration
+        # c5d2e7f4a913), and the leases whose start or end time came.
+        sa.Index('leases_status_created_at_idx', 'status', 'created_at',
+                 'id'),
+        sa.Index('leases_project_id_status_created_at_idx', 'project_id',
+                 'status', 'created_at', 'id'),
+        sa.Index('leases_status_end_at_idx', 'status', 'end_at'),
+        sa.Index('leases_status_start_at_idx', 'status', 'start_at'),
         sa.Index('leases_reservation_idx', 'reservation'),
         sa.Index('leases_instance_uuid_idx', 'instance_uuid'),
         _table_args())

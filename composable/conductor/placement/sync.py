@@ -60,6 +60,7 @@ from oslo_utils import uuidutils
 from composable.common import context as ctx_mod
 from composable.common import resource_classes
 from composable.common import sriov
+from composable.common import states
 from composable.conductor.placement import client as pclient
 from composable.db import api as dbapi
 from composable.db import models
@@ -300,10 +301,33 @@ def release_lease(lease, client=None):
 # ------------------------------------------------------------------ reconcile
 
 def _load(context):
+    """The pools, and the leases that may hold something: a released
+    lease holds nothing, and the allocations one may have left are found
+    from the providers' side (reading the whole history would make the
+    pass grow with it)."""
     with dbapi.reader(context) as session:
         pools = session.query(models.Pool).order_by(models.Pool.id).all()
-        leases = session.query(models.Lease).order_by(models.Lease.id).all()
+        leases = session.query(models.Lease).filter(
+            models.Lease.status != states.RELEASED).order_by(
+            models.Lease.id).all()
         return pools, leases
+
+
+def _nova_consumers(context):
+    """The uuids of every instance a lease was ever bound to or claimed
+    by, released leases' included: Nova's consumers, whose allocations
+    in the pools the pass never deletes. Two columns, read from their
+    indexes, not the leases."""
+    lease = models.Lease
+    with dbapi.reader(context) as session:
+        found = {row[0] for row in session.query(
+            lease.instance_uuid).filter(
+            lease.instance_uuid.isnot(None)).distinct()}
+        found.update(row[0] for row in session.query(
+            lease.placement_consumer).filter(
+            lease.placement_consumer.isnot(None),
+            lease.placement_consumer != lease.uuid).distinct())
+    return found
 
 
 def _reread_lease(context, lease_id):
@@ -371,8 +395,9 @@ def reconcile(context=None, client=None, delete_orphans=None):
 
     # 2. Leases -> allocations.
     by_uuid = {lease.uuid: lease for lease in leases}
-    instances = {lease.instance_uuid for lease in leases
-                 if lease.instance_uuid}
+    instances = _nova_consumers(context)
+    instances.update(lease.instance_uuid for lease in leases
+                     if lease.instance_uuid)
     instances.update(lease.placement_consumer for lease in leases
                      if nova_claimed(lease))
     for lease in leases:
@@ -433,6 +458,14 @@ def reconcile(context=None, client=None, delete_orphans=None):
                     # Created since the leases were read (its claim may
                     # have been written meanwhile): not an orphan.
                     lease = _lease_by_uuid(context, consumer)
+                if lease is not None and \
+                        claimed_resources(lease).get(uuid):
+                    # It held its share here when the pass read it: no
+                    # orphan. (Released since, it removed its own
+                    # allocations, or the next pass does.) Read again
+                    # only the leases that may hold nothing, not every
+                    # live lease one query each.
+                    continue
                 if lease is not None:
                     fresh = _reread_lease(context, lease.id)
                     if fresh is not None and claimed_resources(fresh):

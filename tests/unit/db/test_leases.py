@@ -16,6 +16,7 @@ updates, and the per-lease reservations of conductors."""
 import datetime
 
 import pytest
+import sqlalchemy as sa
 
 from composable.common import exception
 from composable.common import states
@@ -96,6 +97,52 @@ def test_lease_list_filters_and_pagination():
     assert names(limit=2, marker=leases[1].uuid) == ['l2', 'l3']
     assert names(sort_key='name', sort_dir='desc', limit=3,
                  marker=leases[3].uuid) == ['l2', 'l1', 'l0']
+
+
+def test_lease_refs_due_lists_only_the_leases_whose_time_came():
+    now = utils.utcnow()
+    past = now - datetime.timedelta(minutes=1)
+    future = now + datetime.timedelta(hours=1)
+    ended = inv.lease('A', status=states.BOUND, end_at=past)
+    ended_too = inv.lease('B', status=states.RESERVED, end_at=now)
+    inv.lease('A', status=states.BOUND, end_at=future)
+    inv.lease('A', status=states.BOUND)
+    inv.lease('A', status=states.RELEASED, end_at=past)
+    at_once = inv.lease('A', status=states.REQUESTED)
+    started = inv.lease('A', status=states.REQUESTED, start_at=past)
+    inv.lease('A', status=states.REQUESTED, start_at=future)
+    inv.lease('A', status=states.RESERVED, start_at=past)
+    ctx = inv.admin()
+    due = dbapi.lease_refs_due(ctx, [states.BOUND, states.RESERVED],
+                               'end_at', now)
+    assert [r.uuid for r in due] == [ended.uuid, ended_too.uuid]
+    assert (due[0].id, due[0].reservation, due[0].end_at) == (
+        ended.id, None, past)
+    due = dbapi.lease_refs_due(ctx, [states.REQUESTED], 'start_at', now)
+    assert [r.uuid for r in due] == [at_once.uuid, started.uuid]
+
+
+def test_elastic_lease_refs_leave_out_leases_of_fixed_size():
+    fab = inv.fabric()
+    mem = inv.memory_pool(fab)
+    policy = {'min_mb': 1024, 'max_mb': 4096, 'observation_window': 600,
+              'prediction_window': 300}
+    elastic = inv.lease('A', status=states.BOUND, memory_mb=1024,
+                        memory_pool_id=mem.id, elastic=policy)
+    # Stored as {} (the column's default): of fixed size.
+    fixed = inv.lease('A', status=states.BOUND, memory_mb=1024,
+                      memory_pool_id=mem.id)
+    inv.lease('A', status=states.BOUND, memory_mb=1024,
+              memory_pool_id=mem.id, elastic={})
+    inv.lease('A', status=states.RESERVED, memory_mb=1024,
+              memory_pool_id=mem.id, elastic=policy)
+    with dbapi.reader(inv.admin()) as session:
+        stored = session.execute(sa.text(
+            'SELECT elastic FROM leases WHERE id = :i'),
+            {'i': fixed.id}).scalar()
+    assert stored == '{}'
+    refs = dbapi.elastic_lease_refs(inv.admin())
+    assert [r.uuid for r in refs] == [elastic.uuid]
 
 
 # ------------------------------------------------------------ updates

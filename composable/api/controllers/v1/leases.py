@@ -167,7 +167,8 @@ def list_leases(request):
     for key in ('instance_uuid', 'name'):
         if key in query:
             filters[key] = query[key]
-    leases = db_api.lease_list(db_ctx, filters=filters, **page)
+    leases = db_api.lease_list(db_ctx, filters=filters, for_view=True,
+                               **page)
     items = [render(request, lease) for lease in leases]
     return utils.json_response(
         utils.collection(request, 'leases', items, page, query))
