@@ -31,6 +31,12 @@ def nothing_left_behind():
 
 
 @pytest.fixture
+def driver():
+    from composable.fabric.redfish import driver as redfish_driver
+    return redfish_driver.RedfishFabricDriver()
+
+
+@pytest.fixture
 def emulator():
     """A fresh emulator with the default inventory: (url, emulator)."""
     url, stop, emu = redfish_emulator.serve()

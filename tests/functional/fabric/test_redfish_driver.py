@@ -21,8 +21,11 @@ import pytest
 from composable.common import exception
 from composable.fabric.redfish import driver as redfish_driver
 from tests.functional.fabric import redfish_emulator as emu
+from tests.functional.fabric import redfish_rows
 
 PASSWORD = emu.DEFAULT_CONFIG['password']
+_fabric = redfish_rows.fabric_row
+_device = redfish_rows.device_row
 GPU0 = emu.BLOCKS + '/GPU0'
 GPU1 = emu.BLOCKS + '/GPU1'
 NVME0 = emu.BLOCKS + '/NVMe0'
@@ -30,23 +33,6 @@ SYSTEM0 = emu.SYSTEMS + '/compute-0'
 SYSTEM1 = emu.SYSTEMS + '/compute-1'
 HOST0 = {'name': 'compute-0', 'uuid': 'aaaaaaaa-0000-0000-0000-000000000000'}
 HOST1 = {'name': 'compute-1', 'uuid': 'aaaaaaaa-0000-0000-0000-000000000001'}
-
-
-def _fabric(url, **info):
-    driver_info = {'address': url, 'username': 'admin',
-                   'password': PASSWORD, 'poll_interval': 0.05,
-                   'timeout': 15}
-    driver_info.update(info)
-    return {'name': 'rack1', 'driver_info': driver_info}
-
-
-def _device(address):
-    return {'uuid': 'dev-' + address.rsplit('/', 1)[-1], 'address': address}
-
-
-@pytest.fixture
-def driver():
-    return redfish_driver.RedfishFabricDriver()
 
 
 def _actions(emulator, name=None):

@@ -19,10 +19,11 @@ import logging
 import pytest
 
 from composable.common import exception
-from composable.fabric.redfish import driver as redfish_driver
 from tests.functional.fabric import redfish_emulator as emu
+from tests.functional.fabric import redfish_rows
 
 PASSWORD = emu.DEFAULT_CONFIG['password']
+_device = redfish_rows.device_row
 GPU0 = emu.BLOCKS + '/GPU0'
 GPU1 = emu.BLOCKS + '/GPU1'
 SLED1 = emu.SYSTEMS + '/Sled-1'
@@ -40,15 +41,6 @@ def _info(url, **more):
 
 def _fabric(url, **more):
     return {'name': 'rack1', 'driver_info': _info(url, **more)}
-
-
-def _device(address):
-    return {'uuid': 'dev-' + address.rsplit('/', 1)[-1], 'address': address}
-
-
-@pytest.fixture
-def driver():
-    return redfish_driver.RedfishFabricDriver()
 
 
 def _added_to(emulator):

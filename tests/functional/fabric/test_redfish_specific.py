@@ -21,30 +21,15 @@ import threading
 import pytest
 
 from composable.common import exception
-from composable.fabric.redfish import driver as redfish_driver
 from tests.functional.fabric import redfish_emulator as emu
+from tests.functional.fabric import redfish_rows
 
 PASSWORD = emu.DEFAULT_CONFIG['password']
+_fabric = redfish_rows.fabric_row
+_device = redfish_rows.device_row
 GPU0 = emu.BLOCKS + '/GPU0'
 HOST0 = {'name': 'compute-0'}
 UUID0 = emu.DEFAULT_CONFIG['systems'][0]['uuid']
-
-
-def _fabric(url, **info):
-    driver_info = {'address': url, 'username': 'admin',
-                   'password': PASSWORD, 'poll_interval': 0.05,
-                   'timeout': 15}
-    driver_info.update(info)
-    return {'name': 'rack1', 'driver_info': driver_info}
-
-
-def _device(address):
-    return {'uuid': 'dev-' + address.rsplit('/', 1)[-1], 'address': address}
-
-
-@pytest.fixture
-def driver():
-    return redfish_driver.RedfishFabricDriver()
 
 
 def _changes(emulator):

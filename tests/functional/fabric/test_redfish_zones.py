@@ -27,11 +27,13 @@ from composable.conductor import fabric_sync
 from composable.db import api as dbapi
 from composable.fabric.redfish import driver as redfish_driver
 from tests.functional.fabric import redfish_emulator as emu
+from tests.functional.fabric import redfish_rows
 from tests.functional.fabric import redfish_stack
 from tests.unit.conductor import harness as harness_mod
 from tests import waiting
 
 PASSWORD = emu.DEFAULT_CONFIG['password']
+_device = redfish_rows.device_row
 ENDPOINTS = emu.FABRICS + '/CXL/Endpoints/'
 ZONES = emu.FABRICS + '/CXL/Zones/'
 GPU0 = ENDPOINTS + 'T-GPU0'
@@ -44,20 +46,7 @@ HOST1 = {'name': 'compute-1'}
 
 
 def _fabric(url, **info):
-    driver_info = {'address': url, 'username': 'admin',
-                   'password': PASSWORD, 'poll_interval': 0.05,
-                   'timeout': 15}
-    driver_info.update(info)
-    return {'name': 'cxl', 'driver_info': driver_info}
-
-
-def _device(address):
-    return {'uuid': 'dev-' + address.rsplit('/', 1)[-1], 'address': address}
-
-
-@pytest.fixture
-def driver():
-    return redfish_driver.RedfishFabricDriver()
+    return redfish_rows.fabric_row(url, name='cxl', **info)
 
 
 def _given(emulator):
