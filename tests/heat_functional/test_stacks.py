@@ -32,7 +32,12 @@ import yaml
 from composable.heat import lease as lease_mod
 from tests.functional.keystone import servers
 
-OPENSTACK = os.path.join(os.path.dirname(sys.executable), 'openstack')
+# The openstack command of this environment; while a command waits for a
+# stack action (--wait), heatclient reads the events every second rather
+# than every five (see openstack_cli.py).
+OPENSTACK = [sys.executable,
+             os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          'openstack_cli.py')]
 REPO = servers.REPO
 SAMPLE = os.path.join(REPO, 'etc', 'heat', 'composable-leases.yaml')
 USER = 'alpha-member'
@@ -66,7 +71,7 @@ def openstack(cloud, *args, user=USER, check=True, as_json=True):
     the completed process when ``as_json`` is false)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
     env.update(cloud.os_variables(user))
-    argv = [OPENSTACK] + list(args) + (['-f', 'json'] if as_json else [])
+    argv = OPENSTACK + list(args) + (['-f', 'json'] if as_json else [])
     proc = subprocess.run(argv, env=env, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=COMMAND_TIMEOUT)
     if check and proc.returncode != 0:
