@@ -438,20 +438,21 @@ def test_two_stacks_racing_for_the_same_memory(cloud, tmp_path):
                                      '-t', nt[1], nt[0], check=False,
                                      as_json=False),
                 zip(names, templates)))
-        statuses = sorted(openstack(cloud, 'stack', 'show', n)[
-            'stack_status'] for n in names)
+        # Both stacks have ended (--wait): what one show says of each
+        # stays true.
+        shown = {n: openstack(cloud, 'stack', 'show', n) for n in names}
+        statuses = sorted(s['stack_status'] for s in shown.values())
         assert statuses == ['CREATE_COMPLETE', 'CREATE_FAILED'], (
             statuses, [p.stderr for p in procs])
         after = _pools(user)['memory-pool']
         assert after['used'] == pool['used'] + each
         assert after['used'] <= after['total']
-        failed = [n for n in names if openstack(cloud, 'stack', 'show', n)[
-            'stack_status'] == 'CREATE_FAILED'][0]
+        failed = [n for n in names
+                  if shown[n]['stack_status'] == 'CREATE_FAILED'][0]
         lease_id = _resources(cloud, failed)['mem']['physical_resource_id']
         lease = user.get('/leases/%s' % lease_id).json()
         assert lease['status'] == 'alloc_failed'
-        assert lease['fault'] in openstack(
-            cloud, 'stack', 'show', failed)['stack_status_reason']
+        assert lease['fault'] in shown[failed]['stack_status_reason']
     finally:
         for n in names:
             _delete_stack(cloud, n)
