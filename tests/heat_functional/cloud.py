@@ -187,6 +187,11 @@ class Heat(object):
                 'stack_domain_admin_password': servers.PASSWORD,
                 'auth_encryption_key': self.auth_encryption_key,
                 'num_engine_workers': 1,
+                # A failed resource action is retried (the failed lease
+                # deleted, a new one asked for) once rather than five
+                # times: the path through a retry is the same, without
+                # a minute of growing back-off on every refused lease.
+                'action_retry_limit': 1,
                 'template_dir': os.path.join(heat_etc(), 'templates'),
                 'environment_dir': os.path.join(heat_etc(),
                                                 'environment.d'),
