@@ -37,6 +37,7 @@ Every process carries the run's tag (tests/functional/leftovers.py);
 databases, also after a failed start.
 """
 
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -186,6 +187,11 @@ class Heat(object):
                 'stack_domain_admin_password': servers.PASSWORD,
                 'auth_encryption_key': self.auth_encryption_key,
                 'num_engine_workers': 1,
+                # A failed resource action is retried (the failed lease
+                # deleted, a new one asked for) once rather than five
+                # times: the path through a retry is the same, without
+                # a minute of growing back-off on every refused lease.
+                'action_retry_limit': 1,
                 'template_dir': os.path.join(heat_etc(), 'templates'),
                 'environment_dir': os.path.join(heat_etc(),
                                                 'environment.d'),
@@ -227,12 +233,21 @@ class Heat(object):
         return self.procs[name]
 
     def start(self):
+        self.db_sync()
+        self.serve()
+
+    def db_sync(self):
+        """Write heat.conf and make Heat's tables (nothing else has to
+        run for that: the cloud does it while Keystone starts)."""
         self.write_config()
         with open(self._log('heat-manage'), 'ab') as out:
             subprocess.run([os.path.join(BIN, 'heat-manage'),
                             '--config-file', self.config, 'db_sync'],
                            check=True, stdout=out, stderr=subprocess.STDOUT,
                            stdin=subprocess.DEVNULL, timeout=SETUP_TIMEOUT)
+
+    def serve(self):
+        """Start heat-api and heat-engine on the synced database."""
         api = self._spawn('heat-api', [
             sys.executable, os.path.join(HERE, 'serve_heat_api.py'),
             str(self.port), self.config])
@@ -313,8 +328,17 @@ class Cloud(object):
                                      self.composable.endpoint)
         self.heat = Heat(self.workdir, self.keystone, heat_db,
                          self.composable.transport_url)
-        self.keystone.start()
-        self.keystone.add_heat(self.heat.port)
+        # The two databases' migrations (Heat's are a hundred: minutes on
+        # a busy machine) need nothing else running: they go on while
+        # Keystone starts. Leaving the block waits for both, also when
+        # Keystone failed.
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            heat_tables = pool.submit(self.heat.db_sync)
+            composable_tables = pool.submit(self.composable.dbsync)
+            self.keystone.start()
+            self.keystone.add_heat(self.heat.port)
+            heat_tables.result()
+            composable_tables.result()
         self.composable.extra.update({
             'DEFAULT': {'auth_strategy': 'keystone'},
             'keystone_authtoken': {
@@ -329,14 +353,13 @@ class Cloud(object):
                 'region_name': servers.REGION,
             },
         })
-        self.composable.dbsync()
         self.composable.start_conductor('conductor-0')
         self.composable.wait_conductor('conductor-0')
         self.composable.start_agent('compute-0', roles='compute_node')
         self.composable.start_agent('memory-0', roles='memory_node')
         self.composable.start_api()
         stack_mod.demo_inventory(self.admin_client())
-        self.heat.start()
+        self.heat.serve()
 
     def client(self, token):
         """stack_mod.Client speaking with a Keystone token."""

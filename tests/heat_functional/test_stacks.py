@@ -32,7 +32,12 @@ import yaml
 from composable.heat import lease as lease_mod
 from tests.functional.keystone import servers
 
-OPENSTACK = os.path.join(os.path.dirname(sys.executable), 'openstack')
+# The openstack command of this environment; while a command waits for a
+# stack action (--wait), heatclient reads the events every second rather
+# than every five (see openstack_cli.py).
+OPENSTACK = [sys.executable,
+             os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          'openstack_cli.py')]
 REPO = servers.REPO
 SAMPLE = os.path.join(REPO, 'etc', 'heat', 'composable-leases.yaml')
 USER = 'alpha-member'
@@ -66,7 +71,7 @@ def openstack(cloud, *args, user=USER, check=True, as_json=True):
     the completed process when ``as_json`` is false)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
     env.update(cloud.os_variables(user))
-    argv = [OPENSTACK] + list(args) + (['-f', 'json'] if as_json else [])
+    argv = OPENSTACK + list(args) + (['-f', 'json'] if as_json else [])
     proc = subprocess.run(argv, env=env, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=COMMAND_TIMEOUT)
     if check and proc.returncode != 0:
@@ -433,20 +438,21 @@ def test_two_stacks_racing_for_the_same_memory(cloud, tmp_path):
                                      '-t', nt[1], nt[0], check=False,
                                      as_json=False),
                 zip(names, templates)))
-        statuses = sorted(openstack(cloud, 'stack', 'show', n)[
-            'stack_status'] for n in names)
+        # Both stacks have ended (--wait): what one show says of each
+        # stays true.
+        shown = {n: openstack(cloud, 'stack', 'show', n) for n in names}
+        statuses = sorted(s['stack_status'] for s in shown.values())
         assert statuses == ['CREATE_COMPLETE', 'CREATE_FAILED'], (
             statuses, [p.stderr for p in procs])
         after = _pools(user)['memory-pool']
         assert after['used'] == pool['used'] + each
         assert after['used'] <= after['total']
-        failed = [n for n in names if openstack(cloud, 'stack', 'show', n)[
-            'stack_status'] == 'CREATE_FAILED'][0]
+        failed = [n for n in names
+                  if shown[n]['stack_status'] == 'CREATE_FAILED'][0]
         lease_id = _resources(cloud, failed)['mem']['physical_resource_id']
         lease = user.get('/leases/%s' % lease_id).json()
         assert lease['status'] == 'alloc_failed'
-        assert lease['fault'] in openstack(
-            cloud, 'stack', 'show', failed)['stack_status_reason']
+        assert lease['fault'] in shown[failed]['stack_status_reason']
     finally:
         for n in names:
             _delete_stack(cloud, n)

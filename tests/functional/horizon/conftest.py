@@ -67,9 +67,10 @@ def horizon_stack(tmp_path_factory):
                                 composable.endpoint)
     horizon = horizon_server.Horizon(workdir, keystone)
     try:
+        horizon.launch()
         keystone.start()
         composable.start(keystone)
-        horizon.start()
+        horizon.wait_ready()
         yield keystone, composable, horizon
     finally:
         horizon.stop()
