@@ -141,7 +141,8 @@ class SriovComposable(events.Composable):
         self.sriov_pool = db_api.pool_get(ctx, pool.uuid)
         agent = self.agents['host1']
         agent.hook_server = hook_server_mod.HookServer(
-            agent.parts, path=self.socket_path, conductor=rpcapi.ConductorAPI(),
+            agent.parts, path=self.socket_path,
+            conductor=rpcapi.ConductorAPI(),
             refresh_interval=3600)
         agent.hook_server.start()
         self.addCleanup(setattr, agent, 'hook_server', None)
