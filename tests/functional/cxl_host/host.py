@@ -68,7 +68,9 @@ MODULES = ('cxl_acpi', 'cxl_pci', 'cxl_mem', 'device_dax', 'dax_cxl',
 MARKER = 'COMPOSABLE-CXL-HOST'
 # Debian's kernel onlines hot-added memory by itself (into ZONE_NORMAL):
 # the agent must re-online it movable, so the guest keeps that default.
-KERNEL_CMDLINE = 'console=ttyS0 loglevel=4 panic=-1 rdinit=/init'
+# no_timer_check: see tests/functional/compute_host/image.py.
+KERNEL_CMDLINE = ('console=ttyS0 loglevel=4 panic=-1 rdinit=/init '
+                  'no_timer_check')
 
 # A stand-in for composable/privsep/__init__.py in the guest: there the
 # runner is root already, as the privsep daemon is on a host.

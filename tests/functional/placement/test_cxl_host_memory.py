@@ -213,7 +213,7 @@ def test_failed_unbind_gives_the_memory_back(harness, client, cxl_host,
         raise exception.DriverError(
             reason='memory blocks 33, 34 of node 1 could not be offlined')
 
-    monkeypatch.setattr(agent, 'detach_memory', refuse)
+    monkeypatch.setattr(agent.compute, 'detach_memory', refuse)
     harness.api.unbind_lease(h_mod.user_context(), uuid)
     lease = harness.wait(uuid, ['reserved', 'error'])
     assert lease.status == 'error'
