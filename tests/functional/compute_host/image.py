@@ -164,12 +164,7 @@ def stdlib_files(python=PYTHON, pci_module=PCI_MODULE):
             [python, '-I', '-S', '-c', _PROBE, where, stdlib_dir() + '/'],
             check=True, capture_output=True, text=True,
             timeout=120).stdout
-    files = json.loads(out)
-    # The interpreter finds its prefix by this landmark.
-    landmark = os.path.join(stdlib_dir(), 'os.py')
-    if landmark not in files:
-        files.append(landmark)
-    return sorted(files)
+    return with_landmark(json.loads(out))
 
 
 class _Tree(object):
@@ -205,18 +200,26 @@ def _init_script(modules):
             .replace('@AGENT_PORT@', build.AGENT_PORT))
 
 
-def _initramfs(moddir, python_files):
+def busybox_tree():
+    """The start of a guest's initramfs: its directories, the console
+    and busybox as /bin/sh."""
     tree = _Tree()
     for d in ('bin', 'dev', 'proc', 'sys', 'lib/modules', 'tmp'):
         tree.directory(d)
     tree.archive.chardev('dev/console', 5, 1)
     tree.host_file(build.BUSYBOX, 0o755)
     tree.archive.symlink('bin/sh', 'busybox')
-    tree.host_file(build.QEMU_GA, 0o755)
-    tree.archive.symlink('bin/qemu-ga', build.QEMU_GA)
+    return tree
+
+
+def add_python(tree, python_files, binaries=()):
+    """The host's Python and ``python_files`` (from stdlib_files), then
+    the shared libraries they and ``binaries`` (already in the tree)
+    load."""
     tree.host_file(PYTHON, 0o755)
-    libraries = set(build._shared_libraries(build.QEMU_GA))
-    libraries.update(build._shared_libraries(PYTHON))
+    libraries = set()
+    for binary in tuple(binaries) + (PYTHON,):
+        libraries.update(build._shared_libraries(binary))
     for path in python_files:
         if path.endswith('.so'):
             libraries.update(build._shared_libraries(path))
@@ -225,6 +228,20 @@ def _initramfs(moddir, python_files):
             tree.host_file(path)
     for lib in sorted(libraries):
         tree.host_file(lib, 0o755)
+
+
+def with_landmark(files):
+    """``files`` (standard library paths), sorted, with the file by
+    which the interpreter finds its prefix."""
+    landmark = os.path.join(stdlib_dir(), 'os.py')
+    return sorted(set(files) | {landmark})
+
+
+def _initramfs(moddir, python_files):
+    tree = busybox_tree()
+    tree.host_file(build.QEMU_GA, 0o755)
+    tree.archive.symlink('bin/qemu-ga', build.QEMU_GA)
+    add_python(tree, python_files, binaries=[build.QEMU_GA])
     present = []
     for name in HOST_MODULES:
         path = build._find_module(moddir, name)

@@ -159,30 +159,13 @@ def _python_files():
              '--probe'], check=True, capture_output=True, text=True,
             timeout=120).stdout
     stdlib = os.path.join(host_image.stdlib_dir(), '')
-    files = [p for p in json.loads(out) if p.startswith(stdlib)]
-    landmark = os.path.join(host_image.stdlib_dir(), 'os.py')
-    if landmark not in files:
-        files.append(landmark)
-    return sorted(files)
+    return host_image.with_landmark(
+        p for p in json.loads(out) if p.startswith(stdlib))
 
 
 def _initramfs(moddir, python_files):
-    tree = host_image._Tree()
-    for d in ('bin', 'dev', 'proc', 'sys', 'lib/modules', 'tmp'):
-        tree.directory(d)
-    tree.archive.chardev('dev/console', 5, 1)
-    tree.host_file(build.BUSYBOX, 0o755)
-    tree.archive.symlink('bin/sh', 'busybox')
-    tree.host_file(PYTHON, 0o755)
-    libraries = set(build._shared_libraries(PYTHON))
-    for path in python_files:
-        if path.endswith('.so'):
-            libraries.update(build._shared_libraries(path))
-            tree.host_file(path, 0o755)
-        else:
-            tree.host_file(path)
-    for lib in sorted(libraries):
-        tree.host_file(lib, 0o755)
+    tree = host_image.busybox_tree()
+    host_image.add_python(tree, python_files)
     for name in MODULES:
         path = build._find_module(moddir, name)
         if path is None:
