@@ -82,50 +82,41 @@ def _join(threads):
         assert not thread.is_alive()
 
 
-def test_two_threads_at_once_get_one_connection():
-    libvirtd = StandInLibvirtd()
-    connection = libvirt_connection.LibvirtConnection(
-        'qemu:///test', connect=libvirtd.open)
+def _ask_at_once(connection, count):
+    """What ``count`` threads released together get from ``connection``."""
     got = []
-    start = threading.Barrier(2)
+    start = threading.Barrier(count)
 
     def ask():
         start.wait(DEADLINE)
         got.append(connection.get())
 
-    threads = [threading.Thread(target=ask) for _ in range(2)]
+    threads = [threading.Thread(target=ask) for _ in range(count)]
     for thread in threads:
         thread.start()
     _join(threads)
-    assert len(got) == 2
-    assert got[0] is got[1]
-    assert libvirtd.most_inside == 1
-    assert len(libvirtd.connections) == 1
-    assert connection.opened == 1
+    assert len(got) == count
+    return got
 
 
-def test_threads_after_a_restart_reopen_once():
-    libvirtd = StandInLibvirtd(overlap_wait=0.5)
+@pytest.mark.parametrize('count,restarted', [(2, False), (8, True)],
+                         ids=['two-threads-first-open',
+                              'eight-threads-after-a-restart'])
+def test_threads_asking_at_once_open_one_connection(count, restarted):
+    libvirtd = StandInLibvirtd(overlap_wait=0.5 if restarted else 1.0)
     connection = libvirt_connection.LibvirtConnection(
         'qemu:///test', connect=libvirtd.open)
-    first = connection.get()
-    libvirtd.restart()
-    got = []
-    start = threading.Barrier(8)
-
-    def ask():
-        start.wait(DEADLINE)
-        got.append(connection.get())
-
-    threads = [threading.Thread(target=ask) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    _join(threads)
-    assert len(got) == 8
-    assert {id(conn) for conn in got} == {id(libvirtd.connections[1])}
+    first = None
+    if restarted:
+        first = connection.get()
+        libvirtd.restart()
+    got = _ask_at_once(connection, count)
+    assert {id(conn) for conn in got} == {id(libvirtd.connections[-1])}
     assert got[0] is not first and got[0].isAlive()
+    # Without the lock a second opener comes in while the first waits.
     assert libvirtd.most_inside == 1
-    assert connection.opened == 2
+    assert len(libvirtd.connections) == connection.opened
+    assert connection.opened == (2 if restarted else 1)
 
 
 def test_reconnects_when_libvirtd_restarted_and_tells_the_listeners():
