@@ -156,6 +156,13 @@ def probe():
             if not os.path.exists(path(where))]
 
 
+def boot_id():
+    """The kernel's id of this boot of the host, None when unreadable.
+    Regions, decoders and DAX devices are the kernel's state of one
+    boot; what a device's memory holds outlives it."""
+    return _read('proc', 'sys', 'kernel', 'random', 'boot_id') or None
+
+
 def memdev_by_serial(serial):
     """The memory device (``memN``) whose serial is ``serial``, or
     None."""

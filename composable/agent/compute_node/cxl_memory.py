@@ -34,6 +34,17 @@ detach that had begun is finished. A region the kernel holds on a leased
 device but no record names was made by an attach cut short before the
 record got its name: it is erased and destroyed too.
 
+A record also names the boot of the host it was made in (the kernel's
+boot id). After the host restarts, the kernel has forgotten every region,
+decoder and DAX device, but a pooled device keeps what its memory held:
+the regions of the earlier boot are made again on each device in the
+order they were first made (the device hands out its capacity in that
+order, so each covers what it covered before) and erased; the ones whose
+lease is still bound here go online again (the lease gets its memory
+back, on a NUMA node whose number may have changed), the others are
+destroyed. A device no longer on the host's bus keeps its records, and
+the next start (or the lease's next bind or unbind) tries again.
+
 The privileged side is composable.privsep.cxl.
 """
 
@@ -130,6 +141,9 @@ class CxlHostMemory(object):
         self._lock = threading.RLock()
         # Why this host cannot take CXL memory (set by start), or None.
         self.refusal = None
+        # The kernel's boot id, read at start: records of another boot
+        # name regions that no longer exist.
+        self.boot = None
 
     # ------------------------------------------------------------ life
 
@@ -142,16 +156,31 @@ class CxlHostMemory(object):
                             'lacks %s' % '; '.join(missing))
             raise _error(self.refusal)
         self.refusal = None
+        self.boot = self.ops.boot_id()
         with self._lock:
             self.records.load()
-            return self.recover()
+            rebuilt = self.rebuild_after_restart()
+            outcome = self.recover()
+            outcome.update(rebuilt)
+            return outcome
+
+    def _stale(self, record):
+        """Whether ``record`` was made in an earlier boot of the host (a
+        record of an older agent, without a boot, is taken as this
+        boot's)."""
+        made_in = record.get('boot')
+        return bool(made_in and self.boot and made_in != self.boot)
 
     def recover(self):
-        """Finish or undo every record a previous run left unfinished;
-        {key: 'kept' | 'undone' | 'detached' | error text}."""
+        """Finish or undo every record a previous run of this boot left
+        unfinished; {key: 'kept' | 'undone' | 'detached' | error text}."""
         outcome = {}
         with self._lock:
             for key, record in sorted(self.records.regions.items()):
+                if self._stale(record):
+                    # Its region names mean nothing in this boot; the
+                    # rebuild could not settle it (it said why).
+                    continue
                 if record['step'] == ONLINE:
                     outcome[key] = 'kept'
                     continue
@@ -167,6 +196,128 @@ class CxlHostMemory(object):
         if outcome:
             LOG.info('CXL regions after restart: %s', outcome)
         return outcome
+
+    # ------------------------------------------------------------ restart
+
+    @staticmethod
+    def _made_order(record):
+        """Where the region of ``record`` came in its device's order: the
+        index of its endpoint decoder (decoderP.N), which Linux commits,
+        and gives capacity to, in turn."""
+        decoder = record.get('decoder') or ''
+        try:
+            return int(decoder.rsplit('.', 1)[1])
+        except (IndexError, ValueError):
+            return -1
+
+    def rebuild_after_restart(self, serial=None):
+        """Settle the records of an earlier boot (of device ``serial``
+        only, when given); {key: what became of it}."""
+        outcome = {}
+        with self._lock:
+            devices = {}
+            for key, record in self.records.regions.items():
+                if self._stale(record) and serial in (None,
+                                                      record['serial']):
+                    devices.setdefault(record['serial'], []).append(
+                        (key, record))
+            for device_serial, found in sorted(devices.items()):
+                found.sort(key=lambda item: self._made_order(item[1]))
+                outcome.update(self._rebuild_device(device_serial, found))
+        if outcome:
+            LOG.info('CXL regions of the host\'s previous boot: %s',
+                     outcome)
+        return outcome
+
+    def _rebuild_device(self, serial, found):
+        outcome = {}
+        memdev = self.ops.memdev_by_serial(serial)
+        if memdev is None:
+            reason = ('CXL memory device %s is not on this host\'s CXL bus '
+                      'since the host restarted: what its regions held can '
+                      'be neither erased nor put back from here' % serial)
+            LOG.error('%s (leases %s)', reason,
+                      ', '.join(r['lease'] for _, r in found))
+            return {key: reason for key, _ in found}
+        freed = []
+        for position, (key, record) in enumerate(found):
+            if record.get('decoder') is None:
+                # The region never got its decoder recorded: nothing of
+                # it went online, so nothing was written to erase.
+                self.records.drop(key)
+                outcome[key] = 'dropped'
+                continue
+            restore = record['step'] == ONLINE
+            try:
+                made = self.ops.make_region(memdev, record['size'])
+            except (OSError, ValueError) as exc:
+                reason = ('making region %d of %d again on CXL memory device '
+                          '%s (%s) after the host restarted failed: %s' % (
+                              position + 1, len(found), record['device'],
+                              memdev, getattr(exc, 'strerror', None) or exc))
+                LOG.error(reason)
+                # The order decides what memory each region covers: the
+                # later ones wait for the next try.
+                for later, _ in found[position:]:
+                    outcome[later] = reason
+                break
+            record.update(made, memdev=memdev, boot=self.boot, dax=None,
+                          numa_node=None,
+                          step=ONLINING if restore else DETACHING)
+            self.records.put(key, record)
+            # Erased in either case: another boot's kernel, or a region
+            # made first by someone else, may have moved what this
+            # capacity holds.
+            self._erase(key, record)
+            if restore:
+                online = self.ops.online_region(record['region'])
+                record.update(step=ONLINE, numa_node=online.get('numa_node'),
+                              dax=online['dax'])
+                self.records.put(key, record)
+                outcome[key] = ('online again as NUMA node %s' %
+                                record['numa_node'])
+            else:
+                record['step'] = SCRUBBED
+                self.records.put(key, record)
+                freed.append((key, record))
+        # Given back last-made first, as the kernel frees decoders.
+        for key, record in reversed(freed):
+            try:
+                self._teardown(key, record)
+                outcome[key] = 'erased and given back'
+            except exception.DriverError as exc:
+                outcome[key] = exc.message
+        return outcome
+
+    def _erase(self, key, record):
+        """Overwrite a region that is not in use: its memory offline (the
+        kernel may have onlined it), its DAX device with device_dax."""
+        region = record['region']
+        if self.ops.offline_region(region):
+            raise _error('CXL region %s, made again after the host '
+                         'restarted, could not be taken offline to be '
+                         'erased' % region)
+        self.ops.release_dax(region)
+        self.ops.overwrite(region)
+
+    def _device_has_stale(self, serial):
+        return any(self._stale(r) and r['serial'] == serial
+                   for r in self.records.regions.values())
+
+    def _settle_stale(self, key):
+        """The record of ``key`` as this boot knows it: an earlier boot's
+        is rebuilt first (with the rest of its device's); raises
+        DriverError when it cannot be."""
+        record = self.records.regions.get(key)
+        if record is None or not self._stale(record):
+            return record
+        outcome = self.rebuild_after_restart(record['serial'])
+        record = self.records.regions.get(key)
+        if record is not None and self._stale(record):
+            raise _error(outcome.get(key) or 'the CXL region of %s was made '
+                         'before the host restarted and could not be made '
+                         'again' % key)
+        return record
 
     def _check_ready(self):
         if self.refusal:
@@ -204,7 +355,7 @@ class CxlHostMemory(object):
     def _attach_device(self, lease_uuid, device, chunks):
         key = record_key(lease_uuid, device)
         uuids = sorted(e['uuid'] for e in chunks)
-        record = self.records.regions.get(key)
+        record = self._settle_stale(key)
         if record is not None and record['step'] == ONLINE:
             if sorted(record['extents']) == uuids:
                 return record
@@ -220,6 +371,16 @@ class CxlHostMemory(object):
         if not serial:
             raise _error('the fabric gave no serial number for CXL memory '
                          'device %s' % device)
+        if self._device_has_stale(serial):
+            # A new region would take the capacity an old one covered
+            # before that one is erased.
+            self.rebuild_after_restart(serial)
+            if self._device_has_stale(serial):
+                raise _error('CXL memory device %s (serial %s) still holds '
+                             'regions of the host\'s previous boot that '
+                             'could not be made again and erased (the '
+                             'agent\'s log says why); nothing new is made '
+                             'on it until they are' % (device, serial))
         memdev = self.ops.memdev_by_serial(serial)
         if memdev is None:
             raise _error('CXL memory device %s (serial %s) is not on this '
@@ -229,6 +390,7 @@ class CxlHostMemory(object):
         size = sum(int(e['size_mb']) for e in chunks) * MIB
         record = {'step': MAKING, 'lease': lease_uuid, 'device': device,
                   'serial': serial, 'memdev': memdev, 'size': size,
+                  'boot': self.boot,
                   'extents': uuids, 'region': None, 'decoder': None,
                   'root_decoder': None, 'numa_node': None,
                   'known_regions': sorted(
@@ -277,7 +439,7 @@ class CxlHostMemory(object):
         with self._lock:
             for device, chunks in self._groups(extents).items():
                 key = record_key(lease['uuid'], device)
-                record = self.records.regions.get(key)
+                record = self._settle_stale(key)
                 if record is None:
                     # Never made here, or already given back.
                     continue
@@ -355,7 +517,8 @@ class CxlHostMemory(object):
             # the device that no record names, and that was not there
             # before this one began, is the one it made.
             named = {r.get('region') for k, r in
-                     self.records.regions.items() if k != key}
+                     self.records.regions.items()
+                     if k != key and not self._stale(r)}
             before = set(record.get('known_regions') or ())
             for region in (self.ops.regions_of(memdev) +
                            self.ops.untargeted_regions()):

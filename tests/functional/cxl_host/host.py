@@ -223,7 +223,12 @@ def build_image(cache=None):
     return Image(qemu, data_dirs, kernel, initrd)
 
 
-def qemu_command(image, name, console_log, control_socket):
+def qemu_command(image, name, console_log, control_socket,
+                 device_memory_dir=None):
+    """QEMU's command line. With ``device_memory_dir`` the memory devices
+    keep their bytes in files there, shared, so that a guest started
+    again on the same directory finds them as the last one left them:
+    a pooled device stays powered while its host restarts."""
     command = [image.qemu]
     for d in image.data_dirs:
         command += ['-L', d]
@@ -239,9 +244,15 @@ def qemu_command(image, name, console_log, control_socket):
         '-serial', 'unix:%s,server=on,wait=off' % control_socket,
         '-device', 'pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1']
     for i, serial in enumerate(SERIALS):
+        if device_memory_dir:
+            backend = ('memory-backend-file,id=cxlmem%d,size=%dM,share=on,'
+                       'mem-path=%s' % (i, DEVICE_MIB, os.path.join(
+                           device_memory_dir, 'cxl-device-%d' % i)))
+        else:
+            backend = 'memory-backend-ram,id=cxlmem%d,size=%dM' % (
+                i, DEVICE_MIB)
         command += [
-            '-object', 'memory-backend-ram,id=cxlmem%d,size=%dM'
-            % (i, DEVICE_MIB),
+            '-object', backend,
             '-device', 'cxl-rp,port=%d,bus=cxl.1,id=cxlrp%d,chassis=0,'
             'slot=%d' % (i, i, i + 2),
             '-device', 'cxl-type3,bus=cxlrp%d,volatile-memdev=cxlmem%d,'
@@ -347,9 +358,10 @@ class CxlGuest(object):
 
 
 @contextlib.contextmanager
-def running_guest(image=None, boot_timeout=300):
+def running_guest(image=None, boot_timeout=300, device_memory_dir=None):
     """Start the CXL host guest, wait until its runner answers, yield a
-    CxlGuest; QEMU is killed afterwards, whatever happened."""
+    CxlGuest; QEMU is killed afterwards, whatever happened. See
+    qemu_command for ``device_memory_dir``."""
     image = image or build_image()
     from tests.functional import leftovers
     name = 'composable-test-%s-cxlhost-%s' % (leftovers.run_tag(),
@@ -361,7 +373,8 @@ def running_guest(image=None, boot_timeout=300):
     started = time.monotonic()
     with open(os.path.join(run_dir, 'qemu.log'), 'wb') as qemu_log:
         process = subprocess.Popen(
-            qemu_command(image, name, console_log, control),
+            qemu_command(image, name, console_log, control,
+                         device_memory_dir),
             stdin=subprocess.DEVNULL, stdout=qemu_log, stderr=qemu_log)
     guest = None
     try:

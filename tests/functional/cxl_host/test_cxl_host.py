@@ -22,12 +22,16 @@ real device would be.
 """
 
 import json
+import shutil
+import tempfile
 
 import pytest
 
 from composable.agent.compute_node import cxl_memory
 from composable.common import exception
+from tests.functional.compute_node import dataplane
 from tests.functional.cxl_host import host
+from tests.functional.guest import build
 
 CHUNK_MB = 256
 SECRET = b'the previous tenant\'s secret, 0123456789'
@@ -263,6 +267,86 @@ def test_agent_killed_during_unbind_finishes_at_restart(guest, state_file):
     finally:
         _destroy(ops, made)
     assert restarted.records.regions == {}
+
+
+def test_host_restart_puts_bound_memory_back_and_erases_the_rest(
+        state_file):
+    """The host restarts (its QEMU is stopped and started again) while
+    the devices keep their memory (file-backed, as a pooled device stays
+    powered). Lease a was bound; lease b's unbind was cut short by the
+    restart. The agent's next start makes both regions again in their
+    first order: a is online again, b is erased and given back; the
+    device's untouched capacity shows the bytes do outlive the restart."""
+    try:
+        image = host.build_image()
+    except host.CxlHostUnavailable as exc:
+        dataplane.unavailable(str(exc))
+    # The devices' memory files (up to 2 x 512 MiB once sanitized) go
+    # whatever happens.
+    memory_dir = tempfile.mkdtemp(prefix='cxl-device-memory-',
+                                  dir=build.cache_dir())
+    try:
+        _restart_host(image, memory_dir, state_file)
+    finally:
+        shutil.rmtree(memory_dir, ignore_errors=True)
+
+
+def _restart_host(image, memory_dir, state_file):
+    control = b'written before the restart, left there on purpose'
+    with host.running_guest(image, device_memory_dir=memory_dir) \
+            as first:
+        ops = first.ops
+        first_boot = ops.boot_id()
+        memory = agent(ops, state_file)
+        node_a = memory.attach({'uuid': 'a'}, chunks('a', 1))[
+            'a-chunk-0']['numa_node']
+        region_b = memory.attach({'uuid': 'b'}, chunks('b', 1))[
+            'b-chunk-0']['region']
+        dying = agent(DiesAfter(ops, 'release_dax'), state_file)
+        with pytest.raises(Killed):
+            dying.detach({'uuid': 'b'}, chunks('b', 1))
+        # Cut after b's memory went offline and to device_dax, before
+        # the erase: what the tenant left is still in b's capacity.
+        first.call('dax_write', ops.dax_of(region_b), 8192, SECRET.hex())
+        # The control, on the other device: bytes left through a region
+        # that is then destroyed without an erase.
+        made, dax = _scratch_region(ops, 1, CHUNK_MB * MIB)
+        first.call('dax_write', dax, 4096, control.hex())
+        _destroy(ops, made)
+        assert node_a is not None
+
+    with host.running_guest(image, device_memory_dir=memory_dir) \
+            as second:
+        ops = second.ops
+        assert ops.boot_id() != first_boot
+        assert _regions(ops) == []
+        restarted = cxl_memory.CxlHostMemory(
+            ops=ops, state_file=state_file, offline_attempts=5,
+            offline_interval=1, sanitize_timeout=300)
+        outcome = restarted.start()
+        node = restarted.records.regions['a/cxl-device-0']['numa_node']
+        assert outcome == {
+            'a/cxl-device-0': 'online again as NUMA node %s' % node,
+            'b/cxl-device-0': 'erased and given back'}
+        assert second.call('node_memory_mib', node) == CHUNK_MB
+        assert list(restarted.records.regions) == ['a/cxl-device-0']
+        # b's capacity (after a's on the device: a scratch region made
+        # now gets it) holds no secret.
+        made, dax = _scratch_region(ops, 0, CHUNK_MB * MIB)
+        try:
+            assert second.call('dax_find', dax, SECRET.hex()) == -1
+        finally:
+            _destroy(ops, made)
+        # The control: the other device's bytes survived.
+        made, dax = _scratch_region(ops, 1, CHUNK_MB * MIB)
+        try:
+            assert second.call('dax_find', dax, control.hex()) == 4096
+            second.call('dax_write', dax, 4096,
+                        bytes(len(control)).hex())
+        finally:
+            _destroy(ops, made)
+        restarted.detach({'uuid': 'a'}, chunks('a', 1))
+        assert _regions(ops) == []
 
 
 def test_refusals_name_what_is_wrong(guest, state_file):

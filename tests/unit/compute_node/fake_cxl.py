@@ -70,6 +70,7 @@ class FakeCxlKernel(object):
         self.granule = granule
         self.block_size = block_size
         self.devices = {}
+        self.serials = {}
         self.decoders = {}
         self.regions = {}
         self.blocks = {}
@@ -86,6 +87,8 @@ class FakeCxlKernel(object):
         self._put('sys/devices/system/memory/auto_online_blocks',
                   auto_online)
         self._put('sys/devices/system/node/node0/cpulist', '0-1')
+        self.boots = 0
+        self._put('proc/sys/kernel/random/boot_id', self._boot_id())
         for index, (serial, capacity, sanitize) in enumerate(devices):
             self.add_device(index, serial, capacity, sanitize)
 
@@ -136,6 +139,7 @@ class FakeCxlKernel(object):
             f.truncate(capacity)
         self.devices[mem] = {'capacity': capacity, 'media': media,
                              'decoders': []}
+        self.serials[mem] = (serial, sanitize)
         for n in range(2):
             name = 'decoder%d.%d' % (port, n)
             self.decoders[name] = {'mem': mem, 'mode': 'none', 'size': 0,
@@ -177,6 +181,59 @@ class FakeCxlKernel(object):
     def online_blocks(self):
         return sorted(b for b, s in self.blocks.items()
                       if s['state'] == 'online')
+
+    def _boot_id(self):
+        return '00000000-0000-4000-8000-%012d' % self.boots
+
+    def reboot(self, keep_devices=None):
+        """The host restarts: the kernel forgets its regions, decoders,
+        DAX devices and hot-added memory; each device keeps what its
+        memory holds (a pooled device stays powered). ``keep_devices``:
+        the memory devices still on the host's bus afterwards (default
+        all), others are gone from it."""
+        for name, region in sorted(self.regions.items()):
+            if region['bound']:
+                self._copy(region, to_memory=False)
+            _rmtree(self.p('sys/bus/cxl/devices/' + name))
+        for dax in self.dax:
+            _rmtree(self.p('sys/bus/dax/devices/' + dax))
+        for block in self.blocks:
+            _rmtree(self.p('sys/devices/system/memory/' + block))
+        self.regions, self.dax, self.blocks = {}, {}, {}
+        self.named_ids, self.pinned = {}, set()
+        for name, decoder in self.decoders.items():
+            decoder.update(mode='none', size=0, dpa=None)
+            self._sync_decoder(name)
+        self.next_region = 0
+        self.next_hpa = WINDOW_BASE
+        self._put('sys/bus/cxl/devices/decoder0.0/create_ram_region',
+                  'region0')
+        if keep_devices is not None:
+            for index, mem in enumerate(sorted(self.devices)):
+                if mem not in keep_devices:
+                    _rmtree(self.p('sys/bus/cxl/devices/' + mem))
+                    _rmtree(self.p('sys/bus/cxl/devices/endpoint%d' %
+                                   (index + 2)))
+        self.boots += 1
+        self._put('proc/sys/kernel/random/boot_id', self._boot_id())
+
+    def plug_back(self, mem):
+        """A device gone from the bus at a reboot is back (its memory
+        as it was)."""
+        index = sorted(self.devices).index(mem)
+        port = index + 2
+        base = 'sys/bus/cxl/devices/'
+        serial, sanitize = self.serials[mem]
+        self._put(base + mem + '/serial', serial)
+        if sanitize:
+            self._put(base + mem + '/security/sanitize', '')
+            self._put(base + mem + '/security/state', 'disabled')
+        self._put(base + mem + '/ram/size', '0x%x' %
+                  self.devices[mem]['capacity'])
+        os.makedirs(self.p(base + 'endpoint%d' % port), exist_ok=True)
+        os.symlink('../' + mem, self.p(base + 'endpoint%d/uport' % port))
+        for name in self.devices[mem]['decoders']:
+            self._sync_decoder(name)
 
     # ------------------------------------------------------------ writes
 

@@ -259,6 +259,145 @@ def test_a_bound_region_survives_a_restart(kernel, privileged, state_file):
     assert_nothing_left(kernel, state_file)
 
 
+# ---------------------------------------------------------- host restarts
+
+
+def _write_into(kernel, region, data):
+    with open(kernel.memory_of(region), 'r+b') as f:
+        f.write(data)
+
+
+def _memory_reads(kernel, region, length):
+    with open(kernel.memory_of(region), 'rb') as f:
+        return f.read(length)
+
+
+@pytest.fixture
+def kernel_online(tmp_path, monkeypatch):
+    """A kernel that onlines hot-added memory by itself (the default of
+    many distributions' udev rules)."""
+    kernel = fake_cxl.FakeCxlKernel(tmp_path / 'host', auto_online='online')
+    privsep.sys_admin_pctxt.set_client_mode(False)
+    monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
+    monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    yield kernel
+    privsep.sys_admin_pctxt.set_client_mode(True)
+
+
+@pytest.mark.parametrize('auto_online', [False, True],
+                         ids=['kernel-leaves-memory-offline',
+                              'kernel-onlines-memory'])
+def test_bound_regions_are_online_again_after_the_host_restarts(
+        request, state_file, auto_online):
+    """After a restart the kernel has no region; the device still holds
+    what they held. Both leases get their memory back, each on the same
+    capacity as before (made again in the order first made), erased."""
+    if auto_online:
+        kernel = request.getfixturevalue('kernel_online')
+        ops = priv_cxl
+    else:
+        kernel = request.getfixturevalue('kernel')
+        ops = request.getfixturevalue('privileged')
+    memory = host(ops, state_file)
+    first = memory.attach({'uuid': 'a'}, chunks('a'))['a-chunk-0']
+    second = memory.attach({'uuid': 'b'}, chunks('b', n=2))['b-chunk-0']
+    places = {lease: kernel.decoders[kernel.regions[d['region']][
+        'targets'][0]]['dpa'] for lease, d in (('a', first), ('b', second))}
+    _write_into(kernel, first['region'], SECRET)
+    _write_into(kernel, second['region'], SECRET)
+    kernel.reboot()
+    assert kernel.regions == {}
+
+    restarted = cxl_memory.CxlHostMemory(ops=ops, state_file=state_file,
+                                         offline_interval=0)
+    outcome = restarted.start()
+    assert outcome == {'a/cmm0': 'online again as NUMA node 1',
+                       'b/cmm0': 'online again as NUMA node 1'}
+    saved = records(state_file)
+    assert {r['step'] for r in saved.values()} == {'online'}
+    assert {r['boot'] for r in saved.values()} == {kernel._boot_id()}
+    for key, lease in (('a/cmm0', 'a'), ('b/cmm0', 'b')):
+        region = saved[key]['region']
+        assert kernel.decoders[kernel.regions[region]['targets'][0]][
+            'dpa'] == places[lease]
+        # What the earlier boot left there is gone.
+        assert _memory_reads(kernel, region, len(SECRET)) == bytes(
+            len(SECRET))
+    assert {b['zone'] for b in kernel.blocks.values()} == {'Movable'}
+    assert kernel.online_blocks() == sorted(kernel.blocks)
+    # The conductor's bind, repeated, finds them as they are.
+    again = restarted.attach({'uuid': 'b'}, chunks('b', n=2))
+    assert again['b-chunk-0']['region'] == saved['b/cmm0']['region']
+    restarted.detach({'uuid': 'b'}, chunks('b', n=2))
+    restarted.detach({'uuid': 'a'}, chunks('a'))
+    assert_nothing_left(kernel, state_file)
+
+
+def test_a_give_back_cut_by_a_restart_is_finished_and_erased(
+        kernel, privileged, state_file):
+    memory = host(privileged, state_file)
+    region = memory.attach(LEASE, chunks())['lease-1-chunk-0']['region']
+    _write_into(kernel, region, SECRET)
+    # The host went down after the memory was offline and with
+    # device_dax, before it was erased.
+    kernel.kill_after(len(kernel.blocks) + 3)
+    with pytest.raises(fake_cxl.Killed):
+        memory.detach(LEASE, chunks())
+    assert records(state_file)['lease-1/cmm0']['step'] == 'detaching'
+    kernel.reboot()
+    assert kernel.read_media('mem0', 0, len(SECRET)) == SECRET
+
+    outcome = host(privileged, state_file).rebuild_after_restart()
+    assert outcome == {}  # start() already did it
+    assert_nothing_left(kernel, state_file)
+    assert kernel.read_media('mem0', 0, len(SECRET)) == bytes(len(SECRET))
+
+
+def test_a_region_cut_before_its_decoder_was_recorded_is_dropped(
+        kernel, privileged, state_file):
+    memory = host(privileged, state_file)
+    kernel.kill_after(2)
+    with pytest.raises(fake_cxl.Killed):
+        memory.attach(LEASE, chunks())
+    kernel.reboot()
+    restarted = cxl_memory.CxlHostMemory(ops=privileged,
+                                         state_file=state_file)
+    assert restarted.start() == {'lease-1/cmm0': 'dropped'}
+    assert_nothing_left(kernel, state_file)
+
+
+def test_a_device_gone_at_the_restart_keeps_its_records_until_it_is_back(
+        kernel, privileged, state_file):
+    memory = host(privileged, state_file)
+    region = memory.attach(LEASE, chunks())['lease-1-chunk-0']['region']
+    _write_into(kernel, region, SECRET)
+    kernel.reboot(keep_devices=())
+
+    restarted = cxl_memory.CxlHostMemory(ops=privileged,
+                                         state_file=state_file)
+    outcome = restarted.start()
+    assert "is not on this host's CXL bus since the host restarted" in \
+        outcome['lease-1/cmm0']
+    assert records(state_file)['lease-1/cmm0']['step'] == 'online'
+    # Nothing new is made on the device before the old region is erased,
+    # and an unbind says why it cannot be done yet.
+    with pytest.raises(exception.DriverError) as caught:
+        restarted.attach({'uuid': 'c'}, chunks('c'))
+    assert 'previous boot' in caught.value.message
+    with pytest.raises(exception.DriverError) as caught:
+        restarted.detach(LEASE, chunks())
+    assert 'since the host restarted' in caught.value.message
+    assert kernel.read_media('mem0', 0, len(SECRET)) == SECRET
+
+    # The device is back: the unbind makes the region again, erases it
+    # and gives it back.
+    kernel.plug_back('mem0')
+    restarted.detach(LEASE, chunks())
+    assert_nothing_left(kernel, state_file)
+    assert kernel.read_media('mem0', 0, len(SECRET)) == bytes(len(SECRET))
+    assert kernel.sanitized == ['mem0']
+
+
 @pytest.mark.parametrize('missing, named', [
     ('sys/bus/cxl/drivers/cxl_region', 'CONFIG_CXL_REGION'),
     ('sys/bus/cxl/drivers/cxl_dax_region', 'CONFIG_DEV_DAX_CXL'),
