@@ -254,7 +254,10 @@ def test_cxl_fabric_driver_info_checked(client, api_env):
     fabric_drivers._DRIVERS['cxl'] = cxl.CxlFabricDriver()
     try:
         for info, words in (
-                ({'backend': 'redfish'}, 'not available yet'),
+                ({'backend': 'redfish'}, "field 'driver_info/address'"),
+                ({'backend': 'redfish', 'address': 'https://fm',
+                  'username': 'u', 'password': 'p', 'chunk_mode': 'x'},
+                 "field 'driver_info/chunk_mode'"),
                 ({'devices': {}}, 'give the memory devices'),
                 ({'devices': {'a': {'serial': 'zz', 'capacity_mb': 256,
                                     'hosts': ['h']}}}, 'devices/a/serial'),
