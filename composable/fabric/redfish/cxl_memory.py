@@ -309,6 +309,7 @@ class RedfishCxl(object):
         # Which chunk and logical device each target endpoint leads to.
         leads = {}
         identifiers = {}
+        types = {}
         for uri, endpoint in zoning.endpoints.items():
             for entity in endpoint.targets():
                 if entity.link and entity.type in ('MemoryChunk',
@@ -352,6 +353,15 @@ class RedfishCxl(object):
                     devices += [e.link for e in
                                 zoning.endpoints[target].targets()
                                 if e.type == 'CXLDevice' and e.link]
+                kind = self._device_type(conn, devices, types)
+                if kind not in (None, 'Type3'):
+                    # An accelerator's own memory (CXL Type 1 or 2): not
+                    # memory to pool.
+                    LOG.debug('Redfish service %(addr)s: memory domain '
+                              '%(uri)s is of a CXL %(kind)s device; not '
+                              'pooled', {'addr': conn.address, 'uri': uri,
+                                         'kind': kind})
+                    continue
                 for device in devices:
                     if device not in identifiers:
                         try:
@@ -373,6 +383,27 @@ class RedfishCxl(object):
                     continue
                 inventory.domains[domain.name] = domain
         return inventory
+
+    @staticmethod
+    def _device_type(conn, logical_devices, types):
+        """CXLDevice.DeviceType (Type1, Type2, Type3) of the PCIe device
+        a logical device belongs to (``.../PCIeDevices/{id}/
+        CXLLogicalDevices/{ld}``), or None where none says."""
+        for device in logical_devices:
+            head, sep, _ = device.partition('/CXLLogicalDevices/')
+            if not sep:
+                continue
+            if head not in types:
+                try:
+                    body = _body(conn.get(head).body)
+                    info = body.get('CXLDevice')
+                    types[head] = (info.get('DeviceType') if isinstance(
+                        info, dict) else None)
+                except redfish_driver.LOCAL_ERRORS:
+                    types[head] = None
+            if types[head]:
+                return types[head]
+        return None
 
     # ------------------------------------------------------ discovery
 

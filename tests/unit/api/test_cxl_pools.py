@@ -390,3 +390,71 @@ def test_flavor_leases_of_cxl_memory_are_host_mode():
     assert flavor_leases._lease_values(
         network, 512, 'instance', 'project', 'user',
         {'composable:attach_mode': 'guest'}, None)['attach_mode'] == 'guest'
+
+
+def test_lease_on_a_redfish_cxl_fabric_end_to_end(client, api_env,
+                                                  cxl_host):
+    """API to conductor to a CXL fabric manager (the project's Redfish
+    emulator, profile cxl) and the agent's (emulated) kernel: the bind
+    makes and connects a chunk of the lease's size, the host onlines it;
+    the unbind erases the region before the chunk goes back."""
+    import copy
+
+    from tests.functional.fabric import redfish_emulator as emu
+
+    kernel = cxl_host
+    config = copy.deepcopy(emu.PROFILES['cxl'])
+    # The device the emulated kernel has, by its serial.
+    config['cxl']['devices'][0].update(gcxlid='00-00-00-00-5A-5A-00-01:0001',
+                                       size_mb=1024)
+    url, stop, emulator = emu.serve(config=config)
+    api_env.set_override('enabled_drivers', ['fake', 'cxl'], 'fabric')
+    fabric_drivers._DRIVERS['cxl'] = cxl.CxlFabricDriver()
+    try:
+        resp = client.post('/v1/fabrics', {
+            'name': 'cxl-rf', 'driver': 'cxl', 'driver_info': {
+                'backend': 'redfish', 'address': url, 'username': 'admin',
+                'password': emu.DEFAULT_CONFIG['password'],
+                'poll_interval': 0.05, 'timeout': 30}})
+        assert resp.status == 201, resp
+        assert emu.DEFAULT_CONFIG['password'] not in resp.text
+        assert client.post('/v1/hosts', {
+            'name': 'compute-1', 'fabric': 'cxl-rf'}).status == 201
+        client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                                  'fabric': 'cxl-rf', 'medium': 'cxl'},
+                    headers=V15)
+        resp = client.post('/v1/memory_nodes', {
+            'name': 'CXLMem0.1', 'pool': 'cxl-mem', 'capacity_mb': 1024})
+        assert resp.status == 201, resp
+        member = client.as_('member')
+        lease = member.post('/v1/leases', {'memory_mb': 512,
+                                           'pools': ['cxl-mem']}).json
+        lease_url = '/v1/leases/%s' % lease['uuid']
+        assert member.post(lease_url + '/bind',
+                           {'host': 'compute-1'}).status == 202
+        bound = _wait(member, lease['uuid'], ['bound', 'bind_failed'],
+                      timeout=60)
+        assert bound['status'] == 'bound', bound['fault']
+        chunks, connections = emulator.cxl_state()
+        assert list(chunks['CXLMem0'].values()) == [512]
+        assert ('compute-1', 'CXLMem0') in [c[:2]
+                                            for c in connections.values()]
+        [region] = kernel.regions
+        assert kernel.regions[region]['size'] == 512 << 20
+        with open(kernel.memory_of(region), 'r+b') as f:
+            f.write(b'secret')
+        assert member.post(lease_url + '/unbind').status == 202
+        assert _wait(member, lease['uuid'], ['reserved', 'error'],
+                     timeout=60)['status'] == 'reserved'
+        # Erased on the host, then taken back on the fabric.
+        assert kernel.regions == {}
+        assert kernel.read_media('mem0', 0, 6) == bytes(6)
+        chunks, connections = emulator.cxl_state()
+        assert chunks['CXLMem0'] == {}
+        assert not [c for c in connections.values() if c[1] == 'CXLMem0']
+        assert member.delete(lease_url).status == 204
+        _wait(member, lease['uuid'], ['released'])
+    finally:
+        stop()
+        fabric_drivers.reset()
+        api_env.clear_override('enabled_drivers', 'fabric')
