@@ -1804,11 +1804,19 @@ class Emulator(object):
                                         uri + '/Processors',
                                         'Processor Collection',
                                         [uri + '/Processors/CPU'])
+            cpu = uri + '/Processors/CPU'
             if parts[1:] == ['Processors', 'CPU']:
                 return self._resource(
-                    'Processor', uri + '/Processors/CPU', 'CPU',
-                    'Host processor', ProcessorType='CPU',
+                    'Processor', cpu, 'CPU', 'Host processor',
+                    ProcessorType='CPU', Ports=_link(cpu + '/Ports'),
                     Status={'State': 'Enabled', 'Health': 'OK'})
+            if parts[1:] == ['Processors', 'CPU', 'Ports']:
+                return self._collection('PortCollection', cpu + '/Ports',
+                                        'Port Collection',
+                                        [cpu + '/Ports/1'])
+            if parts[1:] == ['Processors', 'CPU', 'Ports', '1']:
+                return self._cxl_port(cpu + '/Ports/1', '1',
+                                      'Host CXL port')
             return None
         if head == 'Chassis':
             if not parts:
@@ -1841,11 +1849,22 @@ class Emulator(object):
             return self._collection('SwitchCollection', fabric + '/Switches',
                                     'Switch Collection',
                                     [fabric + '/Switches/CXL'])
+        switch = fabric + '/Switches/CXL'
         if rest == ['Switches', 'CXL']:
             return self._resource(
-                'Switch', fabric + '/Switches/CXL', 'CXL', 'CXL Switch',
-                SwitchType='CXL',
+                'Switch', switch, 'CXL', 'CXL Switch', SwitchType='CXL',
+                Ports=_link(switch + '/Ports'),
                 Status={'State': 'Enabled', 'Health': 'OK'})
+        ports = (['U-' + s for s in sorted(systems)] +
+                 ['D-' + d for d in sorted(devices)])
+        if rest == ['Switches', 'CXL', 'Ports']:
+            return self._collection('PortCollection', switch + '/Ports',
+                                    'Port Collection',
+                                    [switch + '/Ports/' + p for p in ports])
+        if rest[:3] == ['Switches', 'CXL', 'Ports'] and len(rest) == 4 and (
+                rest[3] in ports):
+            return self._cxl_port(switch + '/Ports/' + rest[3], rest[3],
+                                  'Switch port ' + rest[3])
         if rest == ['Endpoints']:
             return self._collection(
                 'EndpointCollection', fabric + '/Endpoints',
@@ -1940,6 +1959,12 @@ class Emulator(object):
                        'Connections': [_link(c) for c in connections]})
         return None
 
+    def _cxl_port(self, uri, pid, name):
+        return {'@odata.type': '#Port.v1_11_0.Port', '@odata.id': uri,
+                'Id': pid, 'Name': name, 'PortProtocol': 'CXL',
+                'PortType': 'BidirectionalPort',
+                'Status': {'State': 'Enabled', 'Health': 'OK'}}
+
     def _render_cxl_chassis(self, did, parts):
         cxl = self.cxl
         device = cxl['devices'][did]
@@ -1999,6 +2024,23 @@ class Emulator(object):
                 'Links': {'CXLLogicalDevices': [_link(self._cxl_ld(did))],
                           'Endpoints': [_link(self._cxl_fabric(
                               'Endpoints', 'T-' + did))]}}
+        pcie = chassis + '/PCIeDevices'
+        if parts == ['PCIeDevices']:
+            return self._collection('PCIeDeviceCollection', pcie,
+                                    'PCIe Device Collection',
+                                    [pcie + '/1'])
+        if parts == ['PCIeDevices', '1']:
+            return self._resource(
+                'PCIeDevice', pcie + '/1', '1', 'CXL memory device',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                CXLDevice={'DeviceType': 'Type3',
+                           'CurrentProtocolVersion': 'CXL2_0'},
+                CXLLogicalDevices=_link(pcie + '/1/CXLLogicalDevices'))
+        if parts == ['PCIeDevices', '1', 'CXLLogicalDevices']:
+            return self._collection('CXLLogicalDeviceCollection',
+                                    pcie + '/1/CXLLogicalDevices',
+                                    'CXL Logical Device Collection',
+                                    [self._cxl_ld(did)])
         if parts == ['PCIeDevices', '1', 'CXLLogicalDevices', '1']:
             return {'@odata.type': '#CXLLogicalDevice.v1_3_0.'
                                    'CXLLogicalDevice',
