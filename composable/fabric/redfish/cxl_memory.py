@@ -450,12 +450,15 @@ class RedfishCxl(object):
             system, _ = rf._system(conn, info, fabric, host)
             ports = inventory.ports(domain, system.uri)
             if not ports:
+                names = rf._host_names(conn, info, *rf._systems(conn))
                 raise exception.DriverError(
                     reason='host %s (system %s) has no port on fabric %s '
                            'that reaches CXL memory device %s (hosts that '
                            'reach it: %s)' % (
                                host['name'], system.uri, fabric['name'],
-                               name, ', '.join(inventory.reach(domain)) or
+                               name, ', '.join(
+                                   names.get(s, s)
+                                   for s in inventory.reach(domain)) or
                                'none'))
             made = self._made(inventory, domain, tag)
             if made is not None:

@@ -166,7 +166,7 @@ def test_a_host_that_does_not_reach_the_device_is_refused(profile, driver):
     with pytest.raises(exception.DriverError) as err:
         driver.bind_memory(_fabric(url), MEM1, HOST0, 256, 'lease-a')
     assert 'has no port on fabric cxl-rf that reaches CXL memory device ' \
-           'CXLMem1.1' in str(err.value)
+           'CXLMem1.1 (hosts that reach it: compute-1)' in str(err.value)
     assert not _posts(emulator, CONNECTIONS)
     with pytest.raises(exception.DriverError) as err:
         driver.bind_memory(_fabric(url), 'nothing.1', HOST0, 256, 'lease-a')
