@@ -686,6 +686,13 @@ class LeaseFlows(object):
         # and finished late): unbind them all, it is idempotent.
         if not attachments and lease.host is not None and devices:
             attempt(self._unbind_devices, context, devices, lease.host)
+        # CXL memory too: a fabric manager may have composed a chunk for
+        # the lease before the bind failed (or finished it after the
+        # conductor stopped waiting). No attachment means the host was
+        # never asked to use it.
+        if (not attachments and lease.host is not None and extents and
+                media.is_cxl(lease.memory_pool)):
+            attempt(self._unbind_cxl_memory, lease, lease.host, None)
 
         unexported = True
         for extent in extents:
