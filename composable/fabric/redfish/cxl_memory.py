@@ -317,14 +317,10 @@ class RedfishCxl(object):
                     leads.setdefault(entity.link, set()).add(uri)
         for chassis in rf._collection(conn,
                                       rf._service_path(conn, 'Chassis')):
-            try:
-                body = _body(conn.get(chassis).body)
-            except redfish_driver.LOCAL_ERRORS as exc:
-                LOG.warning('Redfish service %(addr)s: chassis %(uri)s '
-                            'could not be read: %(reason)s',
-                            {'addr': conn.address, 'uri': chassis,
-                             'reason': _reason(exc)})
-                continue
+            # A chassis, domain or chunk that cannot be read fails the
+            # whole reading: its devices would look gone, and the sync
+            # would take their memory nodes out of the pool.
+            body = _body(conn.get(chassis).body)
             domains = _link(body.get('MemoryDomains'))
             if not domains:
                 continue
@@ -469,10 +465,11 @@ class RedfishCxl(object):
                              '(%(uri)s)', {'fabric': fabric['name'],
                                            'lease': lease_uuid,
                                            'name': name, 'uri': uri})
-                    return self._locator(domain, chunk, uri, size_mb,
-                                         chunk in domain.chunks and str(
-                                             domain.chunks[chunk].get(
-                                                 'Name')) == tag)
+                    return self._locator(
+                        domain, chunk, uri,
+                        domain.chunk_mb(chunk) or size_mb,
+                        str(domain.chunks.get(chunk, {}).get(
+                            'Name')) == tag)
                 raise exception.DriverError(
                     reason='memory of lease %s on CXL memory device %s is '
                            'connected to another host port (%s); unbind '
@@ -501,6 +498,12 @@ class RedfishCxl(object):
                            'host %s on fabric %s failed: %s' % (
                                size_mb, name, host['name'], fabric['name'],
                                _reason(exc)))
+            LOG.info('Fabric %(fabric)s: %(mb)d MiB of CXL memory device '
+                     '%(name)s connected to host %(host)s for lease '
+                     '%(lease)s (chunk %(chunk)s, connection %(uri)s)',
+                     {'fabric': fabric['name'], 'mb': size_mb,
+                      'name': name, 'host': host['name'],
+                      'lease': lease_uuid, 'chunk': chunk, 'uri': uri})
             return self._locator(domain, chunk, uri, size_mb, created)
 
     @staticmethod
@@ -664,6 +667,13 @@ class RedfishCxl(object):
             for uri in sorted(chunks):
                 self._remove(conn, info, fabric, uri, 'memory chunk', name,
                              lease_uuid, deadline)
+            if doomed or chunks:
+                LOG.info('Fabric %(fabric)s: memory of lease %(lease)s on '
+                         'CXL memory device %(name)s taken from host '
+                         '%(host)s (%(gone)s)',
+                         {'fabric': fabric['name'], 'lease': lease_uuid,
+                          'name': name, 'host': (host or {}).get('name'),
+                          'gone': ', '.join(doomed + sorted(chunks))})
         return None
 
     def _remove(self, conn, info, fabric, uri, what, name, lease_uuid,

@@ -341,3 +341,15 @@ def test_credentials_never_logged(profile, driver, caplog):
     assert PASSWORD not in text and 'wrong-secret-77' not in text
     for token in set(tokens):
         assert token not in text
+
+
+def test_an_unreadable_memory_domain_fails_the_discovery(profile, driver):
+    # Reported without it, the device would look gone and the sync
+    # would take its memory node out of the pool.
+    url, emulator = profile('cxl')
+    emulator.inject('status', method='GET',
+                    path='/CXLMem1/MemoryDomains/1', code=500, count=100)
+    with pytest.raises(exception.DriverError) as err:
+        driver.discover_memory(_fabric(url))
+    assert 'HTTP 500' in str(err.value)
+    assert '/CXLMem1/MemoryDomains/1' in str(err.value)
