@@ -63,7 +63,15 @@ def sync_memory(context, fabric, driver):
         context, filters={'pool_id': pool.id})}
     report = []
     reported = set()
-    for device in driver.discover_memory(fabric.as_dict()):
+    fabric_row = fabric.as_dict()
+    # The hosts on the fabric, so that a driver can name the host of a
+    # system it knows by the host's reported DMI UUID.
+    fabric_row['hosts'] = [
+        {'name': h.name, 'uuid': h.uuid,
+         'properties': dict(h.properties or {})}
+        for h in db_api.host_list(context,
+                                  filters={'fabric_id': fabric.id})]
+    for device in driver.discover_memory(fabric_row):
         name = device['name']
         reported.add(name)
         capacity = device['capacity_mb'] // step * step

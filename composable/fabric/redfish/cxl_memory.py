@@ -409,7 +409,8 @@ class RedfishCxl(object):
         with rf._connect(info) as conn:
             inventory = self._read(conn, info)
             systems, unreadable = rf._systems(conn)
-            names = rf._host_names(conn, info, systems, unreadable)
+            names = rf._host_names(conn, info, systems, unreadable,
+                                   fabric.get('hosts') or ())
             for name, domain in sorted(inventory.domains.items()):
                 capacity, free = inventory.accounting(domain,
                                                       info['chunk_mode'])

@@ -125,11 +125,17 @@ def test_devices_of_a_redfish_fabric_manager_join_the_pool(fabric):
             'password': emu.DEFAULT_CONFIG['password'],
             'poll_interval': 0.05, 'timeout': 30}})
         pool = _pool(fabric)
+        # A host whose name no system has; its agent reported the DMI
+        # UUID of system compute-0.
+        dbapi.host_create(inv.admin(), {
+            'name': 'node-a', 'fabric_id': fabric.id,
+            'properties': {'dmi_uuid': emu.DEFAULT_CONFIG['systems'][0][
+                'uuid']}})
         report = _sync()['cxl1']['memory']
         assert [(d['name'], d['capacity_mb'], d['free_chunks'],
                  d['fabric_free_chunks'], d['hosts'], d['change'])
                 for d in report] == [
-            ('CXLMem0.1', 2048, 8, 8, ['compute-0', 'compute-1'], 'added'),
+            ('CXLMem0.1', 2048, 8, 8, ['compute-1', 'node-a'], 'added'),
             ('CXLMem1.1', 1536, 6, 6, ['compute-1'], 'added')]
         assert report[0]['serial'] == '0x4c1d96fffeddd835'
         assert {n: v.capacity_mb for n, v in _nodes(pool).items()} == {
@@ -138,7 +144,10 @@ def test_devices_of_a_redfish_fabric_manager_join_the_pool(fabric):
         # pool's capacity stays (the lease is the pool's own).
         cxl.CxlFabricDriver().bind_memory(
             dbapi.fabric_get(inv.admin(), fabric.uuid).as_dict(),
-            'CXLMem0.1', {'name': 'compute-0'}, 512, 'lease-a')
+            'CXLMem0.1', {'name': 'node-a', 'properties': {
+                'dmi_uuid': emu.DEFAULT_CONFIG['systems'][0]['uuid']}},
+            512, 'lease-a')
+        assert emulator.cxl_state()[1]['101'][0] == 'compute-0'
         report = _sync()['cxl1']['memory']
         assert [(d['name'], d['capacity_mb'], d['fabric_free_chunks'])
                 for d in report] == [('CXLMem0.1', 2048, 6),
