@@ -269,6 +269,18 @@ class Inventory(object):
             found.update(zoning.holders(target))
         return sorted(found)
 
+    def target_for(self, domain, port):
+        """The domain's target endpoint to connect ``port`` to: one it
+        shares a zone with (the first where none says)."""
+        zoning = self.zoning
+        for target in domain.targets:
+            for zone in zoning.zones.values():
+                members = zoning.members(zone.uri)
+                if (zone.holds_endpoints and port in members and
+                        target in members):
+                    return target
+        return domain.targets[0]
+
     def ports(self, domain, system):
         """The system's host port endpoints that reach the domain."""
         zoning = self.zoning
@@ -620,7 +632,8 @@ class RedfishCxl(object):
                                      'MemoryChunk': {'@odata.id': chunk}}],
                 'Links': {'InitiatorEndpoints': [{'@odata.id': port}],
                           'TargetEndpoints': [{'@odata.id':
-                                               domain.targets[0]}]}}
+                                               inventory.target_for(
+                                                   domain, port)}]}}
         try:
             response = conn.post(path, body)
             response = self._rf._task_answer(conn, info, response, path,
