@@ -61,9 +61,11 @@ from oslo_log import log as logging
 
 from composable.common import exception
 from composable.common import media
+from composable import conf
 from composable.fabric.redfish import connection
 from composable.fabric.redfish import driver as redfish_driver
 
+CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
 TAG = 'composable lease '
@@ -441,7 +443,21 @@ class RedfishCxl(object):
 
     @staticmethod
     def _deadline(info):
-        return time.monotonic() + float(info['timeout'])
+        # Never later than the conductor's wait (less a margin for the
+        # answer): past that it undoes the bind.
+        return time.monotonic() + min(
+            float(info['timeout']),
+            max(1.0, CONF.fabric.operation_timeout -
+                redfish_driver.OPERATION_MARGIN))
+
+    @staticmethod
+    def _one_operation(info, lease_uuid, name):
+        """One bind or unbind of a lease's memory on a device at a time
+        in this process: the unbind undoing a bind the conductor stopped
+        waiting for waits for it, and sees what it made."""
+        return redfish_driver.one_operation(
+            info['address'], 'cxl memory of lease %s on %s' % (lease_uuid,
+                                                               name))
 
     def bind_memory(self, fabric, info, name, host, size_mb, lease_uuid):
         rf = self._rf
@@ -453,7 +469,8 @@ class RedfishCxl(object):
         size_mb = int(size_mb)
         tag = TAG + lease_uuid
         deadline = self._deadline(info)
-        with rf._connect(info) as conn:
+        with self._one_operation(info, lease_uuid, name), \
+                rf._connect(info) as conn:
             inventory = self._read(conn, info)
             domain = self._domain(fabric, inventory, name)
             system, _ = rf._system(conn, info, fabric, host)
@@ -659,7 +676,8 @@ class RedfishCxl(object):
         locator = locator if isinstance(locator, dict) else {}
         tag = TAG + (lease_uuid or '')
         deadline = self._deadline(info)
-        with rf._connect(info) as conn:
+        with self._one_operation(info, lease_uuid, name), \
+                rf._connect(info) as conn:
             inventory = self._read(conn, info)
             domain = inventory.domains.get(name)
             chunks = set()

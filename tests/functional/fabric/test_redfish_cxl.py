@@ -353,3 +353,26 @@ def test_an_unreadable_memory_domain_fails_the_discovery(profile, driver):
         driver.discover_memory(_fabric(url))
     assert 'HTTP 500' in str(err.value)
     assert '/CXLMem1/MemoryDomains/1' in str(err.value)
+
+
+def test_one_lease_bound_twice_at_once_gets_one_chunk(profile, driver):
+    # A resumed bind while the first still runs (the conductor stopped
+    # waiting for it): the second waits, then finds what the first made.
+    url, emulator = profile('cxl')
+    fabric = _fabric(url)
+    emulator.inject('delay', method='POST', path=CHUNKS0, seconds=1,
+                    count=1)
+    found = []
+
+    def bind():
+        found.append(driver.bind_memory(fabric, MEM0, HOST0, 512,
+                                        'lease-a'))
+
+    threads = [threading.Thread(target=bind) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(found) == 2 and found[0] == found[1]
+    assert len(_posts(emulator, CHUNKS0)) == 1
+    assert len(_posts(emulator, CONNECTIONS)) == 1
