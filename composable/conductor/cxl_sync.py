@@ -41,9 +41,11 @@ LOG = logging.getLogger(__name__)
 
 def sync_memory(context, fabric, driver):
     """Sync the memory devices of ``fabric`` (a row); a list of ``{'name',
-    'serial', 'capacity_mb', 'free_chunks', 'chunk_mb', 'hosts',
-    'change', 'pool_uuid'}``, or None when the fabric has no single cxl
-    pool."""
+    'serial', 'capacity_mb', 'free_chunks', 'fabric_free_chunks',
+    'chunk_mb', 'hosts', 'change', 'pool_uuid'}`` (``free_chunks``: what
+    the pool has not leased; ``fabric_free_chunks``: what the fabric
+    manager has not composed, where the back end says, else None), or
+    None when the fabric has no single cxl pool."""
     pools = [p for p in db_api.pool_list(
         context, filters={'fabric_id': fabric.id, 'kind': 'memory'})
         if media.is_cxl(p)]
@@ -61,7 +63,15 @@ def sync_memory(context, fabric, driver):
         context, filters={'pool_id': pool.id})}
     report = []
     reported = set()
-    for device in driver.discover_memory(fabric.as_dict()):
+    fabric_row = fabric.as_dict()
+    # The hosts on the fabric, so that a driver can name the host of a
+    # system it knows by the host's reported DMI UUID.
+    fabric_row['hosts'] = [
+        {'name': h.name, 'uuid': h.uuid,
+         'properties': dict(h.properties or {})}
+        for h in db_api.host_list(context,
+                                  filters={'fabric_id': fabric.id})]
+    for device in driver.discover_memory(fabric_row):
         name = device['name']
         reported.add(name)
         capacity = device['capacity_mb'] // step * step
@@ -98,6 +108,9 @@ def sync_memory(context, fabric, driver):
                        'capacity_mb': node.capacity_mb, 'chunk_mb': step,
                        'free_chunks': free // step,
                        'hosts': list(device.get('hosts') or []),
+                       # What the fabric manager itself has not given
+                       # out (a back end that composes memory says).
+                       'fabric_free_chunks': device.get('free_chunks'),
                        'change': change, 'pool_uuid': pool.uuid})
     for name, node in sorted(nodes.items()):
         if name in reported or not node.enabled:
@@ -105,7 +118,8 @@ def sync_memory(context, fabric, driver):
         db_api.memory_node_update(context, node.uuid, {'enabled': False})
         report.append({'name': name, 'serial': None,
                        'capacity_mb': node.capacity_mb, 'chunk_mb': step,
-                       'free_chunks': 0, 'hosts': [], 'change': 'gone',
+                       'free_chunks': 0, 'fabric_free_chunks': None,
+                       'hosts': [], 'change': 'gone',
                        'pool_uuid': pool.uuid})
     for item in report:
         LOG.info('Fabric %(fabric)s: CXL memory device %(name)s: %(mb)d '

@@ -366,6 +366,12 @@ class LeaseFlows(object):
         lease = self._lease(context, lease.id)
         attachment = self._attachment(context, lease, host)
         details = dict(attachment.details or {})
+        if locators:
+            # What the fabric composed, before the host is asked: an
+            # unbind after a failed attach takes exactly that back.
+            details['cxl_locators'] = locators
+            db_api.attachment_update(context, attachment.id,
+                                     {'details': details})
 
         if lease.extents:
             extents = [extent_view(lease, e, portal=portals.get(e.uuid),
@@ -465,7 +471,11 @@ class LeaseFlows(object):
         fabric = lease.memory_pool.fabric
         fabric_row = _row(fabric)
         locators = {}
-        for name in sorted({e.memory_node.name for e in lease.extents}):
+        sizes = {}
+        for extent in lease.extents:
+            name = extent.memory_node.name
+            sizes[name] = sizes.get(name, 0) + extent.size_mb
+        for name in sorted(sizes):
             what = ('making CXL memory device %s reachable from host %s '
                     'on fabric %s' % (name, host.name, fabric.name))
             driver = self._fabric_driver(fabric_row, what)
@@ -474,9 +484,28 @@ class LeaseFlows(object):
                 raise StepFailed('%s: fabric driver %s has no CXL memory; '
                                  'the pool must be on a fabric of driver '
                                  'cxl' % (what, fabric.driver))
+            # The lease's MiB on the device: a fabric manager that
+            # composes memory makes a chunk of exactly that.
             locators[name] = self._call_fabric(fabric_row, what, bind, name,
-                                               _row(host))
+                                               _row(host), sizes[name],
+                                               lease.uuid)
         return locators
+
+    def _unbind_cxl_memory(self, lease, host, details):
+        """Have the fabric take the lease's CXL memory from ``host``, once
+        the host has destroyed (and erased) its regions; idempotent."""
+        fabric = lease.memory_pool.fabric
+        fabric_row = _row(fabric)
+        locators = (details or {}).get('cxl_locators') or {}
+        for name in sorted({e.memory_node.name for e in lease.extents}):
+            what = ('taking CXL memory device %s from host %s on fabric %s'
+                    % (name, host.name, fabric.name))
+            driver = self._fabric_driver(fabric_row, what)
+            unbind = getattr(driver, 'unbind_memory', None)
+            if unbind is None:
+                continue
+            self._call_fabric(fabric_row, what, unbind, name, _row(host),
+                              lease.uuid, locators.get(name))
 
     def _export(self, context, lease, extent, host):
         """Export one extent to the host's initiator; returns the portal.
@@ -642,6 +671,11 @@ class LeaseFlows(object):
                         att.mode, att.instance_uuid)
                 elif not abandoned:
                     clean = False
+                # The fabric takes CXL memory back only once the host
+                # has let it go (its regions destroyed and erased).
+                if clean and media.is_cxl(lease.memory_pool):
+                    clean &= attempt(self._unbind_cxl_memory, lease, host,
+                                     att.details)
             abandoned = abandoned or (abandon_unreachable and
                                       host.name in skip)
             outcome[att.id] = (host.name, clean, abandoned)
@@ -652,6 +686,13 @@ class LeaseFlows(object):
         # and finished late): unbind them all, it is idempotent.
         if not attachments and lease.host is not None and devices:
             attempt(self._unbind_devices, context, devices, lease.host)
+        # CXL memory too: a fabric manager may have composed a chunk for
+        # the lease before the bind failed (or finished it after the
+        # conductor stopped waiting). No attachment means the host was
+        # never asked to use it.
+        if (not attachments and lease.host is not None and extents and
+                media.is_cxl(lease.memory_pool)):
+            attempt(self._unbind_cxl_memory, lease, lease.host, None)
 
         unexported = True
         for extent in extents:

@@ -35,10 +35,27 @@ it (composable.agent.compute_node.cxl_memory). The fabric's
     ``hosts`` the hosts cabled to one of its heads.
 
 ``redfish``
-    A CXL fabric manager speaking Redfish (Zones, Endpoints, Connections,
-    MemoryChunks): not available yet; refused with that reason.
+    A CXL fabric manager speaking Redfish: memory domains of its devices'
+    chassis, a chunk of each lease made (or taken) there and connected to
+    the host's port on the fabric (composable.fabric.redfish.cxl_memory,
+    which says what the service must offer). ``driver_info``::
 
-Nothing here holds credentials; ``driver_info`` is still never logged.
+        {"backend": "redfish", "address": "https://fm.example.net",
+         "username": "...", "password": "...", "fabric_id": "CXL",
+         "system_map": {"compute-1": "/redfish/v1/Systems/Host1"}}
+
+    and optionally ``verify_ca``, ``match_by`` (``name`` or ``uuid``, how
+    a host without a system_map entry is matched to a computer system;
+    a host's reported DMI UUID is tried first), ``timeout``,
+    ``poll_interval``, ``auth_type`` and ``chunk_mode`` (``auto``,
+    ``create`` or ``existing``). The devices are discovered, not listed.
+
+``bind_memory`` is given the MiB of the lease on the device and the
+lease's UUID (the redfish back end composes exactly that much, named
+after the lease); ``unbind_memory`` the lease's UUID and the locator
+the bind returned. The local back end needs neither.
+
+``driver_info`` is never logged; the API masks its password.
 """
 
 import re
@@ -46,6 +63,7 @@ import re
 from composable.common import exception
 from composable.common import media
 from composable.fabric import base
+from composable.fabric.redfish import cxl_memory
 
 LOCAL = 'local'
 REDFISH = 'redfish'
@@ -90,9 +108,8 @@ class CxlFabricDriver(base.FabricDriver):
             raise _invalid('backend', '%r is not one of %s' % (
                 backend, ', '.join(BACKENDS)))
         if backend == REDFISH:
-            raise _invalid('backend', 'the redfish back end of CXL fabrics '
-                                      'is not available yet; use local for '
-                                      'devices already wired to their hosts')
+            cxl_memory.check_driver_info(driver_info)
+            return
         unknown = set(driver_info) - {'backend', 'devices'}
         if unknown:
             raise _invalid(sorted(unknown)[0], 'not a setting of the cxl '
@@ -157,20 +174,43 @@ class CxlFabricDriver(base.FabricDriver):
         # No PCIe devices; the memory devices are discover_memory's.
         return None
 
+    @staticmethod
+    def _redfish(fabric):
+        """The redfish back end's settings, or None for the local one."""
+        info = fabric.get('driver_info') or {}
+        if info.get('backend', LOCAL) != REDFISH:
+            return None
+        try:
+            return cxl_memory.merged(info)
+        except exception.Invalid as exc:
+            raise exception.DriverError(
+                reason='fabric %s: %s' % (fabric['name'], exc.message))
+
     def discover_memory(self, fabric):
         """The memory devices of the fabric: a list of ``{'name',
         'serial', 'capacity_mb', 'hosts'}`` (``hosts``: the names of the
-        hosts that reach it). The local back end knows them from
-        ``driver_info``: the devices are wired, not composed."""
+        hosts that reach it; the redfish back end adds ``free_chunks``,
+        ``free_mb`` and ``address``, the memory domain). The local back
+        end knows them from ``driver_info``: the devices are wired, not
+        composed."""
+        redfish = self._redfish(fabric)
+        if redfish is not None:
+            return _REDFISH.discover_memory(fabric, redfish)
         info = fabric.get('driver_info') or {}
         return [dict(device, name=name)
                 for name, device in devices(info).items()]
 
-    def bind_memory(self, fabric, device_name, host):
-        """Make device ``device_name`` reachable from ``host``; the
-        locator the host finds it by (``{'serial'}``). The local back end
-        composes nothing: it refuses a host that is not wired to the
-        device."""
+    def bind_memory(self, fabric, device_name, host, size_mb=None,
+                    lease_uuid=None):
+        """Make ``size_mb`` of device ``device_name`` reachable from
+        ``host`` for lease ``lease_uuid``; the locator the host finds it
+        by (``{'serial', 'device'}``; the redfish back end adds the chunk
+        and connection it made). The local back end composes nothing: it
+        refuses a host that is not wired to the device."""
+        redfish = self._redfish(fabric)
+        if redfish is not None:
+            return _REDFISH.bind_memory(fabric, redfish, device_name, host,
+                                        size_mb, lease_uuid)
         info = fabric.get('driver_info') or {}
         device = devices(info).get(device_name)
         if device is None:
@@ -185,7 +225,16 @@ class CxlFabricDriver(base.FabricDriver):
                            ', '.join(device['hosts'])))
         return {'serial': device['serial'], 'device': device_name}
 
-    def unbind_memory(self, fabric, device_name, host):
-        """Take the device away from ``host`` once its regions are gone;
-        nothing to do for wired devices."""
+    def unbind_memory(self, fabric, device_name, host, lease_uuid=None,
+                      locator=None):
+        """Take the lease's memory of the device away from ``host`` once
+        its regions are gone (and erased); idempotent. Nothing to do for
+        wired devices."""
+        redfish = self._redfish(fabric)
+        if redfish is not None:
+            return _REDFISH.unbind_memory(fabric, redfish, device_name, host,
+                                          lease_uuid, locator)
         return None
+
+
+_REDFISH = cxl_memory.RedfishCxl()

@@ -41,6 +41,18 @@ has a second zone, ``Y-<host>``, that may be given other devices) or by
 ``connections``, one zone of every endpoint); ``DELETE`` of the
 connection takes it back.
 
+With ``cxl`` (the ``cxl`` profile) it is a CXL fabric manager composing
+memory, in the shapes of DMTF's public-cxl mockups: a fabric CXL with
+one switch, a host port endpoint per system (a Processor initiator), a
+target endpoint per CXL memory device (its logical device, with a
+GCXLID), zones of endpoints, and each device's capacity as a memory
+domain of its chassis. A client makes a chunk (``POST`` to the domain's
+MemoryChunks, refused when the domain has not that much free) and
+connects it to a host port (``POST`` of a Connection of ConnectionType
+Memory with MemoryChunkInfo); ``DELETE`` takes either back (a chunk in
+a connection is refused). :meth:`Emulator.refuse_cxl` makes the service
+refuse chunk, connection or delete requests with a message.
+
 Every GET answers an ETag; a POST to an action with a stale ``If-Match``
 is answered 412. Everything but the service root, ``$metadata``, the
 OData service document and the login needs an ``X-Auth-Token`` from
@@ -340,6 +352,26 @@ PROFILES = {
                 'cxl_memory': ['CXL0']}),
 }
 
+# A CXL fabric manager (the shapes of DMTF's public-cxl mockups, written
+# anew): two memory devices of 2 GiB behind one switch, chunks of 256 MiB
+# steps made on demand. Zone 1 joins both hosts' ports and CXLMem0; zone
+# 2 joins compute-1's port and CXLMem1, which holds 512 MiB of someone
+# else's (a chunk connected to compute-1 by connection 12).
+PROFILES['cxl'] = _profile({
+    'zones': [], 'blocks': []},
+    cxl={'fabric_id': 'CXL',
+         'devices': [
+             {'id': 'CXLMem0', 'size_mb': 2048,
+              'gcxlid': '4C-1D-96-FF-FE-DD-D8-35:0001'},
+             {'id': 'CXLMem1', 'size_mb': 2048,
+              'gcxlid': '4C-1D-96-FF-FE-DD-D8-36:0001',
+              'chunks': [{'id': '1', 'size_mb': 512,
+                          'name': 'Memory Chunk 1',
+                          'connection': ('12', 'compute-1')}]}],
+         'zones': {'1': ['compute-0', 'compute-1', 'CXLMem0'],
+                   '2': ['compute-1', 'CXLMem1']},
+         'min_mb': 256, 'increment_mb': 256, 'creation': True})
+
 
 class _Drop(Exception):
     """Close the connection without an answer."""
@@ -409,6 +441,10 @@ class Emulator(object):
             # zone id -> (system id, device id) of the zones a client
             # made (binding 'create').
             self.fabric['created'] = {}
+        # A CXL fabric manager composing memory (the 'cxl' profile).
+        self.cxl = copy.deepcopy(config.get('cxl'))
+        if self.cxl is not None:
+            self._cxl_setup(config)
         self.lock = threading.RLock()
         self.requests = []
         self.sessions = {}
@@ -575,6 +611,9 @@ class Emulator(object):
         if path == '/redfish':
             return {'v1': ROOT + '/'}
         head = parts[0]
+        if self.cxl is not None and head in ('Fabrics', 'Systems',
+                                             'Chassis'):
+            return self._render_cxl(head, parts[1:])
         if self.fabric is not None:
             if head == 'Fabrics':
                 return self._render_fabrics(parts[1:])
@@ -607,7 +646,7 @@ class Emulator(object):
 
     def _service_root(self):
         root = self._root_without_features()
-        if self.fabric is not None:
+        if self.fabric is not None or self.cxl is not None:
             # A fabric manager: endpoints are zoned, nothing composed.
             root.pop('CompositionService')
             root['Fabrics'] = _link(FABRICS)
@@ -1241,6 +1280,11 @@ class Emulator(object):
                                     body)
             if answer is not None:
                 return answer
+        if self.cxl is not None:
+            answer = self._cxl_change(method, path.rstrip('/'), headers,
+                                      body)
+            if answer is not None:
+                return answer
         if self.fabric is not None:
             answer = self._fabric_change(method, path.rstrip('/'), headers,
                                          body)
@@ -1655,6 +1699,492 @@ class Emulator(object):
         if method == 'DELETE' and path.startswith(connections + '/'):
             del self.fabric['connections'][path.rsplit('/', 1)[-1]]
             return self._accepted(204, {}, None)
+        return None
+
+    # ----------------------------------------------- CXL memory
+
+    def _cxl_setup(self, config):
+        cxl = self.cxl
+        cxl.setdefault('fabric_id', 'CXL')
+        cxl.setdefault('min_mb', 256)
+        cxl.setdefault('increment_mb', 256)
+        cxl.setdefault('creation', True)
+        cxl.setdefault('zones', {})
+        # kind ('chunk', 'connection', 'delete') -> message of a refusal.
+        cxl['refusals'] = {}
+        cxl['systems'] = {str(s['id']): s
+                          for s in config.get('systems', [])}
+        devices = {}
+        # connection id -> {'name', 'system', 'device', 'chunk'}
+        connections = {}
+        for device in cxl.get('devices', []):
+            did = str(device['id'])
+            chunks = {}
+            for chunk in device.get('chunks', []):
+                chunks[str(chunk['id'])] = {
+                    'size_mb': int(chunk['size_mb']),
+                    'name': chunk.get('name') or 'Memory Chunk %s' %
+                    chunk['id']}
+                if chunk.get('connection'):
+                    cid, sid = chunk['connection']
+                    connections[str(cid)] = {
+                        'name': 'Connection %s' % cid, 'system': sid,
+                        'device': did, 'chunk': str(chunk['id'])}
+            devices[did] = {'size_mb': int(device['size_mb']),
+                            'gcxlid': device.get('gcxlid'),
+                            'chunks': chunks}
+        cxl['devices'] = devices
+        cxl['connections'] = connections
+        cxl['next'] = itertools.count(100)
+
+    def refuse_cxl(self, kind, message=None):
+        """Refuse every ``kind`` request (``chunk``: making a chunk,
+        ``connection``: making a connection, ``delete``: deleting either)
+        with ``message``; None: refuse no more."""
+        if kind not in ('chunk', 'connection', 'delete'):
+            raise ValueError('unknown refusal %s' % kind)
+        with self.lock:
+            if message is None:
+                self.cxl['refusals'].pop(kind, None)
+            else:
+                self.cxl['refusals'][kind] = message
+
+    def cxl_state(self):
+        """{device: {chunk id: size}} and {connection id: (system,
+        device, chunk)}, for tests to check what is left."""
+        with self.lock:
+            return ({d: {c: v['size_mb'] for c, v in dev['chunks'].items()}
+                     for d, dev in self.cxl['devices'].items()},
+                    {c: (v['system'], v['device'], v['chunk'])
+                     for c, v in self.cxl['connections'].items()})
+
+    def _cxl_fabric(self, *parts):
+        return '/'.join((FABRICS, self.cxl['fabric_id']) + parts)
+
+    def _cxl_domain(self, did, *parts):
+        return '/'.join((CHASSIS, did, 'MemoryDomains', '1') + parts)
+
+    def _cxl_ld(self, did):
+        return '%s/%s/PCIeDevices/1/CXLLogicalDevices/1' % (CHASSIS, did)
+
+    def _cxl_zones_of(self, member):
+        return sorted(z for z, members in self.cxl['zones'].items()
+                      if member in members)
+
+    def _cxl_free(self, did):
+        device = self.cxl['devices'][did]
+        return device['size_mb'] - sum(c['size_mb'] for c in
+                                       device['chunks'].values())
+
+    def _render_cxl(self, head, parts):
+        cxl = self.cxl
+        systems = cxl['systems']
+        devices = cxl['devices']
+        if head == 'Systems':
+            if not parts:
+                return self._collection(
+                    'ComputerSystemCollection', SYSTEMS,
+                    'Computer System Collection',
+                    [SYSTEMS + '/' + s for s in sorted(systems)])
+            sid = parts[0]
+            if sid not in systems:
+                return None
+            system = systems[sid]
+            uri = SYSTEMS + '/' + sid
+            if len(parts) == 1:
+                return self._resource(
+                    'ComputerSystem', uri, sid, system.get('name') or sid,
+                    SystemType='Physical', UUID=system.get('uuid'),
+                    HostName=system.get('host_name', system.get('name')),
+                    PowerState='On',
+                    Status={'State': 'Enabled', 'Health': 'OK'},
+                    Processors=_link(uri + '/Processors'), Links={})
+            if parts[1:] == ['Processors']:
+                return self._collection('ProcessorCollection',
+                                        uri + '/Processors',
+                                        'Processor Collection',
+                                        [uri + '/Processors/CPU'])
+            cpu = uri + '/Processors/CPU'
+            if parts[1:] == ['Processors', 'CPU']:
+                return self._resource(
+                    'Processor', cpu, 'CPU', 'Host processor',
+                    ProcessorType='CPU', Ports=_link(cpu + '/Ports'),
+                    Status={'State': 'Enabled', 'Health': 'OK'})
+            if parts[1:] == ['Processors', 'CPU', 'Ports']:
+                return self._collection('PortCollection', cpu + '/Ports',
+                                        'Port Collection',
+                                        [cpu + '/Ports/1'])
+            if parts[1:] == ['Processors', 'CPU', 'Ports', '1']:
+                return self._cxl_port(cpu + '/Ports/1', '1',
+                                      'Host CXL port')
+            return None
+        if head == 'Chassis':
+            if not parts:
+                return self._collection('ChassisCollection', CHASSIS,
+                                        'Chassis Collection',
+                                        [CHASSIS + '/' + d
+                                         for d in sorted(devices)])
+            did = parts[0]
+            if did not in devices:
+                return None
+            return self._render_cxl_chassis(did, parts[1:])
+        # Fabrics
+        fabric = self._cxl_fabric()
+        fid = cxl['fabric_id']
+        if not parts:
+            return self._collection('FabricCollection', FABRICS,
+                                    'Fabric Collection', [fabric])
+        if parts[0] != fid:
+            return None
+        rest = parts[1:]
+        if not rest:
+            return self._resource(
+                'Fabric', fabric, fid, 'CXL Fabric', FabricType='CXL',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                Switches=_link(fabric + '/Switches'),
+                Endpoints=_link(fabric + '/Endpoints'),
+                Zones=_link(fabric + '/Zones'),
+                Connections=_link(fabric + '/Connections'))
+        if rest == ['Switches']:
+            return self._collection('SwitchCollection', fabric + '/Switches',
+                                    'Switch Collection',
+                                    [fabric + '/Switches/CXL'])
+        switch = fabric + '/Switches/CXL'
+        if rest == ['Switches', 'CXL']:
+            return self._resource(
+                'Switch', switch, 'CXL', 'CXL Switch', SwitchType='CXL',
+                Ports=_link(switch + '/Ports'),
+                Status={'State': 'Enabled', 'Health': 'OK'})
+        ports = (['U-' + s for s in sorted(systems)] +
+                 ['D-' + d for d in sorted(devices)])
+        if rest == ['Switches', 'CXL', 'Ports']:
+            return self._collection('PortCollection', switch + '/Ports',
+                                    'Port Collection',
+                                    [switch + '/Ports/' + p for p in ports])
+        if rest[:3] == ['Switches', 'CXL', 'Ports'] and len(rest) == 4 and (
+                rest[3] in ports):
+            return self._cxl_port(switch + '/Ports/' + rest[3], rest[3],
+                                  'Switch port ' + rest[3])
+        if rest == ['Endpoints']:
+            return self._collection(
+                'EndpointCollection', fabric + '/Endpoints',
+                'Endpoint Collection',
+                [fabric + '/Endpoints/I-' + s for s in sorted(systems)] +
+                [fabric + '/Endpoints/T-' + d for d in sorted(devices)] +
+                [fabric + '/Endpoints/Switch'])
+        if len(rest) == 2 and rest[0] == 'Endpoints':
+            return self._cxl_endpoint(rest[1])
+        if rest == ['Zones']:
+            return self._collection(
+                'ZoneCollection', fabric + '/Zones', 'Zone Collection',
+                [fabric + '/Zones/' + z for z in sorted(cxl['zones'])])
+        if len(rest) == 2 and rest[0] == 'Zones':
+            members = cxl['zones'].get(rest[1])
+            if members is None:
+                return None
+            endpoints = [fabric + '/Endpoints/%s-%s' % (
+                'I' if m in systems else 'T', m) for m in members]
+            return self._resource(
+                'Zone', fabric + '/Zones/' + rest[1], rest[1],
+                'CXL Zone ' + rest[1], ZoneType='ZoneOfEndpoints',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                Links={'Endpoints': [_link(e) for e in endpoints +
+                                     [fabric + '/Endpoints/Switch']]})
+        if rest == ['Connections']:
+            return self._collection(
+                'ConnectionCollection', fabric + '/Connections',
+                'CXL Connection Collection',
+                [fabric + '/Connections/' + c for c in sorted(
+                    cxl['connections'])])
+        if len(rest) == 2 and rest[0] == 'Connections':
+            item = cxl['connections'].get(rest[1])
+            if item is None:
+                return None
+            return self._resource(
+                'Connection', fabric + '/Connections/' + rest[1], rest[1],
+                item['name'], ConnectionType='Memory',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                MemoryChunkInfo=[{
+                    'AccessCapabilities': ['Read', 'Write'],
+                    'MemoryChunk': _link(self._cxl_domain(
+                        item['device'], 'MemoryChunks', item['chunk']))}],
+                Links={'InitiatorEndpoints': [_link(
+                    fabric + '/Endpoints/I-' + item['system'])],
+                    'TargetEndpoints': [_link(
+                        fabric + '/Endpoints/T-' + item['device'])]})
+        return None
+
+    def _cxl_endpoint(self, eid):
+        cxl = self.cxl
+        fabric = self._cxl_fabric()
+        uri = fabric + '/Endpoints/' + eid
+        if eid == 'Switch':
+            return self._resource(
+                'Endpoint', uri, eid, 'CXL Switch', EndpointProtocol='CXL',
+                ConnectedEntities=[{
+                    'EntityType': 'Switch', 'EntityRole': 'Target',
+                    'EntityLink': _link(fabric + '/Switches/CXL')}])
+        kind, _, member = eid.partition('-')
+        connections = [fabric + '/Connections/' + c
+                       for c, v in sorted(cxl['connections'].items())
+                       if member in (v['system'], v['device'])]
+        zones = [_link(fabric + '/Zones/' + z)
+                 for z in self._cxl_zones_of(member)]
+        if kind == 'I' and member in cxl['systems']:
+            system = cxl['systems'][member]
+            cpu = SYSTEMS + '/' + member + '/Processors/CPU'
+            return self._resource(
+                'Endpoint', uri, eid, '%s Initiator' % member,
+                EndpointProtocol='CXL',
+                ConnectedEntities=[{
+                    'EntityType': 'Processor', 'EntityRole': 'Initiator',
+                    'Identifiers': [{'DurableName': (system.get('uuid') or
+                                                     '').upper(),
+                                     'DurableNameFormat': 'UUID'}],
+                    'EntityLink': _link(cpu)}],
+                Links={'Ports': [_link(cpu + '/Ports/1')], 'Zones': zones,
+                       'Connections': [_link(c) for c in connections]})
+        if kind == 'T' and member in cxl['devices']:
+            device = cxl['devices'][member]
+            return self._resource(
+                'Endpoint', uri, eid, 'CXL Device Type 3 endpoint',
+                EndpointProtocol='CXL',
+                ConnectedEntities=[{
+                    'EntityType': 'CXLDevice', 'EntityRole': 'Target',
+                    'Identifiers': [{'DurableName': device['gcxlid'],
+                                     'DurableNameFormat': 'GCXLID'}],
+                    'EntityLink': _link(self._cxl_ld(member))}],
+                Links={'Ports': [_link(fabric + '/Switches/CXL/Ports/D-' +
+                                       member)], 'Zones': zones,
+                       'Connections': [_link(c) for c in connections]})
+        return None
+
+    def _cxl_port(self, uri, pid, name):
+        return {'@odata.type': '#Port.v1_11_0.Port', '@odata.id': uri,
+                'Id': pid, 'Name': name, 'PortProtocol': 'CXL',
+                'PortType': 'BidirectionalPort',
+                'Status': {'State': 'Enabled', 'Health': 'OK'}}
+
+    def _render_cxl_chassis(self, did, parts):
+        cxl = self.cxl
+        device = cxl['devices'][did]
+        chassis = CHASSIS + '/' + did
+        if not parts:
+            return self._resource(
+                'Chassis', chassis, did, 'Pooled CXL Type 3 device %s' % did,
+                ChassisType='Module', PowerState='On',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                MemoryDomains=_link(chassis + '/MemoryDomains'),
+                PCIeDevices=_link(chassis + '/PCIeDevices'))
+        if parts == ['MemoryDomains']:
+            return self._collection('MemoryDomainCollection',
+                                    chassis + '/MemoryDomains',
+                                    'Memory Domain Collection',
+                                    [self._cxl_domain(did)])
+        if parts == ['MemoryDomains', '1']:
+            return {'@odata.type': '#MemoryDomain.v1_5_1.MemoryDomain',
+                    '@odata.id': self._cxl_domain(did), 'Id': '1',
+                    'Name': 'CXL Memory Domain',
+                    'Status': {'State': 'Enabled', 'Health': 'OK'},
+                    'MemorySizeMiB': device['size_mb'],
+                    'AllowsMemoryChunkCreation': bool(cxl['creation']),
+                    'MinMemoryChunkSizeMiB': cxl['min_mb'],
+                    'MemoryChunkIncrementMiB': cxl['increment_mb'],
+                    'MemoryChunks': _link(self._cxl_domain(did,
+                                                           'MemoryChunks')),
+                    'Links': {'CXLLogicalDevices': [_link(
+                        self._cxl_ld(did))]}}
+        if parts == ['MemoryDomains', '1', 'MemoryChunks']:
+            collection = self._collection(
+                'MemoryChunksCollection', self._cxl_domain(did,
+                                                           'MemoryChunks'),
+                'Memory Chunks Collection',
+                [self._cxl_domain(did, 'MemoryChunks', c)
+                 for c in sorted(device['chunks'], key=int)])
+            return collection
+        if (len(parts) == 4 and parts[:3] == ['MemoryDomains', '1',
+                                              'MemoryChunks']
+                and parts[3] in device['chunks']):
+            chunk = device['chunks'][parts[3]]
+            offset = 0
+            for cid in sorted(device['chunks'], key=int):
+                if cid == parts[3]:
+                    break
+                offset += device['chunks'][cid]['size_mb']
+            return {'@odata.type': '#%s.MemoryChunks' % TYPES[
+                'MemoryChunks'],
+                '@odata.id': self._cxl_domain(did, 'MemoryChunks',
+                                              parts[3]),
+                'Id': parts[3], 'Name': chunk['name'],
+                'Status': {'State': 'Enabled', 'Health': 'OK'},
+                'MemoryChunkSizeMiB': chunk['size_mb'],
+                'AddressRangeType': 'Volatile',
+                'AddressRangeOffsetMiB': offset,
+                'MediaLocation': 'Remote',
+                'Links': {'CXLLogicalDevices': [_link(self._cxl_ld(did))],
+                          'Endpoints': [_link(self._cxl_fabric(
+                              'Endpoints', 'T-' + did))]}}
+        pcie = chassis + '/PCIeDevices'
+        if parts == ['PCIeDevices']:
+            return self._collection('PCIeDeviceCollection', pcie,
+                                    'PCIe Device Collection',
+                                    [pcie + '/1'])
+        if parts == ['PCIeDevices', '1']:
+            return self._resource(
+                'PCIeDevice', pcie + '/1', '1', 'CXL memory device',
+                Status={'State': 'Enabled', 'Health': 'OK'},
+                CXLDevice={'DeviceType': 'Type3',
+                           'CurrentProtocolVersion': 'CXL2_0'},
+                CXLLogicalDevices=_link(pcie + '/1/CXLLogicalDevices'))
+        if parts == ['PCIeDevices', '1', 'CXLLogicalDevices']:
+            return self._collection('CXLLogicalDeviceCollection',
+                                    pcie + '/1/CXLLogicalDevices',
+                                    'CXL Logical Device Collection',
+                                    [self._cxl_ld(did)])
+        if parts == ['PCIeDevices', '1', 'CXLLogicalDevices', '1']:
+            return {'@odata.type': '#CXLLogicalDevice.v1_3_0.'
+                                   'CXLLogicalDevice',
+                    '@odata.id': self._cxl_ld(did), 'Id': '1',
+                    'Name': 'CXL Logical Device Type 3',
+                    'Identifiers': [{'DurableName': device['gcxlid'],
+                                     'DurableNameFormat': 'GCXLID'}],
+                    'SemanticsSupported': ['CXLio', 'CXLmem'],
+                    'MemorySizeMiB': device['size_mb'],
+                    'Links': {'MemoryDomains': [_link(
+                        self._cxl_domain(did))]}}
+        return None
+
+    def _cxl_refused(self, kind):
+        message = self.cxl['refusals'].get(kind)
+        if message is None:
+            return None
+        return self._error(400, 'ActionNotSupported', message)
+
+    def _cxl_change(self, method, path, headers, body):
+        """POST and DELETE of memory chunks and connections; None for any
+        other request."""
+        cxl = self.cxl
+        connections = self._cxl_fabric('Connections')
+        chunk_paths = {self._cxl_domain(d, 'MemoryChunks'): d
+                       for d in cxl['devices']}
+        if method == 'DELETE' and (
+                path.startswith(connections + '/') or
+                path.rsplit('/', 1)[0] in chunk_paths):
+            current = self._render(path)
+            if current is None:
+                return self._error(404, 'ResourceMissingAtURI',
+                                   'The resource %s was not found.' % path)
+            if_match = headers.get('if-match')
+            if if_match is not None and if_match not in (
+                    self.etag(path, current), '*'):
+                return self._error(412, 'PreconditionFailed',
+                                   'The ETag given in If-Match is not '
+                                   'current.')
+            refused = self._cxl_refused('delete')
+            if refused:
+                return refused
+            if path.startswith(connections + '/'):
+                item = cxl['connections'].pop(path.rsplit('/', 1)[-1])
+                self._bump(self._cxl_domain(item['device'], 'MemoryChunks',
+                                            item['chunk']))
+                return self._accepted(204, {}, None)
+            did = chunk_paths[path.rsplit('/', 1)[0]]
+            cid = path.rsplit('/', 1)[-1]
+            using = [c for c, v in sorted(cxl['connections'].items())
+                     if v['device'] == did and v['chunk'] == cid]
+            if using:
+                return self._error(409, 'ResourceInUse',
+                                   'Memory chunk %s is in connection %s.' %
+                                   (path, using[0]))
+            del cxl['devices'][did]['chunks'][cid]
+            return self._accepted(204, {}, None)
+        if method == 'POST' and path in chunk_paths:
+            refused = self._cxl_refused('chunk')
+            if refused:
+                return refused
+            did = chunk_paths[path]
+            size = (body or {}).get('MemoryChunkSizeMiB') if isinstance(
+                body, dict) else None
+            if not isinstance(size, int) or isinstance(size, bool):
+                return self._error(400, 'PropertyMissing',
+                                   'The request needs MemoryChunkSizeMiB.')
+            if not cxl['creation']:
+                return self._error(405, 'OperationNotAllowed',
+                                   'This memory domain makes no chunks.')
+            if (size < cxl['min_mb'] or size % cxl['increment_mb']):
+                return self._error(
+                    400, 'PropertyValueNotInList',
+                    'MemoryChunkSizeMiB must be at least %d in steps of %d.'
+                    % (cxl['min_mb'], cxl['increment_mb']))
+            if body.get('AddressRangeType', 'Volatile') != 'Volatile':
+                return self._error(400, 'PropertyValueNotInList',
+                                   'AddressRangeType must be Volatile.')
+            free = self._cxl_free(did)
+            if size > free:
+                return self._error(
+                    400, 'PropertyValueOutOfRange',
+                    'Memory domain %s has %d MiB free; %d MiB were asked.'
+                    % (self._cxl_domain(did), free, size))
+            cid = str(next(cxl['next']))
+            cxl['devices'][did]['chunks'][cid] = {
+                'size_mb': size,
+                'name': body.get('Name') or 'Memory Chunk %s' % cid}
+            uri = self._cxl_domain(did, 'MemoryChunks', cid)
+            return self._accepted(201, {'Location': uri}, self._render(uri))
+        if method == 'POST' and path == connections:
+            refused = self._cxl_refused('connection')
+            if refused:
+                return refused
+            try:
+                initiators = [link['@odata.id'].rsplit('/', 1)[-1] for link
+                              in body['Links']['InitiatorEndpoints']]
+                targets = [link['@odata.id'].rsplit('/', 1)[-1] for link
+                           in body['Links']['TargetEndpoints']]
+                chunks = [item['MemoryChunk']['@odata.id'] for item
+                          in body['MemoryChunkInfo']]
+            except (TypeError, KeyError):
+                return self._error(
+                    400, 'PropertyMissing',
+                    'The request needs Links.InitiatorEndpoints, '
+                    'Links.TargetEndpoints and MemoryChunkInfo.')
+            if body.get('ConnectionType', 'Memory') != 'Memory':
+                return self._error(400, 'PropertyValueNotInList',
+                                   'ConnectionType must be Memory.')
+            if (len(initiators) != 1 or len(targets) != 1 or
+                    len(chunks) != 1 or
+                    not initiators[0].startswith('I-') or
+                    not targets[0].startswith('T-') or
+                    initiators[0][2:] not in cxl['systems'] or
+                    targets[0][2:] not in cxl['devices']):
+                return self._error(400, 'PropertyValueConflict',
+                                   'A memory connection takes one host port, '
+                                   'one memory device endpoint and one '
+                                   'chunk of it.')
+            sid, did = initiators[0][2:], targets[0][2:]
+            prefix = self._cxl_domain(did, 'MemoryChunks') + '/'
+            cid = chunks[0].rstrip('/')[len(prefix):] if chunks[0].startswith(
+                prefix) else None
+            if cid not in cxl['devices'][did]['chunks']:
+                return self._error(400, 'ResourceMissingAtURI',
+                                   'Memory chunk %s is not a chunk of %s.' %
+                                   (chunks[0], did))
+            if not set(self._cxl_zones_of(sid)) & set(
+                    self._cxl_zones_of(did)):
+                return self._error(400, 'PropertyValueConflict',
+                                   'Host port %s and device %s share no '
+                                   'zone.' % (initiators[0], targets[0]))
+            using = [c for c, v in cxl['connections'].items()
+                     if v['device'] == did and v['chunk'] == cid]
+            if using:
+                return self._error(400, 'ResourceInUse',
+                                   'Memory chunk %s is in connection %s.' %
+                                   (chunks[0], using[0]))
+            nid = str(next(cxl['next']))
+            cxl['connections'][nid] = {
+                'name': body.get('Name') or 'Connection %s' % nid,
+                'system': sid, 'device': did, 'chunk': cid}
+            uri = connections + '/' + nid
+            return self._accepted(201, {'Location': uri}, self._render(uri))
         return None
 
     # ------------------------------------------- specific composition

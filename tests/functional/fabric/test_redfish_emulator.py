@@ -112,7 +112,21 @@ def test_validator_walks_every_profile(tmp_path, name):
             authtype='Basic' if config.get('sessions') is False
             else 'Session')
         with emulator.locked() as state:
-            if state.fabric is None:
+            if state.cxl is not None:
+                # A CXL fabric manager: endpoints, zones, connections and
+                # each device's memory chunks.
+                cxl = state.cxl
+                blocks = [state._cxl_fabric('Endpoints', e) for e in
+                          ['I-' + s for s in cxl['systems']] +
+                          ['T-' + d for d in cxl['devices']]]
+                blocks += [state._cxl_fabric('Zones', z)
+                           for z in cxl['zones']]
+                blocks += [state._cxl_fabric('Connections', c)
+                           for c in cxl['connections']]
+                blocks += [state._cxl_domain(d, 'MemoryChunks', c)
+                           for d, dev in cxl['devices'].items()
+                           for c in dev['chunks']]
+            elif state.fabric is None:
                 blocks = [emu.BLOCKS + '/' + b for b in state.blocks]
             else:
                 # A fabric manager: its endpoints, zones, connections.

@@ -254,7 +254,10 @@ def test_cxl_fabric_driver_info_checked(client, api_env):
     fabric_drivers._DRIVERS['cxl'] = cxl.CxlFabricDriver()
     try:
         for info, words in (
-                ({'backend': 'redfish'}, 'not available yet'),
+                ({'backend': 'redfish'}, "field 'driver_info/address'"),
+                ({'backend': 'redfish', 'address': 'https://fm',
+                  'username': 'u', 'password': 'p', 'chunk_mode': 'x'},
+                 "field 'driver_info/chunk_mode'"),
                 ({'devices': {}}, 'give the memory devices'),
                 ({'devices': {'a': {'serial': 'zz', 'capacity_mb': 256,
                                     'hosts': ['h']}}}, 'devices/a/serial'),
@@ -387,3 +390,124 @@ def test_flavor_leases_of_cxl_memory_are_host_mode():
     assert flavor_leases._lease_values(
         network, 512, 'instance', 'project', 'user',
         {'composable:attach_mode': 'guest'}, None)['attach_mode'] == 'guest'
+
+
+@pytest.fixture
+def redfish_cxl(client, api_env, cxl_host):
+    """A cxl pool on a CXL fabric manager (the project's Redfish emulator,
+    profile cxl; its CXLMem0 is the device of the agent's emulated
+    kernel): (emulator, emulated kernel)."""
+    import copy
+
+    from tests.functional.fabric import redfish_emulator as emu
+
+    config = copy.deepcopy(emu.PROFILES['cxl'])
+    # The device the emulated kernel has, by its serial.
+    config['cxl']['devices'][0].update(gcxlid='00-00-00-00-5A-5A-00-01:0001',
+                                       size_mb=1024)
+    url, stop, emulator = emu.serve(config=config)
+    api_env.set_override('enabled_drivers', ['fake', 'cxl'], 'fabric')
+    fabric_drivers._DRIVERS['cxl'] = cxl.CxlFabricDriver()
+    try:
+        resp = client.post('/v1/fabrics', {
+            'name': 'cxl-rf', 'driver': 'cxl', 'driver_info': {
+                'backend': 'redfish', 'address': url, 'username': 'admin',
+                'password': emu.DEFAULT_CONFIG['password'],
+                # HTTP Basic: a request the emulator holds past the
+                # conductor's wait still carries its credentials when it
+                # is answered (a session would be closed by then).
+                'auth_type': 'basic',
+                'poll_interval': 0.05, 'timeout': 30}})
+        assert resp.status == 201, resp
+        assert emu.DEFAULT_CONFIG['password'] not in resp.text
+        assert client.post('/v1/hosts', {
+            'name': 'compute-1', 'fabric': 'cxl-rf'}).status == 201
+        client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                                  'fabric': 'cxl-rf', 'medium': 'cxl'},
+                    headers=V15)
+        resp = client.post('/v1/memory_nodes', {
+            'name': 'CXLMem0.1', 'pool': 'cxl-mem', 'capacity_mb': 1024})
+        assert resp.status == 201, resp
+        yield emulator, cxl_host
+    finally:
+        stop()
+        fabric_drivers.reset()
+        api_env.clear_override('enabled_drivers', 'fabric')
+
+
+def test_lease_on_a_redfish_cxl_fabric_end_to_end(client, redfish_cxl):
+    """API to conductor to the fabric manager and the agent's (emulated)
+    kernel: the bind makes and connects a chunk of the lease's size, the
+    host onlines it; the unbind erases the region before the chunk goes
+    back."""
+    emulator, kernel = redfish_cxl
+    member = client.as_('member')
+    lease = member.post('/v1/leases', {'memory_mb': 512,
+                                       'pools': ['cxl-mem']}).json
+    lease_url = '/v1/leases/%s' % lease['uuid']
+    assert member.post(lease_url + '/bind',
+                       {'host': 'compute-1'}).status == 202
+    bound = _wait(member, lease['uuid'], ['bound', 'bind_failed'],
+                  timeout=60)
+    assert bound['status'] == 'bound', bound['fault']
+    chunks, connections = emulator.cxl_state()
+    assert list(chunks['CXLMem0'].values()) == [512]
+    assert ('compute-1', 'CXLMem0') in [c[:2]
+                                        for c in connections.values()]
+    [region] = kernel.regions
+    assert kernel.regions[region]['size'] == 512 << 20
+    with open(kernel.memory_of(region), 'r+b') as f:
+        f.write(b'secret')
+    assert member.post(lease_url + '/unbind').status == 202
+    assert _wait(member, lease['uuid'], ['reserved', 'error'],
+                 timeout=60)['status'] == 'reserved'
+    # Erased on the host, then taken back on the fabric.
+    assert kernel.regions == {}
+    assert kernel.read_media('mem0', 0, 6) == bytes(6)
+    chunks, connections = emulator.cxl_state()
+    assert chunks['CXLMem0'] == {}
+    assert not [c for c in connections.values() if c[1] == 'CXLMem0']
+    assert member.delete(lease_url).status == 204
+    _wait(member, lease['uuid'], ['released'])
+
+
+def test_a_redfish_cxl_bind_the_fabric_refuses_or_answers_late(
+        client, api_env, redfish_cxl):
+    """The fabric's refusal is the lease's fault; a chunk made after the
+    conductor stopped waiting is deleted with the lease."""
+    from tests import waiting
+
+    emulator, kernel = redfish_cxl
+    member = client.as_('member')
+    lease = member.post('/v1/leases', {'memory_mb': 256,
+                                       'pools': ['cxl-mem']}).json
+    lease_url = '/v1/leases/%s' % lease['uuid']
+    emulator.refuse_cxl('chunk', 'The memory device is being sanitized.')
+    assert member.post(lease_url + '/bind',
+                       {'host': 'compute-1'}).status == 202
+    failed = _wait(member, lease['uuid'], ['bound', 'bind_failed'],
+                   timeout=60)
+    assert failed['status'] == 'bind_failed'
+    assert 'refused to make a chunk of 256 MiB on CXL memory device ' \
+           'CXLMem0.1: The memory device is being sanitized.' in \
+        failed['fault']
+    assert kernel.regions == {}
+    emulator.refuse_cxl('chunk', None)
+    # Every try of the chunk's POST outlasts the fabric call.
+    emulator.inject('delay', method='POST', path='/MemoryChunks',
+                    seconds=6, count=5)
+    api_env.set_override('operation_timeout', 2, 'fabric')
+    try:
+        assert member.post(lease_url + '/bind',
+                           {'host': 'compute-1'}).status == 202
+        failed = _wait(member, lease['uuid'], ['bound', 'bind_failed'],
+                       timeout=60)
+    finally:
+        api_env.clear_override('operation_timeout', 'fabric')
+    assert failed['status'] == 'bind_failed', failed
+    waiting.wait_until(lambda: emulator.cxl_state()[0]['CXLMem0'], 60,
+                       'the late chunk to land')
+    assert kernel.regions == {}
+    assert member.delete(lease_url).status == 204
+    _wait(member, lease['uuid'], ['released'], timeout=60)
+    assert emulator.cxl_state()[0]['CXLMem0'] == {}

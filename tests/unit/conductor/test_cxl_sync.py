@@ -109,3 +109,48 @@ def test_no_single_cxl_pool_changes_nothing(fabric, caplog):
     assert _sync()['cxl1']['memory'] is None
     assert 'has 2 cxl memory pools' in caplog.text
     assert _nodes(first) == {}
+
+
+def test_devices_of_a_redfish_fabric_manager_join_the_pool(fabric):
+    """The redfish back end on the project's emulator (profile cxl): the
+    memory domains become memory nodes, less what someone else's chunks
+    hold; what the fabric manager has carved shows beside it."""
+    from composable.fabric import cxl
+    from tests.functional.fabric import redfish_emulator as emu
+
+    url, stop, emulator = emu.serve(config=emu.PROFILES['cxl'])
+    try:
+        dbapi.fabric_update(inv.admin(), fabric.uuid, {'driver_info': {
+            'backend': 'redfish', 'address': url, 'username': 'admin',
+            'password': emu.DEFAULT_CONFIG['password'],
+            'poll_interval': 0.05, 'timeout': 30}})
+        pool = _pool(fabric)
+        # A host whose name no system has; its agent reported the DMI
+        # UUID of system compute-0.
+        dbapi.host_create(inv.admin(), {
+            'name': 'node-a', 'fabric_id': fabric.id,
+            'properties': {'dmi_uuid': emu.DEFAULT_CONFIG['systems'][0][
+                'uuid']}})
+        report = _sync()['cxl1']['memory']
+        assert [(d['name'], d['capacity_mb'], d['free_chunks'],
+                 d['fabric_free_chunks'], d['hosts'], d['change'])
+                for d in report] == [
+            ('CXLMem0.1', 2048, 8, 8, ['compute-1', 'node-a'], 'added'),
+            ('CXLMem1.1', 1536, 6, 6, ['compute-1'], 'added')]
+        assert report[0]['serial'] == '0x4c1d96fffeddd835'
+        assert {n: v.capacity_mb for n, v in _nodes(pool).items()} == {
+            'CXLMem0.1': 2048, 'CXLMem1.1': 1536}
+        # A chunk composed for a lease: the fabric has less free; the
+        # pool's capacity stays (the lease is the pool's own).
+        cxl.CxlFabricDriver().bind_memory(
+            dbapi.fabric_get(inv.admin(), fabric.uuid).as_dict(),
+            'CXLMem0.1', {'name': 'node-a', 'properties': {
+                'dmi_uuid': emu.DEFAULT_CONFIG['systems'][0]['uuid']}},
+            512, 'lease-a')
+        assert emulator.cxl_state()[1]['101'][0] == 'compute-0'
+        report = _sync()['cxl1']['memory']
+        assert [(d['name'], d['capacity_mb'], d['fabric_free_chunks'])
+                for d in report] == [('CXLMem0.1', 2048, 6),
+                                     ('CXLMem1.1', 1536, 6)]
+    finally:
+        stop()
