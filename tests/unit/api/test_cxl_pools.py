@@ -28,6 +28,8 @@ from composable.fabric import cxl
 
 V15 = {'OpenStack-API-Version': 'composable 1.5'}
 V13 = {'OpenStack-API-Version': 'composable 1.3'}
+V16 = {'OpenStack-API-Version': 'composable 1.6'}
+SERVER = '9d5a1a5e-0e9b-4c3c-9b4e-2b1f2a1d2c3b'
 
 DRIVER_INFO = {'backend': 'local', 'devices': {
     'cmm0': {'serial': '0x5A5A0001', 'capacity_mb': 1024,
@@ -156,7 +158,8 @@ def test_bad_memory_devices(client, cxl_pool, network):
      'whole chunks of 256 MiB; ask for a multiple of 256 MiB (768 or '
      '1024), not 1000'),
     ({'memory_mb': 512, 'attach_mode': 'guest'},
-     'bound in host mode only'),
+     'onlined on the host as a NUMA node: bind it in host mode, or in '
+     'virtio-mem mode to a server'),
     ({'memory_mb': 512, 'elastic': {
         'min_mb': 256, 'max_mb': 1024, 'observation_window': 60,
         'prediction_window': 60}}, 'have a fixed size'),
@@ -387,3 +390,69 @@ def test_flavor_leases_of_cxl_memory_are_host_mode():
     assert flavor_leases._lease_values(
         network, 512, 'instance', 'project', 'user',
         {'composable:attach_mode': 'guest'}, None)['attach_mode'] == 'guest'
+
+
+# ------------------------------------------------------------ virtio-mem
+
+
+def test_virtio_mem_mode_needs_api_1_6(client, cxl_pool, network,
+                                       conductor):
+    member = client.as_('member')
+    body = {'memory_mb': 512, 'pools': ['cxl-mem'],
+            'attach_mode': 'virtio-mem'}
+    resp = member.post('/v1/leases', body, headers=V15)
+    assert resp.status == 400, resp
+    assert 'attach_mode' in resp.error['detail']
+    assert member.get('/v1/leases').json['leases'] == []
+    resp = member.post('/v1/leases', body, headers=V16)
+    assert resp.status == 201, resp
+    assert resp.json['attach_mode'] == 'virtio-mem'
+    url = '/v1/leases/%s/bind' % resp.json['uuid']
+    # Bind in virtio-mem mode: 1.6 too, and only with the server.
+    resp = member.post(url, {'host': 'compute-1', 'server': SERVER,
+                             'attach_mode': 'virtio-mem'}, headers=V15)
+    assert resp.status == 400, resp
+    resp = member.post(url, {'host': 'compute-1'}, headers=V16)
+    assert resp.status == 400, resp
+    assert 'attach_mode virtio-mem attaches to a server; give its UUID' \
+        in resp.error['detail']
+
+
+@pytest.mark.parametrize('body, words', [
+    ({'memory_mb': 1024, 'pools': ['mem1']},
+     'virtio-mem needs host memory (a CXL pool) to plug into the guest; '
+     'pool mem1 holds network memory'),
+    ({'memory_mb': 1024},
+     'virtio-mem needs host memory (a CXL pool) to plug into the guest; '
+     'name the CXL pool'),
+    ({'device_count': 1, 'pools': ['gpu1']},
+     'virtio-mem needs host memory (a CXL pool) to plug into the guest; '
+     'the lease holds no memory'),
+])
+def test_virtio_mem_mode_refused_without_cxl_memory(
+        client, cxl_pool, network, conductor, body, words):
+    member = client.as_('member')
+    resp = member.post('/v1/leases', dict(body, attach_mode='virtio-mem'),
+                       headers=V16)
+    assert resp.status == 400, resp
+    assert words in resp.error['detail']
+
+
+def test_virtio_mem_bind_of_network_memory_refused_by_the_rule(
+        client, cxl_pool, network, conductor):
+    """The conductor's rule, under the lease's reservation, refuses a
+    bind in virtio-mem mode of a lease of a network pool."""
+    member = client.as_('member')
+    resp = member.post('/v1/leases', {'memory_mb': 1024,
+                                      'pools': ['mem1']})
+    assert resp.status == 201, resp
+    lease = resp.json
+    resp = member.post('/v1/leases/%s/bind' % lease['uuid'], {
+        'host': 'compute-1', 'server': SERVER,
+        'attach_mode': 'virtio-mem'}, headers=V16)
+    assert resp.status == 400, resp
+    assert ('virtio-mem needs host memory (a CXL pool) to plug into the '
+            'guest; pool mem1 holds network memory' in
+            resp.error['detail'])
+    assert member.get('/v1/leases/%s' % lease['uuid']).json[
+        'status'] == 'reserved'

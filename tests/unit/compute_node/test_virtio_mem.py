@@ -1,0 +1,440 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""virtio-mem mode in the compute agent: the device XML, plugging,
+growing, the bounded wait for a shrink, and the endpoint's order (the
+guest gives the memory back before the host region goes).
+
+libvirt is the MOCK FakeVmemDomain below: it keeps the live XML libvirt
+would show, and plays the guest's part (``<current>`` follows
+``<requested>`` a step per read, down to what the guest lets go of).
+tests/functional/compute_node/test_virtio_mem_real.py runs the same code
+against the real libvirtd and a real guest.
+"""
+
+from xml.etree import ElementTree
+
+import pytest
+
+from composable.agent.compute_node import backends
+from composable.agent.compute_node import virtio_mem
+from composable.agent import endpoints
+from composable.common import exception
+from composable.common import states
+from composable.conductor import rules
+
+LEASE = '4c98a3b0-dfe4-4cb7-a067-000000000001'
+INSTANCE = '11111111-2222-3333-4444-555555555555'
+MIB = 1024  # KiB
+
+
+class FakeLibvirtError(Exception):
+    def __init__(self, message, code=1):
+        super().__init__(message)
+        self.code = code
+
+    def get_error_code(self):
+        return self.code
+
+
+class FakeVmemDomain(object):
+    """MOCK of a running libvirt domain with memory devices."""
+
+    def __init__(self, max_memory=True, numa=True, unpluggable=False,
+                 step_kib=128 * MIB):
+        self.max_memory = max_memory
+        self.numa = numa
+        self.unpluggable = unpluggable
+        self.step_kib = step_kib
+        self.active = True
+        # alias -> {'xml': element, 'requested': kib, 'current': kib}
+        self.devices = {}
+        # What the guest cannot give back (KiB): its floor.
+        self.guest_floor_kib = 0
+        self.updates = []
+        self.unplug_requests = []
+
+    def isActive(self):
+        return self.active
+
+    def UUIDString(self):
+        return INSTANCE
+
+    def _advance(self):
+        for dev in self.devices.values():
+            want = max(dev['requested'], self.guest_floor_kib
+                       if dev['requested'] < dev['current'] else 0)
+            if dev['current'] < want:
+                dev['current'] = min(want, dev['current'] + self.step_kib)
+            elif dev['current'] > want:
+                dev['current'] = max(want, dev['current'] - self.step_kib)
+
+    def XMLDesc(self, flags=0):
+        self._advance()
+        parts = ["<domain type='qemu'><name>vm-1</name>"]
+        if self.max_memory:
+            parts.append("<maxMemory slots='2' unit='KiB'>4194304"
+                         "</maxMemory>")
+        parts.append("<memory unit='KiB'>262144</memory>")
+        if self.numa:
+            parts.append("<cpu><numa><cell id='0' cpus='0' memory='262144'"
+                         " unit='KiB'/></numa></cpu>")
+        parts.append('<devices>')
+        for dev in self.devices.values():
+            element = ElementTree.fromstring(
+                ElementTree.tostring(dev['xml'], encoding='unicode'))
+            target = element.find('target')
+            for name in ('requested', 'current'):
+                old = target.find(name)
+                if old is not None:
+                    target.remove(old)
+                ElementTree.SubElement(target, name, unit='KiB').text = \
+                    str(dev[name])
+            parts.append(ElementTree.tostring(element, encoding='unicode'))
+        parts.append('</devices></domain>')
+        return ''.join(parts)
+
+    def attachDeviceFlags(self, xml, flags):
+        assert flags == virtio_mem.VIR_DOMAIN_AFFECT_LIVE
+        element = ElementTree.fromstring(xml)
+        assert element.get('model') == 'virtio-mem'
+        alias = element.find('alias').get('name')
+        requested = int(element.find('target/requested').text)
+        self.devices[alias] = {'xml': element, 'requested': requested,
+                               'current': 0}
+
+    def updateDeviceFlags(self, xml, flags):
+        element = ElementTree.fromstring(xml)
+        assert element.find('target/current') is None, \
+            'libvirt refuses <current> in an update'
+        alias = element.find('alias').get('name')
+        requested = int(element.find('target/requested').text)
+        self.devices[alias]['requested'] = requested
+        self.updates.append(requested // MIB)
+
+    def detachDeviceAlias(self, alias, flags):
+        self.unplug_requests.append(alias)
+        if not self.unpluggable:
+            raise FakeLibvirtError(
+                "internal error: unable to execute QEMU command "
+                "'device_del': virtio based memory devices cannot be "
+                "unplugged.")
+        assert self.devices[alias]['current'] == 0, 'forced unplug'
+        del self.devices[alias]
+
+
+class FakeConnection(object):
+    """MOCK of the agent's LibvirtConnection."""
+
+    uri = 'qemu:///system'
+
+    def __init__(self, domain):
+        self.domain = domain
+
+    def get(self, needed_for=None):
+        return self
+
+    def lookupByUUIDString(self, uuid):
+        if self.domain is None:
+            raise FakeLibvirtError('no domain', virtio_mem.VIR_ERR_NO_DOMAIN)
+        return self.domain
+
+
+def attacher(domain, timeout=5):
+    return virtio_mem.VirtioMemAttacher(
+        connection=FakeConnection(domain), shrink_timeout=timeout,
+        poll_interval=0)
+
+
+# ------------------------------------------------------------ XML
+
+
+def test_device_xml():
+    xml = virtio_mem.device_xml(LEASE, [3, 1, 3], 512, 256, guest_node=0,
+                                pagesize_kib=2048)
+    element = ElementTree.fromstring(xml)
+    assert element.tag == 'memory'
+    assert element.get('model') == 'virtio-mem'
+    assert element.findtext('source/nodemask') == '1,3'
+    assert element.find('source/pagesize').get('unit') == 'KiB'
+    assert element.findtext('source/pagesize') == '2048'
+    assert element.findtext('target/size') == str(512 * MIB)
+    assert element.findtext('target/node') == '0'
+    assert element.findtext('target/block') == '2048'
+    assert element.findtext('target/requested') == str(256 * MIB)
+    assert element.find('alias').get('name') == \
+        'ua-composable-vmem-' + LEASE
+    # No page size unless asked: the host's default backs it.
+    plain = ElementTree.fromstring(virtio_mem.device_xml(LEASE, [0], 256,
+                                                         256))
+    assert plain.find('source/pagesize') is None
+    with pytest.raises(ValueError):
+        virtio_mem.device_xml(LEASE, [], 256, 256)
+
+
+def test_live_device_and_update_xml():
+    root = ElementTree.fromstring(
+        "<memory model='virtio-mem'><source><nodemask>0</nodemask>"
+        "</source><target><size unit='MiB'>256</size><node>0</node>"
+        "<block unit='KiB'>2048</block><requested unit='GiB'>0</requested>"
+        "<current unit='KiB'>131072</current></target>"
+        "<alias name='ua-composable-vmem-x'/></memory>")
+    device = virtio_mem.LiveDevice(root)
+    assert (device.alias, device.nodemask) == ('ua-composable-vmem-x', '0')
+    assert (device.size_kib, device.requested_kib, device.current_kib) == (
+        256 * MIB, 0, 128 * MIB)
+    update = ElementTree.fromstring(device.with_requested(64 * MIB))
+    assert update.find('target/current') is None
+    assert update.findtext('target/requested') == str(64 * MIB)
+    assert update.find('target/requested').get('unit') == 'KiB'
+
+
+# ------------------------------------------------------------ attach
+
+
+def test_domain_without_max_memory_is_refused_naming_it():
+    domain = FakeVmemDomain(max_memory=False)
+    with pytest.raises(virtio_mem.NoMaxMemory) as err:
+        attacher(domain).attach(INSTANCE, LEASE, [0], 256)
+    assert err.value.code == 409
+    assert ('domain vm-1 (instance %s) has no <maxMemory slots=...>'
+            % INSTANCE) in err.value.message
+    assert 'Nova does not write one' in err.value.message
+    assert domain.devices == {}
+
+
+def test_domain_without_guest_numa_is_refused():
+    domain = FakeVmemDomain(numa=False)
+    with pytest.raises(virtio_mem.NoMaxMemory) as err:
+        attacher(domain).attach(INSTANCE, LEASE, [0], 256)
+    assert 'no guest NUMA cell' in err.value.message
+
+
+def test_attach_grows_the_guest_and_is_idempotent():
+    domain = FakeVmemDomain()
+    vmem = attacher(domain)
+    details = vmem.attach(INSTANCE, LEASE, [1], 512)
+    assert details == {'mode': states.ATTACH_VIRTIO_MEM,
+                       'instance_uuid': INSTANCE,
+                       'alias': 'ua-composable-vmem-' + LEASE,
+                       'numa_nodes': [1], 'size_mb': 512,
+                       'requested_mb': 512}
+    assert vmem.device(INSTANCE, LEASE).requested_kib == 512 * MIB
+    # Again (the conductor repeats calls): the same device, no update.
+    vmem.attach(INSTANCE, LEASE, [1], 512)
+    assert len(domain.devices) == 1 and domain.updates == []
+    assert vmem.present(INSTANCE, LEASE)
+    assert not vmem.present(INSTANCE, 'another-lease')
+
+
+def test_an_emptied_device_on_another_node_is_not_reused():
+    domain = FakeVmemDomain()
+    vmem = attacher(domain)
+    vmem.attach(INSTANCE, LEASE, [1], 256)
+    vmem.detach(INSTANCE, LEASE)   # QEMU 7.2: the empty device stays
+    with pytest.raises(exception.DriverError) as err:
+        vmem.attach(INSTANCE, LEASE, [2], 256)
+    assert 'on host NUMA node(s) 1' in err.value.message
+    assert 'now on node(s) 2' in err.value.message
+    # On the node it is on, a bind again grows it back.
+    vmem.attach(INSTANCE, LEASE, [1], 256)
+    assert vmem.device(INSTANCE, LEASE).requested_kib == 256 * MIB
+
+
+# ------------------------------------------------------------ resize
+
+
+def test_grow_returns_at_once_and_shrink_waits_for_the_guest():
+    domain = FakeVmemDomain()
+    vmem = attacher(domain)
+    vmem.attach(INSTANCE, LEASE, [0], 512, requested_mib=128)
+    # Grow: not waited for.
+    vmem.resize(INSTANCE, LEASE, 512)
+    assert domain.updates == [512]
+    # Shrink: returns once <current> is down to the request.
+    assert vmem.resize(INSTANCE, LEASE, 128) == 128
+    assert domain.devices['ua-composable-vmem-' + LEASE]['current'] == \
+        128 * MIB
+    with pytest.raises(exception.Invalid):
+        vmem.resize(INSTANCE, LEASE, 1024)
+
+
+def test_a_guest_that_keeps_its_memory_fails_the_shrink_in_time():
+    domain = FakeVmemDomain()
+    vmem = attacher(domain, timeout=0.3)
+    vmem.attach(INSTANCE, LEASE, [0], 512)
+    for _ in range(8):
+        domain.XMLDesc()  # the guest plugs it all
+    domain.guest_floor_kib = 384 * MIB  # ... and uses 384 MiB of it
+    with pytest.raises(virtio_mem.ShrinkRefused) as err:
+        vmem.resize(INSTANCE, LEASE, 0)
+    message = err.value.message
+    assert 'did not give back the virtio-mem memory of lease %s within ' \
+        '0.3 s' % LEASE in message
+    assert 'it still has 384 MiB of it, 0 MiB were requested' in message
+    assert 'Nothing was unplugged by force' in message
+    # The guest is asked for what it had; nothing was unplugged.
+    assert domain.updates == [0, 512]
+    assert domain.unplug_requests == []
+
+
+def test_unbind_is_a_shrink_to_zero_then_the_unplug():
+    domain = FakeVmemDomain(unpluggable=True)
+    vmem = attacher(domain)
+    vmem.attach(INSTANCE, LEASE, [0], 256)
+    vmem.detach(INSTANCE, LEASE)
+    assert domain.updates == [0]
+    assert domain.unplug_requests == ['ua-composable-vmem-' + LEASE]
+    assert domain.devices == {}
+    # Idempotent; a domain gone has no device.
+    vmem.detach(INSTANCE, LEASE)
+    vmem.connection.domain = None
+    vmem.detach(INSTANCE, LEASE)
+
+
+def test_unbind_refused_by_the_guest_unplugs_nothing():
+    domain = FakeVmemDomain(unpluggable=True)
+    vmem = attacher(domain, timeout=0.2)
+    vmem.attach(INSTANCE, LEASE, [0], 256)
+    for _ in range(4):
+        domain.XMLDesc()
+    domain.guest_floor_kib = 256 * MIB
+    with pytest.raises(virtio_mem.ShrinkRefused):
+        vmem.detach(INSTANCE, LEASE)
+    assert domain.unplug_requests == []
+    assert domain.devices['ua-composable-vmem-' + LEASE]['requested'] == \
+        256 * MIB
+
+
+# ------------------------------------------------------------ endpoint
+
+
+class RecordingCxl(object):
+    """MOCK of the CXL back end: regions onlined as node 0."""
+
+    simulated = False
+
+    def __init__(self):
+        self.calls = []
+
+    def attach(self, lease, extents):
+        self.calls.append('attach')
+        return {e['uuid']: {'mode': states.ATTACH_HOST, 'medium': 'cxl',
+                            'numa_node': 0, 'size_mb': e['size_mb']}
+                for e in extents}
+
+    def detach(self, lease, extents):
+        self.calls.append('detach')
+
+
+class FakeParts(object):
+    def __init__(self, domain):
+        from composable.agent.compute_node import attachments
+        self.cxl = RecordingCxl()
+        self.virtio_mem_attacher = attacher(domain, timeout=0.2)
+        self.virtio_mem = backends.VirtioMemGuests(self)
+        self.attachments = attachments.LiveAttachments()
+
+
+def _chunks():
+    return [{'uuid': 'chunk-%d' % i, 'size_mb': 256, 'medium': 'cxl',
+             'device': 'cmm0'} for i in range(2)]
+
+
+def _endpoint(domain):
+    return endpoints.ComputeNodeEndpoint('compute-1', ['compute_node'],
+                                         FakeParts(domain))
+
+
+def test_endpoint_bind_and_unbind_in_virtio_mem_mode():
+    domain = FakeVmemDomain(unpluggable=True)
+    endpoint = _endpoint(domain)
+    lease = {'uuid': LEASE}
+    details = endpoint.attach_memory(None, lease, _chunks(), 'virtio-mem',
+                                     INSTANCE)
+    assert {d['mode'] for d in details.values()} == {'virtio-mem'}
+    device = domain.devices['ua-composable-vmem-' + LEASE]
+    assert device['xml'].findtext('target/size') == str(512 * MIB)
+    assert device['xml'].findtext('source/nodemask') == '0'
+    endpoint.detach_memory(None, lease, _chunks(), 'virtio-mem', INSTANCE)
+    assert endpoint._parts.cxl.calls == ['attach', 'detach']
+    assert domain.devices == {}
+
+
+def test_endpoint_gives_the_region_back_when_the_domain_cannot_take_it():
+    endpoint = _endpoint(FakeVmemDomain(max_memory=False))
+    with pytest.raises(virtio_mem.NoMaxMemory):
+        endpoint.attach_memory(None, {'uuid': LEASE}, _chunks(),
+                               'virtio-mem', INSTANCE)
+    assert endpoint._parts.cxl.calls == ['attach', 'detach']
+
+
+def test_endpoint_keeps_the_region_while_the_guest_keeps_the_memory():
+    domain = FakeVmemDomain(unpluggable=True)
+    endpoint = _endpoint(domain)
+    endpoint.attach_memory(None, {'uuid': LEASE}, _chunks(), 'virtio-mem',
+                           INSTANCE)
+    for _ in range(8):
+        domain.XMLDesc()
+    domain.guest_floor_kib = 128 * MIB
+    with pytest.raises(virtio_mem.ShrinkRefused):
+        endpoint.detach_memory(None, {'uuid': LEASE}, _chunks(),
+                               'virtio-mem', INSTANCE)
+    # The host region was not touched.
+    assert endpoint._parts.cxl.calls == ['attach']
+
+
+def test_endpoint_refuses_virtio_mem_of_network_memory():
+    endpoint = _endpoint(FakeVmemDomain())
+    extents = [{'uuid': 'e-1', 'size_mb': 256}]
+    with pytest.raises(exception.DriverError) as err:
+        endpoint.attach_memory(None, {'uuid': LEASE}, extents, 'virtio-mem',
+                               INSTANCE)
+    assert 'virtio-mem mode needs host memory (a CXL pool)' in \
+        err.value.message
+
+
+# ------------------------------------------------------------ the rule
+
+
+class _Pool(object):
+    def __init__(self, name, medium):
+        self.name = name
+        self.kind = 'memory'
+        self.medium = medium
+
+
+@pytest.mark.parametrize('mode, medium, words', [
+    ('virtio-mem', 'network', 'virtio-mem needs host memory (a CXL pool) '
+                              'to plug into the guest; pool p holds '
+                              'network memory'),
+    ('virtio-mem', None, 'the lease holds no memory'),
+    ('guest', 'cxl', 'bind it in host mode, or in virtio-mem mode'),
+    ('virtio-mem', 'cxl', None),
+    ('host', 'cxl', None),
+    ('guest', 'network', None),
+])
+def test_attach_medium_rule(mode, medium, words):
+    pool = _Pool('p', medium) if medium else None
+    refusal = rules.attach_medium_refusal(mode, pool)
+    if words is None:
+        assert refusal is None
+    else:
+        assert words in refusal
+
+
+def test_virtio_mem_needs_a_server():
+    with pytest.raises(exception.Invalid) as err:
+        rules.check_attach_mode('virtio-mem', None)
+    assert 'attach_mode virtio-mem attaches to a server' in \
+        err.value.message
+    rules.check_attach_mode('virtio-mem', INSTANCE)
