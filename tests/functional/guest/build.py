@@ -419,13 +419,15 @@ def build(cache=None, extra_modules=(), cmdline=KERNEL_CMDLINE):
 
 
 def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
-               agent=True, autoswap=True, max_memory_mib=None):
+               agent=True, autoswap=True, max_memory_mib=None,
+               memory_slots=2):
     """A TCG domain booting the tiny guest with its console in a file,
     and a guest agent channel unless ``agent`` is False (libvirt picks the
     host side socket).
 
     With ``max_memory_mib`` the domain can take memory devices (virtio-mem,
-    DIMMs) up to that much memory in all: ``<maxMemory slots='2'>`` and
+    DIMMs) up to that much memory in all, ``memory_slots`` of them:
+    ``<maxMemory slots=...>`` and
     one guest NUMA cell holding its CPU and boot memory, both of which
     QEMU needs for memory devices.
 
@@ -467,8 +469,9 @@ def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
        'agent': ("<channel type='unix'><target type='virtio' name='%s'/>"
                  "</channel>" % AGENT_PORT) if agent else '',
        'memory': memory_mib, 'kernel': image.kernel,
-       'max_memory': ("<maxMemory slots='2' unit='MiB'>%d</maxMemory>\n  "
-                      % max_memory_mib) if max_memory_mib else '',
+       'max_memory': ("<maxMemory slots='%d' unit='MiB'>%d</maxMemory>\n  "
+                      % (memory_slots, max_memory_mib))
+       if max_memory_mib else '',
        'numa': ("\n    <numa><cell id='0' cpus='0' memory='%d' unit='MiB'/>"
                 "</numa>" % memory_mib) if max_memory_mib else '',
        'initrd': image.initrd,
@@ -588,7 +591,8 @@ def wait_guest_agent(domain, timeout):
 
 @contextlib.contextmanager
 def running_guest(conn, image=None, memory_mib=256, boot_timeout=300,
-                  name=None, agent=True, autoswap=True, max_memory_mib=None):
+                  name=None, agent=True, autoswap=True, max_memory_mib=None,
+                  memory_slots=2):
     """Define and start the tiny guest, wait for it to boot, yield a
     RunningGuest; destroy and undefine it afterwards.
 
@@ -605,7 +609,8 @@ def running_guest(conn, image=None, memory_mib=256, boot_timeout=300,
     domain = conn.defineXML(domain_xml(name, image, serial_log,
                                        memory_mib=memory_mib, agent=agent,
                                        autoswap=autoswap,
-                                       max_memory_mib=max_memory_mib))
+                                       max_memory_mib=max_memory_mib,
+                                       memory_slots=memory_slots))
     guest = RunningGuest(conn, domain, serial_log, run_dir)
     try:
         deadline = time.monotonic() + boot_timeout
