@@ -36,16 +36,14 @@ EXTRA_SPEC_VALIDATORS = [
         description=(
             'How pooled memory of a composable lease reaches the instance: '
             '``host`` (the compute host swaps to the remote memory and '
-            'the guest\'s cold pages go there; default), ``guest`` (a '
-            'network disk hot-plugged into the guest) or ``virtio-mem`` '
-            '(CXL memory plugged into the guest; only for domains with '
-            '``<maxMemory>``, which Nova writes for vPMEM flavors only).'),
+            'the guest\'s cold pages go there; default) or ``guest`` (a '
+            'network disk hot-plugged into the guest).'),
         value={
             'type': str,
             'description': 'The attach mode.',
             # composable.common.states.ATTACH_MODES, copied: this module
             # imports nothing of the service.
-            'enum': ('host', 'guest', 'virtio-mem'),
+            'enum': ('host', 'guest'),
         },
     ),
     base.ExtraSpecValidator(

@@ -438,3 +438,11 @@ def test_virtio_mem_needs_a_server():
     assert 'attach_mode virtio-mem attaches to a server' in \
         err.value.message
     rules.check_attach_mode('virtio-mem', INSTANCE)
+
+
+def test_virtio_mem_memory_cannot_follow_a_live_migration():
+    from composable.common import live_migration
+    assert 'virtio-mem memory' in live_migration.cannot_follow(
+        states.BOUND, states.ATTACH_VIRTIO_MEM, 256, 0)
+    assert live_migration.cannot_follow(
+        states.RESERVED, states.ATTACH_VIRTIO_MEM, 256, 0) is None
