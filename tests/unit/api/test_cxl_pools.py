@@ -281,10 +281,20 @@ def test_cxl_fabric_driver_info_checked(client, api_env):
 
 
 @pytest.fixture
-def cxl_host(api_env, tmp_path, monkeypatch):
+def vmem_domain():
+    """The MOCK libvirt domain of tests/unit/compute_node/
+    fake_virtio_mem.py, which the agent's virtio-mem attacher plugs into
+    whatever instance it is asked for."""
+    from tests.unit.compute_node import fake_virtio_mem
+    return fake_virtio_mem.FakeVmemDomain(unpluggable=True)
+
+
+@pytest.fixture
+def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     """A conductor, and the compute agent of compute-1 with its CXL side
     on the emulated kernel (the MOCK of tests/unit/compute_node/
-    fake_cxl.py), serving RPC on the fake transport."""
+    fake_cxl.py) and its virtio-mem side on a MOCK libvirt domain,
+    serving RPC on the fake transport."""
     from composable.agent.compute_node import cxl_memory
     from composable.agent import manager as agent_manager
     from composable.common import rpc
@@ -305,8 +315,10 @@ def cxl_host(api_env, tmp_path, monkeypatch):
     memory = cxl_memory.CxlHostMemory(
         ops=priv_cxl, state_file=str(tmp_path / 'cxl.json'),
         offline_interval=0)
-    agent = agent_manager.AgentManager('compute-1', roles=['compute_node'],
-                                       cxl_memory=memory)
+    from tests.unit.compute_node import fake_virtio_mem
+    agent = agent_manager.AgentManager(
+        'compute-1', roles=['compute_node'], cxl_memory=memory,
+        virtio_mem_attacher=fake_virtio_mem.attacher(vmem_domain))
     agent._start_cxl()
     conductor = conductor_manager.ConductorManager('test-host')
     servers = [rpc.get_server(rpc.CONDUCTOR_TOPIC, 'test-host', [conductor]),
@@ -456,3 +468,49 @@ def test_virtio_mem_bind_of_network_memory_refused_by_the_rule(
             resp.error['detail'])
     assert member.get('/v1/leases/%s' % lease['uuid']).json[
         'status'] == 'reserved'
+
+
+def test_virtio_mem_bind_plugs_the_node_into_the_guest(
+        client, cxl_fabric, network, conductor, cxl_host, vmem_domain):
+    """API to conductor to agent: the region is made (emulated kernel),
+    then its node goes into the (MOCK) domain; unbind empties the device
+    before the region goes; a domain without <maxMemory> fails the bind
+    and the region is given back."""
+    kernel = cxl_host
+    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                              'fabric': 'cxl1', 'medium': 'cxl'},
+                headers=V15)
+    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
+                                     'capacity_mb': 1024})
+    member = client.as_('member')
+    lease = member.post('/v1/leases', {'memory_mb': 256, 'pools': ['cxl-mem'],
+                                       'attach_mode': 'virtio-mem'},
+                        headers=V16).json
+    url = '/v1/leases/%s' % lease['uuid']
+    resp = member.post(url + '/bind', {'host': 'compute-1', 'server': SERVER},
+                       headers=V16)
+    assert resp.status == 202, resp
+    bound = _wait(member, lease['uuid'], ['bound', 'bind_failed'])
+    assert bound['status'] == 'bound', bound['fault']
+    assert bound['attach_mode'] == 'virtio-mem'
+    assert bound['instance_uuid'] == SERVER
+    [region] = kernel.regions
+    [device] = vmem_domain.devices.values()
+    assert device['xml'].findtext('source/nodemask') == str(kernel.node)
+    assert device['requested'] == 256 * 1024
+    assert member.post(url + '/unbind').status == 202
+    assert _wait(member, lease['uuid'], ['reserved', 'error'])[
+        'status'] == 'reserved'
+    assert vmem_domain.devices == {}
+    assert kernel.regions == {}
+    # A domain that cannot take memory devices.
+    vmem_domain.max_memory = False
+    assert member.post(url + '/bind', {'host': 'compute-1',
+                                       'server': SERVER},
+                       headers=V16).status == 202
+    failed = _wait(member, lease['uuid'], ['bound', 'bind_failed'])
+    assert failed['status'] == 'bind_failed'
+    assert 'has no <maxMemory slots=...>' in failed['fault']
+    assert kernel.regions == {}
+    assert member.delete(url).status == 204
+    _wait(member, lease['uuid'], ['released'])

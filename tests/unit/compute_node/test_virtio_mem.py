@@ -14,9 +14,10 @@
 growing, the bounded wait for a shrink, and the endpoint's order (the
 guest gives the memory back before the host region goes).
 
-libvirt is the MOCK FakeVmemDomain below: it keeps the live XML libvirt
-would show, and plays the guest's part (``<current>`` follows
-``<requested>`` a step per read, down to what the guest lets go of).
+libvirt is the MOCK FakeVmemDomain of fake_virtio_mem.py: it keeps the
+live XML libvirt would show, and plays the guest's part (``<current>``
+follows ``<requested>`` a step per read, down to what the guest lets go
+of).
 tests/functional/compute_node/test_virtio_mem_real.py runs the same code
 against the real libvirtd and a real guest.
 """
@@ -31,128 +32,11 @@ from composable.agent import endpoints
 from composable.common import exception
 from composable.common import states
 from composable.conductor import rules
+from tests.unit.compute_node import fake_virtio_mem
 
 LEASE = '4c98a3b0-dfe4-4cb7-a067-000000000001'
-INSTANCE = '11111111-2222-3333-4444-555555555555'
-MIB = 1024  # KiB
-
-
-class FakeLibvirtError(Exception):
-    def __init__(self, message, code=1):
-        super().__init__(message)
-        self.code = code
-
-    def get_error_code(self):
-        return self.code
-
-
-class FakeVmemDomain(object):
-    """MOCK of a running libvirt domain with memory devices."""
-
-    def __init__(self, max_memory=True, numa=True, unpluggable=False,
-                 step_kib=128 * MIB):
-        self.max_memory = max_memory
-        self.numa = numa
-        self.unpluggable = unpluggable
-        self.step_kib = step_kib
-        self.active = True
-        # alias -> {'xml': element, 'requested': kib, 'current': kib}
-        self.devices = {}
-        # What the guest cannot give back (KiB): its floor.
-        self.guest_floor_kib = 0
-        self.updates = []
-        self.unplug_requests = []
-
-    def isActive(self):
-        return self.active
-
-    def UUIDString(self):
-        return INSTANCE
-
-    def _advance(self):
-        for dev in self.devices.values():
-            want = max(dev['requested'], self.guest_floor_kib
-                       if dev['requested'] < dev['current'] else 0)
-            if dev['current'] < want:
-                dev['current'] = min(want, dev['current'] + self.step_kib)
-            elif dev['current'] > want:
-                dev['current'] = max(want, dev['current'] - self.step_kib)
-
-    def XMLDesc(self, flags=0):
-        self._advance()
-        parts = ["<domain type='qemu'><name>vm-1</name>"]
-        if self.max_memory:
-            parts.append("<maxMemory slots='2' unit='KiB'>4194304"
-                         "</maxMemory>")
-        parts.append("<memory unit='KiB'>262144</memory>")
-        if self.numa:
-            parts.append("<cpu><numa><cell id='0' cpus='0' memory='262144'"
-                         " unit='KiB'/></numa></cpu>")
-        parts.append('<devices>')
-        for dev in self.devices.values():
-            element = ElementTree.fromstring(
-                ElementTree.tostring(dev['xml'], encoding='unicode'))
-            target = element.find('target')
-            for name in ('requested', 'current'):
-                old = target.find(name)
-                if old is not None:
-                    target.remove(old)
-                ElementTree.SubElement(target, name, unit='KiB').text = \
-                    str(dev[name])
-            parts.append(ElementTree.tostring(element, encoding='unicode'))
-        parts.append('</devices></domain>')
-        return ''.join(parts)
-
-    def attachDeviceFlags(self, xml, flags):
-        assert flags == virtio_mem.VIR_DOMAIN_AFFECT_LIVE
-        element = ElementTree.fromstring(xml)
-        assert element.get('model') == 'virtio-mem'
-        alias = element.find('alias').get('name')
-        requested = int(element.find('target/requested').text)
-        self.devices[alias] = {'xml': element, 'requested': requested,
-                               'current': 0}
-
-    def updateDeviceFlags(self, xml, flags):
-        element = ElementTree.fromstring(xml)
-        assert element.find('target/current') is None, \
-            'libvirt refuses <current> in an update'
-        alias = element.find('alias').get('name')
-        requested = int(element.find('target/requested').text)
-        self.devices[alias]['requested'] = requested
-        self.updates.append(requested // MIB)
-
-    def detachDeviceAlias(self, alias, flags):
-        self.unplug_requests.append(alias)
-        if not self.unpluggable:
-            raise FakeLibvirtError(
-                "internal error: unable to execute QEMU command "
-                "'device_del': virtio based memory devices cannot be "
-                "unplugged.")
-        assert self.devices[alias]['current'] == 0, 'forced unplug'
-        del self.devices[alias]
-
-
-class FakeConnection(object):
-    """MOCK of the agent's LibvirtConnection."""
-
-    uri = 'qemu:///system'
-
-    def __init__(self, domain):
-        self.domain = domain
-
-    def get(self, needed_for=None):
-        return self
-
-    def lookupByUUIDString(self, uuid):
-        if self.domain is None:
-            raise FakeLibvirtError('no domain', virtio_mem.VIR_ERR_NO_DOMAIN)
-        return self.domain
-
-
-def attacher(domain, timeout=5):
-    return virtio_mem.VirtioMemAttacher(
-        connection=FakeConnection(domain), shrink_timeout=timeout,
-        poll_interval=0)
+INSTANCE = fake_virtio_mem.INSTANCE
+MIB = fake_virtio_mem.MIB
 
 
 # ------------------------------------------------------------ XML
@@ -202,9 +86,9 @@ def test_live_device_and_update_xml():
 
 
 def test_domain_without_max_memory_is_refused_naming_it():
-    domain = FakeVmemDomain(max_memory=False)
+    domain = fake_virtio_mem.FakeVmemDomain(max_memory=False)
     with pytest.raises(virtio_mem.NoMaxMemory) as err:
-        attacher(domain).attach(INSTANCE, LEASE, [0], 256)
+        fake_virtio_mem.attacher(domain).attach(INSTANCE, LEASE, [0], 256)
     assert err.value.code == 409
     assert ('domain vm-1 (instance %s) has no <maxMemory slots=...>'
             % INSTANCE) in err.value.message
@@ -213,15 +97,15 @@ def test_domain_without_max_memory_is_refused_naming_it():
 
 
 def test_domain_without_guest_numa_is_refused():
-    domain = FakeVmemDomain(numa=False)
+    domain = fake_virtio_mem.FakeVmemDomain(numa=False)
     with pytest.raises(virtio_mem.NoMaxMemory) as err:
-        attacher(domain).attach(INSTANCE, LEASE, [0], 256)
+        fake_virtio_mem.attacher(domain).attach(INSTANCE, LEASE, [0], 256)
     assert 'no guest NUMA cell' in err.value.message
 
 
 def test_attach_grows_the_guest_and_is_idempotent():
-    domain = FakeVmemDomain()
-    vmem = attacher(domain)
+    domain = fake_virtio_mem.FakeVmemDomain()
+    vmem = fake_virtio_mem.attacher(domain)
     details = vmem.attach(INSTANCE, LEASE, [1], 512)
     assert details == {'mode': states.ATTACH_VIRTIO_MEM,
                        'instance_uuid': INSTANCE,
@@ -237,8 +121,8 @@ def test_attach_grows_the_guest_and_is_idempotent():
 
 
 def test_an_emptied_device_on_another_node_is_not_reused():
-    domain = FakeVmemDomain()
-    vmem = attacher(domain)
+    domain = fake_virtio_mem.FakeVmemDomain()
+    vmem = fake_virtio_mem.attacher(domain)
     vmem.attach(INSTANCE, LEASE, [1], 256)
     vmem.detach(INSTANCE, LEASE)   # QEMU 7.2: the empty device stays
     with pytest.raises(exception.DriverError) as err:
@@ -254,8 +138,8 @@ def test_an_emptied_device_on_another_node_is_not_reused():
 
 
 def test_grow_returns_at_once_and_shrink_waits_for_the_guest():
-    domain = FakeVmemDomain()
-    vmem = attacher(domain)
+    domain = fake_virtio_mem.FakeVmemDomain()
+    vmem = fake_virtio_mem.attacher(domain)
     vmem.attach(INSTANCE, LEASE, [0], 512, requested_mib=128)
     # Grow: not waited for.
     vmem.resize(INSTANCE, LEASE, 512)
@@ -269,8 +153,8 @@ def test_grow_returns_at_once_and_shrink_waits_for_the_guest():
 
 
 def test_a_guest_that_keeps_its_memory_fails_the_shrink_in_time():
-    domain = FakeVmemDomain()
-    vmem = attacher(domain, timeout=0.3)
+    domain = fake_virtio_mem.FakeVmemDomain()
+    vmem = fake_virtio_mem.attacher(domain, timeout=0.3)
     vmem.attach(INSTANCE, LEASE, [0], 512)
     for _ in range(8):
         domain.XMLDesc()  # the guest plugs it all
@@ -288,8 +172,8 @@ def test_a_guest_that_keeps_its_memory_fails_the_shrink_in_time():
 
 
 def test_unbind_is_a_shrink_to_zero_then_the_unplug():
-    domain = FakeVmemDomain(unpluggable=True)
-    vmem = attacher(domain)
+    domain = fake_virtio_mem.FakeVmemDomain(unpluggable=True)
+    vmem = fake_virtio_mem.attacher(domain)
     vmem.attach(INSTANCE, LEASE, [0], 256)
     vmem.detach(INSTANCE, LEASE)
     assert domain.updates == [0]
@@ -302,8 +186,8 @@ def test_unbind_is_a_shrink_to_zero_then_the_unplug():
 
 
 def test_unbind_refused_by_the_guest_unplugs_nothing():
-    domain = FakeVmemDomain(unpluggable=True)
-    vmem = attacher(domain, timeout=0.2)
+    domain = fake_virtio_mem.FakeVmemDomain(unpluggable=True)
+    vmem = fake_virtio_mem.attacher(domain, timeout=0.2)
     vmem.attach(INSTANCE, LEASE, [0], 256)
     for _ in range(4):
         domain.XMLDesc()
@@ -340,7 +224,8 @@ class FakeParts(object):
     def __init__(self, domain):
         from composable.agent.compute_node import attachments
         self.cxl = RecordingCxl()
-        self.virtio_mem_attacher = attacher(domain, timeout=0.2)
+        self.virtio_mem_attacher = fake_virtio_mem.attacher(domain,
+                                                            timeout=0.2)
         self.virtio_mem = backends.VirtioMemGuests(self)
         self.attachments = attachments.LiveAttachments()
 
@@ -356,7 +241,7 @@ def _endpoint(domain):
 
 
 def test_endpoint_bind_and_unbind_in_virtio_mem_mode():
-    domain = FakeVmemDomain(unpluggable=True)
+    domain = fake_virtio_mem.FakeVmemDomain(unpluggable=True)
     endpoint = _endpoint(domain)
     lease = {'uuid': LEASE}
     details = endpoint.attach_memory(None, lease, _chunks(), 'virtio-mem',
@@ -371,7 +256,7 @@ def test_endpoint_bind_and_unbind_in_virtio_mem_mode():
 
 
 def test_endpoint_gives_the_region_back_when_the_domain_cannot_take_it():
-    endpoint = _endpoint(FakeVmemDomain(max_memory=False))
+    endpoint = _endpoint(fake_virtio_mem.FakeVmemDomain(max_memory=False))
     with pytest.raises(virtio_mem.NoMaxMemory):
         endpoint.attach_memory(None, {'uuid': LEASE}, _chunks(),
                                'virtio-mem', INSTANCE)
@@ -379,7 +264,7 @@ def test_endpoint_gives_the_region_back_when_the_domain_cannot_take_it():
 
 
 def test_endpoint_keeps_the_region_while_the_guest_keeps_the_memory():
-    domain = FakeVmemDomain(unpluggable=True)
+    domain = fake_virtio_mem.FakeVmemDomain(unpluggable=True)
     endpoint = _endpoint(domain)
     endpoint.attach_memory(None, {'uuid': LEASE}, _chunks(), 'virtio-mem',
                            INSTANCE)
@@ -394,7 +279,7 @@ def test_endpoint_keeps_the_region_while_the_guest_keeps_the_memory():
 
 
 def test_endpoint_refuses_virtio_mem_of_network_memory():
-    endpoint = _endpoint(FakeVmemDomain())
+    endpoint = _endpoint(fake_virtio_mem.FakeVmemDomain())
     extents = [{'uuid': 'e-1', 'size_mb': 256}]
     with pytest.raises(exception.DriverError) as err:
         endpoint.attach_memory(None, {'uuid': LEASE}, extents, 'virtio-mem',
