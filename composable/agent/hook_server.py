@@ -911,6 +911,8 @@ class HookServer(object):
                           'hot-plug', lease_uuid)
 
     def _attach_pending_memory(self, instance, pending, since):
+        if not pending:
+            return
         attacher = self.node.guest_attacher
         for lease_uuid, (lease, extents, initiator) in pending.items():
             reason = None

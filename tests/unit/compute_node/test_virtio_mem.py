@@ -331,3 +331,86 @@ def test_virtio_mem_memory_cannot_follow_a_live_migration():
         states.BOUND, states.ATTACH_VIRTIO_MEM, 256, 0)
     assert live_migration.cannot_follow(
         states.RESERVED, states.ATTACH_VIRTIO_MEM, 256, 0) is None
+
+
+# ------------------------------------------------------------ the hook
+
+
+class HookConductor(object):
+    """MOCK conductor for the hook server: its bind and unbind flows
+    call the agent's endpoint back while the hook waits."""
+
+    def __init__(self):
+        self.endpoint = None
+        self.faults = []
+
+    def _answer(self):
+        return {'ok': True, 'leases': [{'uuid': LEASE}]}
+
+    def prepare_instance(self, context, instance, host, **kwargs):
+        self.endpoint.attach_memory(None, {'uuid': LEASE}, _chunks(),
+                                    'virtio-mem', instance)
+        return self._answer()
+
+    def release_instance(self, context, instance, host, **kwargs):
+        if kwargs.get('fault'):
+            self.faults.append(kwargs['fault'])
+            return self._answer()
+        self.endpoint.detach_memory(None, {'uuid': LEASE}, _chunks(),
+                                    'virtio-mem', instance)
+        return self._answer()
+
+
+def _hooked(domain):
+    from composable.agent import hook_server
+    endpoint = _endpoint(domain)
+    parts = endpoint._parts
+    parts.host = 'compute-1'
+    parts.memory_simulated = parts.devices_simulated = True
+    parts.cxl_simulated = False
+    conductor = HookConductor()
+    conductor.endpoint = endpoint
+    hook = hook_server.HookServer(parts, path='/nonexistent',
+                                  conductor=conductor)
+    hook.cache.set(INSTANCE, [LEASE])
+    endpoint.hook_server = hook
+    return endpoint, hook, conductor
+
+
+def _join(hook):
+    for thread in hook._threads:
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+def test_the_hook_plugs_the_device_once_the_guest_runs():
+    domain = fake_virtio_mem.FakeVmemDomain(unpluggable=True)
+    endpoint, hook, conductor = _hooked(domain)
+    # prepare: the region is made, the device waits (QEMU does not run).
+    assert hook.handle({'op': 'prepare', 'instance': INSTANCE})['ok']
+    assert endpoint._parts.cxl.calls == ['attach']
+    assert domain.devices == {}
+    # started: plugged, in a thread.
+    assert hook.handle({'op': 'started', 'instance': INSTANCE})['ok']
+    _join(hook)
+    [device] = domain.devices.values()
+    assert device['requested'] == 512 * MIB
+    # stopped: QEMU is gone; only the region is given back (no libvirt
+    # call on a domain the hook holds).
+    domain.active = False
+    assert hook.handle({'op': 'stopped', 'instance': INSTANCE})['ok']
+    assert endpoint._parts.cxl.calls == ['attach', 'detach']
+    assert domain.updates == [] and domain.unplug_requests == []
+    assert conductor.faults == []
+
+
+def test_a_domain_without_max_memory_gets_the_lease_unbound_at_start():
+    domain = fake_virtio_mem.FakeVmemDomain(max_memory=False)
+    endpoint, hook, conductor = _hooked(domain)
+    assert hook.handle({'op': 'prepare', 'instance': INSTANCE})['ok']
+    assert hook.handle({'op': 'started', 'instance': INSTANCE})['ok']
+    _join(hook)
+    [fault] = conductor.faults
+    assert 'did not get the CXL memory of this lease' in fault
+    assert 'has no <maxMemory slots=...>' in fault
+    assert domain.devices == {}
