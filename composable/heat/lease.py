@@ -327,10 +327,11 @@ class Lease(resource.Resource):
                           'memory (the size it starts at).'))
         if props[self.SERVER] and props[self.HOST]:
             raise exception.ResourcePropertyConflict(self.SERVER, self.HOST)
-        if props[self.ATTACH_MODE] == 'guest' and not props[self.SERVER]:
+        if props[self.ATTACH_MODE] in ('guest', 'virtio-mem') and \
+                not props[self.SERVER]:
             raise exception.StackValidationFailed(
-                message=_('attach_mode guest attaches to a server: give '
-                          'the server property.'))
+                message=_('attach_mode %s attaches to a server: give '
+                          'the server property.') % props[self.ATTACH_MODE])
         start = end = None
         if props[self.START]:
             start = _parse_time(self.START, props[self.START])
