@@ -439,8 +439,9 @@ class VirtioMemAttacher(object):
                 domain.detachDeviceAlias(device.alias,
                                          VIR_DOMAIN_AFFECT_LIVE)
             except Exception as exc:
-                if _error_code(exc) == VIR_ERR_DEVICE_MISSING:
-                    return
+                if _error_code(exc) == VIR_ERR_DEVICE_MISSING or \
+                        not domain.isActive():
+                    return  # gone with the device, or with its domain
                 if NOT_UNPLUGGABLE_HINT in str(exc):
                     LOG.info('Instance %(inst)s: QEMU cannot unplug '
                              'virtio-mem devices; the emptied device of '
