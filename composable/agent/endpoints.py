@@ -196,7 +196,7 @@ class ComputeNodeEndpoint(_RoleEndpoint):
         self._require('detach memory')
         mode = self._mode(mode)
         if is_cxl(extents):
-            if mode == states.ATTACH_VIRTIO_MEM and instance_uuid:
+            if mode == states.ATTACH_VIRTIO_MEM:
                 # The guest gives the memory back first; a guest that
                 # does not keeps it, and the host keeps the region.
                 self._parts.virtio_mem.detach(lease, instance_uuid,

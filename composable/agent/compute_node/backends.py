@@ -293,12 +293,19 @@ class VirtioMemGuests(object):
         does not give the memory back: the host region must then stay."""
         if self.simulated:
             return
+        attacher = self.parts.virtio_mem_attacher
+        if not instance_uuid:
+            # Not told which guest: every running one that has the
+            # device gives the memory back before the region can go.
+            for holder in attacher.holders(lease['uuid']):
+                self.detach(lease, holder, hook)
+            return
         if hook is not None and hook.forget_virtio_mem(instance_uuid,
                                                        lease['uuid']):
             # The libvirt hook holds the domain: QEMU, and the memory it
             # had of the host node, are gone.
             return
-        self.parts.virtio_mem_attacher.detach(instance_uuid, lease['uuid'])
+        attacher.detach(instance_uuid, lease['uuid'])
 
     def resize(self, lease, instance_uuid, requested_mb):
         if self.simulated:

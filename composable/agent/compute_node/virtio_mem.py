@@ -68,6 +68,7 @@ KIB_PER_MIB = 1024
 POLL_INTERVAL = 0.2
 
 VIR_DOMAIN_AFFECT_LIVE = 1
+VIR_CONNECT_LIST_DOMAINS_ACTIVE = 1
 VIR_ERR_NO_DOMAIN = 42
 VIR_ERR_DEVICE_MISSING = 99
 # What QEMU answers an unplug of a virtio-mem device when it cannot
@@ -246,6 +247,23 @@ class VirtioMemAttacher(object):
         if domain is None or not domain.isActive():
             return None
         return self._memory(domain).devices.get(device_alias(lease_uuid))
+
+    def holders(self, lease_uuid):
+        """The uuids of the running domains that have the lease's device
+        (for a detach that was not told the instance: the host region
+        must not go from under a guest)."""
+        conn = self.connection.get(
+            'virtio-mem memory cannot be plugged into guests on this host')
+        alias = device_alias(lease_uuid)
+        found = []
+        for domain in conn.listAllDomains(VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+            try:
+                if alias in self._memory(domain).devices:
+                    found.append(domain.UUIDString())
+            except Exception as exc:
+                if _error_code(exc) != VIR_ERR_NO_DOMAIN:
+                    raise
+        return found
 
     def present(self, instance_uuid, lease_uuid):
         """False only when the domain runs and lacks the lease's device

@@ -471,7 +471,7 @@ def test_virtio_mem_bind_of_network_memory_refused_by_the_rule(
 
 
 def test_virtio_mem_bind_plugs_the_node_into_the_guest(
-        client, cxl_fabric, network, conductor, cxl_host, vmem_domain):
+        client, cxl_fabric, network, cxl_host, vmem_domain):
     """API to conductor to agent: the region is made (emulated kernel),
     then its node goes into the (MOCK) domain; unbind empties the device
     before the region goes; a domain without <maxMemory> fails the bind

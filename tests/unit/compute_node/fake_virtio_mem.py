@@ -129,6 +129,11 @@ class FakeConnection(object):
     def get(self, needed_for=None):
         return self
 
+    def listAllDomains(self, flags=0):
+        if self.domain is None or not self.domain.isActive():
+            return []
+        return [self.domain]
+
     def lookupByUUIDString(self, uuid):
         if self.domain is None:
             raise FakeLibvirtError('no domain', virtio_mem.VIR_ERR_NO_DOMAIN)

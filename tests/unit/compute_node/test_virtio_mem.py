@@ -278,6 +278,20 @@ def test_endpoint_keeps_the_region_while_the_guest_keeps_the_memory():
     assert endpoint._parts.cxl.calls == ['attach']
 
 
+def test_endpoint_finds_the_guest_when_not_told_it():
+    """A detach without the instance still empties every running guest
+    that has the lease's device before the region goes."""
+    domain = fake_virtio_mem.FakeVmemDomain(unpluggable=True)
+    endpoint = _endpoint(domain)
+    endpoint.attach_memory(None, {'uuid': LEASE}, _chunks(), 'virtio-mem',
+                           INSTANCE)
+    endpoint.detach_memory(None, {'uuid': LEASE}, _chunks(), 'virtio-mem',
+                           None)
+    assert domain.updates == [0]
+    assert domain.devices == {}
+    assert endpoint._parts.cxl.calls == ['attach', 'detach']
+
+
 def test_endpoint_refuses_virtio_mem_of_network_memory():
     endpoint = _endpoint(fake_virtio_mem.FakeVmemDomain())
     extents = [{'uuid': 'e-1', 'size_mb': 256}]
