@@ -40,7 +40,8 @@ ROLES = (MEMORY_NODE, COMPUTE_NODE)
 
 # 1.1: set_sriov_vfs
 # 1.2: attach_devices / detach_devices take SR-IOV virtual functions
-RPC_API_VERSION = '1.2'
+# 1.3: attach_memory / detach_memory take mode virtio-mem; resize_memory
+RPC_API_VERSION = '1.3'
 
 
 def is_cxl(extents):
@@ -122,7 +123,8 @@ class ComputeNodeEndpoint(_RoleEndpoint):
         mode = mode or states.ATTACH_HOST
         if mode not in states.ATTACH_MODES:
             raise exception.DriverError(
-                reason='unknown attach mode %r; use host or guest' % mode)
+                reason='unknown attach mode %r; use %s' % (
+                    mode, ', '.join(states.ATTACH_MODES)))
         return mode
 
     # ------------------------------------------------------------ memory
@@ -135,16 +137,24 @@ class ComputeNodeEndpoint(_RoleEndpoint):
                  'mode%(to)s', {'n': len(extents), 'lease': lease['uuid'],
                                 'mode': mode,
                                 'to': (' to instance %s' % instance_uuid
-                                       if mode == states.ATTACH_GUEST
+                                       if mode in states.SERVER_ATTACH_MODES
                                        else '')})
         hook = self.hook_server
         if is_cxl(extents):
-            if mode != states.ATTACH_HOST:
+            if mode == states.ATTACH_GUEST:
                 raise exception.DriverError(
                     reason='CXL memory of lease %s is onlined on the host '
                            'as a NUMA node; it cannot be attached in %s '
-                           'mode' % (lease['uuid'], mode))
+                           'mode (use host or virtio-mem)' % (
+                               lease['uuid'], mode))
             details = self._parts.cxl.attach(lease, extents)
+            if mode == states.ATTACH_VIRTIO_MEM:
+                details = self._into_guest(lease, extents, details,
+                                           instance_uuid, hook)
+        elif mode == states.ATTACH_VIRTIO_MEM:
+            raise exception.DriverError(
+                reason='lease %s holds network memory; virtio-mem mode '
+                       'needs host memory (a CXL pool)' % lease['uuid'])
         else:
             details = self._parts.memory.attach(lease, extents, mode,
                                                 instance_uuid, hook)
@@ -155,16 +165,57 @@ class ComputeNodeEndpoint(_RoleEndpoint):
             dict(lease, attach_mode=mode, instance_uuid=instance_uuid))
         return details
 
+    def _into_guest(self, lease, extents, host_details, instance_uuid,
+                    hook):
+        """virtio-mem: the NUMA node just onlined goes into the guest; if
+        it cannot, the host gives the region back (erased) and the bind
+        fails with the reason."""
+        if not instance_uuid:
+            self._parts.cxl.detach(lease, extents)
+            raise exception.DriverError(
+                reason='lease %s is bound in virtio-mem mode, which plugs '
+                       'memory into a server; give its UUID' % lease['uuid'])
+        try:
+            return self._parts.virtio_mem.attach(lease, host_details,
+                                                 instance_uuid, hook)
+        except Exception as exc:
+            try:
+                self._parts.cxl.detach(lease, extents)
+            except exception.DriverError as undo:
+                LOG.error('Lease %(lease)s: the CXL region made for the '
+                          'guest could not be given back: %(reason)s',
+                          {'lease': lease['uuid'], 'reason': undo.message})
+            if isinstance(exc, exception.DriverError):
+                raise
+            raise exception.DriverError(
+                reason='plugging the CXL memory of lease %s into instance '
+                       '%s failed: %s' % (lease['uuid'], instance_uuid, exc))
+
     def detach_memory(self, context, lease, extents, mode,
                       instance_uuid=None):
         self._require('detach memory')
         mode = self._mode(mode)
         if is_cxl(extents):
+            if mode == states.ATTACH_VIRTIO_MEM:
+                # The guest gives the memory back first; a guest that
+                # does not keeps it, and the host keeps the region.
+                self._parts.virtio_mem.detach(lease, instance_uuid,
+                                              self.hook_server)
             self._parts.cxl.detach(lease, extents)
         else:
             self._parts.memory.detach(lease, extents, mode, instance_uuid,
                                       self.hook_server)
         self._parts.attachments.memory_detached(lease['uuid'], extents)
+
+    def resize_memory(self, context, lease, instance_uuid, requested_mb):
+        """virtio-mem mode: ask the guest of ``instance_uuid`` for
+        ``requested_mb`` of the lease's device (up to the lease's size).
+        A shrink returns once the guest gave the memory back, and fails
+        (the guest keeps its former size) when it does not in time.
+        Returns the MiB the guest then has of it."""
+        self._require('resize memory')
+        return self._parts.virtio_mem.resize(lease, instance_uuid,
+                                             requested_mb)
 
     # ----------------------------------------------------------- devices
 

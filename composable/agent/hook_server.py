@@ -29,17 +29,20 @@ for one JSON line back, ``{"ok": true|false, "abort": bool, "message":
     "deferred", attach_devices binds the functions on the host only, and
     what goes into the guest is kept here until ``started``.
 ``started``
-    The deferred extents and devices are hot-plugged into the guest, in a
-    thread, after the hook has returned. A lease whose hot-plug fails is
-    unbound (it stays the instance's) with the reason as its fault: a
-    guest without a free PCIe hot-plug slot says so.
+    The deferred extents, devices and virtio-mem devices (the CXL memory
+    of virtio-mem leases, onlined on the host at prepare) are hot-plugged
+    into the guest, in a thread, after the hook has returned. A lease
+    whose hot-plug fails is unbound (it stays the instance's) with the
+    reason as its fault: a guest without a free PCIe hot-plug slot, or a
+    domain without ``<maxMemory>``, says so.
 ``stopped`` / ``release``
     The conductor unbinds the instance's leases from this host
     (``release_instance``); they stay the instance's for its next start.
 ``reconnect``
     After the hook has returned, a thread checks that the guest-mode
-    disks and the passed-through devices of the instance's bound leases
-    are still in the domain, and binds them again if not.
+    disks, the virtio-mem devices and the passed-through devices of the
+    instance's bound leases are still in the domain, and binds them again
+    if not.
 ``migrate``
     The instance is marked as arriving by live migration: its next
     prepare does not take its leases from the host it comes from. An
@@ -73,6 +76,7 @@ import oslo_messaging as messaging
 
 from composable.agent.compute_node import hostdev
 from composable.agent.compute_node import libvirt_guest
+from composable.agent.compute_node import virtio_mem
 from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import states
@@ -259,6 +263,9 @@ class HookServer(object):
         self._busy = {}
         self._pending = {}
         self._pending_devices = {}
+        # instance -> {lease uuid: (lease, {'nodes', 'size_mb'})}: the
+        # virtio-mem devices that wait for ``started``.
+        self._pending_vmem = {}
         # (instance, lease) -> True once an unbind cancelled the hot-plug
         # a started thread is about to make.
         self._plugging = {}
@@ -479,6 +486,34 @@ class HookServer(object):
                   'lease': lease['uuid']})
         return True
 
+    def defer_virtio_mem(self, lease, spec, instance_uuid):
+        """Keep the virtio-mem device of a lease (``spec``: the host
+        ``nodes`` and ``size_mb``) for the ``started`` hook when the
+        domain is being prepared. Returns True when deferred."""
+        with self._lock:
+            if instance_uuid not in self._preparing:
+                return False
+            self._pending_vmem.setdefault(instance_uuid, {})[
+                lease['uuid']] = (lease, dict(spec))
+        LOG.info('Instance %(instance)s is starting: the CXL memory of '
+                 'lease %(lease)s is online on host NUMA node(s) %(nodes)s '
+                 'and goes into the guest once it runs',
+                 {'instance': instance_uuid, 'lease': lease['uuid'],
+                  'nodes': spec['nodes']})
+        return True
+
+    def forget_virtio_mem(self, instance_uuid, lease_uuid):
+        """A virtio-mem detach: drop what waits for ``started``. Returns
+        True when the domain is held by its hook (QEMU, and with it the
+        guest's hold on the host node, is gone or not there yet)."""
+        with self._lock:
+            pending = self._pending_vmem.get(instance_uuid)
+            if pending is not None:
+                pending.pop(lease_uuid, None)
+                if not pending:
+                    del self._pending_vmem[instance_uuid]
+            return instance_uuid in self._busy
+
     def forget_guest_devices(self, instance_uuid, lease_uuid):
         """A device detach: drop what waits for ``started``. Returns
         True when the domain is held by its hook, so there is no running
@@ -599,6 +634,7 @@ class HookServer(object):
             self._released.pop(instance, None)
             self._pending.pop(instance, None)
             self._pending_devices.pop(instance, None)
+            self._pending_vmem.pop(instance, None)
         known = self._known(instance)
         if not wants and not known:
             if known is None:
@@ -655,13 +691,14 @@ class HookServer(object):
         with self._lock:
             pending = self._pending.pop(instance, None)
             devices = self._pending_devices.pop(instance, None)
+            vmem = self._pending_vmem.pop(instance, None)
             for lease_uuid in devices or ():
                 self._plugging[(instance, lease_uuid)] = False
             incoming = self._incoming.pop(instance, None) is not None
-        if pending or devices:
+        if pending or devices or vmem:
             self._spawn('hook-attach-%s' % instance[:8],
                         self._attach_pending, instance, pending or {},
-                        time.monotonic(), devices or {})
+                        time.monotonic(), devices or {}, vmem or {})
             return _ok(message='attaching in the background')
         if incoming:
             if self.cache.leases_of(instance):
@@ -680,6 +717,7 @@ class HookServer(object):
         with self._lock:
             self._pending.pop(instance, None)
             self._pending_devices.pop(instance, None)
+            self._pending_vmem.pop(instance, None)
             self._incoming.pop(instance, None)
             done = self._released.get(instance)
             if op == 'release' and done is not None:
@@ -763,13 +801,49 @@ class HookServer(object):
 
     # ------------------------------------------------------------ threads
 
-    def _attach_pending(self, instance, pending, since, devices=None):
+    def _attach_pending(self, instance, pending, since, devices=None,
+                        vmem=None):
         """started: hot-plug what prepare exported or bound. On failure
         the lease is unbound (it stays the instance's) with the reason as
         its fault."""
         self._attach_pending_memory(instance, pending, since)
+        if vmem:
+            self._attach_pending_vmem(instance, vmem, since)
         if devices:
             self._attach_pending_devices(instance, devices, since)
+
+    def _attach_pending_vmem(self, instance, vmem, since):
+        attacher = self.node.virtio_mem_attacher
+        for lease_uuid, (lease, spec) in vmem.items():
+            reason = None
+            for attempt in range(ATTACH_ATTEMPTS):
+                if self._stopped_since(instance, since):
+                    return
+                try:
+                    attacher.attach(instance, lease_uuid, spec['nodes'],
+                                    spec['size_mb'])
+                except Exception as exc:
+                    reason = getattr(exc, 'message', None) or \
+                        type(exc).__name__
+                    LOG.warning('Plugging the virtio-mem device of lease '
+                                '%(lease)s into instance %(instance)s '
+                                'failed (attempt %(n)d): %(reason)s',
+                                {'lease': lease_uuid, 'instance': instance,
+                                 'n': attempt + 1, 'reason': reason})
+                    # A domain without <maxMemory> stays without it.
+                    if isinstance(exc, virtio_mem.NoMaxMemory) or \
+                            self._stopping.wait(ATTACH_RETRY_DELAY):
+                        break
+                    continue
+                reason = None
+                break
+            if reason is None or self._stopped_since(instance, since):
+                continue
+            self._unbind_after_failed_plug(
+                instance, lease_uuid,
+                'The guest did not get the CXL memory of this lease when '
+                'instance %s started on %s: %s' % (instance, self.host,
+                                                   reason))
 
     def _attach_pending_devices(self, instance, devices, since):
         try:
@@ -837,6 +911,8 @@ class HookServer(object):
                           'hot-plug', lease_uuid)
 
     def _attach_pending_memory(self, instance, pending, since):
+        if not pending:
+            return
         attacher = self.node.guest_attacher
         for lease_uuid, (lease, extents, initiator) in pending.items():
             reason = None
@@ -899,6 +975,13 @@ class HookServer(object):
                        not self._disks_present(instance,
                                                lease.get('extents') or [])]
             missing += [lease['uuid'] for lease in here
+                        if not self.node.cxl_simulated and
+                        lease.get('attach_mode') ==
+                        states.ATTACH_VIRTIO_MEM and
+                        lease.get('extents') and
+                        not self.node.virtio_mem_attacher.present(
+                            instance, lease['uuid'])]
+            missing += [lease['uuid'] for lease in here
                         if not self.node.devices_simulated and
                         lease.get('devices') and
                         lease['uuid'] not in missing and
@@ -929,10 +1012,12 @@ class HookServer(object):
                           instance)
 
     def _guests_real(self):
-        """Whether guest-mode memory or devices really go into guests
-        on this host (else there is nothing to check in a domain)."""
+        """Whether guest-mode memory, virtio-mem memory or devices
+        really go into guests on this host (else there is nothing to
+        check in a domain)."""
         return not (self.node.memory_simulated and
-                    self.node.devices_simulated)
+                    self.node.devices_simulated and
+                    self.node.cxl_simulated)
 
     def _devices_present(self, instance, device_uuids):
         present = self.node.device_attacher.present(instance, device_uuids)

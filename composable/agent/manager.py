@@ -97,7 +97,7 @@ class AgentManager(object):
     def __init__(self, host, roles=None, exporter=None, guest_attacher=None,
                  host_swap=None, simulate=None, memory_tuner=None,
                  host_pci=None, device_attacher=None, conductor_api=None,
-                 cxl_memory=None):
+                 cxl_memory=None, virtio_mem_attacher=None):
         self.host = host
         self._conductor = conductor_api
         self.roles = tuple(roles if roles is not None else CONF.agent.roles)
@@ -110,7 +110,7 @@ class AgentManager(object):
             host, guest_attacher=guest_attacher, host_swap=host_swap,
             simulate=simulate, memory_tuner=memory_tuner,
             host_pci=host_pci, device_attacher=device_attacher,
-            cxl_memory=cxl_memory)
+            cxl_memory=cxl_memory, virtio_mem_attacher=virtio_mem_attacher)
         self.memory = endpoints_mod.MemoryNodeEndpoint(
             host, self.roles, self.memory_node)
         self.compute = endpoints_mod.ComputeNodeEndpoint(

@@ -22,6 +22,8 @@ Version history:
     1.1 - set_sriov_vfs
     1.2 - attach_devices and detach_devices take SR-IOV virtual functions
           (a device with an ``sriov`` entry)
+    1.3 - attach_memory and detach_memory take mode virtio-mem;
+          resize_memory
 """
 
 from composable.common import rpc
@@ -65,17 +67,33 @@ class AgentAPI(object):
 
     # compute_node role
 
+    @staticmethod
+    def _memory_version(mode):
+        # An older agent does not know virtio-mem and would refuse it by
+        # its own check anyway; asking for 1.3 says why plainly.
+        return '1.3' if mode == 'virtio-mem' else None
+
     def attach_memory(self, context, node, lease, extents, mode,
                       instance_uuid=None):
         return self._call(context, node, 'attach_memory', lease=lease,
                           extents=extents, mode=mode,
-                          instance_uuid=instance_uuid)
+                          instance_uuid=instance_uuid,
+                          version=self._memory_version(mode))
 
     def detach_memory(self, context, node, lease, extents, mode,
                       instance_uuid=None):
         return self._call(context, node, 'detach_memory', lease=lease,
                           extents=extents, mode=mode,
-                          instance_uuid=instance_uuid)
+                          instance_uuid=instance_uuid,
+                          version=self._memory_version(mode))
+
+    def resize_memory(self, context, node, lease, instance_uuid,
+                      requested_mb):
+        """virtio-mem mode: the guest gets ``requested_mb`` of the
+        lease's device; the MiB it has of it afterwards."""
+        return self._call(context, node, 'resize_memory', lease=lease,
+                          instance_uuid=instance_uuid,
+                          requested_mb=requested_mb, version='1.3')
 
     @staticmethod
     def _devices_version(devices):

@@ -39,6 +39,10 @@ Version  Change
 1.5      Pools: ``medium`` of a memory pool, ``network`` (the default)
          or ``cxl`` (CXL memory devices, leased in whole chunks, bound
          to a host as a NUMA node); on create, shown on every pool.
+1.6      Leases: ``attach_mode`` ``virtio-mem`` (create and bind), for
+         leases of a CXL pool bound to a server: the memory is onlined
+         on the server's host as a NUMA node and plugged into the guest
+         by a virtio-mem device pinned to that node.
 =======  ==============================================================
 """
 
@@ -56,6 +60,7 @@ VERSIONS = (
     '1.3',
     '1.4',
     '1.5',
+    '1.6',
 )
 
 MIN_VERSION_STRING = VERSIONS[0]

@@ -317,7 +317,8 @@ class LeaseManager(Manager):
             body['server'] = server
         if attach_mode is not None:
             body['attach_mode'] = attach_mode
-        return self.client.post(self.path(ident, 'bind'), body)
+        return self.client.post(self.path(ident, 'bind'), body,
+                                version=self._mode_version(attach_mode))
 
     def unbind(self, ident):
         return self.client.post(self.path(ident, 'unbind'), {})
@@ -329,11 +330,19 @@ class LeaseManager(Manager):
     #: API versions of the usage history and of elastic leases.
     USAGE_VERSION = '1.1'
     ELASTIC_VERSION = '1.2'
+    #: API version from which attach_mode may be virtio-mem.
+    VIRTIO_MEM_VERSION = '1.6'
+
+    def _mode_version(self, attach_mode):
+        return (self.client.at_least(self.VIRTIO_MEM_VERSION)
+                if attach_mode == 'virtio-mem' else None)
 
     def create(self, **fields):
-        # Elastic leases exist from 1.2 on: ask for it when needed.
-        version = (self.client.at_least(self.ELASTIC_VERSION)
-                   if fields.get('elastic') else None)
+        # Elastic leases exist from 1.2 on, virtio-mem from 1.6: ask for
+        # the version needed.
+        version = self._mode_version(fields.get('attach_mode'))
+        if version is None and fields.get('elastic'):
+            version = self.client.at_least(self.ELASTIC_VERSION)
         return self.client.post(self.collection, fields, version=version)
 
     def get(self, ident):

@@ -28,13 +28,18 @@ from composable.common import states
 def cannot_follow(status, attach_mode, memory_mb, device_count):
     """Why a lease cannot follow a live migration of its instance, or
     None: passed-through fabric devices (bound to the source host's
-    partition, VFIO devices do not migrate), and bound guest-mode memory
-    (an iSCSI disk of the source host's QEMU)."""
+    partition, VFIO devices do not migrate), bound guest-mode memory
+    (an iSCSI disk of the source host's QEMU), and bound virtio-mem
+    memory (backed by a CXL region onlined on the source host)."""
     if status in states.HOLDS_CAPACITY and device_count:
         return 'pooled PCIe device(s) passed through from the fabric'
     if (status == states.BOUND and attach_mode == states.ATTACH_GUEST
             and memory_mb):
         return 'guest-mode memory, a disk of the guest'
+    if (status == states.BOUND and attach_mode == states.ATTACH_VIRTIO_MEM
+            and memory_mb):
+        return ('virtio-mem memory, a CXL region of the source host in the '
+                'guest')
     return None
 
 

@@ -173,7 +173,12 @@ DEVICE_IN_SERVICE_STATES = (DEVICE_AVAILABLE, DEVICE_RESERVED,
 ATTACH_HOST = 'host'
 # A network disk hot-plugged into the guest.
 ATTACH_GUEST = 'guest'
-ATTACH_MODES = (ATTACH_HOST, ATTACH_GUEST)
+# CXL memory onlined on the host as a NUMA node, then plugged into the
+# guest by a virtio-mem device pinned to that node (API 1.6).
+ATTACH_VIRTIO_MEM = 'virtio-mem'
+ATTACH_MODES = (ATTACH_HOST, ATTACH_GUEST, ATTACH_VIRTIO_MEM)
+# The modes that go to a server, and so need one at bind.
+SERVER_ATTACH_MODES = (ATTACH_GUEST, ATTACH_VIRTIO_MEM)
 
 # Hints for a user whose request is refused in a state.
 _HINTS = {

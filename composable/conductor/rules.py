@@ -48,23 +48,40 @@ def check_end(lease, end_at, now=None):
 # ------------------------------------------------------------------ bind
 
 def check_attach_mode(mode, instance_uuid):
-    """A lease attached in guest mode is attached to a server: binding it
-    so needs the server."""
-    if mode == states.ATTACH_GUEST and not instance_uuid:
+    """A lease attached in guest or virtio-mem mode is attached to a
+    server: binding it so needs the server."""
+    if mode in states.SERVER_ATTACH_MODES and not instance_uuid:
         raise exception.Invalid(
-            "Invalid input for field 'server': attach_mode guest attaches "
-            "to a server; give its UUID")
+            "Invalid input for field 'server': attach_mode %s attaches to "
+            "a server; give its UUID" % mode)
+
+
+def attach_medium_refusal(mode, pool):
+    """Why memory of ``pool`` (None: a lease without memory) cannot be
+    attached in ``mode``, or None. CXL memory is onlined on the host as a
+    NUMA node: it goes to the host or, through virtio-mem, into a guest,
+    never as a disk. virtio-mem plugs host memory into a guest: it needs
+    memory that the host has, a CXL pool's."""
+    cxl = pool is not None and media.is_cxl(pool)
+    if mode == states.ATTACH_GUEST and cxl:
+        return ("Invalid input for field 'attach_mode': CXL memory (pool "
+                "%s) is onlined on the host as a NUMA node: bind it in host "
+                "mode, or in virtio-mem mode to a server" % pool.name)
+    if mode == states.ATTACH_VIRTIO_MEM and not cxl:
+        return ("Invalid input for field 'attach_mode': virtio-mem needs "
+                "host memory (a CXL pool) to plug into the guest; %s. Use "
+                "guest mode (swap disks) for network memory" % (
+                    'pool %s holds network memory' % pool.name
+                    if pool is not None else 'the lease holds no memory'))
+    return None
 
 
 def check_cxl_host_mode(lease, mode):
-    """CXL memory is onlined on the host as a NUMA node: a lease holding
-    it binds in host mode only."""
-    if mode == states.ATTACH_GUEST and media.is_cxl(lease.memory_pool):
-        raise exception.Invalid(
-            "Invalid input for field 'attach_mode': lease %s holds CXL "
-            "memory (pool %s), which is onlined on the host as a NUMA "
-            "node: bind it in host mode, to a host or to the host of a "
-            "server" % (lease.uuid, lease.memory_pool.name))
+    """The lease's memory may be bound in ``mode`` (attach_medium_refusal
+    of its memory pool)."""
+    refusal = attach_medium_refusal(mode, lease.memory_pool)
+    if refusal:
+        raise exception.Invalid(refusal + ' (lease %s)' % lease.uuid)
 
 
 def check_fabric(lease, host):

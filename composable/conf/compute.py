@@ -74,6 +74,17 @@ opts = [
                help='Seconds to wait for one extent to go away: the guest '
                     'to release a hot-unplugged disk in guest mode, the '
                     'swapoff and logout in host mode.'),
+    cfg.IntOpt('virtio_mem_shrink_timeout',
+               default=60,
+               min=1,
+               help='virtio-mem mode: seconds to wait for a guest to give '
+                    'back memory of a lease\'s virtio-mem device (its '
+                    'current size down to the requested one) when the lease '
+                    'shrinks or is unbound. A guest that does not is asked '
+                    'for its former size again and the shrink or unbind '
+                    'fails naming both sizes; the memory is never unplugged '
+                    'by force and the host keeps its CXL region. Keep it '
+                    'below [DEFAULT]rpc_response_timeout_bind.'),
     cfg.StrOpt('guest_swapoff',
                default='required',
                choices=[('required', 'a guest-mode disk is unplugged only '

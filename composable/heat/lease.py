@@ -46,7 +46,7 @@ FAILED_STATES = frozenset(['alloc_failed', BIND_FAILED, 'error',
 DELETABLE_STATES = frozenset([REQUESTED, RESERVED, BOUND, 'alloc_failed',
                               BIND_FAILED, 'error'])
 
-ATTACH_MODES = ('host', 'guest')
+ATTACH_MODES = ('host', 'guest', 'virtio-mem')
 
 # The elastic policy's defaults where the API needs a value (the same as
 # the CLI's); the API's own default headroom applies when none is given.
@@ -184,8 +184,9 @@ class Lease(resource.Resource):
         ATTACH_MODE: properties.Schema(
             properties.Schema.STRING,
             _('host: the memory and devices go to the host (memory as '
-              'swap); guest: to the server bound to the lease. Default: '
-              'host.'),
+              'swap); guest: to the server bound to the lease; '
+              'virtio-mem: the CXL memory of the lease is plugged into the '
+              'server bound to it (a CXL pool only). Default: host.'),
             constraints=[constraints.AllowedValues(ATTACH_MODES)],
         ),
         START: properties.Schema(
@@ -326,10 +327,11 @@ class Lease(resource.Resource):
                           'memory (the size it starts at).'))
         if props[self.SERVER] and props[self.HOST]:
             raise exception.ResourcePropertyConflict(self.SERVER, self.HOST)
-        if props[self.ATTACH_MODE] == 'guest' and not props[self.SERVER]:
+        if props[self.ATTACH_MODE] in ('guest', 'virtio-mem') and \
+                not props[self.SERVER]:
             raise exception.StackValidationFailed(
-                message=_('attach_mode guest attaches to a server: give '
-                          'the server property.'))
+                message=_('attach_mode %s attaches to a server: give '
+                          'the server property.') % props[self.ATTACH_MODE])
         start = end = None
         if props[self.START]:
             start = _parse_time(self.START, props[self.START])

@@ -201,6 +201,8 @@ class TestLeaseSchema(LeaseTestCase):
                       'give gpu_count or device_count too')
         self._invalid({'memory': 1024, 'attach_mode': 'guest'},
                       'attach_mode guest attaches to a server')
+        self._invalid({'memory': 1024, 'attach_mode': 'virtio-mem'},
+                      'attach_mode virtio-mem attaches to a server')
         self._invalid({'memory': 1024, 'end': 'next tuesday'},
                       "Property end: 'next tuesday' is not an ISO 8601 time")
         self._invalid({'memory': 1024, 'start': _in(2), 'end': _in(1)},

@@ -24,7 +24,10 @@ memory (iSCSI extents)
 CXL memory
     CxlHostMemory (cxl_memory) regions onlined as NUMA nodes;
     SimulatedCxlMemory when ``[compute_node]cxl_backend`` is noop (what an
-    unset one means with the noop memory exporter).
+    unset one means with the noop memory exporter). In virtio-mem mode
+    VirtioMemGuests then plugs the node's memory into the instance
+    (VirtioMemAttacher, deferred to the ``started`` hook while the domain
+    is being prepared); with simulated CXL memory it plugs nothing.
 PCI devices
     HostDevices: bound to vfio-pci on the host (HostPciDevices) and
     passed through into the instance (GuestDeviceAttacher);
@@ -236,6 +239,79 @@ class CxlMemory(object):
 
     def detach(self, lease, extents):
         self.parts.cxl_memory.detach(lease, extents)
+
+
+class VirtioMemGuests(object):
+    """virtio-mem mode: the lease's CXL memory, onlined on the host by
+    the CXL back end, goes into the instance as one virtio-mem device
+    (virtio_mem.VirtioMemAttacher)."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    @property
+    def simulated(self):
+        return self.parts.cxl.simulated
+
+    @staticmethod
+    def _shape(host_details):
+        nodes = sorted({d['numa_node'] for d in host_details.values()
+                        if d.get('numa_node') is not None})
+        size_mb = sum(int(d.get('size_mb') or 0)
+                      for d in host_details.values())
+        return nodes, size_mb
+
+    def attach(self, lease, host_details, instance_uuid, hook):
+        """``host_details``: what the CXL back end reported per chunk.
+        Returns the details per chunk, now of virtio-mem mode."""
+        nodes, size_mb = self._shape(host_details)
+        details = {uuid: dict(d, mode=states.ATTACH_VIRTIO_MEM,
+                              instance_uuid=instance_uuid)
+                   for uuid, d in host_details.items()}
+        if self.simulated or not nodes:
+            LOG.debug('%(noop)s: would plug %(size)d MiB of lease '
+                      '%(lease)s into instance %(inst)s as a virtio-mem '
+                      'device', {'noop': NOOP_ATTACH, 'size': size_mb,
+                                 'lease': lease['uuid'],
+                                 'inst': instance_uuid})
+            return details
+        spec = {'nodes': nodes, 'size_mb': size_mb}
+        if hook is not None and hook.defer_virtio_mem(lease, spec,
+                                                      instance_uuid):
+            for d in details.values():
+                d['deferred'] = 'started'
+            return details
+        plugged = self.parts.virtio_mem_attacher.attach(
+            instance_uuid, lease['uuid'], nodes, size_mb)
+        for d in details.values():
+            d.update(alias=plugged['alias'],
+                     requested_mb=plugged['requested_mb'])
+        return details
+
+    def detach(self, lease, instance_uuid, hook):
+        """Empty (and unplug) the lease's device; raises when the guest
+        does not give the memory back: the host region must then stay."""
+        if self.simulated:
+            return
+        attacher = self.parts.virtio_mem_attacher
+        if not instance_uuid:
+            # Not told which guest: every running one that has the
+            # device gives the memory back before the region can go.
+            for holder in attacher.holders(lease['uuid']):
+                self.detach(lease, holder, hook)
+            return
+        if hook is not None and hook.forget_virtio_mem(instance_uuid,
+                                                       lease['uuid']):
+            # The libvirt hook holds the domain: QEMU, and the memory it
+            # had of the host node, are gone.
+            return
+        attacher.detach(instance_uuid, lease['uuid'])
+
+    def resize(self, lease, instance_uuid, requested_mb):
+        if self.simulated:
+            return requested_mb
+        return self.parts.virtio_mem_attacher.resize(
+            instance_uuid, lease['uuid'], requested_mb)
 
 
 class SimulatedCxlMemory(object):

@@ -18,10 +18,11 @@ hook server and the usage sampler share:
 * the one libvirt connection (libvirt_connection.LibvirtConnection);
 * the workers, each made when first needed, so that a simulated node
   never loads libvirt: the guest memory attacher, the guest memory
-  tuner, the device attacher, host swap, CXL memory and the host's PCI
-  functions;
+  tuner, the device attacher, host swap, CXL memory, the virtio-mem
+  attacher and the host's PCI functions;
 * the back ends the configuration chooses (backends): ``memory``,
-  ``cxl`` and ``devices``, each real or simulated;
+  ``cxl`` and ``devices``, each real or simulated, and ``virtio_mem``,
+  real when ``cxl`` is;
 * the record of what is attached here (attachments.LiveAttachments).
 
 Every piece can be injected (tests, composable-all); an injected worker
@@ -39,6 +40,7 @@ from composable.agent.compute_node import hostdev
 from composable.agent.compute_node import libvirt_connection
 from composable.agent.compute_node import libvirt_guest
 from composable.agent.compute_node import memory_tuning
+from composable.agent.compute_node import virtio_mem as virtio_mem_mod
 from composable.conf import compute_cxl as cxl_conf
 from composable.conf import compute_pci as pci_conf
 
@@ -47,7 +49,8 @@ class ComputeNodeParts(object):
 
     def __init__(self, host, guest_attacher=None, host_swap=None,
                  simulate=None, memory_tuner=None, host_pci=None,
-                 device_attacher=None, cxl_memory=None, connection=None):
+                 device_attacher=None, cxl_memory=None, connection=None,
+                 virtio_mem_attacher=None):
         self.host = host
         # Reentrant: making a worker makes the workers it needs (the
         # guest attacher the connection, the tuner the guest attacher).
@@ -59,6 +62,7 @@ class ComputeNodeParts(object):
         self._devices = device_attacher
         self._host_pci = host_pci
         self._cxl = cxl_memory
+        self._virtio_mem = virtio_mem_attacher
         self.attachments = attachments_mod.LiveAttachments()
         if simulate is None:
             simulate = (backends.memory_simulated() and
@@ -69,6 +73,7 @@ class ComputeNodeParts(object):
                     if cxl_memory is None and
                     backends.cxl_backend() == cxl_conf.NOOP
                     else backends.CxlMemory(self))
+        self.virtio_mem = backends.VirtioMemGuests(self)
         self.devices = (backends.SimulatedDevices(host)
                         if host_pci is None and
                         backends.pci_backend() == pci_conf.NOOP
@@ -118,6 +123,12 @@ class ComputeNodeParts(object):
         """CXL memory of host-mode leases (regions onlined as NUMA
         nodes)."""
         return self._made('_cxl', cxl_memory_mod.CxlHostMemory)
+
+    @property
+    def virtio_mem_attacher(self):
+        """Plugs the CXL memory of virtio-mem leases into guests."""
+        return self._made('_virtio_mem', lambda: virtio_mem_mod.
+                          VirtioMemAttacher(connection=self.connection))
 
     @property
     def host_pci(self):

@@ -14,6 +14,8 @@ from composable.api import schemas
 from composable.api.schemas import device
 from composable.common import states
 
+# virtio-mem came with 1.6; before it, only host and guest.
+ATTACH_MODES_1_0 = [states.ATTACH_HOST, states.ATTACH_GUEST]
 ATTACH_MODES = list(states.ATTACH_MODES)
 
 _CREATE = schemas.obj({
@@ -30,7 +32,7 @@ _CREATE = schemas.obj({
                      'maxItems': schemas.MAX_DEVICES},
     'pools': {'type': 'array', 'items': schemas.ident, 'uniqueItems': True,
               'minItems': 1, 'maxItems': schemas.MAX_LIST},
-    'attach_mode': {'type': 'string', 'enum': ATTACH_MODES},
+    'attach_mode': {'type': 'string', 'enum': ATTACH_MODES_1_0},
     'start_at': schemas.nullable_timestamp,
     'end_at': schemas.nullable_timestamp,
 })
@@ -72,12 +74,22 @@ _UPDATE = schemas.obj({
 _BIND = schemas.obj({
     'host': schemas.ident,
     'server': schemas.uuid,
-    'attach_mode': {'type': 'string', 'enum': ATTACH_MODES},
+    'attach_mode': {'type': 'string', 'enum': ATTACH_MODES_1_0},
 })
 
 _UNBIND = schemas.obj({})
 
-CREATE = {'1.0': _CREATE, '1.2': _CREATE_1_2}
+
+def _with_modes(schema, modes):
+    properties = dict(schema['properties'])
+    properties['attach_mode'] = {'type': 'string', 'enum': list(modes)}
+    return dict(schema, properties=properties)
+
+
+_CREATE_1_6 = _with_modes(_CREATE_1_2, ATTACH_MODES)
+_BIND_1_6 = _with_modes(_BIND, ATTACH_MODES)
+
+CREATE = {'1.0': _CREATE, '1.2': _CREATE_1_2, '1.6': _CREATE_1_6}
 UPDATE = {'1.0': _UPDATE}
-BIND = {'1.0': _BIND}
+BIND = {'1.0': _BIND, '1.6': _BIND_1_6}
 UNBIND = {'1.0': _UNBIND}

@@ -84,7 +84,9 @@ class CreateLease(base.CreateCommand):
         parser.add_argument(
             '--attach-mode', choices=ATTACH_MODES,
             help='host: the memory/devices go to the host; guest: to the '
-                 'server bound to the lease (default host)')
+                 'server bound to the lease (network memory as swap '
+                 'disks); virtio-mem: CXL memory plugged into the server '
+                 'bound to the lease (API 1.6; default host)')
         parser.add_argument(
             '--start', metavar='<time>', type=utils.time_type,
             help='When the lease starts (ISO 8601; default now; no offset '
@@ -298,8 +300,9 @@ class BindLease(base.ShowCommand):
                                  'server runs on')
         parser.add_argument(
             '--attach-mode', choices=ATTACH_MODES,
-            help='host or guest (default: the lease\'s attach mode); '
-                 'guest needs --server')
+            help='host, guest or virtio-mem (API 1.6, CXL pools only) '
+                 '(default: the lease\'s attach mode); guest and '
+                 'virtio-mem need --server')
         self._parser = parser
         return parser
 

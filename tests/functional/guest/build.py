@@ -283,9 +283,9 @@ def _shared_libraries(binary):
     return [m.group(1) for m in re.finditer(r'(/\S+) \(0x', out)]
 
 
-def _initramfs(moddir):
-    """gzip'ed newc cpio: busybox, /init, the virtio modules, qemu-ga
-    and its libraries."""
+def _initramfs(moddir, extra_modules=()):
+    """gzip'ed newc cpio: busybox, /init, the virtio modules (and
+    ``extra_modules``, loaded after them), qemu-ga and its libraries."""
     archive = _Cpio()
     made = set()
     for d in ('bin', 'dev', 'proc', 'sys', 'lib', 'lib/modules', 'tmp'):
@@ -308,9 +308,12 @@ def _initramfs(moddir):
         archive.file('bin/busybox', f.read(), 0o755)
     archive.symlink('bin/sh', 'busybox')
     present = []
-    for name in VIRTIO_MODULES:
+    for name in VIRTIO_MODULES + tuple(extra_modules):
         path = _find_module(moddir, name)
         if path is None:
+            if name in extra_modules:
+                raise GuestUnavailable('the kernel modules under %s lack '
+                                       '%s' % (moddir, name))
             continue
         archive.file('lib/modules/%s.ko' % name, _module_bytes(path))
         present.append(name)
@@ -321,10 +324,10 @@ def _initramfs(moddir):
     return gzip.compress(archive.finish(), mtime=0)
 
 
-def _cache_key(vmlinuz):
+def _cache_key(vmlinuz, extra_modules=()):
     digest = hashlib.sha256()
     digest.update(INIT_SCRIPT.encode())
-    digest.update(' '.join(VIRTIO_MODULES).encode())
+    digest.update(' '.join(VIRTIO_MODULES + tuple(extra_modules)).encode())
     for path in (vmlinuz, BUSYBOX, QEMU_GA):
         st = os.stat(path)
         digest.update(('%s %d %d' % (path, st.st_size, st.st_mtime_ns))
@@ -386,8 +389,10 @@ def cache_dir():
     return os.environ.get('COMPOSABLE_GUEST_CACHE', DEFAULT_CACHE)
 
 
-def build(cache=None):
-    """Build the tiny guest, or return the cached one."""
+def build(cache=None, extra_modules=(), cmdline=KERNEL_CMDLINE):
+    """Build the tiny guest, or return the cached one. ``extra_modules``
+    (kernel module names, loaded in that order after the virtio ones)
+    go into its initramfs too; ``cmdline`` is its kernel command line."""
     if not os.access(BUSYBOX, os.X_OK):
         raise GuestUnavailable('%s not found: install busybox-static'
                                % BUSYBOX)
@@ -395,19 +400,36 @@ def build(cache=None):
         raise GuestUnavailable('%s not found: install qemu-guest-agent'
                                % QEMU_GA)
     vmlinuz, moddir = find_kernel()
-    kernel, initrd = cached_image(cache or cache_dir(), _cache_key(vmlinuz),
-                                  vmlinuz, lambda: _initramfs(moddir))
-    return GuestImage(kernel, initrd)
+    # Images with other modules are kept beside the plain one (their
+    # keys are prefixed): tests of both kinds run in one session.
+    extra_modules = tuple(extra_modules)
+    key = _cache_key(vmlinuz, extra_modules)
+    stale = '[0-9a-f]{16}'
+    if extra_modules:
+        prefix = '-'.join(extra_modules) + '-'
+        key = prefix + key
+        stale = re.escape(prefix) + stale
+    kernel, initrd = cached_image(
+        cache or cache_dir(), key, vmlinuz,
+        lambda: _initramfs(moddir, extra_modules), stale=stale)
+    return GuestImage(kernel, initrd, cmdline=cmdline)
 
 
 # ------------------------------------------------------------- booting
 
 
 def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
-               agent=True, autoswap=True):
+               agent=True, autoswap=True, max_memory_mib=None,
+               memory_slots=2):
     """A TCG domain booting the tiny guest with its console in a file,
     and a guest agent channel unless ``agent`` is False (libvirt picks the
     host side socket).
+
+    With ``max_memory_mib`` the domain can take memory devices (virtio-mem,
+    DIMMs) up to that much memory in all, ``memory_slots`` of them:
+    ``<maxMemory slots=...>`` and
+    one guest NUMA cell holding its CPU and boot memory, both of which
+    QEMU needs for memory devices.
 
     Domain type 'qemu' (TCG), so /dev/kvm is never touched. Machine 'pc'
     with ACPI: virtio disks are hot-plugged on the PCI root bus through
@@ -416,7 +438,7 @@ def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
     return '''<domain type='qemu'>
   <name>%(name)s</name>
   <uuid>%(uuid)s</uuid>
-  <memory unit='MiB'>%(memory)d</memory>
+  %(max_memory)s<memory unit='MiB'>%(memory)d</memory>
   <vcpu>1</vcpu>
   <os>
     <type arch='x86_64' machine='pc'>hvm</type>
@@ -426,7 +448,7 @@ def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
   </os>
   <features><acpi/></features>
   <cpu mode='custom' match='exact'>
-    <model fallback='allow'>qemu64</model>
+    <model fallback='allow'>qemu64</model>%(numa)s
   </cpu>
   <clock offset='utc'/>
   <on_poweroff>destroy</on_poweroff>
@@ -447,6 +469,11 @@ def domain_xml(name, image, serial_log, memory_mib=256, domain_uuid=None,
        'agent': ("<channel type='unix'><target type='virtio' name='%s'/>"
                  "</channel>" % AGENT_PORT) if agent else '',
        'memory': memory_mib, 'kernel': image.kernel,
+       'max_memory': ("<maxMemory slots='%d' unit='MiB'>%d</maxMemory>\n  "
+                      % (memory_slots, max_memory_mib))
+       if max_memory_mib else '',
+       'numa': ("\n    <numa><cell id='0' cpus='0' memory='%d' unit='MiB'/>"
+                "</numa>" % memory_mib) if max_memory_mib else '',
        'initrd': image.initrd,
        'cmdline': image.cmdline + (' composable_agent=1' if agent else '') +
        ('' if autoswap else ' composable_autoswap=0'),
@@ -564,7 +591,8 @@ def wait_guest_agent(domain, timeout):
 
 @contextlib.contextmanager
 def running_guest(conn, image=None, memory_mib=256, boot_timeout=300,
-                  name=None, agent=True, autoswap=True):
+                  name=None, agent=True, autoswap=True, max_memory_mib=None,
+                  memory_slots=2):
     """Define and start the tiny guest, wait for it to boot, yield a
     RunningGuest; destroy and undefine it afterwards.
 
@@ -580,7 +608,9 @@ def running_guest(conn, image=None, memory_mib=256, boot_timeout=300,
     serial_log = os.path.join(run_dir, 'serial.log')
     domain = conn.defineXML(domain_xml(name, image, serial_log,
                                        memory_mib=memory_mib, agent=agent,
-                                       autoswap=autoswap))
+                                       autoswap=autoswap,
+                                       max_memory_mib=max_memory_mib,
+                                       memory_slots=memory_slots))
     guest = RunningGuest(conn, domain, serial_log, run_dir)
     try:
         deadline = time.monotonic() + boot_timeout

@@ -136,7 +136,7 @@ def test_the_endpoints_serve_exactly_the_agent_rpc_api():
     assert served(memory) | served(compute) == sent
     assert not served(memory) & served(compute)
     for endpoint in agent.endpoints:
-        assert endpoint.target.version == '1.2'
+        assert endpoint.target.version == '1.3'
         assert endpoint.target.namespace is None
     assert not hasattr(agent, 'target')
 

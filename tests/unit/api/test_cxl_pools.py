@@ -28,6 +28,8 @@ from composable.fabric import cxl
 
 V15 = {'OpenStack-API-Version': 'composable 1.5'}
 V13 = {'OpenStack-API-Version': 'composable 1.3'}
+V16 = {'OpenStack-API-Version': 'composable 1.6'}
+SERVER = '9d5a1a5e-0e9b-4c3c-9b4e-2b1f2a1d2c3b'
 
 DRIVER_INFO = {'backend': 'local', 'devices': {
     'cmm0': {'serial': '0x5A5A0001', 'capacity_mb': 1024,
@@ -156,7 +158,8 @@ def test_bad_memory_devices(client, cxl_pool, network):
      'whole chunks of 256 MiB; ask for a multiple of 256 MiB (768 or '
      '1024), not 1000'),
     ({'memory_mb': 512, 'attach_mode': 'guest'},
-     'bound in host mode only'),
+     'onlined on the host as a NUMA node: bind it in host mode, or in '
+     'virtio-mem mode to a server'),
     ({'memory_mb': 512, 'elastic': {
         'min_mb': 256, 'max_mb': 1024, 'observation_window': 60,
         'prediction_window': 60}}, 'have a fixed size'),
@@ -281,10 +284,20 @@ def test_cxl_fabric_driver_info_checked(client, api_env):
 
 
 @pytest.fixture
-def cxl_host(api_env, tmp_path, monkeypatch):
+def vmem_domain():
+    """The MOCK libvirt domain of tests/unit/compute_node/
+    fake_virtio_mem.py, which the agent's virtio-mem attacher plugs into
+    whatever instance it is asked for."""
+    from tests.unit.compute_node import fake_virtio_mem
+    return fake_virtio_mem.FakeVmemDomain(unpluggable=True)
+
+
+@pytest.fixture
+def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     """A conductor, and the compute agent of compute-1 with its CXL side
     on the emulated kernel (the MOCK of tests/unit/compute_node/
-    fake_cxl.py), serving RPC on the fake transport."""
+    fake_cxl.py) and its virtio-mem side on a MOCK libvirt domain,
+    serving RPC on the fake transport."""
     from composable.agent.compute_node import cxl_memory
     from composable.agent import manager as agent_manager
     from composable.common import rpc
@@ -305,8 +318,10 @@ def cxl_host(api_env, tmp_path, monkeypatch):
     memory = cxl_memory.CxlHostMemory(
         ops=priv_cxl, state_file=str(tmp_path / 'cxl.json'),
         offline_interval=0)
-    agent = agent_manager.AgentManager('compute-1', roles=['compute_node'],
-                                       cxl_memory=memory)
+    from tests.unit.compute_node import fake_virtio_mem
+    agent = agent_manager.AgentManager(
+        'compute-1', roles=['compute_node'], cxl_memory=memory,
+        virtio_mem_attacher=fake_virtio_mem.attacher(vmem_domain))
     agent._start_cxl()
     conductor = conductor_manager.ConductorManager('test-host')
     servers = [rpc.get_server(rpc.CONDUCTOR_TOPIC, 'test-host', [conductor]),
@@ -511,3 +526,115 @@ def test_a_redfish_cxl_bind_the_fabric_refuses_or_answers_late(
     assert member.delete(lease_url).status == 204
     _wait(member, lease['uuid'], ['released'], timeout=60)
     assert emulator.cxl_state()[0]['CXLMem0'] == {}
+
+
+# ------------------------------------------------------------ virtio-mem
+
+
+def test_virtio_mem_mode_needs_api_1_6(client, cxl_pool, network,
+                                       conductor):
+    member = client.as_('member')
+    body = {'memory_mb': 512, 'pools': ['cxl-mem'],
+            'attach_mode': 'virtio-mem'}
+    resp = member.post('/v1/leases', body, headers=V15)
+    assert resp.status == 400, resp
+    assert 'attach_mode' in resp.error['detail']
+    assert member.get('/v1/leases').json['leases'] == []
+    resp = member.post('/v1/leases', body, headers=V16)
+    assert resp.status == 201, resp
+    assert resp.json['attach_mode'] == 'virtio-mem'
+    url = '/v1/leases/%s/bind' % resp.json['uuid']
+    # Bind in virtio-mem mode: 1.6 too, and only with the server.
+    resp = member.post(url, {'host': 'compute-1', 'server': SERVER,
+                             'attach_mode': 'virtio-mem'}, headers=V15)
+    assert resp.status == 400, resp
+    resp = member.post(url, {'host': 'compute-1'}, headers=V16)
+    assert resp.status == 400, resp
+    assert 'attach_mode virtio-mem attaches to a server; give its UUID' \
+        in resp.error['detail']
+
+
+@pytest.mark.parametrize('body, words', [
+    ({'memory_mb': 1024, 'pools': ['mem1']},
+     'virtio-mem needs host memory (a CXL pool) to plug into the guest; '
+     'pool mem1 holds network memory'),
+    ({'memory_mb': 1024},
+     'virtio-mem needs host memory (a CXL pool) to plug into the guest; '
+     'name the CXL pool'),
+    ({'device_count': 1, 'pools': ['gpu1']},
+     'virtio-mem needs host memory (a CXL pool) to plug into the guest; '
+     'the lease holds no memory'),
+])
+def test_virtio_mem_mode_refused_without_cxl_memory(
+        client, cxl_pool, network, conductor, body, words):
+    member = client.as_('member')
+    resp = member.post('/v1/leases', dict(body, attach_mode='virtio-mem'),
+                       headers=V16)
+    assert resp.status == 400, resp
+    assert words in resp.error['detail']
+
+
+def test_virtio_mem_bind_of_network_memory_refused_by_the_rule(
+        client, cxl_pool, network, conductor):
+    """The conductor's rule, under the lease's reservation, refuses a
+    bind in virtio-mem mode of a lease of a network pool."""
+    member = client.as_('member')
+    resp = member.post('/v1/leases', {'memory_mb': 1024,
+                                      'pools': ['mem1']})
+    assert resp.status == 201, resp
+    lease = resp.json
+    resp = member.post('/v1/leases/%s/bind' % lease['uuid'], {
+        'host': 'compute-1', 'server': SERVER,
+        'attach_mode': 'virtio-mem'}, headers=V16)
+    assert resp.status == 400, resp
+    assert ('virtio-mem needs host memory (a CXL pool) to plug into the '
+            'guest; pool mem1 holds network memory' in
+            resp.error['detail'])
+    assert member.get('/v1/leases/%s' % lease['uuid']).json[
+        'status'] == 'reserved'
+
+
+def test_virtio_mem_bind_plugs_the_node_into_the_guest(
+        client, cxl_fabric, network, cxl_host, vmem_domain):
+    """API to conductor to agent: the region is made (emulated kernel),
+    then its node goes into the (MOCK) domain; unbind empties the device
+    before the region goes; a domain without <maxMemory> fails the bind
+    and the region is given back."""
+    kernel = cxl_host
+    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                              'fabric': 'cxl1', 'medium': 'cxl'},
+                headers=V15)
+    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
+                                     'capacity_mb': 1024})
+    member = client.as_('member')
+    lease = member.post('/v1/leases', {'memory_mb': 256, 'pools': ['cxl-mem'],
+                                       'attach_mode': 'virtio-mem'},
+                        headers=V16).json
+    url = '/v1/leases/%s' % lease['uuid']
+    resp = member.post(url + '/bind', {'host': 'compute-1', 'server': SERVER},
+                       headers=V16)
+    assert resp.status == 202, resp
+    bound = _wait(member, lease['uuid'], ['bound', 'bind_failed'])
+    assert bound['status'] == 'bound', bound['fault']
+    assert bound['attach_mode'] == 'virtio-mem'
+    assert bound['instance_uuid'] == SERVER
+    [region] = kernel.regions
+    [device] = vmem_domain.devices.values()
+    assert device['xml'].findtext('source/nodemask') == str(kernel.node)
+    assert device['requested'] == 256 * 1024
+    assert member.post(url + '/unbind').status == 202
+    assert _wait(member, lease['uuid'], ['reserved', 'error'])[
+        'status'] == 'reserved'
+    assert vmem_domain.devices == {}
+    assert kernel.regions == {}
+    # A domain that cannot take memory devices.
+    vmem_domain.max_memory = False
+    assert member.post(url + '/bind', {'host': 'compute-1',
+                                       'server': SERVER},
+                       headers=V16).status == 202
+    failed = _wait(member, lease['uuid'], ['bound', 'bind_failed'])
+    assert failed['status'] == 'bind_failed'
+    assert 'has no <maxMemory slots=...>' in failed['fault']
+    assert kernel.regions == {}
+    assert member.delete(url).status == 204
+    _wait(member, lease['uuid'], ['released'])

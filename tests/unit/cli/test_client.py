@@ -271,3 +271,20 @@ def test_lease_usage_follows_pages_at_1_1(api):
     assert api.requests[-1].query == {'marker': '2'}
     assert _client(api).leases.usage('l1', limit=1) == [{'id': 1}]
     assert api.requests[-1].query == {'limit': '1'}
+
+
+def test_virtio_mem_mode_asks_for_1_6(api):
+    api.add('POST', '/v1/leases', (201, {'uuid': 'l1'}))
+    api.add('POST', '/v1/leases/l1/bind', (202, {'uuid': 'l1'}))
+    client = _client(api)
+    client.leases.create(memory_mb=256, pools=['cxl'],
+                         attach_mode='virtio-mem')
+    assert api.requests[-1].headers['openstack-api-version'] == (
+        'composable 1.6')
+    client.leases.bind('l1', server='s1', attach_mode='virtio-mem')
+    assert api.requests[-1].headers['openstack-api-version'] == (
+        'composable 1.6')
+    # Other modes keep the configured version.
+    client.leases.bind('l1', server='s1', attach_mode='guest')
+    assert api.requests[-1].headers['openstack-api-version'] == (
+        'composable 1.0')

@@ -65,8 +65,11 @@ class FakeCxlKernel(object):
 
     def __init__(self, root, devices=(('0x5a5a0001', 16 * MIB, True),),
                  granule=2 * MIB, block_size=1 * MIB, auto_online='offline',
-                 missing=()):
+                 missing=(), node=NODE):
         self.root = str(root)
+        # The NUMA node the kernel gives the regions' memory (a test that
+        # hands it to real software may need one that exists there).
+        self.node = node
         self.granule = granule
         self.block_size = block_size
         self.devices = {}
@@ -159,7 +162,7 @@ class FakeCxlKernel(object):
         self._put('proc/%d/comm' % pid, comm)
         self._put('proc/%d/numa_maps' % pid,
                   '7f0000000000 default anon=%d dirty=%d N%d=%d' % (
-                      node_pages, node_pages, NODE, node_pages))
+                      node_pages, node_pages, self.node, node_pages))
 
     # ------------------------------------------------------------ helpers
 
@@ -385,7 +388,7 @@ class FakeCxlKernel(object):
             dbase = 'sys/bus/dax/devices/%s/' % dax
             self._put(dbase + 'resource', '0x%x' % r['hpa'])
             self._put(dbase + 'size', '%d' % r['size'])
-            self._put(dbase + 'target_node', NODE)
+            self._put(dbase + 'target_node', self.node)
             self.dax[dax] = {'region': name, 'driver': None}
             self._copy(r, to_memory=True)
             # A RAM region's DAX device is of the kmem type: Linux gives
@@ -473,8 +476,8 @@ class FakeCxlKernel(object):
                             'zone': ('Movable' if auto == 'online_movable'
                                      else 'Normal')}
                     self._sync_block(b)
-                self._put('sys/devices/system/node/node%d/cpulist' % NODE,
-                          '')
+                self._put('sys/devices/system/node/node%d/cpulist' %
+                          self.node, '')
         else:
             _fail(errno.EACCES, attr)
         self._sync_dax(dax)

@@ -34,6 +34,7 @@ from composable.common import exception
 from composable.common import media
 from composable.common import pool_fit
 from composable.common import states
+from composable.conductor import rules
 from composable.db import api as db_api
 from composable.db import views
 from composable import policies
@@ -239,6 +240,19 @@ def _check_cxl_pools(memory_mb, given, attach_mode, elastic):
     1000 MiB must not be charged for 1024 without being told."""
     memory = [p for p in given or [] if p.kind == 'memory']
     cxl = [p for p in memory if media.is_cxl(p)]
+    if attach_mode == states.ATTACH_VIRTIO_MEM:
+        if not memory_mb:
+            raise exception.Invalid(rules.attach_medium_refusal(
+                attach_mode, None))
+        if not memory:
+            raise exception.Invalid(
+                "Invalid input for field 'pools': virtio-mem needs host "
+                "memory (a CXL pool) to plug into the guest; name the CXL "
+                "pool")
+        refused = [p for p in memory if p not in cxl]
+        if refused:
+            raise exception.Invalid(rules.attach_medium_refusal(
+                attach_mode, refused[0]))
     if not cxl:
         return
     if len(cxl) != len(memory):
@@ -247,11 +261,9 @@ def _check_cxl_pools(memory_mb, given, attach_mode, elastic):
             "network memory; name memory pools of one medium" % (
                 ', '.join(p.name for p in cxl),
                 ', '.join(p.name for p in memory if p not in cxl)))
-    if attach_mode == states.ATTACH_GUEST:
-        raise exception.Invalid(
-            "Invalid input for field 'attach_mode': CXL memory (pool %s) "
-            "is onlined on the host as a NUMA node, so it is bound in host "
-            "mode only; leave attach_mode out or give host" % cxl[0].name)
+    refusal = rules.attach_medium_refusal(attach_mode, cxl[0])
+    if refusal:
+        raise exception.Invalid(refusal)
     if elastic:
         raise exception.Invalid(
             "Invalid input for field 'elastic': leases of CXL memory (pool "

@@ -29,6 +29,9 @@ from composable.dashboard import utils
 ATTACH_MODE_CHOICES = (
     (states.ATTACH_HOST, _('Host: the compute node uses it (swap, PCI)')),
     (states.ATTACH_GUEST, _('Guest: the server bound to the lease gets it')),
+    (states.ATTACH_VIRTIO_MEM,
+     _('virtio-mem: the CXL memory goes into the server bound to the '
+       'lease')),
 )
 
 
