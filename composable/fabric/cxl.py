@@ -44,6 +44,7 @@ Nothing here holds credentials; ``driver_info`` is still never logged.
 import re
 
 from composable.common import exception
+from composable.common import locator as locator_mod
 from composable.common import media
 from composable.fabric import base
 
@@ -168,7 +169,7 @@ class CxlFabricDriver(base.FabricDriver):
 
     def bind_memory(self, fabric, device_name, host):
         """Make device ``device_name`` reachable from ``host``; the
-        locator the host finds it by (``{'serial'}``). The local back end
+        locator the host finds it by (its serial). The local back end
         composes nothing: it refuses a host that is not wired to the
         device."""
         info = fabric.get('driver_info') or {}
@@ -183,7 +184,8 @@ class CxlFabricDriver(base.FabricDriver):
                        '(hosts reaching it: %s)' % (
                            host['name'], device_name,
                            ', '.join(device['hosts'])))
-        return {'serial': device['serial'], 'device': device_name}
+        return locator_mod.Locator(serial=device['serial'],
+                                   fabric_ref=device_name)
 
     def unbind_memory(self, fabric, device_name, host):
         """Take the device away from ``host`` once its regions are gone;

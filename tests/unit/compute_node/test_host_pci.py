@@ -643,7 +643,19 @@ def test_configured_vfs_are_created(fs, host, pf):
     assert '0000:99:00.0' in problems[1]
 
 
-# The privileged functions check what they are given.
+# The privileged functions check what they are given, and refuse it
+# with one error type and its code (what crosses the privsep boundary).
+
+def _invalid(call, *args, **kwargs):
+    """The message of the PciError of code INVALID_ARGUMENT that
+    ``call`` refuses its arguments with."""
+    with pytest.raises(pci.PciError) as e:
+        call(*args, **kwargs)
+    assert e.value.code is pci.ErrorCode.INVALID_ARGUMENT
+    assert e.value.args == (pci.ErrorCode.INVALID_ARGUMENT.value,
+                            e.value.message)
+    return e.value.message
+
 
 @pytest.mark.parametrize('address', [
     '../../../etc', '41:00.0', '0000:41:00.0/remove', '0000:41:00.8',
@@ -652,39 +664,39 @@ def test_configured_vfs_are_created(fs, host, pf):
 def test_privileged_functions_refuse_a_bad_address(fs, privileged,
                                                    address):
     for fn in (privileged.bind_vfio, privileged.release, privileged.remove):
-        with pytest.raises(ValueError) as e:
-            fn(address)
-        assert 'not a PCI address' in str(e.value)
-    with pytest.raises(ValueError):
-        privileged.set_num_vfs(address, 1)
+        assert 'not a PCI address' in _invalid(fn, address)
+    _invalid(privileged.set_num_vfs, address, 1)
     if address is not None:
-        with pytest.raises(ValueError):
-            privileged.find_function(
-                _device(pci_address=address)['locator'], [], timeout=1)
-    with pytest.raises(ValueError):
-        privileged.find_function(_device()['locator'], [address], timeout=1)
+        assert 'locator pci_address' in _invalid(
+            privileged.find_function,
+            dict(_device()['locator'], pci_address=address), [],
+            timeout=1)
+    _invalid(privileged.find_function, _device()['locator'], [address],
+             timeout=1)
     assert fs.writes == []
 
 
-@pytest.mark.parametrize('count,error', [
-    (True, TypeError), ('4', TypeError), (4.0, TypeError),
-    (-1, ValueError), (65536, ValueError)])
+@pytest.mark.parametrize('count,words', [
+    (True, 'must be an integer'), ('4', 'must be an integer'),
+    (4.0, 'must be an integer'), (-1, 'must be from 0 to'),
+    (65536, 'must be from 0 to')])
 def test_privileged_sriov_refuses_a_bad_count(fs, privileged, count,
-                                              error):
-    with pytest.raises(error):
-        privileged.set_num_vfs(GPU, count)
+                                              words):
+    assert words in _invalid(privileged.set_num_vfs, GPU, count)
     assert fs.writes == []
 
 
-@pytest.mark.parametrize('change,error', [
-    ({'vendor_id': '10de/..'}, ValueError),
-    ({'product_id': 0x2330}, ValueError),
-    ({'serial': 'x' * 200}, ValueError),
-    ({'serial': 'bad\nserial'}, ValueError),
-    ('timeout', ValueError), ('interchangeable', ValueError),
-    ('known', TypeError), ('locator', TypeError)])
+@pytest.mark.parametrize('change,words', [
+    ({'vendor_id': '10de/..'}, 'locator vendor_id'),
+    ({'product_id': 0x2330}, 'locator product_id'),
+    ({'serial': 'x' * 200}, 'locator serial'),
+    ({'serial': 'bad\nserial'}, 'locator serial'),
+    ({'fabric_ref': 'x' * 2000}, 'locator fabric_ref'),
+    ('timeout', 'a timeout must be at most'),
+    ('interchangeable', 'interchangeable must be from 1'),
+    ('known', 'known must be a list'), ('locator', 'a locator is a dict')])
 def test_privileged_find_refuses_bad_arguments(fs, privileged, change,
-                                               error):
+                                               words):
     locator, known = _device()['locator'], []
     kwargs = {'timeout': 1}
     if change == 'timeout':
@@ -697,8 +709,8 @@ def test_privileged_find_refuses_bad_arguments(fs, privileged, change,
         locator = [locator]
     else:
         locator.update(change)
-    with pytest.raises(error):
-        privileged.find_function(locator, known, **kwargs)
+    assert words in _invalid(privileged.find_function, locator, known,
+                             **kwargs)
     assert fs.writes == []
 
 
@@ -711,21 +723,30 @@ def test_privileged_functions_run_on_good_arguments(fs, privileged):
     assert privileged.remove(GPU) is False
 
 
-@pytest.mark.parametrize('kwargs,error', [
-    ({'recorded': '../../dev/sda'}, ValueError),
-    ({'nova_conf_text': 42}, ValueError),
-    ({'nova_conf_text': 'x' * (priv_pci.MAX_NOVA_CONF + 1)}, ValueError),
-    ({'locator': {'vendor_id': '10de/..'}}, ValueError)])
+@pytest.mark.parametrize('kwargs,words', [
+    ({'recorded': '../../dev/sda'}, 'not a PCI address'),
+    ({'nova_conf_text': 42}, 'nova_conf_text must be text'),
+    ({'nova_conf_text': 'x' * (priv_pci.MAX_NOVA_CONF + 1)},
+     'nova_conf_text must be text'),
+    ({'locator': {'vendor_id': '10de/..'}}, 'locator vendor_id')])
 def test_privileged_attach_refuses_bad_arguments(fs, privileged, kwargs,
-                                                 error):
+                                                 words):
     fs.add(GPU, group=12, hidden=True)
     call = {'locator': _device()['locator'], 'known': [], 'timeout': 1}
     call.update(kwargs)
-    with pytest.raises(error):
-        privileged.attach_function(**call)
+    assert words in _invalid(privileged.attach_function, **call)
     assert fs.writes == []
-    with pytest.raises(ValueError):
-        privileged.detach_function(GPU, '10de/..', None)
+    assert 'is not a PCI id' in _invalid(privileged.detach_function, GPU,
+                                         '10de/..', None)
+
+
+def test_privileged_errors_keep_their_code(fs, privileged):
+    # A PCI error raised as root leaves with its own code: the agent
+    # decides by it.
+    with pytest.raises(pci.PciError) as e:
+        privileged.find_function(_device()['locator'], [], timeout=0.01)
+    assert e.value.code is pci.ErrorCode.NOT_FOUND
+    assert 'no PCI function with ids 10de:2330' in e.value.message
 
 
 class _Counting(object):
@@ -943,11 +964,9 @@ def test_the_unrecorded_detach_checks_what_it_is_given(fs, privileged):
     for bad in ((dict(locator, vendor_id='10de; rm'), []),
                 (locator, 'not a list'),
                 (locator, ['../../etc'])):
-        with pytest.raises((TypeError, ValueError)):
-            privileged.detach_unrecorded_function(*bad)
-    with pytest.raises(ValueError):
-        privileged.detach_unrecorded_function(locator, [],
-                                              interchangeable=0)
+        _invalid(privileged.detach_unrecorded_function, *bad)
+    _invalid(privileged.detach_unrecorded_function, locator, [],
+             interchangeable=0)
     assert pci.exists(GPU, fs.root)
     assert privileged.detach_unrecorded_function(locator, [GPU]) == {
         'address': None, 'done': 'absent'}
