@@ -377,7 +377,7 @@ def test_timeout_kills_the_cli(pax, driver):
     assert pax.calls == [dump('PAX_ALL')]
     # The switch lock is free again.
     pax.update(hang={})
-    assert driver.bind_device(fab, device(GPU), HOST1)['fabric_ref'] == GPU
+    assert driver.bind_device(fab, device(GPU), HOST1).fabric_ref == GPU
 
 
 @pytest.mark.parametrize('garbage', [

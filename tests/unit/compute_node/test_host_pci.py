@@ -323,6 +323,59 @@ def test_a_restarted_agent_knows_its_devices(fs, host, privileged,
     assert not pci.exists(GPU, fs.root)
 
 
+def test_records_of_an_older_agent_are_read(fs, privileged, nova_conf,
+                                            tmp_path):
+    # The records file as the previous release wrote it: the locator the
+    # agent searched with, a dict (ids as the fabric printed them).
+    fs.add(GPU, group=12, driver='nouveau')
+    state = tmp_path / 'state'
+    state.mkdir()
+    (state / 'pci-devices.json').write_text(json.dumps({
+        'devices': {'dev-1': {
+            'address': GPU, 'lease': 'lease-1',
+            'locator': {'vendor_id': '0x10DE', 'product_id': '2330',
+                        'serial': None, 'pci_address': None,
+                        'fabric_ref': 'blk-dev-1'}}},
+        'baseline': None, 'boot_id': None}))
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    assert [r['ok'] for r in again.restore()] == [True]
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    # Written back in the one primitive form.
+    assert _state(tmp_path)['dev-1']['locator']['vendor_id'] == '0x10DE'
+    again.attach(LEASE, [_device()])
+    assert _state(tmp_path)['dev-1']['locator'] == {
+        'vendor_id': '10de', 'product_id': '2330', 'serial': None,
+        'pci_address': None, 'fabric_ref': 'blk-dev-1'}
+    # A conductor of any release sends the device's view without a
+    # locator at teardown: the record says what to remove.
+    again.detach(LEASE, [{'uuid': 'dev-1', 'vendor_id': '10de',
+                          'product_id': '2330', 'pci_address': None}])
+    assert not pci.exists(GPU, fs.root)
+    assert _state(tmp_path) == {}
+
+
+def test_an_attach_without_a_locator_uses_the_devices_view(fs, host):
+    # A conductor that sends no locator (or an empty one): the device's
+    # own ids find it.
+    fs.add(GPU, group=12, hidden=True)
+    view = {'uuid': 'dev-1', 'vendor_id': '10de', 'product_id': '2330',
+            'pci_address': None}
+    assert host.attach(LEASE, [view]) == {'dev-1': GPU}
+    host.detach(LEASE, [view])
+    assert not pci.exists(GPU, fs.root)
+
+
+def test_an_attach_with_a_bad_locator_is_refused_naming_the_field(
+        fs, host, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    with pytest.raises(exception.DriverError) as e:
+        host.attach(LEASE, [_device(vendor_id='10de; rm -rf')])
+    assert 'device dev-1: locator vendor_id' in e.value.message
+    assert _writes_but_rescans(fs) == []
+    assert fs.writes == []
+
+
 def test_a_restarted_host_gets_its_held_functions_back_on_vfio(
         fs, host, privileged, nova_conf, tmp_path):
     fs.add(GPU, group=12, driver='nouveau', hidden=True)
@@ -439,6 +492,27 @@ def test_an_unrecorded_function_that_will_not_go_fails_the_detach(
         first.detach(LEASE, [_device()])
     assert 'dev-1' in caught.value.message
     assert 'needs root' in caught.value.message
+
+
+def test_a_write_refused_as_root_says_what_to_check(fs, host,
+                                                   monkeypatch):
+    # The privileged functions raise one PciError whose code says the
+    # kernel refused; the agent turns that code, not a class name, into
+    # its advice.
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+
+    def refused(path, value):
+        raise PermissionError(13, 'Permission denied')
+
+    monkeypatch.setattr(priv_pci, 'WRITER', refused)
+    with pytest.raises(exception.DriverError) as caught:
+        host.detach(LEASE, [_device()])
+    assert caught.value.message.startswith(
+        'removing device dev-1 at %s from this host: ' % GPU)
+    assert "check the agent's [composable_sys_admin] helper_command" in \
+        caught.value.message
+    assert pci.exists(GPU, fs.root)
 
 
 def test_two_leases_racing_for_devices_of_one_model_guess_nothing(

@@ -940,3 +940,53 @@ def test_main_answers_the_combined_attach_as_json(fs):
     assert (answer['address'], answer['found']) == (GPU, True)
     assert answer['error'] == 'vfio_refused'
     assert 'is on driver none after the probe' in answer['message']
+
+
+# The error codes: what crosses the privsep and guest boundaries.
+
+def test_an_error_is_rebuilt_from_its_class_and_arguments(fs):
+    # As the privsep client raises what the daemon raised: the class
+    # named by its module and name, called with its arguments (sent as
+    # plain text over the daemon's channel).
+    with pytest.raises(pci.PciError) as e:
+        pci.iommu_group(GPU, fs.root)
+    assert all(type(a) is str for a in e.value.args)
+    again = pci.PciError(*json.loads(json.dumps(e.value.args)))
+    assert again.code is e.value.code is pci.ErrorCode.NOT_FOUND
+    assert str(again) == again.message == 'no PCI function %s' % GPU
+
+
+@pytest.mark.parametrize('exc,code', [
+    (pci.PciError(pci.ErrorCode.AMBIGUOUS, 'two'), 'AMBIGUOUS'),
+    (PermissionError(errno.EACCES, 'Permission denied'), 'NOT_PERMITTED'),
+    (OSError(errno.EPERM, 'Operation not permitted'), 'NOT_PERMITTED'),
+    (OSError(errno.EBUSY, 'Device or resource busy'), 'BUSY'),
+    (OSError(errno.EIO, 'Input/output error'), 'OS_ERROR'),
+    (ValueError('bad'), 'INVALID_ARGUMENT'),
+    (TypeError('bad'), 'INVALID_ARGUMENT'),
+    (RuntimeError('bug'), 'INTERNAL')])
+def test_every_error_has_a_code(exc, code):
+    assert pci.error_code(exc) is pci.ErrorCode[code]
+    error = pci.as_pci_error(exc)
+    assert error.code is pci.ErrorCode[code]
+    assert str(exc) in error.message
+
+
+def test_an_unknown_code_is_internal():
+    # A newer module's code, read by an older agent.
+    assert pci.PciError('melted', 'x').code is pci.ErrorCode.INTERNAL
+    assert pci.ErrorCode.parse('not_found') is pci.ErrorCode.NOT_FOUND
+
+
+def test_main_says_a_refused_write_needs_root(fs, monkeypatch):
+    def refused(root='/'):
+        raise PermissionError(errno.EACCES, 'Permission denied',
+                              os.path.join(root, 'sys/bus/pci/rescan'))
+
+    monkeypatch.setitem(pci.COMMANDS, 'rescan', refused)
+    out = io.StringIO()
+    assert pci.main(['rescan', json.dumps({'root': fs.root})],
+                    out=out) == 1
+    answer = json.loads(out.getvalue())
+    assert answer['error'] == 'not_permitted'
+    assert answer['message'].endswith('(needs root)')
