@@ -495,7 +495,7 @@ def test_an_unrecorded_function_that_will_not_go_fails_the_detach(
 
 
 def test_a_write_refused_as_root_says_what_to_check(fs, host,
-                                                   monkeypatch):
+                                                    monkeypatch):
     # The privileged functions raise one PciError whose code says the
     # kernel refused; the agent turns that code, not a class name, into
     # its advice.
