@@ -17,6 +17,12 @@ registered) and waits at most ``[DEFAULT]rpc_response_timeout_bind``
 seconds. Every method on the agent side is idempotent, so the conductor may
 repeat any call after a timeout.
 
+A device's or a CXL chunk's ``locator`` is
+composable.common.locator.Locator.to_primitive(): the same dict of five
+keys since 1.0, so it needs no version of its own (the agent parses it
+with Locator.from_primitive, which also reads what older conductors
+sent).
+
 Version history:
     1.0 - Initial version.
     1.1 - set_sriov_vfs
