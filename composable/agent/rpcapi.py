@@ -18,10 +18,10 @@ seconds. Every method on the agent side is idempotent, so the conductor may
 repeat any call after a timeout.
 
 A device's or a CXL chunk's ``locator`` is
-composable.common.locator.Locator.to_primitive(): the same dict of five
-keys since 1.0, so it needs no version of its own (the agent parses it
-with Locator.from_primitive, which also reads what older conductors
-sent).
+composable.common.locator.Locator.to_primitive(), and needs no version of
+its own: for a device it is the dict of five keys sent since 1.0; a CXL
+chunk's was ``{'serial', 'device'}``, which Locator.from_primitive still
+reads, and an older agent reads only the ``serial`` both carry.
 
 Version history:
     1.0 - Initial version.
