@@ -823,6 +823,41 @@ def test_privileged_errors_keep_their_code(fs, privileged):
     assert 'no PCI function with ids 10de:2330' in e.value.message
 
 
+@pytest.mark.parametrize('call,code', [
+    (('find_function', ({'vendor_id': '10de', 'product_id': '2330'}, []),
+      {'timeout': 0.01}), 'NOT_FOUND'),
+    (('bind_vfio', ('../../etc',), {}), 'INVALID_ARGUMENT')])
+def test_errors_cross_the_privsep_channel_with_their_code(fs, privileged,
+                                                          call, code):
+    # oslo.privsep's own daemon side runs the function and answers the
+    # error as (class path, arguments); its channel's serialiser carries
+    # that; its client rebuilds the error from them. Only the socket pair
+    # and the in-process daemon stand in for the root process.
+    import socket
+
+    from oslo_privsep import comm
+    from oslo_privsep import daemon
+    from oslo_utils import importutils
+
+    name, args, kwargs = call
+    server = daemon.Daemon(None, privsep.sys_admin_pctxt)
+    reply = server._process_cmd(
+        'msg-1', comm.Message.CALL, 'composable.privsep.pci.%s' % name,
+        args, kwargs)
+    assert reply[0] == comm.Message.ERR.value
+    left, right = socket.socketpair()
+    try:
+        comm.Serializer(left).send(reply)
+        received = next(iter(comm.Deserializer(right)))
+    finally:
+        left.close()
+        right.close()
+    rebuilt = importutils.import_class(received[1])(*received[2])
+    assert isinstance(rebuilt, pci.PciError)
+    assert rebuilt.code is pci.ErrorCode[code]
+    assert rebuilt.message == str(rebuilt) and rebuilt.message
+
+
 class _Counting(object):
     """The privileged functions, counting the calls (each one a round
     trip to the privsep daemon on a host)."""
