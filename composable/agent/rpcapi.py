@@ -17,6 +17,12 @@ registered) and waits at most ``[DEFAULT]rpc_response_timeout_bind``
 seconds. Every method on the agent side is idempotent, so the conductor may
 repeat any call after a timeout.
 
+A device's or a CXL chunk's ``locator`` is
+composable.common.locator.Locator.to_primitive(), and needs no version of
+its own: for a device it is the dict of five keys sent since 1.0; a CXL
+chunk's was ``{'serial', 'device'}``, which Locator.from_primitive still
+reads, and an older agent reads only the ``serial`` both carry.
+
 Version history:
     1.0 - Initial version.
     1.1 - set_sriov_vfs

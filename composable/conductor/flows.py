@@ -60,6 +60,7 @@ import oslo_messaging as messaging
 
 from composable.agent import rpcapi as agent_rpcapi
 from composable.common import exception
+from composable.common import locator as locator_mod
 from composable.common import media
 from composable.common import sriov
 from composable.common import states
@@ -72,7 +73,6 @@ from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
-from composable.fabric import base as fabric_base
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -242,6 +242,11 @@ class LeaseFlows(object):
         except Exception as error:
             if isinstance(error, exception.ComposableException):
                 reason = error.message
+            elif isinstance(error, locator_mod.InvalidLocator):
+                # What the fabric reports of the device, not connection
+                # details.
+                reason = ('the fabric driver answered a locator the host '
+                          'cannot use: %s' % error)
             else:
                 # Driver internals may carry connection details: log them
                 # for the operator, show the user only the type.
@@ -379,7 +384,8 @@ class LeaseFlows(object):
                        for e in lease.extents]
             for extent in extents:
                 if cxl:
-                    extent['locator'] = locators[extent['device']]
+                    extent['locator'] = locator_mod.Locator.from_primitive(
+                        locators[extent['device']]).to_primitive()
             LOG.debug('Lease %(lease)s: extents exported, attaching on '
                       '%(host)s', {'lease': lease.uuid, 'host': host.name})
             memory = self.call_agent(
@@ -406,26 +412,23 @@ class LeaseFlows(object):
                 view_dev = device_view(device)
                 fabric_row = _row(fabric)
                 driver = self._fabric_driver(fabric_row, what)
-                answer = self._call_fabric(fabric_row, what,
-                                           driver.bind_device, view_dev,
-                                           _row(host))
-                try:
-                    found = fabric_base.as_locator(answer, view_dev)
-                except TypeError as exc:
-                    LOG.error('Fabric driver %(driver)s: %(exc)s',
-                              {'driver': fabric.driver, 'exc': exc})
-                    raise StepFailed('%s: the fabric driver answered '
-                                     'something that is not a locator; see '
-                                     'the conductor log' % what)
+                # What the driver left unknown is taken from the
+                # device's row.
+                found = self._driver_locator(
+                    fabric, what, self._call_fabric(
+                        fabric_row, what, driver.bind_device, view_dev,
+                        _row(host)),
+                    vendor_id=device.vendor_id, product_id=device.product_id,
+                    serial=device.serial, fabric_ref=device.address)
                 # The host's bus address only where the fabric knows it;
                 # otherwise the compute agent finds the function by the
                 # rest of the locator.
-                pci = found['pci_address']
+                pci = found.pci_address
                 db_api.device_set_state(context, device.id,
                                         {'pci_address': pci})
                 view_dev['pci_address'] = pci
-                view_dev['locator'] = found
-                locators[device.uuid] = found
+                view_dev['locator'] = found.to_primitive()
+                locators[device.uuid] = view_dev['locator']
                 devices.append(view_dev)
             attached = self.call_agent(
                 context, host.name,
@@ -458,11 +461,33 @@ class LeaseFlows(object):
         if refusal:
             raise StepFailed('preparing: %s' % refusal)
         view = device_view(device)
-        view['locator'] = {'vendor_id': device.vendor_id,
-                           'product_id': device.product_id,
-                           'serial': None, 'pci_address': None,
-                           'fabric_ref': device.address}
+        view['locator'] = locator_mod.Locator(
+            vendor_id=device.vendor_id, product_id=device.product_id,
+            fabric_ref=device.address).to_primitive()
         return view
+
+    @staticmethod
+    def _driver_locator(fabric, what, answer, **known):
+        """A fabric driver's answer to a bind as a locator.Locator, its
+        unknown fields taken from ``known``.
+
+        A driver written against the older interface answers the
+        locator's primitive (a dict): it is parsed as every locator is.
+        """
+        if not isinstance(answer, (dict, locator_mod.Locator)):
+            LOG.error('Fabric driver %(driver)s answered a bind with '
+                      '%(type)s, not a locator',
+                      {'driver': fabric.driver,
+                       'type': type(answer).__name__})
+            raise StepFailed('%s: the fabric driver answered something that '
+                             'is not a locator; see the conductor log'
+                             % what)
+        try:
+            return locator_mod.Locator.from_primitive(answer).filled_from(
+                **known)
+        except locator_mod.InvalidLocator as exc:
+            raise StepFailed('%s: the fabric driver answered a locator the '
+                             'host cannot use: %s' % (what, exc))
 
     def _cxl_locators(self, lease, host):
         """{device name: locator} of the CXL memory devices holding the
@@ -486,9 +511,15 @@ class LeaseFlows(object):
                                  'cxl' % (what, fabric.driver))
             # The lease's MiB on the device: a fabric manager that
             # composes memory makes a chunk of exactly that.
-            locators[name] = self._call_fabric(fabric_row, what, bind, name,
-                                               _row(host), sizes[name],
-                                               lease.uuid)
+            answer = self._call_fabric(fabric_row, what, bind, name,
+                                       _row(host), sizes[name], lease.uuid)
+            # Checked as every locator is; what is kept is the driver's
+            # whole answer (a fabric manager's adds the chunk and the
+            # connection it made, which its unbind needs), the host gets
+            # the typed locator made of it.
+            typed = self._driver_locator(fabric, what, answer)
+            locators[name] = (answer if isinstance(answer, dict)
+                              else typed.to_primitive())
         return locators
 
     def _unbind_cxl_memory(self, lease, host, details):

@@ -29,7 +29,9 @@ rarely knows the PCI address the host will give the device (Redfish
 resources carry no host bus numbers; of the Switchtec tools only a
 detailed dump of the host's virtual domain shows one). What it does know
 -- vendor and device ids, often a serial number, its own reference --
-lets the compute node's agent find the function after a rescan.
+lets the compute node's agent find the function after a rescan. A bind
+answers a composable.common.locator.Locator, made with its constructor,
+which checks every field.
 """
 
 import abc
@@ -45,43 +47,6 @@ HEALTHS = (HEALTH_OK, HEALTH_WARNING, HEALTH_CRITICAL)
 # What the sync stores when the fabric could not say (devices.health).
 HEALTH_UNKNOWN = 'unknown'
 DEVICE_HEALTHS = HEALTHS + (HEALTH_UNKNOWN,)
-
-LOCATOR_KEYS = ('vendor_id', 'product_id', 'serial', 'pci_address',
-                'fabric_ref')
-
-
-def locator(vendor_id=None, product_id=None, serial=None, pci_address=None,
-            fabric_ref=None):
-    """What a bind tells the host about where to find the device.
-
-    ``pci_address`` only where the fabric knows the host's bus address;
-    the compute agent resolves it otherwise.
-    """
-    return {'vendor_id': vendor_id, 'product_id': product_id,
-            'serial': serial, 'pci_address': pci_address,
-            'fabric_ref': fabric_ref}
-
-
-def as_locator(value, device):
-    """A bind's answer as a locator dict, filled in from the device row
-    where the driver left a key out.
-
-    The serial the fabric reported for the device (devices.serial) goes
-    in too: where it is a PCIe Device Serial Number the compute agent
-    reads it from the function's config space and tells apart two new
-    functions with the same vendor and device ids by it
-    (composable.privsep.pci_sysfs.find_function); a vendor's product
-    serial, which the function does not carry, is only logged there."""
-    if not isinstance(value, dict):
-        raise TypeError('a fabric bind must return a locator dict, not %s'
-                        % type(value).__name__)
-    found = locator(**{key: value.get(key) for key in LOCATOR_KEYS})
-    for key in ('vendor_id', 'product_id', 'serial'):
-        if not found[key]:
-            found[key] = device.get(key)
-    if not found['fabric_ref']:
-        found['fabric_ref'] = device.get('address')
-    return found
 
 
 class FabricDriver(object, metaclass=abc.ABCMeta):
@@ -99,10 +64,11 @@ class FabricDriver(object, metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def bind_device(self, fabric, device, host):
-        """Connect ``device`` to ``host``; return its locator (see
-        :func:`locator`). Binding a device that is already bound to that
-        host returns the same locator; one bound to another host is an
-        error."""
+        """Connect ``device`` to ``host``; return its locator (a
+        composable.common.locator.Locator; fields the driver leaves
+        unknown are taken from the device's row by the conductor).
+        Binding a device that is already bound to that host returns the
+        same locator; one bound to another host is an error."""
 
     @abc.abstractmethod
     def unbind_device(self, fabric, device, host):

@@ -61,6 +61,7 @@ the bind returned. The local back end needs neither.
 import re
 
 from composable.common import exception
+from composable.common import locator as locator_mod
 from composable.common import media
 from composable.fabric import base
 from composable.fabric.redfish import cxl_memory
@@ -204,9 +205,10 @@ class CxlFabricDriver(base.FabricDriver):
                     lease_uuid=None):
         """Make ``size_mb`` of device ``device_name`` reachable from
         ``host`` for lease ``lease_uuid``; the locator the host finds it
-        by (``{'serial', 'device'}``; the redfish back end adds the chunk
-        and connection it made). The local back end composes nothing: it
-        refuses a host that is not wired to the device."""
+        by (a locator.Locator of its serial and name; the redfish back end
+        answers a dict that adds the chunk and connection it made, which
+        the conductor keeps for the unbind). The local back end composes
+        nothing: it refuses a host that is not wired to the device."""
         redfish = self._redfish(fabric)
         if redfish is not None:
             return _REDFISH.bind_memory(fabric, redfish, device_name, host,
@@ -223,7 +225,8 @@ class CxlFabricDriver(base.FabricDriver):
                        '(hosts reaching it: %s)' % (
                            host['name'], device_name,
                            ', '.join(device['hosts'])))
-        return {'serial': device['serial'], 'device': device_name}
+        return locator_mod.Locator(serial=device['serial'],
+                                   fabric_ref=device_name)
 
     def unbind_memory(self, fabric, device_name, host, lease_uuid=None,
                       locator=None):

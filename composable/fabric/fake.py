@@ -41,6 +41,7 @@ import zlib
 from oslo_log import log as logging
 
 from composable.common import exception
+from composable.common import locator as locator_mod
 from composable.fabric import base
 
 LOG = logging.getLogger(__name__)
@@ -181,10 +182,10 @@ class FakeFabricDriver(base.FabricDriver):
                     (device.get('uuid'), holder, fabric.get('name')))
             self._bindings[key] = host.get('name')
         # A simulated fabric may as well know the bus address.
-        return base.locator(vendor_id=device.get('vendor_id'),
-                            product_id=device.get('product_id'),
-                            pci_address=fake_pci_address(device),
-                            fabric_ref=device.get('address'))
+        return locator_mod.Locator(vendor_id=device.get('vendor_id'),
+                                   product_id=device.get('product_id'),
+                                   pci_address=fake_pci_address(device),
+                                   fabric_ref=device.get('address'))
 
     def unbind_device(self, fabric, device, host):
         LOG.debug('%(sim)s: unbinding device %(dev)s from host %(host)s '

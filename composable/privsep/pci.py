@@ -18,12 +18,19 @@ root only).
 Every argument is checked before anything is written: a PCI address must
 be a full, lower-case bus address (``0000:41:00.0``), because it becomes
 part of a path under /sys written to as root; counts and limits must be
-integers in range. Reading sysfs needs no privilege, so the agent does
+integers in range; a locator is parsed as composable.common.locator
+parses it everywhere. Reading sysfs needs no privilege, so the agent does
 that itself.
+
+Every error leaves as one type, pci_sysfs.PciError, whose ``code`` (a
+pci_sysfs.ErrorCode) the caller decides by: the privsep client raises it
+again from its class and arguments.
 """
 
+import functools
 import re
 
+from composable.common import locator as locator_mod
 from composable import privsep
 from composable.privsep import pci_sysfs as pci
 
@@ -44,7 +51,17 @@ MAX_NOVA_CONF = 1 << 20
 
 _BDF = re.compile(r'[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 _ID = re.compile(r'(0x)?[0-9a-fA-F]{1,4}')
-_SERIAL = re.compile(r'[\x21-\x7e][\x20-\x7e]{0,127}')
+
+
+def _typed(func):
+    """Whatever ``func`` raises leaves as a PciError with its code."""
+    @functools.wraps(func)
+    def typed(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            raise pci.as_pci_error(exc) from None
+    return typed
 
 
 def check_address(address):
@@ -66,29 +83,9 @@ def check_count(value, what, low, high):
 
 
 def check_locator(locator):
-    """A copy of the locator fields the search uses, each checked."""
-    if not isinstance(locator, dict):
-        raise TypeError('a locator must be a dict')
-    checked = {}
-    for key in ('vendor_id', 'product_id'):
-        value = locator.get(key)
-        if value is not None and (not isinstance(value, str) or
-                                  not _ID.fullmatch(value)):
-            raise ValueError('locator %s %r is not a PCI id' % (key, value))
-        checked[key] = value
-    serial = locator.get('serial')
-    if serial is not None and (not isinstance(serial, str) or
-                               not _SERIAL.fullmatch(serial)):
-        raise ValueError('locator serial %r is not printable text of at '
-                         'most 128 characters' % (serial,))
-    checked['serial'] = serial
-    address = locator.get('pci_address')
-    checked['pci_address'] = (check_address(address)
-                              if address is not None else None)
-    ref = locator.get('fabric_ref')
-    # Only shown in messages.
-    checked['fabric_ref'] = str(ref)[:200] if ref is not None else None
-    return checked
+    """The locator (its primitive, a dict) parsed, so every field is
+    checked (composable.common.locator); its checked primitive."""
+    return locator_mod.Locator.from_primitive(locator).to_primitive()
 
 
 def _known(known):
@@ -98,12 +95,14 @@ def _known(known):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def rescan():
     """``echo 1 > /sys/bus/pci/rescan``."""
     pci.rescan(ROOT, writer=WRITER)
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def find_function(locator, known, timeout=None, interchangeable=1):
     """The address of the function ``locator`` describes, found as
     pci.find_function does (rescanning) within ``timeout`` seconds."""
@@ -117,12 +116,14 @@ def find_function(locator, known, timeout=None, interchangeable=1):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def bind_vfio(address):
     """Hand the function to vfio-pci; False when it already was."""
     return pci.bind_vfio(check_address(address), root=ROOT, writer=WRITER)
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def release(address):
     """Take the function off vfio-pci; False when there was nothing to
     do."""
@@ -130,12 +131,14 @@ def release(address):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def remove(address):
     """Remove the function from the bus; False when it is not there."""
     return pci.remove(check_address(address), root=ROOT, writer=WRITER)
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def set_num_vfs(pf_address, count):
     """Give the PF ``count`` virtual functions; their addresses."""
     check_count(count, 'the number of virtual functions', 0, MAX_VFS)
@@ -144,6 +147,7 @@ def set_num_vfs(pf_address, count):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def attach_function(locator, known, timeout=None, interchangeable=1,
                     recorded=None, nova_conf_text=None):
     """The whole attach in one round trip, as pci.attach_function does it:
@@ -167,6 +171,7 @@ def attach_function(locator, known, timeout=None, interchangeable=1,
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def detach_function(address, vendor_id=None, product_id=None):
     """Release and remove the function, unless another device is there;
     as pci.detach_function."""
@@ -179,6 +184,7 @@ def detach_function(address, vendor_id=None, product_id=None):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def detach_unrecorded_function(locator, known, interchangeable=1):
     """Release and remove the function ``locator`` describes among those
     not in ``known``; as pci.detach_unrecorded_function."""

@@ -13,7 +13,7 @@
 """A composed PCI function on the compute host, through sysfs.
 
 A fabric driver composes a device into the host and returns a locator
-(composable.fabric.base.locator): vendor and device ids, perhaps a serial
+(composable.common.locator.Locator): vendor and device ids, perhaps a serial
 number and rarely the host's bus address. The host then has to
 
 * rescan the bus and find the new function (``find_function``): by its
@@ -41,13 +41,19 @@ would hand a composed device to another instance.
 Only the Python standard library is used: the same file runs inside a
 test VM through the QEMU guest agent, as ``python3 pci.py <command>
 '<json keyword arguments>'``, which prints ``{"result": ...}`` (or
-``{"error": ..., "message": ...}`` with exit status 1).
+``{"error": <an ErrorCode value>, "message": ...}`` with exit status
+1).
+
+A locator is taken in its primitive form (composable.common.locator.
+Locator.to_primitive(), a dict), the form that crosses the privsep and
+guest boundaries; the callers have checked it by parsing it.
 
 Every function takes ``root``, the directory holding ``sys``, ``dev`` and
 ``lib`` ('/' on a host), and the writing ones a ``writer(path, value)``
 that does the write; both let a fake tree stand in for the kernel.
 """
 
+import enum
 import errno
 import fnmatch
 import json
@@ -69,36 +75,90 @@ _SHORT_ADDRESS = re.compile(r'^[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
 _GROUP = re.compile(r'^[0-9]+$')
 
 
+class ErrorCode(str, enum.Enum):
+    """Why a PCI step failed, as every boundary carries it: the privsep
+    daemon re-raises PciError(code, message), the command line prints
+    ``{"error": <code>, "message": ...}``, and attach_function's answer
+    holds the code of a refusal. Callers decide by the code, never by an
+    exception's class name."""
+
+    # No function matching the locator appeared in time (or none is at
+    # the address asked about).
+    NOT_FOUND = 'not_found'
+    # The function at the fabric's address is not the device it bound.
+    MISMATCH = 'mismatch'
+    # Several new functions match and nothing tells them apart.
+    AMBIGUOUS = 'ambiguous'
+    # The function has no IOMMU group: the IOMMU is off.
+    NO_IOMMU_GROUP = 'no_iommu_group'
+    # A member of the IOMMU group is still driven by the host.
+    IOMMU_GROUP_SHARED = 'iommu_group_shared'
+    # vfio-pci did not take the function or its group.
+    VFIO_REFUSED = 'vfio_refused'
+    # The function cannot have that many virtual functions.
+    SRIOV_REFUSED = 'sriov_refused'
+    # Nova's [pci] device_spec on the host would hand the function to
+    # an instance of its own.
+    NOT_PERMITTED_BY_DEVICE_SPEC = 'not_permitted_by_device_spec'
+    # An argument that is not what it must be.
+    INVALID_ARGUMENT = 'invalid_argument'
+    # The kernel refused a read or write: it needs root.
+    NOT_PERMITTED = 'not_permitted'
+    # The kernel answered that the device is busy.
+    BUSY = 'busy'
+    # Any other error of the kernel.
+    OS_ERROR = 'os_error'
+    # A fault of the module itself.
+    INTERNAL = 'internal'
+
+    @classmethod
+    def parse(cls, value):
+        """The code ``value`` names; INTERNAL for one this release does not
+        know (a newer module's)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.INTERNAL
+
+
 class PciError(Exception):
-    """Anything that keeps a function from being found or prepared."""
+    """Anything that keeps a function from being found or prepared:
+    ``code`` (an ErrorCode) says what, ``message`` says it in words.
+
+    Its arguments are the code's value and the message, so that the
+    privsep daemon's client, which rebuilds an exception from its class
+    and arguments, raises the same error."""
+
+    def __init__(self, code, message):
+        code = ErrorCode.parse(code)
+        super().__init__(code.value, str(message))
+        self.code = code
+        self.message = str(message)
+
+    def __str__(self):
+        return self.message
 
 
-class DeviceNotFound(PciError, LookupError):
-    """No function matching the locator appeared in time."""
+def error_code(exc):
+    """The ErrorCode of any exception a PCI step raised."""
+    if isinstance(exc, PciError):
+        return exc.code
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return ErrorCode.NOT_PERMITTED
+        if exc.errno == errno.EBUSY:
+            return ErrorCode.BUSY
+        return ErrorCode.OS_ERROR
+    if isinstance(exc, (ValueError, TypeError, LookupError)):
+        return ErrorCode.INVALID_ARGUMENT
+    return ErrorCode.INTERNAL
 
 
-class DeviceMismatch(PciError):
-    """The function at the fabric's address is not the device it bound."""
-
-
-class AmbiguousDevice(PciError, LookupError):
-    """Several new functions match and nothing tells them apart."""
-
-
-class NoIommuGroup(PciError, LookupError):
-    """The function has no IOMMU group: the IOMMU is off."""
-
-
-class GroupNotIsolated(PciError):
-    """A member of the IOMMU group is still driven by the host."""
-
-
-class VfioError(PciError):
-    """vfio-pci did not take the function or its group."""
-
-
-class SriovError(PciError, ValueError):
-    """The function cannot have that many virtual functions."""
+def as_pci_error(exc):
+    """``exc`` as a PciError with its code."""
+    if isinstance(exc, PciError):
+        return exc
+    return PciError(error_code(exc), str(exc) or type(exc).__name__)
 
 
 def write(path, value):
@@ -289,7 +349,8 @@ def _match(locator, root, known, interchangeable=1):
         if not exists(address, root):
             return None
         if not _ids_match(locator, address, root):
-            raise DeviceMismatch(
+            raise PciError(
+                ErrorCode.MISMATCH,
                 'the function at %s has ids %s:%s, not those of %s'
                 % ((address,) + device_ids(address, root)
                    + (_describe(locator),)))
@@ -317,8 +378,9 @@ def _match(locator, root, known, interchangeable=1):
     if len(slots) > interchangeable:
         # Two devices of the same model composed at once: guessing would
         # give a guest the wrong one.
-        raise AmbiguousDevice('%s matches the new functions %s'
-                              % (_describe(locator), ', '.join(candidates)))
+        raise PciError(ErrorCode.AMBIGUOUS,
+                       '%s matches the new functions %s'
+                       % (_describe(locator), ', '.join(candidates)))
     # Functions of one multi-function device: the first one is the device.
     # Up to ``interchangeable`` devices are the caller's own, any of which
     # will do: the first one is taken.
@@ -339,7 +401,7 @@ def find_function(locator, root='/', timeout=60, known=(), writer=write,
     ``interchangeable`` is how many devices of this very locator the
     caller is waiting for (several GPUs of one model for one lease): as
     long as no more new devices than that match, any of them is the
-    caller's and the first is returned; more is AmbiguousDevice.
+    caller's and the first is returned; more is a PciError of code AMBIGUOUS.
     """
     deadline = clock() + timeout
     tries = 0
@@ -350,7 +412,8 @@ def find_function(locator, root='/', timeout=60, known=(), writer=write,
         if found:
             return found
         if clock() >= deadline:
-            raise DeviceNotFound(
+            raise PciError(
+                ErrorCode.NOT_FOUND,
                 'no PCI function with %s appeared within %s s '
                 '(%d rescans)' % (_describe(locator), timeout, tries))
         sleep(interval)
@@ -360,10 +423,11 @@ def iommu_group(address, root='/'):
     """The function's IOMMU group number (a string, as in /dev/vfio)."""
     address = normalize_address(address)
     if not exists(address, root):
-        raise DeviceNotFound('no PCI function %s' % address)
+        raise PciError(ErrorCode.NOT_FOUND, 'no PCI function %s' % address)
     group = _link_name(_device(root, address, 'iommu_group'))
     if not group:
-        raise NoIommuGroup(
+        raise PciError(
+            ErrorCode.NO_IOMMU_GROUP,
             '%s has no IOMMU group: the IOMMU is off (intel_iommu=on or '
             'amd_iommu=on on the kernel command line)' % address)
     return group
@@ -378,12 +442,14 @@ def group_members(group, root='/'):
     try:
         return sorted(os.listdir(path))
     except FileNotFoundError:
-        raise NoIommuGroup('IOMMU group %s does not exist' % group)
+        raise PciError(ErrorCode.NO_IOMMU_GROUP,
+                       'IOMMU group %s does not exist' % group)
 
 
 def check_group_isolated(address, root='/'):
     """The members of the function's IOMMU group, when passthrough of it
-    is safe; GroupNotIsolated naming a member the host still drives.
+    is safe; a PciError of code IOMMU_GROUP_SHARED naming a member the host
+    still drives.
 
     vfio gives the guest the whole group: a host NIC or disk controller
     sharing it would be reachable by the guest's DMA. The other members
@@ -400,7 +466,8 @@ def check_group_isolated(address, root='/'):
             continue
         if is_bridge(member, root):
             continue
-        raise GroupNotIsolated(
+        raise PciError(
+            ErrorCode.IOMMU_GROUP_SHARED,
             'IOMMU group %s of %s also holds %s on driver %s: passing the '
             'group through would hand it to the guest'
             % (iommu_group(address, root), address, member, name))
@@ -424,20 +491,22 @@ def bind_vfio(address, root='/', writer=write):
     writer(_sys(root, 'bus', 'pci', 'drivers_probe'), address)
     now = driver(address, root)
     if now != VFIO_DRIVER:
-        raise VfioError('%s is on driver %s after the probe, not %s (is '
-                        'the vfio-pci module loaded?)'
-                        % (address, now or 'none', VFIO_DRIVER))
+        raise PciError(ErrorCode.VFIO_REFUSED,
+                       '%s is on driver %s after the probe, not %s (is '
+                       'the vfio-pci module loaded?)'
+                       % (address, now or 'none', VFIO_DRIVER))
     return True
 
 
 def vfio_device_node(address, root='/'):
     """Path of the function's /dev/vfio/<group>, which the guest's QEMU
-    opens; VfioError when vfio did not create it."""
+    opens; a PciError of code VFIO_REFUSED when vfio did not create it."""
     group = iommu_group(address, root)
     path = os.path.join(root, 'dev', 'vfio', group)
     if not os.path.exists(path):
-        raise VfioError('%s does not exist: vfio-pci has not taken IOMMU '
-                        'group %s of %s' % (path, group, address))
+        raise PciError(ErrorCode.VFIO_REFUSED,
+                       '%s does not exist: vfio-pci has not taken IOMMU '
+                       'group %s of %s' % (path, group, address))
     return path
 
 
@@ -482,7 +551,8 @@ def virtual_functions(pf_address, root='/'):
     try:
         names = os.listdir(path)
     except FileNotFoundError:
-        raise DeviceNotFound('no PCI function %s' % pf_address)
+        raise PciError(ErrorCode.NOT_FOUND,
+                       'no PCI function %s' % pf_address)
     numbered = sorted((int(n[len('virtfn'):]), n) for n in names
                       if re.match(r'^virtfn[0-9]+$', n))
     return [_link_name(os.path.join(path, n)) for _, n in numbered]
@@ -501,10 +571,12 @@ def set_num_vfs(pf_address, count, root='/', writer=write):
         total = int(_read(_device(root, address, 'sriov_totalvfs')))
         current = int(_read(_device(root, address, 'sriov_numvfs')))
     except FileNotFoundError:
-        raise SriovError('%s has no SR-IOV capability' % address)
+        raise PciError(ErrorCode.SRIOV_REFUSED,
+                       '%s has no SR-IOV capability' % address)
     if not 0 <= count <= total:
-        raise SriovError('%s can have 0 to %d virtual functions, not %d'
-                         % (address, total, count))
+        raise PciError(ErrorCode.SRIOV_REFUSED,
+                       '%s can have 0 to %d virtual functions, not %d'
+                       % (address, total, count))
     if count != current:
         if current:
             writer(_device(root, address, 'sriov_numvfs'), '0')
@@ -702,14 +774,9 @@ def nova_device_spec_conflicts(nova_conf_text, locators):
     return conflicts
 
 
-# Why attach_function stopped after it found the function, by the
-# exception's class name, as attach_function reports it.
-NOVA_SPEC_CONFLICT = 'NovaDeviceSpecConflict'
-
-
 def _failed(address, exc):
-    return {'address': address, 'error': type(exc).__name__,
-            'message': str(exc)}
+    return {'address': address, 'error': error_code(exc).value,
+            'message': as_pci_error(exc).message}
 
 
 def attach_function(locator, known=(), timeout=60, interval=1.0,
@@ -730,13 +797,15 @@ def attach_function(locator, known=(), timeout=60, interval=1.0,
     ids it is taken without a search. ``nova_conf_text`` is the text of
     Nova's configuration on the host, when it should be checked.
 
-    Failures before the function is found raise (DeviceNotFound, ...).
+    Failures before the function is found raise (a PciError of code
+    NOT_FOUND, ...).
     Once it is found the answer always carries its ``address``, so that
     the caller can note it and take it off the bus later: a dict with
     ``address``, ``found`` (searched for now), and either
     ``iommu_group``, ``vfio_node``, ``bound`` (newly bound) and
-    ``members`` (of its group), or ``error`` (an exception's class name,
-    or NOVA_SPEC_CONFLICT) and ``message``.
+    ``members`` (of its group), or ``error`` (an ErrorCode's value:
+    NOT_PERMITTED_BY_DEVICE_SPEC, IOMMU_GROUP_SHARED, ...) and
+    ``message`` (composable.common.locator.AttachResult reads it).
     """
     address = None
     if recorded:
@@ -754,8 +823,9 @@ def attach_function(locator, known=(), timeout=60, interval=1.0,
         conflicts = nova_device_spec_conflicts(
             nova_conf_text, [dict(locator, pci_address=address)])
         if conflicts:
-            answer.update(error=NOVA_SPEC_CONFLICT,
-                          message=conflicts[0]['message'])
+            answer.update(
+                error=ErrorCode.NOT_PERMITTED_BY_DEVICE_SPEC.value,
+                message=conflicts[0]['message'])
             return answer
     try:
         members = check_group_isolated(address, root)
@@ -796,8 +866,9 @@ def detach_unrecorded_function(locator, known=(), interchangeable=1,
     host's own and the other devices'), without rescanning or waiting --
     a function that is not there now was never enumerated. Returns
     ``{'address': <address or None>, 'done': 'removed' | 'absent'}``;
-    AmbiguousDevice when more devices match than ``interchangeable``
-    (the caller's own unrecorded devices of that locator)."""
+    a PciError of code AMBIGUOUS when more devices match than
+    ``interchangeable`` (the caller's own unrecorded devices of that
+    locator)."""
     # Without the address: an address is detach_function's to check.
     address = _match(dict(locator, pci_address=None), root, known,
                      interchangeable)
@@ -873,11 +944,11 @@ def main(argv=None, out=None):
                 kwargs['nova_conf_text'] = f.read()
         result = COMMANDS[argv[0]](**kwargs)
     except (PciError, ValueError, TypeError, OSError) as e:
-        if isinstance(e, OSError) and e.errno == errno.EACCES:
-            message = '%s (needs root)' % e
-        else:
-            message = str(e)
-        json.dump({'error': type(e).__name__, 'message': message}, out)
+        error = as_pci_error(e)
+        message = error.message
+        if error.code is ErrorCode.NOT_PERMITTED:
+            message = '%s (needs root)' % message
+        json.dump({'error': error.code.value, 'message': message}, out)
         out.write('\n')
         return 1
     json.dump({'result': result}, out)

@@ -47,6 +47,7 @@ never hold it.
 from oslo_log import log as logging
 
 from composable.common import exception
+from composable.common import locator as locator_mod
 from composable.common import media
 from composable.common import states
 from composable import conf
@@ -430,10 +431,13 @@ class SimulatedDevices(object):
         for device in devices:
             # What the fabric told about where the device will appear: a
             # bus address only where it knows one.
-            found = device.get('locator') or {}
-            where = device.get('pci_address') or '%s:%s serial %s' % (
-                found.get('vendor_id'), found.get('product_id'),
-                found.get('serial'))
+            try:
+                where = locator_mod.Locator.from_primitive(
+                    device.get('locator') or {}).filled_from(
+                        pci_address=device.get('pci_address')).describe()
+            except locator_mod.InvalidLocator as exc:
+                raise exception.DriverError(
+                    reason='device %s: %s' % (device['uuid'], exc))
             LOG.debug('%(noop)s: would rescan PCI and bind device '
                       '%(dev)s found at %(where)s (lease %(lease)s)',
                       {'noop': NOOP_ATTACH, 'dev': device['uuid'],

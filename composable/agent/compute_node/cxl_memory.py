@@ -57,6 +57,7 @@ import time
 from oslo_log import log as logging
 
 from composable.common import exception
+from composable.common import locator as locator_mod
 from composable.common import states
 from composable import conf
 from composable.privsep import cxl as priv_cxl
@@ -366,8 +367,11 @@ class CxlHostMemory(object):
             # Begun and not finished (or a detach cut short): start over
             # from nothing, erasing what may have been written.
             self._teardown(key, record)
-        locator = chunks[0].get('locator') or {}
-        serial = locator.get('serial')
+        try:
+            serial = locator_mod.Locator.from_primitive(
+                chunks[0].get('locator') or {}).serial
+        except locator_mod.InvalidLocator as exc:
+            raise _error('CXL memory device %s: %s' % (device, exc))
         if not serial:
             raise _error('the fabric gave no serial number for CXL memory '
                          'device %s' % device)

@@ -72,6 +72,7 @@ import threading
 from oslo_log import log as logging
 
 from composable.common import exception
+from composable.common import locator as locator_mod
 from composable.common import sriov
 from composable import conf
 from composable.privsep import pci as priv_pci
@@ -86,33 +87,76 @@ _WILDCARD_CHARS = set('*:. ')
 RESTORE_FIND_TIMEOUT = 1
 
 
-def _fail(what, exc):
-    """The agent's error for a failed step, with the kernel's or the
-    module's message; what an operator can do about it where known."""
+def _error(what, code, message, device=None, address=None):
+    """The agent's error for a failed PCI step: the one place where a
+    pci_sysfs.ErrorCode becomes an exception of the agent, with the
+    kernel's or the module's message and what an operator can do about
+    it where known. ``device`` (a uuid) and ``address``: the device being
+    attached and where it was found, when it was."""
+    code = pci.ErrorCode.parse(code)
+    if code is pci.ErrorCode.NOT_FOUND and device and not address:
+        reason = ('%s. The fabric bound it, but it did not show up on the '
+                  'PCI bus: check the fabric link to this host and the '
+                  'kernel log (dmesg)' % message)
+    elif code is pci.ErrorCode.NOT_PERMITTED_BY_DEVICE_SPEC and device:
+        reason = ('device %s at %s is claimed by Nova: %s. Change that entry '
+                  'of the nova-compute configuration so that it matches only '
+                  'the host\'s own devices (by address), restart '
+                  'nova-compute and bind again' % (device, address, message))
+    elif code is pci.ErrorCode.IOMMU_GROUP_SHARED and device:
+        reason = ('device %s cannot be passed through: %s. Put that device '
+                  'on vfio-pci or move the fabric device to another slot'
+                  % (device, message))
+    elif code is pci.ErrorCode.NOT_PERMITTED:
+        reason = ('%s: %s (this needs root: check the agent\'s '
+                  '[composable_sys_admin] helper_command)' % (what, message))
+    else:
+        reason = '%s: %s' % (what, message)
+    return exception.DriverError(reason=reason)
+
+
+def _fail(what, exc, device=None):
+    """_error for an exception a PCI step raised."""
     if isinstance(exc, OSError) and exc.errno in (errno.EACCES,
                                                   errno.EPERM):
-        return exception.DriverError(
-            reason='%s: %s (this needs root: check the agent\'s '
-                   '[composable_sys_admin] helper_command)' % (what, exc))
-    return exception.DriverError(reason='%s: %s' % (what, exc))
+        # The kernel's own words, as the agent read them itself.
+        return _error(what, pci.ErrorCode.NOT_PERMITTED, exc)
+    error = pci.as_pci_error(exc)
+    return _error(what, error.code, error.message, device)
 
 
-def _locator(device):
-    """The device's locator as the fabric gave it, else one made of the
-    device's own record (a teardown or an older conductor)."""
-    locator = dict(device.get('locator') or {})
-    for key in ('vendor_id', 'product_id', 'pci_address'):
-        if locator.get(key) is None and device.get(key) is not None:
-            locator[key] = device[key]
-    locator.setdefault('serial', None)
-    locator.setdefault('pci_address', None)
-    return locator
+def device_locator(device):
+    """The device's locator (locator.Locator): as the fabric gave it,
+    with what the device's own view says where the fabric said nothing
+    (a teardown, or a conductor that sends no locator)."""
+    try:
+        found = locator_mod.Locator.from_primitive(
+            device.get('locator') or {})
+        return found.filled_from(
+            vendor_id=device.get('vendor_id'),
+            product_id=device.get('product_id'),
+            pci_address=device.get('pci_address'))
+    except locator_mod.InvalidLocator as exc:
+        raise exception.DriverError(
+            reason='device %s: %s' % (device.get('uuid'), exc))
 
 
 def _model(locator):
-    return (pci.normalize_id(locator.get('vendor_id')),
-            pci.normalize_id(locator.get('product_id')),
-            pci.normalize_serial(locator.get('serial')))
+    return (locator.vendor_id, locator.product_id,
+            pci.normalize_serial(locator.serial))
+
+
+def _recorded_locator(record):
+    """The locator a device record holds (older agents wrote the same
+    primitive); an empty one when it is unreadable."""
+    try:
+        return locator_mod.Locator.from_primitive(
+            record.get('locator') or {})
+    except locator_mod.InvalidLocator as exc:
+        LOG.warning('A PCI device record holds a locator that cannot be '
+                    'read (%s); the device is found by its address only',
+                    exc)
+        return locator_mod.Locator()
 
 
 def _wildcard(value):
@@ -188,6 +232,9 @@ class SysfsPci(object):
     method is one call of composable.privsep.pci_sysfs (the attach
     and the detach are one each, see pci.attach_function), so a host
     whose PCI module runs elsewhere can stand in with the same methods.
+    Locators come in as locator.Locator and go out as their primitive;
+    an attach answers a locator.AttachResult. Errors are
+    pci_sysfs.PciError (by code), ValueError or OSError.
     """
 
     def __init__(self, ops, root='/'):
@@ -205,10 +252,12 @@ class SysfsPci(object):
 
     def attach_function(self, locator, known, timeout, interchangeable,
                         recorded=None, nova_conf_text=None):
-        return self.ops.attach_function(
-            locator, known, timeout=timeout,
-            interchangeable=interchangeable, recorded=recorded,
-            nova_conf_text=nova_conf_text)
+        """``locator``: a locator.Locator; a locator.AttachResult."""
+        return locator_mod.AttachResult.from_primitive(
+            self.ops.attach_function(
+                locator.to_primitive(), known, timeout=timeout,
+                interchangeable=interchangeable, recorded=recorded,
+                nova_conf_text=nova_conf_text))
 
     def detach_function(self, address, vendor_id, product_id):
         return self.ops.detach_function(address, vendor_id, product_id)
@@ -224,7 +273,7 @@ class SysfsPci(object):
 
     def detach_unrecorded_function(self, locator, known, interchangeable):
         return self.ops.detach_unrecorded_function(
-            locator, known, interchangeable=interchangeable)
+            locator.to_primitive(), known, interchangeable=interchangeable)
 
     def virtual_functions(self, pf_address):
         return pci.virtual_functions(pf_address, self.root)
@@ -339,31 +388,30 @@ class HostPciDevices(object):
                     # Not waited for: a function that is not there now
                     # went with the fabric while the agent was away.
                     answer = self.bus.attach_function(
-                        record.get('locator') or {}, known,
+                        _recorded_locator(record), known,
                         timeout=RESTORE_FIND_TIMEOUT, interchangeable=1,
                         recorded=record['address'])
                 except (pci.PciError, ValueError, OSError) as exc:
                     results.append(dict(result, ok=False, message=str(exc)))
                     continue
-                if answer.get('address'):
-                    result['address'] = answer['address']
-                if answer.get('error'):
+                result['address'] = answer.address
+                if not answer.ok:
                     results.append(dict(result, ok=False,
-                                        message=answer['message']))
-                elif answer['address'] != record['address']:
+                                        message=answer.message))
+                elif answer.address != record['address']:
                     with self._lock:
                         self.records.devices[uuid] = dict(
-                            record, address=answer['address'])
+                            record, address=answer.address)
                         self._save()
-                if not answer.get('error') and answer.get('bound'):
+                if answer.ok and answer.bound:
                     LOG.info('Device %(dev)s of lease %(lease)s at '
                              '%(addr)s is on vfio-pci again',
                              {'dev': uuid, 'lease': record.get('lease'),
-                              'addr': answer['address']})
+                              'addr': answer.address})
                     results.append(dict(
                         result, ok=True,
                         message='%s is bound to vfio-pci again after the '
-                                'host restarted' % answer['address']))
+                                'host restarted' % answer.address))
         for result in results:
             if not result['ok']:
                 LOG.error('Device %(dev)s of lease %(lease)s, held on this '
@@ -415,7 +463,7 @@ class HostPciDevices(object):
                         'to the host\'s own devices' % (
                             option, json.dumps(entry, sort_keys=True)))
         with self._lock:
-            locators = [r.get('locator') or {}
+            locators = [_recorded_locator(r).to_primitive()
                         for r in self.records.devices.values()]
         for conflict in pci.nova_device_spec_conflicts(text, locators):
             if conflict['locator'] is not None:
@@ -438,19 +486,20 @@ class HostPciDevices(object):
         devices = [d for d in devices if not d.get('sriov')]
         # Devices of one model still to be found for this lease: any new
         # function of that model up to their number is one of them.
+        locators = {d['uuid']: device_locator(d) for d in devices}
         with self._lock:
             recorded = set(self.records.devices)
         pending = collections.Counter(
-            _model(_locator(d)) for d in devices
-            if not _locator(d).get('pci_address') and
+            _model(locators[d['uuid']]) for d in devices
+            if not locators[d['uuid']].pci_address and
             d['uuid'] not in recorded)
         for device in devices:
-            locator = _locator(device)
+            locator = locators[device['uuid']]
             model = _model(locator)
             with self._device_lock(device['uuid']):
                 result[device['uuid']], found = self._attach_one(
                     lease, device, locator, max(1, pending[model]))
-            if found and not locator['pci_address']:
+            if found and not locator.pci_address:
                 pending[model] -= 1
         return result
 
@@ -468,7 +517,8 @@ class HostPciDevices(object):
                        (self.records.path, exc.strerror))
 
     def _attach_one(self, lease, device, locator, interchangeable):
-        """The device's address, and whether it was searched for now."""
+        """The device's address, and whether it was searched for now;
+        ``locator``: a locator.Locator."""
         device = dict(device, lease_uuid=lease['uuid'])
         nova_conf_text = self._nova_conf_text()
         what = 'finding device %s on this host' % device['uuid']
@@ -483,45 +533,28 @@ class HostPciDevices(object):
                     interchangeable=interchangeable,
                     recorded=record['address'] if record else None,
                     nova_conf_text=nova_conf_text or None)
-            except pci.DeviceNotFound as exc:
-                raise exception.DriverError(
-                    reason='%s. The fabric bound it, but it did not show up '
-                           'on the PCI bus: check the fabric link to this '
-                           'host and the kernel log (dmesg)' % exc)
             except (pci.PciError, ValueError, OSError) as exc:
-                raise _fail(what, exc)
-            address = answer['address']
+                raise _fail(what, exc, device=device['uuid'])
+            address = answer.address
             # Noted before anything else is said about it: a detach after
             # a refused attach still takes the function off the bus.
             with self._lock:
                 self.records.devices[device['uuid']] = {
                     'address': address, 'lease': lease_uuid(device),
-                    'locator': locator}
+                    'locator': locator.to_primitive()}
                 self._save()
-        error = answer.get('error')
-        if error == pci.NOVA_SPEC_CONFLICT:
-            raise exception.DriverError(
-                reason='device %s at %s is claimed by Nova: %s. Change '
-                       'that entry of the nova-compute configuration so '
-                       'that it matches only the host\'s own devices (by '
-                       'address), restart nova-compute and bind again'
-                       % (device['uuid'], address, answer['message']))
-        if error == pci.GroupNotIsolated.__name__:
-            raise exception.DriverError(
-                reason='device %s cannot be passed through: %s. Put that '
-                       'device on vfio-pci or move the fabric device to '
-                       'another slot' % (device['uuid'], answer['message']))
-        if error:
-            raise exception.DriverError(
-                reason='binding device %s at %s to vfio-pci: %s'
-                       % (device['uuid'], address, answer['message']))
-        if answer.get('bound'):
+        if not answer.ok:
+            raise _error('binding device %s at %s to vfio-pci'
+                         % (device['uuid'], address), answer.error,
+                         answer.message, device=device['uuid'],
+                         address=address)
+        if answer.bound:
             LOG.info('Device %(dev)s of lease %(lease)s at %(addr)s is on '
                      'vfio-pci (%(node)s)', {'dev': device['uuid'],
                                              'lease': lease['uuid'],
                                              'addr': address,
-                                             'node': answer['vfio_node']})
-        return address, answer['found']
+                                             'node': answer.vfio_node})
+        return address, answer.found
 
     # ------------------------------------------------------------ detach
 
@@ -532,9 +565,11 @@ class HostPciDevices(object):
         # How many of this lease's devices of one model have no record
         # here: any function of that model that is no one else's is one
         # of them (see _detach_unrecorded).
+        locators = {d['uuid']: device_locator(d) for d in devices
+                    if not d.get('sriov')}
         with self._lock:
             unrecorded = collections.Counter(
-                _model(_locator(d))[:2] for d in devices
+                _model(locators[d['uuid']])[:2] for d in devices
                 if not d.get('sriov') and
                 d['uuid'] not in self.records.devices and
                 not d.get('pci_address'))
@@ -543,14 +578,18 @@ class HostPciDevices(object):
                 self._detach_vf(lease, device)
                 continue
             with self._device_lock(device['uuid']):
-                self._detach_one(lease, device, unrecorded)
+                self._detach_one(lease, device, locators[device['uuid']],
+                                 unrecorded)
 
-    def _detach_one(self, lease, device, unrecorded=None):
+    def _detach_one(self, lease, device, locator, unrecorded=None):
         with self._lock:
             record = self.records.devices.get(device['uuid'])
             baseline = set(self.baseline or ())
         address = record['address'] if record else device.get('pci_address')
-        locator = (record or {}).get('locator') or _locator(device)
+        if record and record.get('locator'):
+            # What this agent searched for, rather than what the
+            # conductor says now.
+            locator = _recorded_locator(record)
         if not address:
             self._detach_unrecorded(lease, device, locator, unrecorded or {})
             return
@@ -618,7 +657,11 @@ class HostPciDevices(object):
                     locator, known,
                     interchangeable=max(1, unrecorded.get((vendor, product),
                                                           1)))
-            except pci.AmbiguousDevice as exc:
+            except pci.PciError as exc:
+                if exc.code is not pci.ErrorCode.AMBIGUOUS:
+                    raise _fail('removing device %s (no record on this '
+                                'host) from this host' % device['uuid'],
+                                exc)
                 # Taking the wrong one would pull a device from another
                 # lease: leave it to the fabric's unbind.
                 LOG.warning('Device %(dev)s of lease %(lease)s has no '
@@ -720,8 +763,9 @@ class HostPciDevices(object):
         with self._pf_lock(pf):
             address = self._virtual_function(device, pf, index, count,
                                              mode)
-            locator = dict(_locator(device), pci_address=address)
-            device = dict(device, locator=locator, pci_address=address)
+            locator = device_locator(device).with_address(address)
+            device = dict(device, locator=locator.to_primitive(),
+                          pci_address=address)
             with self._device_lock(device['uuid']):
                 address, _found = self._attach_one(lease, device, locator,
                                                    1)

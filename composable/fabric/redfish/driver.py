@@ -66,6 +66,7 @@ import urllib.parse
 from oslo_log import log as logging
 
 from composable.common import exception
+from composable.common import locator as locator_mod
 from composable import conf
 from composable.fabric import base
 from composable.fabric.redfish import connection
@@ -1199,11 +1200,10 @@ class RedfishFabricDriver(base.FabricDriver):
                   'host': host.get('name'), 'vendor': device.vendor_id,
                   'product': device.product_id,
                   'serial': device.serial or 'unknown'})
-        return {'vendor_id': device.vendor_id,
-                'product_id': device.product_id,
-                'serial': device.serial,
-                'pci_address': None,
-                'fabric_ref': block.uri}
+        return locator_mod.Locator(vendor_id=device.vendor_id,
+                                   product_id=device.product_id,
+                                   serial=device.serial,
+                                   fabric_ref=block.uri)
 
     def unbind_device(self, fabric, device, host):
         info, deadline, block_uri = self._operation(fabric, device)
@@ -1602,10 +1602,9 @@ class RedfishFabricDriver(base.FabricDriver):
                 reason='endpoint %s cannot be given to a host: %s' %
                 (uri, device.not_poolable))
         system, _ = self._system(conn, info, fabric, host)
-        locator = {'vendor_id': device.vendor_id,
-                   'product_id': device.product_id,
-                   'serial': device.serial, 'pci_address': None,
-                   'fabric_ref': uri}
+        locator = locator_mod.Locator(vendor_id=device.vendor_id,
+                                      product_id=device.product_id,
+                                      serial=device.serial, fabric_ref=uri)
         holders = zoning.holders(uri)
         if system.uri in holders:
             LOG.info('Endpoint %(uri)s is given to system %(system)s '

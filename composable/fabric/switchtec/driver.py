@@ -42,6 +42,7 @@ import threading
 from oslo_log import log as logging
 
 from composable.common import exception
+from composable.common import locator as locator_mod
 from composable import conf
 from composable.fabric import base
 from composable.fabric.switchtec import cli as switchtec_cli
@@ -375,13 +376,12 @@ class SwitchtecFabricDriver(base.FabricDriver):
                      {'f': pdfid, 'h': name, 's': here[0], 'p': here[1],
                       'l': log_port, 'dev': info['device']})
             cli.gfms_bind(here[0], here[1], log_port, pdfid)
-        return {'vendor_id': device.get('vendor_id') or func['vendor_id'],
-                'product_id': device.get('product_id') or
-                func['product_id'],
-                'serial': None,
-                'pci_address': self._bus_address(cli, state, here, log_port,
-                                                 pdfid),
-                'fabric_ref': pdfid}
+        return locator_mod.Locator(
+            vendor_id=device.get('vendor_id') or func['vendor_id'],
+            product_id=device.get('product_id') or func['product_id'],
+            pci_address=self._bus_address(cli, state, here, log_port,
+                                          pdfid),
+            fabric_ref=pdfid)
 
     @staticmethod
     def _bus_address(cli, state, here, log_port, pdfid):
@@ -533,12 +533,10 @@ class SwitchtecFabricDriver(base.FabricDriver):
                      {'p': phys, 'h': name, 'n': partition, 'l': free[0],
                       'dev': info['device']})
             cli.port_bind(partition, free[0], phys)
-        return {'vendor_id': device.get('vendor_id'),
-                'product_id': device.get('product_id'),
-                'serial': None,
-                # port-bind-info does not tell the host's bus address.
-                'pci_address': None,
-                'fabric_ref': str(phys)}
+        # port-bind-info does not tell the host's bus address.
+        return locator_mod.Locator(vendor_id=device.get('vendor_id'),
+                                   product_id=device.get('product_id'),
+                                   fabric_ref=str(phys))
 
     def _partition_unbind(self, fabric, info, device, name, mapping):
         phys = self._phys_port(fabric, device)

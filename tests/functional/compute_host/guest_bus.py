@@ -19,8 +19,9 @@ A composable-agent on a real compute node works on its own sysfs
 the test machine and the "host" is the q35 TCG guest the Redfish emulator
 hot-plugs functions into, so each method of the bus is one run of the
 agent's stdlib-only PCI module inside the guest through the QEMU guest
-agent (guest_exec.PciRunner). The module's errors come back as the
-exceptions HostPciDevices expects of SysfsPci.
+agent (guest_exec.PciRunner). The module's errors come back by their
+code (pci_sysfs.ErrorCode) as the PciError HostPciDevices expects of
+SysfsPci, and an attach's answer as a locator.AttachResult.
 
 Fault injection for the tests (a file the test process creates):
 ``pause_file`` makes attach_function wait, before it runs anything in
@@ -29,12 +30,12 @@ first -- so that a test can kill the agent after the fabric composed the
 device and before the host bound it.
 """
 
-import builtins
 import os
 import time
 
 from oslo_log import log as logging
 
+from composable.common import locator as locator_mod
 from composable.privsep import pci_sysfs as pci
 from tests.functional.compute_host import guest_exec
 
@@ -47,14 +48,8 @@ LOG = logging.getLogger(__name__)
 
 
 def _exception(exc):
-    """The exception the PCI module raised in the guest, rebuilt."""
-    cls = getattr(pci, exc.error, None) or getattr(builtins, exc.error,
-                                                   None)
-    if not (isinstance(cls, type) and issubclass(cls, Exception)):
-        cls = pci.PciError
-    if issubclass(cls, OSError):
-        return OSError(exc.message)
-    return cls(exc.message)
+    """The error the PCI module reported in the guest, by its code."""
+    return pci.PciError(exc.error, exc.message)
 
 
 class GuestPciBus(object):
@@ -115,14 +110,15 @@ class GuestPciBus(object):
     def attach_function(self, locator, known, timeout, interchangeable,
                         recorded=None, nova_conf_text=None):
         self._pause()
-        kwargs = {'locator': locator, 'known': list(known),
+        kwargs = {'locator': locator.to_primitive(), 'known': list(known),
                   'timeout': timeout, 'interval': FIND_INTERVAL,
                   'interchangeable': interchangeable}
         if recorded:
             kwargs['recorded'] = recorded
         if nova_conf_text:
             kwargs['nova_conf_text'] = nova_conf_text
-        return self._call('attach_function', **kwargs)
+        return locator_mod.AttachResult.from_primitive(
+            self._call('attach_function', **kwargs))
 
     def detach_function(self, address, vendor_id, product_id):
         return self._call('detach_function', address=address,
@@ -138,7 +134,8 @@ class GuestPciBus(object):
         return self._call('release', address=address)
 
     def detach_unrecorded_function(self, locator, known, interchangeable):
-        return self._call('detach_unrecorded_function', locator=locator,
+        return self._call('detach_unrecorded_function',
+                          locator=locator.to_primitive(),
                           known=list(known),
                           interchangeable=interchangeable)
 

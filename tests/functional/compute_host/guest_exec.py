@@ -26,6 +26,7 @@ import json
 import os
 import time
 
+from composable.privsep import pci_sysfs
 from tests.functional.compute_host import image as image_mod
 
 GUEST_MODULE_DIR = '/tmp/composable'
@@ -49,13 +50,15 @@ class CommandTimeout(AgentError):
 
 
 class PciCommandError(Exception):
-    """pci.py in the guest answered an error: ``error`` is the exception's
-    class name, ``message`` its text."""
+    """pci.py in the guest answered an error: ``error`` is its code as
+    printed, ``code`` that code as a pci_sysfs.ErrorCode, ``message`` its
+    text."""
 
     def __init__(self, command, error, message):
         super().__init__('pci.py %s: %s: %s' % (command, error, message))
         self.command = command
         self.error = error
+        self.code = pci_sysfs.ErrorCode.parse(error)
         self.message = message
 
 

@@ -65,7 +65,7 @@ def _run(pci, line):
         pci.main([command, kwargs] if kwargs else [command], out=out)
         text = out.getvalue()
     except BaseException as exc:  # one bad request must not end the server
-        text = json.dumps({'error': type(exc).__name__,
+        text = json.dumps({'error': pci.error_code(exc).value,
                            'message': str(exc)}) + '\n'
     _answer(answer_path, text)
 

@@ -68,7 +68,8 @@ class Fabric(object):
         self.backend = backend
 
     def bind(self, block_id):
-        """Compose the block into the host: its locator."""
+        """Compose the block into the host: its locator (a
+        composable.common.locator.Locator)."""
         return self.driver.bind_device(self.info, device(block_id), HOST)
 
     def unbind(self, block_id):

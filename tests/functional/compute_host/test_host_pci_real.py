@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from composable.privsep import pci_sysfs
 from tests import waiting
 from tests.functional.compute_host import guest_exec
 
@@ -48,9 +49,10 @@ def test_gpu_found_bound_to_vfio_released_and_removed(host, pci, agent,
     known = pci.call('functions')
     started = time.monotonic()
     locator = composer.bind('GPU0')
-    assert (locator['vendor_id'], locator['product_id']) == ('1234', '11e8')
-    assert locator['pci_address'] is None
-    address = pci.call('find_function', locator=locator, known=known,
+    assert (locator.vendor_id, locator.product_id) == ('1234', '11e8')
+    assert locator.pci_address is None
+    address = pci.call('find_function', locator=locator.to_primitive(),
+                       known=known,
                        timeout=FIND_TIMEOUT, interval=0.1)
     assert address not in known
     assert pci.call('device_ids', address=address) == ['1234', '11e8']
@@ -94,8 +96,9 @@ def test_nvme_virtual_functions_each_in_own_group(host, pci, agent,
                                                   composer):
     known = pci.call('functions')
     locator = composer.bind('NVMe0')
-    assert locator['serial'] == 'NVME-SN-0000'
-    pf = pci.call('find_function', locator=locator, known=known,
+    assert locator.serial == 'NVME-SN-0000'
+    pf = pci.call('find_function', locator=locator.to_primitive(),
+                  known=known,
                   timeout=FIND_TIMEOUT, interval=0.1)
     assert pci.call('device_ids', address=pf) == ['1b36', '0010']
     # The block's serial is the controller's: the host sees the device
@@ -107,7 +110,7 @@ def test_nvme_virtual_functions_each_in_own_group(host, pci, agent,
 
     with pytest.raises(guest_exec.PciCommandError) as too_many:
         pci.call('set_num_vfs', pf_address=pf, count=5)
-    assert too_many.value.error == 'SriovError'
+    assert too_many.value.code is pci_sysfs.ErrorCode.SRIOV_REFUSED
     assert '0 to 2 virtual functions, not 5' in too_many.value.message
     assert pci.call('virtual_functions', pf_address=pf) == []
 
@@ -121,9 +124,10 @@ def test_nvme_virtual_functions_each_in_own_group(host, pci, agent,
             assert pci.call('check_group_isolated', address=vf) == [vf]
         # A VF is never taken for a device the fabric composed.
         with pytest.raises(guest_exec.PciCommandError) as not_vf:
-            pci.call('find_function', locator=locator, known=known + [pf],
+            pci.call('find_function', locator=locator.to_primitive(),
+                     known=known + [pf],
                      timeout=0)
-        assert not_vf.value.error == 'DeviceNotFound'
+        assert not_vf.value.code is pci_sysfs.ErrorCode.NOT_FOUND
         assert pci.call('bind_vfio', address=vfs[0]) is True
         assert pci.call('vfio_device_node', address=vfs[0]) == (
             '/dev/vfio/%s' % groups[vfs[0]])
@@ -154,17 +158,17 @@ def test_refused_block_fails_and_plugs_nothing(host, pci, composer):
         pci.call('find_function', locator={'vendor_id': '10de',
                                            'product_id': '2330'},
                  known=known, timeout=1, interval=0.2)
-    assert missing.value.error == 'DeviceNotFound'
+    assert missing.value.code is pci_sysfs.ErrorCode.NOT_FOUND
 
 
 def test_bad_addresses_are_refused_in_the_guest(pci):
     with pytest.raises(guest_exec.PciCommandError) as bad:
         pci.call('bind_vfio', address='../../../../dev/sda')
-    assert bad.value.error == 'ValueError'
+    assert bad.value.code is pci_sysfs.ErrorCode.INVALID_ARGUMENT
     assert 'is not a PCI address' in bad.value.message
     with pytest.raises(guest_exec.PciCommandError) as gone:
         pci.call('iommu_group', address='0000:7f:1f.7')
-    assert gone.value.error == 'DeviceNotFound'
+    assert gone.value.code is pci_sysfs.ErrorCode.NOT_FOUND
 
 
 def test_function_sharing_a_group_with_a_host_device_is_refused(pci):
@@ -180,7 +184,7 @@ def test_function_sharing_a_group_with_a_host_device_is_refused(pci):
     assert len(host_nvme) == 1, members
     with pytest.raises(guest_exec.PciCommandError) as shared:
         pci.call('check_group_isolated', address=edu)
-    assert shared.value.error == 'GroupNotIsolated'
+    assert shared.value.code is pci_sysfs.ErrorCode.IOMMU_GROUP_SHARED
     assert ('IOMMU group %s of %s also holds %s on driver nvme'
             % (group, edu, host_nvme[0])) in shared.value.message
     # Nothing changed: the host keeps its controller.

@@ -69,7 +69,8 @@ def nvme_pf(host, pci, composer):
     when the test failed (the composer fixture then decomposes it)."""
     known = pci.call('functions')
     locator = composer.bind('NVMe0')
-    pf = pci.call('find_function', locator=locator, known=known,
+    pf = pci.call('find_function', locator=locator.to_primitive(),
+                  known=known,
                   timeout=FIND_TIMEOUT, interval=0.1)
     try:
         yield pf

@@ -69,7 +69,7 @@ def _state(emulator, block_id):
 def test_backend_composes_and_decomposes(setup):
     driver, fabric, emulator, backend = setup
     locator = driver.bind_device(fabric, _device('GPU0'), HOST0)
-    assert locator['serial'] == 'GPU-SN-0000'
+    assert locator.serial == 'GPU-SN-0000'
     assert backend.calls == [('compose', 'GPU0', 'GPU-SN-0000')]
     driver.unbind_device(fabric, _device('GPU0'), HOST0)
     assert backend.calls[1:] == [('decompose', 'GPU0', 'GPU-SN-0000')]

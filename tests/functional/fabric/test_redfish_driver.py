@@ -81,9 +81,10 @@ def test_discover_shows_binding_and_system_map_names(emulator, driver):
 def test_bind_composes_the_block_into_the_host_system(emulator, driver):
     url, emulator_ = emulator
     locator = driver.bind_device(_fabric(url), _device(GPU0), HOST0)
-    assert locator == {'vendor_id': '10de', 'product_id': '2330',
-                       'serial': 'GPU-SN-0000', 'pci_address': None,
-                       'fabric_ref': GPU0}
+    assert locator.to_primitive() == {
+        'vendor_id': '10de', 'product_id': '2330',
+        'serial': 'GPU-SN-0000', 'pci_address': None,
+        'fabric_ref': GPU0}
     with emulator_.locked() as state:
         assert 'GPU0' in state.systems['compute-0']['blocks']
         assert state.blocks['GPU0']['system'] == 'compute-0'

@@ -79,7 +79,8 @@ def test_gpu_lease_composes_the_block_into_the_hosts_system(stack):
     fabric = dbapi.fabric_get(harness_mod.admin(), 'rf').as_dict()
     again = driver.bind_device(fabric, {'address': gpu0['address']},
                                {'name': HOST})
-    assert again == locator
+    # The attachment holds the locator's primitive.
+    assert again.to_primitive() == locator
 
     unbound = api.post('/v1/leases/%s/unbind' % uuid)
     assert unbound.status == 202, unbound

@@ -91,8 +91,8 @@ def test_a_device_given_to_a_host_is_taken_back_and_given_again():
     after = {d['address']: d for d in driver.discover(fabric)}
     assert after[device['address']]['bound_to'] is None
     locator = driver.bind_device(fabric, device, host)
-    assert locator['fabric_ref'] == device['address']
-    assert locator['vendor_id'] == device['vendor_id']
+    assert locator.fabric_ref == device['address']
+    assert locator.vendor_id == device['vendor_id']
     after = {d['address']: d for d in driver.discover(fabric)}
     assert after[device['address']]['bound_to'] == 'mockup-host'
 

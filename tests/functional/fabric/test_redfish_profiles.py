@@ -156,9 +156,10 @@ def test_a_storage_block_binds_with_its_drive_as_locator(profile, driver):
     locator = driver.bind_device(_fabric(url),
                                  _device(emu.BLOCKS + '/NVMe0'),
                                  {'name': 'compute-0'})
-    assert locator == {'vendor_id': '144d', 'product_id': 'a80a',
-                       'serial': 'S64FNE0R000001', 'pci_address': None,
-                       'fabric_ref': emu.BLOCKS + '/NVMe0'}
+    assert locator.to_primitive() == {
+        'vendor_id': '144d', 'product_id': 'a80a',
+        'serial': 'S64FNE0R000001', 'pci_address': None,
+        'fabric_ref': emu.BLOCKS + '/NVMe0'}
 
 
 # -------------------------------------------------- state and sharing
@@ -331,8 +332,8 @@ def test_model_and_serial_come_from_the_assembly(profile, driver, caplog):
     caplog.set_level(logging.INFO)
     locator = driver.bind_device(_fabric(url), _device(GPU0),
                                  {'name': 'compute-0'})
-    assert locator['serial'] == 'GPU-SN-0000'
-    assert locator['vendor_id'] == '10de'
+    assert locator.serial == 'GPU-SN-0000'
+    assert locator.vendor_id == '10de'
     assert 'device 10de:2330 serial GPU-SN-0000' in caplog.text
 
 
@@ -352,7 +353,7 @@ def test_an_unreadable_assembly_leaves_model_and_serial_unknown(
     # Nor does it stop a bind.
     locator = driver.bind_device(_fabric(url), _device(GPU0),
                                  {'name': 'compute-0'})
-    assert locator['serial'] is None and locator['product_id'] == '2330'
+    assert locator.serial is None and locator.product_id == '2330'
 
 
 def test_an_assembly_that_is_not_one_leaves_them_unknown(profile, driver,

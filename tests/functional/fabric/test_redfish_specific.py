@@ -79,7 +79,7 @@ def test_bind_composes_the_hosts_system_again_with_the_block(profile,
     url, emulator = profile('specific')
     fabric = _fabric(url)
     locator = driver.bind_device(fabric, _device(GPU0), HOST0)
-    assert locator['vendor_id'] == '10de' and locator['serial']
+    assert locator.vendor_id == '10de' and locator.serial
     sid, blocks = _system_of(emulator, 'compute-0')
     assert sid != 'compute-0'
     assert sorted(blocks) == ['GPU0', 'compute-0-Compute']

@@ -190,9 +190,10 @@ def test_bind_puts_the_endpoint_into_the_hosts_zone(profile, driver):
     url, emulator = profile('zones')
     fabric = _fabric(url)
     locator = driver.bind_device(fabric, _device(GPU0), HOST0)
-    assert locator == {'vendor_id': '10de', 'product_id': '2330',
-                       'serial': 'GPU-SN-0000', 'pci_address': None,
-                       'fabric_ref': GPU0}
+    assert locator.to_primitive() == {
+        'vendor_id': '10de', 'product_id': '2330',
+        'serial': 'GPU-SN-0000', 'pci_address': None,
+        'fabric_ref': GPU0}
     assert _given(emulator) == {'compute-0': ['GPU0'], 'compute-1': []}
     [patch] = [r for r in emulator.requests if r['method'] == 'PATCH']
     assert patch['path'] == ZONES + 'Z-compute-0'
@@ -277,7 +278,7 @@ def test_a_fabric_of_connections_binds_by_a_connection(profile, driver):
     # One zone of every endpoint: every host reaches every device.
     assert found[GPU0]['hosts'] == ['compute-0', 'compute-1']
     locator = driver.bind_device(_fabric(url), _device(GPU0), HOST1)
-    assert locator['fabric_ref'] == GPU0
+    assert locator.fabric_ref == GPU0
     with emulator.locked() as state:
         assert list(state.fabric['connections'].values()) == [
             ('compute-1', 'GPU0')]

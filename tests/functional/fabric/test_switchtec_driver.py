@@ -201,9 +201,10 @@ def dump(kind, extra=()):
 def test_bind_runs_dump_bind_detail(pax, driver):
     fab = fabric(gfms_info(pax.program))
     locator = driver.bind_device(fab, device(GPU), HOST1)
-    assert locator == {'vendor_id': '10de', 'product_id': '20b5',
-                       'serial': None, 'pci_address': '0000:43:00.0',
-                       'fabric_ref': GPU}
+    assert locator.to_primitive() == {
+        'vendor_id': '10de', 'product_id': '20b5',
+        'serial': None, 'pci_address': '0000:43:00.0',
+        'fabric_ref': GPU}
     assert pax.calls == [
         dump('PAX_ALL'),
         ['fabric', 'gfms_bind', DEVICE, '-s', '0', '-p', '0', '-l', '1',
@@ -228,8 +229,8 @@ def test_second_function_takes_the_next_free_logical_port(pax, driver):
     fab = fabric(gfms_info(pax.program))
     driver.bind_device(fab, device(GPU), HOST1)
     locator = driver.bind_device(fab, device('0x101'), HOST1)
-    assert locator['fabric_ref'] == NVME
-    assert locator['pci_address'] == '0000:44:00.0'
+    assert locator.fabric_ref == NVME
+    assert locator.pci_address == '0000:44:00.0'
     assert ['fabric', 'gfms_bind', DEVICE, '-s', '0', '-p', '0', '-l', '2',
             '-f', NVME] in pax.calls
     assert pax.hvd_ports(0) == {'1': 0x100, '2': 0x101}
@@ -320,7 +321,7 @@ def test_bind_unbind_bind_cycle(pax, driver):
     driver.unbind_device(fab, device(GPU), HOST1)
     driver.unbind_device(fab, device(GPU), HOST1)
     locator = driver.bind_device(fab, device(GPU), HOST2)
-    assert locator['pci_address'] == '0000:83:00.0'
+    assert locator.pci_address == '0000:83:00.0'
     assert pax.hvd_ports(0) == {'1': None, '2': None}
     assert pax.hvd_ports(1) == {'1': 0x100}
 
@@ -344,7 +345,7 @@ def test_address_unknown_while_the_host_link_is_down(pax, driver):
     pax.write(state)
     fab = fabric(gfms_info(pax.program))
     locator = driver.bind_device(fab, device(GPU), HOST1)
-    assert locator['pci_address'] is None
+    assert locator.pci_address is None
     assert pax.hvd_ports(0)['1'] == 0x100
 
 
@@ -358,8 +359,8 @@ def test_address_unknown_when_hvd_detail_fails(pax, driver, fault):
     pax.update(**fault)
     fab = fabric(gfms_info(pax.program))
     locator = driver.bind_device(fab, device(GPU), HOST1)
-    assert locator['pci_address'] is None
-    assert locator['fabric_ref'] == GPU
+    assert locator.pci_address is None
+    assert locator.fabric_ref == GPU
     assert pax.hvd_ports(0)['1'] == 0x100
 
 
@@ -376,7 +377,7 @@ def test_timeout_kills_the_cli(pax, driver):
     assert pax.calls == [dump('PAX_ALL')]
     # The switch lock is free again.
     pax.update(hang={})
-    assert driver.bind_device(fab, device(GPU), HOST1)['fabric_ref'] == GPU
+    assert driver.bind_device(fab, device(GPU), HOST1).fabric_ref == GPU
 
 
 @pytest.mark.parametrize('garbage', [
@@ -535,9 +536,10 @@ def test_partition_bind_unbind(psx, driver):
     fab = fabric(partition_info(psx.program))
     locator = driver.bind_device(fab, device('12', vendor_id='10de',
                                              product_id='20b5'), HOST1)
-    assert locator == {'vendor_id': '10de', 'product_id': '20b5',
-                       'serial': None, 'pci_address': None,
-                       'fabric_ref': '12'}
+    assert locator.to_primitive() == {
+        'vendor_id': '10de', 'product_id': '20b5',
+        'serial': None, 'pci_address': None,
+        'fabric_ref': '12'}
     assert psx.calls == [['port-bind-info', DEVICE],
                          ['port-bind', DEVICE, '-p', '0', '-l', '1',
                           '-f', '12']]

@@ -323,6 +323,59 @@ def test_a_restarted_agent_knows_its_devices(fs, host, privileged,
     assert not pci.exists(GPU, fs.root)
 
 
+def test_records_of_an_older_agent_are_read(fs, privileged, nova_conf,
+                                            tmp_path):
+    # The records file as the previous release wrote it: the locator the
+    # agent searched with, a dict (ids as the fabric printed them).
+    fs.add(GPU, group=12, driver='nouveau')
+    state = tmp_path / 'state'
+    state.mkdir()
+    (state / 'pci-devices.json').write_text(json.dumps({
+        'devices': {'dev-1': {
+            'address': GPU, 'lease': 'lease-1',
+            'locator': {'vendor_id': '0x10DE', 'product_id': '2330',
+                        'serial': None, 'pci_address': None,
+                        'fabric_ref': 'blk-dev-1'}}},
+        'baseline': None, 'boot_id': None}))
+    again = _devices(fs, privileged, nova_conf, tmp_path, timeout=1)
+    assert again.start() == []
+    assert [r['ok'] for r in again.restore()] == [True]
+    assert fs.driver_of(GPU) == pci.VFIO_DRIVER
+    # Written back in the one primitive form.
+    assert _state(tmp_path)['dev-1']['locator']['vendor_id'] == '0x10DE'
+    again.attach(LEASE, [_device()])
+    assert _state(tmp_path)['dev-1']['locator'] == {
+        'vendor_id': '10de', 'product_id': '2330', 'serial': None,
+        'pci_address': None, 'fabric_ref': 'blk-dev-1'}
+    # A conductor of any release sends the device's view without a
+    # locator at teardown: the record says what to remove.
+    again.detach(LEASE, [{'uuid': 'dev-1', 'vendor_id': '10de',
+                          'product_id': '2330', 'pci_address': None}])
+    assert not pci.exists(GPU, fs.root)
+    assert _state(tmp_path) == {}
+
+
+def test_an_attach_without_a_locator_uses_the_devices_view(fs, host):
+    # A conductor that sends no locator (or an empty one): the device's
+    # own ids find it.
+    fs.add(GPU, group=12, hidden=True)
+    view = {'uuid': 'dev-1', 'vendor_id': '10de', 'product_id': '2330',
+            'pci_address': None}
+    assert host.attach(LEASE, [view]) == {'dev-1': GPU}
+    host.detach(LEASE, [view])
+    assert not pci.exists(GPU, fs.root)
+
+
+def test_an_attach_with_a_bad_locator_is_refused_naming_the_field(
+        fs, host, tmp_path):
+    fs.add(GPU, group=12, hidden=True)
+    with pytest.raises(exception.DriverError) as e:
+        host.attach(LEASE, [_device(vendor_id='10de; rm -rf')])
+    assert 'device dev-1: locator vendor_id' in e.value.message
+    assert _writes_but_rescans(fs) == []
+    assert fs.writes == []
+
+
 def test_a_restarted_host_gets_its_held_functions_back_on_vfio(
         fs, host, privileged, nova_conf, tmp_path):
     fs.add(GPU, group=12, driver='nouveau', hidden=True)
@@ -439,6 +492,27 @@ def test_an_unrecorded_function_that_will_not_go_fails_the_detach(
         first.detach(LEASE, [_device()])
     assert 'dev-1' in caught.value.message
     assert 'needs root' in caught.value.message
+
+
+def test_a_write_refused_as_root_says_what_to_check(fs, host,
+                                                    monkeypatch):
+    # The privileged functions raise one PciError whose code says the
+    # kernel refused; the agent turns that code, not a class name, into
+    # its advice.
+    fs.add(GPU, group=12, hidden=True)
+    host.attach(LEASE, [_device()])
+
+    def refused(path, value):
+        raise PermissionError(13, 'Permission denied')
+
+    monkeypatch.setattr(priv_pci, 'WRITER', refused)
+    with pytest.raises(exception.DriverError) as caught:
+        host.detach(LEASE, [_device()])
+    assert caught.value.message.startswith(
+        'removing device dev-1 at %s from this host: ' % GPU)
+    assert "check the agent's [composable_sys_admin] helper_command" in \
+        caught.value.message
+    assert pci.exists(GPU, fs.root)
 
 
 def test_two_leases_racing_for_devices_of_one_model_guess_nothing(
@@ -643,7 +717,19 @@ def test_configured_vfs_are_created(fs, host, pf):
     assert '0000:99:00.0' in problems[1]
 
 
-# The privileged functions check what they are given.
+# The privileged functions check what they are given, and refuse it
+# with one error type and its code (what crosses the privsep boundary).
+
+def _invalid(call, *args, **kwargs):
+    """The message of the PciError of code INVALID_ARGUMENT that
+    ``call`` refuses its arguments with."""
+    with pytest.raises(pci.PciError) as e:
+        call(*args, **kwargs)
+    assert e.value.code is pci.ErrorCode.INVALID_ARGUMENT
+    assert e.value.args == (pci.ErrorCode.INVALID_ARGUMENT.value,
+                            e.value.message)
+    return e.value.message
+
 
 @pytest.mark.parametrize('address', [
     '../../../etc', '41:00.0', '0000:41:00.0/remove', '0000:41:00.8',
@@ -652,39 +738,39 @@ def test_configured_vfs_are_created(fs, host, pf):
 def test_privileged_functions_refuse_a_bad_address(fs, privileged,
                                                    address):
     for fn in (privileged.bind_vfio, privileged.release, privileged.remove):
-        with pytest.raises(ValueError) as e:
-            fn(address)
-        assert 'not a PCI address' in str(e.value)
-    with pytest.raises(ValueError):
-        privileged.set_num_vfs(address, 1)
+        assert 'not a PCI address' in _invalid(fn, address)
+    _invalid(privileged.set_num_vfs, address, 1)
     if address is not None:
-        with pytest.raises(ValueError):
-            privileged.find_function(
-                _device(pci_address=address)['locator'], [], timeout=1)
-    with pytest.raises(ValueError):
-        privileged.find_function(_device()['locator'], [address], timeout=1)
+        assert 'locator pci_address' in _invalid(
+            privileged.find_function,
+            dict(_device()['locator'], pci_address=address), [],
+            timeout=1)
+    _invalid(privileged.find_function, _device()['locator'], [address],
+             timeout=1)
     assert fs.writes == []
 
 
-@pytest.mark.parametrize('count,error', [
-    (True, TypeError), ('4', TypeError), (4.0, TypeError),
-    (-1, ValueError), (65536, ValueError)])
+@pytest.mark.parametrize('count,words', [
+    (True, 'must be an integer'), ('4', 'must be an integer'),
+    (4.0, 'must be an integer'), (-1, 'must be from 0 to'),
+    (65536, 'must be from 0 to')])
 def test_privileged_sriov_refuses_a_bad_count(fs, privileged, count,
-                                              error):
-    with pytest.raises(error):
-        privileged.set_num_vfs(GPU, count)
+                                              words):
+    assert words in _invalid(privileged.set_num_vfs, GPU, count)
     assert fs.writes == []
 
 
-@pytest.mark.parametrize('change,error', [
-    ({'vendor_id': '10de/..'}, ValueError),
-    ({'product_id': 0x2330}, ValueError),
-    ({'serial': 'x' * 200}, ValueError),
-    ({'serial': 'bad\nserial'}, ValueError),
-    ('timeout', ValueError), ('interchangeable', ValueError),
-    ('known', TypeError), ('locator', TypeError)])
+@pytest.mark.parametrize('change,words', [
+    ({'vendor_id': '10de/..'}, 'locator vendor_id'),
+    ({'product_id': 0x2330}, 'locator product_id'),
+    ({'serial': 'x' * 200}, 'locator serial'),
+    ({'serial': 'bad\nserial'}, 'locator serial'),
+    ({'fabric_ref': 'x' * 2000}, 'locator fabric_ref'),
+    ('timeout', 'a timeout must be at most'),
+    ('interchangeable', 'interchangeable must be from 1'),
+    ('known', 'known must be a list'), ('locator', 'a locator is a dict')])
 def test_privileged_find_refuses_bad_arguments(fs, privileged, change,
-                                               error):
+                                               words):
     locator, known = _device()['locator'], []
     kwargs = {'timeout': 1}
     if change == 'timeout':
@@ -697,8 +783,8 @@ def test_privileged_find_refuses_bad_arguments(fs, privileged, change,
         locator = [locator]
     else:
         locator.update(change)
-    with pytest.raises(error):
-        privileged.find_function(locator, known, **kwargs)
+    assert words in _invalid(privileged.find_function, locator, known,
+                             **kwargs)
     assert fs.writes == []
 
 
@@ -711,21 +797,65 @@ def test_privileged_functions_run_on_good_arguments(fs, privileged):
     assert privileged.remove(GPU) is False
 
 
-@pytest.mark.parametrize('kwargs,error', [
-    ({'recorded': '../../dev/sda'}, ValueError),
-    ({'nova_conf_text': 42}, ValueError),
-    ({'nova_conf_text': 'x' * (priv_pci.MAX_NOVA_CONF + 1)}, ValueError),
-    ({'locator': {'vendor_id': '10de/..'}}, ValueError)])
+@pytest.mark.parametrize('kwargs,words', [
+    ({'recorded': '../../dev/sda'}, 'not a PCI address'),
+    ({'nova_conf_text': 42}, 'nova_conf_text must be text'),
+    ({'nova_conf_text': 'x' * (priv_pci.MAX_NOVA_CONF + 1)},
+     'nova_conf_text must be text'),
+    ({'locator': {'vendor_id': '10de/..'}}, 'locator vendor_id')])
 def test_privileged_attach_refuses_bad_arguments(fs, privileged, kwargs,
-                                                 error):
+                                                 words):
     fs.add(GPU, group=12, hidden=True)
     call = {'locator': _device()['locator'], 'known': [], 'timeout': 1}
     call.update(kwargs)
-    with pytest.raises(error):
-        privileged.attach_function(**call)
+    assert words in _invalid(privileged.attach_function, **call)
     assert fs.writes == []
-    with pytest.raises(ValueError):
-        privileged.detach_function(GPU, '10de/..', None)
+    assert 'is not a PCI id' in _invalid(privileged.detach_function, GPU,
+                                         '10de/..', None)
+
+
+def test_privileged_errors_keep_their_code(fs, privileged):
+    # A PCI error raised as root leaves with its own code: the agent
+    # decides by it.
+    with pytest.raises(pci.PciError) as e:
+        privileged.find_function(_device()['locator'], [], timeout=0.01)
+    assert e.value.code is pci.ErrorCode.NOT_FOUND
+    assert 'no PCI function with ids 10de:2330' in e.value.message
+
+
+@pytest.mark.parametrize('call,code', [
+    (('find_function', ({'vendor_id': '10de', 'product_id': '2330'}, []),
+      {'timeout': 0.01}), 'NOT_FOUND'),
+    (('bind_vfio', ('../../etc',), {}), 'INVALID_ARGUMENT')])
+def test_errors_cross_the_privsep_channel_with_their_code(fs, privileged,
+                                                          call, code):
+    # oslo.privsep's own daemon side runs the function and answers the
+    # error as (class path, arguments); its channel's serialiser carries
+    # that; its client rebuilds the error from them. Only the socket pair
+    # and the in-process daemon stand in for the root process.
+    import socket
+
+    from oslo_privsep import comm
+    from oslo_privsep import daemon
+    from oslo_utils import importutils
+
+    name, args, kwargs = call
+    server = daemon.Daemon(None, privsep.sys_admin_pctxt)
+    reply = server._process_cmd(
+        'msg-1', comm.Message.CALL, 'composable.privsep.pci.%s' % name,
+        args, kwargs)
+    assert reply[0] == comm.Message.ERR.value
+    left, right = socket.socketpair()
+    try:
+        comm.Serializer(left).send(reply)
+        received = next(iter(comm.Deserializer(right)))
+    finally:
+        left.close()
+        right.close()
+    rebuilt = importutils.import_class(received[1])(*received[2])
+    assert isinstance(rebuilt, pci.PciError)
+    assert rebuilt.code is pci.ErrorCode[code]
+    assert rebuilt.message == str(rebuilt) and rebuilt.message
 
 
 class _Counting(object):
@@ -943,11 +1073,9 @@ def test_the_unrecorded_detach_checks_what_it_is_given(fs, privileged):
     for bad in ((dict(locator, vendor_id='10de; rm'), []),
                 (locator, 'not a list'),
                 (locator, ['../../etc'])):
-        with pytest.raises((TypeError, ValueError)):
-            privileged.detach_unrecorded_function(*bad)
-    with pytest.raises(ValueError):
-        privileged.detach_unrecorded_function(locator, [],
-                                              interchangeable=0)
+        _invalid(privileged.detach_unrecorded_function, *bad)
+    _invalid(privileged.detach_unrecorded_function, locator, [],
+             interchangeable=0)
     assert pci.exists(GPU, fs.root)
     assert privileged.detach_unrecorded_function(locator, [GPU]) == {
         'address': None, 'done': 'absent'}

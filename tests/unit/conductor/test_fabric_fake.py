@@ -15,9 +15,9 @@ import time
 import pytest
 
 from composable.common import exception
+from composable.common import locator
 from composable import conf
 from composable import fabric as fabric_drivers
-from composable.fabric import base
 from composable.fabric import fake
 
 CONF = conf.CONF
@@ -55,12 +55,13 @@ def test_bind_is_deterministic_and_idempotent():
     driver = fake.FakeFabricDriver()
     first = driver.bind_device(FABRIC, DEVICE, HOST)
     assert first == driver.bind_device(FABRIC, DEVICE, HOST)
-    assert set(first) == set(base.LOCATOR_KEYS)
-    assert first['fabric_ref'] == DEVICE['address']
-    address = first['pci_address']
+    assert isinstance(first, locator.Locator)
+    assert set(first.to_primitive()) == set(locator.Locator.FIELDS)
+    assert first.fabric_ref == DEVICE['address']
+    address = first.pci_address
     assert address.startswith('0000:') and address.endswith('.0')
     other = dict(DEVICE, address='fake-gpu-1')
-    assert driver.bind_device(FABRIC, other, HOST)['pci_address'] != address
+    assert driver.bind_device(FABRIC, other, HOST).pci_address != address
     assert len(driver.bindings()) == 2
     driver.unbind_device(FABRIC, DEVICE, HOST)
     driver.unbind_device(FABRIC, DEVICE, HOST)
@@ -102,27 +103,6 @@ def test_discover_lists_the_inventory_and_who_holds_what():
     # not an empty fabric (an empty list).
     assert driver.discover(FABRIC) is None
     assert driver.discover(dict(FABRIC, driver_info={'inventory': []})) == []
-
-
-def test_as_locator_fills_in_from_the_device():
-    found = base.as_locator({'serial': 'S9'}, DEVICE)
-    assert found['serial'] == 'S9'
-    assert found['fabric_ref'] == DEVICE['address']
-    assert found['pci_address'] is None
-    with pytest.raises(TypeError):
-        base.as_locator('0000:41:00.0', DEVICE)
-
-
-def test_as_locator_carries_the_devices_serial():
-    device = dict(DEVICE, vendor_id='10de', product_id='2330',
-                  serial='0011223344556677')
-    # A driver that leaves the serial out: the one the sync stored.
-    found = base.as_locator({'vendor_id': '10de'}, device)
-    assert found['serial'] == '0011223344556677'
-    assert found['product_id'] == '2330'
-    # What the bind answers wins over the stored one.
-    assert base.as_locator({'serial': 'S9'}, device)['serial'] == 'S9'
-    assert base.as_locator({}, DEVICE)['serial'] is None
 
 
 @pytest.mark.parametrize('info', [
