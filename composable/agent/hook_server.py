@@ -99,6 +99,8 @@ RELEASED_TTL = 300.0
 # Hot-plug attempts at started: QEMU may still be finishing its start.
 ATTACH_ATTEMPTS = 3
 ATTACH_RETRY_DELAY = 2.0
+# What _plug_with_retries answers when the domain stopped meanwhile.
+_STOPPED = object()
 # Cache refresh: retry this soon after a failure.
 REFRESH_RETRY = 5.0
 # Seconds a prepare waits for a first cache load before going on.
@@ -815,28 +817,16 @@ class HookServer(object):
     def _attach_pending_vmem(self, instance, vmem, since):
         attacher = self.node.virtio_mem_attacher
         for lease_uuid, (lease, spec) in vmem.items():
-            reason = None
-            for attempt in range(ATTACH_ATTEMPTS):
-                if self._stopped_since(instance, since):
-                    return
-                try:
-                    attacher.attach(instance, lease_uuid, spec['nodes'],
-                                    spec['size_mb'])
-                except Exception as exc:
-                    reason = getattr(exc, 'message', None) or \
-                        type(exc).__name__
-                    LOG.warning('Plugging the virtio-mem device of lease '
-                                '%(lease)s into instance %(instance)s '
-                                'failed (attempt %(n)d): %(reason)s',
-                                {'lease': lease_uuid, 'instance': instance,
-                                 'n': attempt + 1, 'reason': reason})
-                    # A domain without <maxMemory> stays without it.
-                    if isinstance(exc, virtio_mem.NoMaxMemory) or \
-                            self._stopping.wait(ATTACH_RETRY_DELAY):
-                        break
-                    continue
-                reason = None
-                break
+            reason = self._plug_with_retries(
+                instance, since,
+                lambda: attacher.attach(instance, lease_uuid, spec['nodes'],
+                                        spec['size_mb']),
+                'Plugging the virtio-mem device of lease %s into instance '
+                '%s' % (lease_uuid, instance),
+                # A domain without <maxMemory> stays without it.
+                virtio_mem.NoMaxMemory)
+            if reason is _STOPPED:
+                return
             if reason is None or self._stopped_since(instance, since):
                 continue
             self._unbind_after_failed_plug(
@@ -844,6 +834,31 @@ class HookServer(object):
                 'The guest did not get the CXL memory of this lease when '
                 'instance %s started on %s: %s' % (instance, self.host,
                                                    reason))
+
+    def _plug_with_retries(self, instance, since, plug, what, lasting):
+        """Call ``plug()`` up to ATTACH_ATTEMPTS times while the domain
+        runs: None once it worked, _STOPPED when the domain stopped
+        first, else the reason of the last failure. A failure of class
+        ``lasting`` is not tried again (no retry mends it), nor is any
+        once the agent is stopping."""
+        reason = None
+        for attempt in range(ATTACH_ATTEMPTS):
+            if self._stopped_since(instance, since):
+                return _STOPPED
+            try:
+                plug()
+            except Exception as exc:
+                reason = getattr(exc, 'message', None) or \
+                    type(exc).__name__
+                LOG.warning('%(what)s failed (attempt %(n)d): %(reason)s',
+                            {'what': what, 'n': attempt + 1,
+                             'reason': reason})
+                if isinstance(exc, lasting) or \
+                        self._stopping.wait(ATTACH_RETRY_DELAY):
+                    break
+                continue
+            return None
+        return reason
 
     def _attach_pending_devices(self, instance, devices, since):
         try:
@@ -867,28 +882,16 @@ class HookServer(object):
         def still_wanted():
             return not self._cancelled(instance, lease_uuid)
 
-        reason = None
-        for attempt in range(ATTACH_ATTEMPTS):
-            if self._stopped_since(instance, since):
-                return False
-            try:
-                attacher.attach(instance, lease_uuid, addresses,
-                                still_wanted=still_wanted)
-            except Exception as exc:
-                reason = getattr(exc, 'message', None) or \
-                    type(exc).__name__
-                LOG.warning('Hot-plug of the devices of lease %(lease)s '
-                            'into instance %(instance)s failed (attempt '
-                            '%(n)d): %(reason)s',
-                            {'lease': lease_uuid, 'instance': instance,
-                             'n': attempt + 1, 'reason': reason})
-                # No slot stays no slot: no point in asking again.
-                if isinstance(exc, hostdev.NoHotplugSlot) or \
-                        self._stopping.wait(ATTACH_RETRY_DELAY):
-                    break
-                continue
-            reason = None
-            break
+        reason = self._plug_with_retries(
+            instance, since,
+            lambda: attacher.attach(instance, lease_uuid, addresses,
+                                    still_wanted=still_wanted),
+            'Hot-plug of the devices of lease %s into instance %s' % (
+                lease_uuid, instance),
+            # No slot stays no slot: no point in asking again.
+            hostdev.NoHotplugSlot)
+        if reason is _STOPPED:
+            return False
         if reason is None or self._stopped_since(instance, since) or \
                 self._cancelled(instance, lease_uuid):
             return True
