@@ -34,6 +34,7 @@ from oslo_log import log as logging
 
 from composable.common import exception
 from composable.common import media
+from composable.conductor import host_facts
 from composable.db import api as db_api
 
 LOG = logging.getLogger(__name__)
@@ -63,14 +64,7 @@ def sync_memory(context, fabric, driver):
         context, filters={'pool_id': pool.id})}
     report = []
     reported = set()
-    fabric_row = fabric.as_dict()
-    # The hosts on the fabric, so that a driver can name the host of a
-    # system it knows by the host's reported DMI UUID.
-    fabric_row['hosts'] = [
-        {'name': h.name, 'uuid': h.uuid,
-         'properties': dict(h.properties or {})}
-        for h in db_api.host_list(context,
-                                  filters={'fabric_id': fabric.id})]
+    fabric_row = host_facts.fabric_row_with_hosts(context, fabric)
     for device in driver.discover_memory(fabric_row):
         name = device['name']
         reported.add(name)

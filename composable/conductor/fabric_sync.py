@@ -78,6 +78,7 @@ from composable.common import states
 from composable.common import utils
 from composable import conf
 from composable.conductor import cxl_sync
+from composable.conductor import host_facts
 from composable.conductor.placement import claims as placement_claims
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
@@ -231,14 +232,7 @@ class FabricSync(object):
             # The virtual functions of an SR-IOV pool are made on its
             # host, not composed by the fabric: nothing to discover.
             if p.kind in DEVICE_POOL_KINDS and p.sriov_host_id is None]
-        fabric_row = fabric.as_dict()
-        # The hosts on the fabric, so that a driver can name the host of
-        # a system it knows by the host's reported DMI UUID.
-        fabric_row['hosts'] = [
-            {'name': h.name, 'uuid': h.uuid,
-             'properties': dict(h.properties or {})}
-            for h in db_api.host_list(context,
-                                      filters={'fabric_id': fabric.id})]
+        fabric_row = host_facts.fabric_row_with_hosts(context, fabric)
         found = discover(fabric_row, CONF.fabric.operation_timeout)
         if found is None:
             # A driver that cannot list the fabric (the fake one without

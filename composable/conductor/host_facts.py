@@ -69,3 +69,16 @@ def record(context, host_name, facts):
     LOG.info('Host %(host)s reports the DMI UUID %(uuid)s',
              {'host': host.name, 'uuid': reported})
     return True
+
+
+def fabric_row_with_hosts(context, fabric):
+    """``fabric`` (a row object) as a dict for its driver, with the hosts
+    on it and their facts, so that a driver can name the host of a
+    system it knows by the host's reported DMI UUID."""
+    row = fabric.as_dict()
+    row['hosts'] = [
+        {'name': h.name, 'uuid': h.uuid,
+         'properties': dict(h.properties or {})}
+        for h in db_api.host_list(context,
+                                  filters={'fabric_id': fabric.id})]
+    return row
