@@ -1412,21 +1412,77 @@ def lease_host_event(context, lease_id, host, action, result, message,
 
 
 def elastic_lease_refs(context):
-    """(id, uuid, reservation) of every bound elastic memory lease: what
-    the resizing task looks at, without loading the leases."""
+    """The bound elastic memory leases, as the resizing task looks at
+    them before taking any reservation: rows of (id, uuid, reservation,
+    status, memory_mb, elastic (the policy, decoded), elastic_low_since,
+    host_id, step_size (of the lease's memory pool)), without loading the
+    leases."""
     # The stored text, not the JSON type: compared through the column's
     # type, '{}' would be bound as the JSON string '"{}"', and every
     # lease of fixed size (stored as {}) would be taken for elastic.
     policy = sa.type_coerce(_LEASES_T.c.elastic, sa.Text)
+    pools = models.Pool.__table__
     with reader(context) as session:
         return session.execute(
             sa.select(_LEASES_T.c.id, _LEASES_T.c.uuid,
-                      _LEASES_T.c.reservation).where(
+                      _LEASES_T.c.reservation, _LEASES_T.c.status,
+                      _LEASES_T.c.memory_mb, _LEASES_T.c.elastic,
+                      _LEASES_T.c.elastic_low_since, _LEASES_T.c.host_id,
+                      pools.c.step_size).select_from(
+                _LEASES_T.join(pools, pools.c.id ==
+                               _LEASES_T.c.memory_pool_id,
+                               isouter=True)).where(
                 _LEASES_T.c.status == states.BOUND,
                 _LEASES_T.c.memory_pool_id.isnot(None),
                 policy.isnot(None),
                 policy != '{}').order_by(
                 _LEASES_T.c.id)).all()
+
+
+# Leases per IN list of a bulk read: well under every database's limit on
+# bound parameters (SQLite's is 999 in old builds).
+BULK_IDS = 500
+
+
+def usage_windows(context, lease_ids, since, until):
+    """{lease id: [(taken_at, used_mb), ...] oldest first} of the usage
+    samples of ``lease_ids`` taken at or after ``since`` and at or before
+    ``until``: one query for many leases (by the (lease_id, taken_at)
+    index), for a pass that predicts for all of them."""
+    found = {}
+    ids = sorted(set(lease_ids))
+    with reader(context) as session:
+        for start in range(0, len(ids), BULK_IDS):
+            rows = session.execute(
+                sa.select(_USAGE.c.lease_id, _USAGE.c.taken_at,
+                          _USAGE.c.used_mb).where(
+                    _USAGE.c.lease_id.in_(ids[start:start + BULK_IDS]),
+                    _USAGE.c.taken_at >= since,
+                    _USAGE.c.taken_at <= until).order_by(
+                    _USAGE.c.lease_id, _USAGE.c.taken_at, _USAGE.c.id))
+            for lease_id, taken_at, used_mb in rows:
+                found.setdefault(lease_id, []).append((taken_at, used_mb))
+    return found
+
+
+def live_attachment_details(context, lease_ids):
+    """{lease id: [(host_id, details), ...]} of the live attachments of
+    ``lease_ids`` (states.LIVE_ATTACHMENT_STATES), in one query per
+    BULK_IDS leases."""
+    table = models.Attachment.__table__
+    found = {}
+    ids = sorted(set(lease_ids))
+    with reader(context) as session:
+        for start in range(0, len(ids), BULK_IDS):
+            rows = session.execute(
+                sa.select(table.c.lease_id, table.c.host_id,
+                          table.c.details).where(
+                    table.c.lease_id.in_(ids[start:start + BULK_IDS]),
+                    table.c.state.in_(states.LIVE_ATTACHMENT_STATES)
+                ).order_by(table.c.id))
+            for lease_id, host_id, details in rows:
+                found.setdefault(lease_id, []).append((host_id, details))
+    return found
 
 
 def lease_refs_due(context, statuses, column, now):
