@@ -279,25 +279,39 @@ def _by_ident(query, model, ident):
     return query.filter(sa.false())
 
 
-def _paginate(session, query, model, limit=None, marker=None,
-              sort_key='created_at', sort_dir='asc', marker_error=None):
-    marker_obj = None
-    if marker is not None:
-        marker_obj = session.query(model).filter(
-            model.uuid == marker).first()
-        if marker_obj is None:
-            raise exception.Invalid(
-                reason='marker %s was not found in this list' % marker)
+def _marker_row(session, model, marker):
+    """The row named by a page's ``marker`` (a uuid), with its columns
+    only: the sort keys are all a page needs of it, and loading a lease's
+    pools, host, extents and devices with it cost three more queries."""
+    if marker is None:
+        return None
+    marker_obj = session.query(model).options(orm.noload('*')).filter(
+        model.uuid == marker).first()
+    if marker_obj is None:
+        raise exception.Invalid(
+            reason='marker %s was not found in this list' % marker)
+    return marker_obj
+
+
+def _paginated(query, model, limit, marker_obj, sort_key, sort_dir):
+    """``query`` sorted by ``sort_key`` then id, after ``marker_obj``,
+    cut at ``limit`` (not run)."""
     sort_keys = [sort_key]
     if sort_key != 'id':
         sort_keys.append('id')
     try:
-        query = db_utils.paginate_query(query, model, limit, sort_keys,
-                                        marker=marker_obj,
-                                        sort_dir=sort_dir)
+        return db_utils.paginate_query(query, model, limit, sort_keys,
+                                       marker=marker_obj,
+                                       sort_dir=sort_dir)
     except db_exc.InvalidSortKey:
         raise exception.Invalid(reason='cannot sort by %s' % sort_key)
-    return query.all()
+
+
+def _paginate(session, query, model, limit=None, marker=None,
+              sort_key='created_at', sort_dir='asc', marker_error=None):
+    marker_obj = _marker_row(session, model, marker)
+    return _paginated(query, model, limit, marker_obj, sort_key,
+                      sort_dir).all()
 
 
 _NOT_FOUND = {
@@ -840,13 +854,17 @@ def lease_list(context, filters=None, limit=None, marker=None,
             query = query.filter(models.Lease.device_count > 0,
                                  models.Lease.device_kind == kind)
         status = filters.pop('status', None)
+        statuses = None
         if isinstance(status, (list, tuple, set)):
-            query = query.filter(models.Lease.status.in_(list(status)))
+            statuses = sorted(set(status))
         elif status is not None:
-            query = query.filter(models.Lease.status == status)
+            statuses = [status]
         for key, value in filters.items():
             if value is not None:
                 query = query.filter(getattr(models.Lease, key) == value)
+        by_status = query
+        if statuses is not None:
+            query = query.filter(models.Lease.status.in_(statuses))
         if not limit:
             return _paginate(session, query, models.Lease, limit, marker,
                              sort_key, sort_dir)
@@ -855,9 +873,13 @@ def lease_list(context, filters=None, limit=None, marker=None,
         # those leases. In one step the database reads and sorts every
         # lease the filters match, live leases of the whole region for
         # the default list, to return a page of them.
-        ids = [row[0] for row in _paginate(
-            session, query.with_entities(models.Lease.id), models.Lease,
-            limit, marker, sort_key, sort_dir)]
+        if statuses and len(statuses) > 1 and sort_key == 'created_at':
+            ids = _page_ids_by_status(session, by_status, statuses, limit,
+                                      marker, sort_dir)
+        else:
+            ids = [row[0] for row in _paginate(
+                session, query.with_entities(models.Lease.id),
+                models.Lease, limit, marker, sort_key, sort_dir)]
         if not ids:
             return []
         query = session.query(models.Lease).filter(
@@ -867,6 +889,32 @@ def lease_list(context, filters=None, limit=None, marker=None,
         rows = {lease.id: lease for lease in query}
         # One purged in between is left out of the page.
         return [rows[i] for i in ids if i in rows]
+
+
+def _page_ids_by_status(session, query, statuses, limit, marker,
+                        sort_dir):
+    """The ids of a page of ``query``'s leases in any of ``statuses``,
+    by creation time: the page of each status (one index range each,
+    already in order: at most ``limit`` entries read), merged and cut.
+
+    With ``status IN (...)`` the index holds each status's leases in
+    creation order but not all of them in one order, so the database
+    read every live lease of the region (20,000 of 100,000 leases) and
+    sorted them for a page of 50."""
+    lease = models.Lease
+    marker_obj = _marker_row(session, lease, marker)
+    parts = []
+    for status in statuses:
+        part = _paginated(
+            query.filter(lease.status == status).with_entities(
+                lease.id, lease.created_at),
+            lease, limit, marker_obj, 'created_at', sort_dir).subquery()
+        parts.append(sa.select(part.c.id, part.c.created_at))
+    merged = sa.union_all(*parts).subquery()
+    order = sa.desc if sort_dir == 'desc' else sa.asc
+    return [row[0] for row in session.execute(
+        sa.select(merged.c.id).order_by(
+            order(merged.c.created_at), order(merged.c.id)).limit(limit))]
 
 
 def lease_create(context, values, action=None, message=None):

@@ -99,6 +99,40 @@ def test_lease_list_filters_and_pagination():
                  marker=leases[3].uuid) == ['l2', 'l1', 'l0']
 
 
+@pytest.mark.parametrize('sort_dir', ['asc', 'desc'])
+def test_lease_pages_of_several_statuses_are_in_order(sort_dir):
+    # A page of several statuses is merged from a page of each status;
+    # walked page by page, it is the one list sorted by creation time
+    # then id, ties (leases created in the same second) included.
+    mix = [states.RESERVED, states.BOUND, states.ERROR, states.REQUESTED,
+           states.RELEASED]
+    t0 = datetime.datetime(2026, 11, 1)
+    leases = []
+    for i in range(37):
+        row = inv.lease('A', name='l%02d' % i, status=mix[(i * 7) % 5])
+        inv.update_row(models.Lease, row.id, created_at=t0 +
+                       datetime.timedelta(seconds=(i * 13) % 11))
+        leases.append(dbapi.lease_get(inv.admin(), row.uuid))
+    wanted = [states.RESERVED, states.BOUND, states.ERROR, states.REQUESTED]
+    expected = sorted((lease for lease in leases if lease.status in wanted),
+                      key=lambda lease: (lease.created_at, lease.id),
+                      reverse=sort_dir == 'desc')
+    for ctx in (inv.project('A'), inv.admin()):
+        got, marker = [], None
+        while True:
+            page = dbapi.lease_list(ctx, filters={'status': wanted},
+                                    limit=5, marker=marker,
+                                    sort_dir=sort_dir, for_view=True)
+            got += [lease.uuid for lease in page]
+            if len(page) < 5:
+                break
+            marker = page[-1].uuid
+        assert got == [lease.uuid for lease in expected]
+    with pytest.raises(exception.Invalid):
+        dbapi.lease_list(inv.admin(), filters={'status': wanted}, limit=5,
+                         marker='7a1b3c4d-0000-4000-8000-000000000000')
+
+
 def test_lease_refs_due_lists_only_the_leases_whose_time_came():
     now = utils.utcnow()
     past = now - datetime.timedelta(minutes=1)
