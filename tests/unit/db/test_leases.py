@@ -349,3 +349,50 @@ def test_a_conductor_never_breaks_its_own_reservations():
     assert dbapi.break_dead_reservations(ctx, 60, caller='other') == \
         ['slow']
     assert _reservation(lease) is None
+
+
+def _usage_rows_of(leases, samples):
+    """Insert (lease index, taken_at, used_mb) samples directly."""
+    with dbapi.writer(inv.admin()) as session:
+        session.execute(models.LeaseUsage.__table__.insert(), [
+            {'lease_id': leases[i].id, 'taken_at': taken_at,
+             'used_mb': used, 'size_mb': 4096}
+            for i, taken_at, used in samples])
+
+
+@pytest.mark.parametrize('packed', [True, False])
+def test_usage_windows_read_many_leases_at_once(monkeypatch, packed):
+    if not packed:
+        # The row-by-row reading (other databases, or a string cut).
+        monkeypatch.setattr(dbapi, '_usage_packed',
+                            lambda session, dialect, where: None)
+    leases = [inv.lease('A', status=states.BOUND) for _ in range(3)]
+    t0 = datetime.datetime(2026, 11, 27, 12, 0, 0)
+    sec = datetime.timedelta(seconds=1)
+    _usage_rows_of(leases, [
+        (0, t0 + 30 * sec, 300),
+        (0, t0 + 10 * sec + datetime.timedelta(microseconds=120000), 100),
+        (0, t0 - sec, 999),                     # before the window
+        (0, t0 + 61 * sec, 999),                # after it
+        (1, t0, 50),                            # at its start
+        (1, t0 + 60 * sec, 60),                 # at its end
+        (1, t0 + 20 * sec, 21),                 # two at one time:
+        (1, t0 + 20 * sec, 22),                 # in the order of their ids
+    ])
+    got = dbapi.usage_windows(inv.admin(), [lease.id for lease in leases],
+                              t0, t0 + 60 * sec)
+    assert got == {
+        leases[0].id: [
+            (t0 + 10 * sec + datetime.timedelta(microseconds=120000), 100),
+            (t0 + 30 * sec, 300)],
+        leases[1].id: [(t0, 50), (t0 + 20 * sec, 21), (t0 + 20 * sec, 22),
+                       (t0 + 60 * sec, 60)]}
+
+
+def test_usage_stamps_as_databases_write_them():
+    assert dbapi._stamp('2026-11-27 12:00:05') == \
+        datetime.datetime(2026, 11, 27, 12, 0, 5)
+    assert dbapi._stamp('2026-11-27 12:00:05.12') == \
+        datetime.datetime(2026, 11, 27, 12, 0, 5, 120000)
+    assert dbapi._stamp('2026-11-27 12:00:05.000123') == \
+        datetime.datetime(2026, 11, 27, 12, 0, 5, 123)
