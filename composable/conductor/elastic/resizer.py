@@ -13,14 +13,16 @@
 """Elastic memory leases: predict, then grow or shrink in whole extents.
 
 Every ``[elastic]resize_interval`` seconds the conductor looks at each
-bound elastic memory lease. Under the lease's reservation (the per-lease
-lock every bind, unbind and delete also takes, so none of them runs
-during a resize), it puts the usage samples of the lease's observation
-window on a grid of ``[elastic]sample_interval`` seconds, fits the
-autoregressive model of composable.conductor.elastic.predictor to them,
-and predicts the peak of the next prediction window; that peak plus the
-lease's headroom, in whole extents, within [min_mb, max_mb], is what the
-lease should hold.
+bound elastic memory lease: it puts the usage samples of the lease's
+observation window on a grid of ``[elastic]sample_interval`` seconds,
+fits the autoregressive model of composable.conductor.elastic.predictor
+to them, and predicts the peak of the next prediction window; that peak
+plus the lease's headroom, in whole extents, within [min_mb, max_mb], is
+what the lease should hold. The pass predicts first from the listed
+leases and their samples read in bulk; a lease with something to do is
+then taken under its reservation (the per-lease lock every bind, unbind
+and delete also takes, so none of them runs during a resize), read again
+and decided for again as it is then.
 
 * More than it holds: grow at once. The allocator claims the extra
   extents atomically (allocator.grow_memory: the same conditional UPDATEs
