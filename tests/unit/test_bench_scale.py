@@ -114,6 +114,10 @@ def test_measures_run_in_the_steady_state(bench, filled):
     # but its report, or wrote to Placement.
     assert result['acted_on'] == []
     assert result['placement_writes'] == 0
+    # The Placement pass asks per pool (its provider, traits, aggregates,
+    # inventory, and every consumer's allocations there) and lists the
+    # providers once; nothing per lease.
+    assert result['passes']['placement']['placement_calls'] == 4 * 5 + 1
     assert set(result['api']) == {'list_first', 'list_filtered',
                                   'list_last', 'lease_detail',
                                   'lease_actions'}

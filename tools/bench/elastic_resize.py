@@ -23,8 +23,8 @@ predicts and leaves them). Times:
 * ``predict_ms``: the prediction alone (put the samples on the grid, fit
   the autoregressive model, iterate it over the prediction window);
 * ``per_lease_ms``: a whole pass (ElasticResizer.run) divided by the
-  number of leases: listing them, taking and releasing each lease's
-  reservation, reading its samples, predicting.
+  number of leases: listing them, reading their samples in bulk,
+  predicting (a lease that needs no resize has no reservation taken).
 
 The last line is the summary:
 

@@ -437,9 +437,18 @@ class BenchPlacement(object):
     (the state of a region where Placement agrees with composable)."""
 
     def __init__(self, context):
+        from composable.common import states
         from composable.conductor.placement import client as pclient
         from composable.conductor.placement import sync
-        pools, leases = sync._load(context)
+        from composable.db import api as db_api
+        from composable.db import models
+        # What each lease holds, from the leases loaded whole (not the
+        # pass's own bulk reading of it, which this checks: a pass that
+        # reads it wrong writes, and the output says so).
+        with db_api.reader(context) as session:
+            pools = session.query(models.Pool).all()
+            leases = session.query(models.Lease).filter(
+                models.Lease.status != states.RELEASED).all()
         self.providers = {
             p.provider_uuid: {'uuid': p.provider_uuid, 'generation': 1,
                               'name': pclient.provider_name(p.name),
@@ -456,7 +465,7 @@ class BenchPlacement(object):
                 'allocations': {rp: {'resources': res}
                                 for rp, res in wanted.items()}}
             for rp, res in wanted.items():
-                self.by_provider[rp][lease.uuid] = {'resources': res}
+                self.by_provider[rp][lease.uuid] = dict(res)
         self.calls = 0
         self.writes = 0
 
@@ -488,6 +497,8 @@ class BenchPlacement(object):
         return self.consumers.get(consumer, {'allocations': {}})
 
     def get_provider_allocations(self, uuid_):
+        # {consumer: {resource class: amount}}, as the report client
+        # gives Placement's answer.
         self._call()
         return self.by_provider.get(uuid_, {})
 

@@ -13,14 +13,16 @@
 """Elastic memory leases: predict, then grow or shrink in whole extents.
 
 Every ``[elastic]resize_interval`` seconds the conductor looks at each
-bound elastic memory lease. Under the lease's reservation (the per-lease
-lock every bind, unbind and delete also takes, so none of them runs
-during a resize), it puts the usage samples of the lease's observation
-window on a grid of ``[elastic]sample_interval`` seconds, fits the
-autoregressive model of composable.conductor.elastic.predictor to them,
-and predicts the peak of the next prediction window; that peak plus the
-lease's headroom, in whole extents, within [min_mb, max_mb], is what the
-lease should hold.
+bound elastic memory lease: it puts the usage samples of the lease's
+observation window on a grid of ``[elastic]sample_interval`` seconds,
+fits the autoregressive model of composable.conductor.elastic.predictor
+to them, and predicts the peak of the next prediction window; that peak
+plus the lease's headroom, in whole extents, within [min_mb, max_mb], is
+what the lease should hold. The pass predicts first from the listed
+leases and their samples read in bulk; a lease with something to do is
+then taken under its reservation (the per-lease lock every bind, unbind
+and delete also takes, so none of them runs during a resize), read again
+and decided for again as it is then.
 
 * More than it holds: grow at once. The allocator claims the extra
   extents atomically (allocator.grow_memory: the same conditional UPDATEs
@@ -112,6 +114,66 @@ def usage_grid(rows, end, interval, steps):
     return grid
 
 
+@dataclasses.dataclass(frozen=True)
+class _Sample:
+    """A usage sample as the pass reads it in bulk."""
+
+    taken_at: datetime.datetime
+    used_mb: int
+
+
+def _window_start(policy, now, interval):
+    """The start of the observation window of a lease with ``policy``
+    (its elastic policy) predicted at ``now``."""
+    steps = max(2, int(policy['observation_window']) // interval)
+    return now - datetime.timedelta(seconds=steps * interval)
+
+
+def _outcome(policy, rows, now, step_size, size_mb, low_since):
+    """What a lease with ``policy``, ``size_mb`` and ``low_since`` (when
+    its predicted need went below its size, or None), whose usage samples
+    in its observation window are ``rows`` (oldest first, none after
+    ``now``), should do: (Decision or None, the low_since it should then
+    have). Pure: the pass runs it on the listed rows to find the leases
+    with something to do, the task again on the lease it holds."""
+    interval = CONF.elastic.sample_interval
+    window = int(policy['observation_window'])
+    steps = max(2, window // interval)
+    if len(rows) < CONF.elastic.min_samples:
+        LOG.debug('An elastic lease has %d usage samples in its '
+                  'observation window; leaving it at its size', len(rows))
+        return None, low_since
+    horizon = max(1, int(policy['prediction_window']) // interval)
+    predictor = ar.Predictor(
+        order=CONF.elastic.model_order, observation=steps,
+        horizon=horizon, headroom=float(policy.get('headroom', 0)),
+        quantum=step_size or 1, floor=int(policy['min_mb']),
+        ceiling=int(policy['max_mb']))
+    try:
+        prediction = predictor.predict(usage_grid(rows, now, interval,
+                                                  steps))
+    except ar.NotEnoughHistory:
+        return None, low_since
+    size = int(size_mb)
+    target = prediction.provision
+    decision = Decision(
+        kind=GROW if target > size else SHRINK, size_mb=size,
+        target_mb=target, peak_mb=prediction.peak,
+        order=prediction.order, samples=len(rows),
+        prediction_window=int(policy['prediction_window']),
+        headroom=float(policy.get('headroom', 0)))
+    if target > size:
+        return decision, None
+    if target == size:
+        return None, None
+    # Low: revoking is rare, only after the prediction stayed low.
+    if low_since is None:
+        return None, now
+    if (now - low_since).total_seconds() < CONF.elastic.shrink_hysteresis:
+        return None, low_since
+    return decision, low_since
+
+
 # Marks in the details of the lease's live attachment, written before a
 # resize touches anything outside the database and removed when it ends:
 # a conductor that dies in between leaves them for the next pass, which
@@ -165,13 +227,82 @@ class ElasticResizer(object):
 
     # ------------------------------------------------------------ pass
 
+    def run(self, context, now=None):
+        """One pass over the bound elastic leases; the futures of the
+        resizes it started (tests wait for them).
+
+        The pass predicts first, from the listed rows and the usage
+        samples of every lease read in bulk, and takes the reservation
+        (and reads the lease whole) only of the leases whose prediction
+        asks for something: a grow, a shrink, a change of the start of a
+        low prediction, or a resize cut short to settle. Under the
+        reservation everything is decided again on the lease as it is
+        then (the listing may be stale: a lease unbound or resized since
+        is passed by, or decided for as it is now). A pass thus costs a
+        few queries and one prediction per lease, not a reservation and
+        reads per lease.
+        """
+        now = now or utils.utcnow()
+        refs = db_api.elastic_lease_refs(context)
+        interval = CONF.elastic.sample_interval
+        futures = []
+        for begin in range(0, len(refs), db_api.BULK_IDS):
+            chunk = refs[begin:begin + db_api.BULK_IDS]
+            since = min(_window_start(ref.elastic, now, interval)
+                        for ref in chunk)
+            ids = [ref.id for ref in chunk]
+            samples = db_api.usage_windows(context, ids, since, now)
+            attachments = db_api.live_attachment_details(context, ids)
+            for ref in chunk:
+                try:
+                    wanted = self._wants_task(
+                        ref, samples.get(ref.id, ()),
+                        attachments.get(ref.id, ()), now)
+                except Exception:
+                    # Whatever fails here fails again under the
+                    # reservation, where it is logged for the lease.
+                    wanted = True
+                if not wanted:
+                    continue
+                try:
+                    future = self.act.for_lease(context, ref, now=now)
+                except Exception:
+                    # One lease must not stop the pass over the others.
+                    LOG.exception('Elastic resizing failed on lease %s',
+                                  ref.uuid)
+                    continue
+                if future is not None:
+                    futures.append(future)
+        return futures
+
+    def _wants_task(self, ref, samples, attachments, now):
+        """Whether the listed lease ``ref`` (an elastic_lease_refs row),
+        with its ``samples`` ((taken_at, used_mb) since the earliest
+        window start) and its live ``attachments`` ((host_id, details)),
+        needs its reservation taken: False exactly when deciding under
+        the reservation would do nothing, on the lease as listed."""
+        if ref.status != states.BOUND or not ref.elastic or \
+                ref.host_id is None:
+            return False
+        for host_id, details in attachments:
+            if host_id == ref.host_id and any(
+                    (details or {}).get(key)
+                    for key in (PENDING_GROW, PENDING_SHRINK)):
+                return True
+        start = _window_start(ref.elastic, now, CONF.elastic.sample_interval)
+        rows = [_Sample(taken_at, used_mb) for taken_at, used_mb in samples
+                if start <= taken_at <= now]
+        decision, low_since = _outcome(
+            ref.elastic, rows, now, ref.step_size, ref.memory_mb,
+            ref.elastic_low_since)
+        return decision is not None or low_since != ref.elastic_low_since
+
     @lease_task.lease_periodic(
         'elastic resizing',
         lister=lambda self, context: db_api.elastic_lease_refs(context))
-    def run(self, task, context, now=None):
-        """Predict for one bound elastic lease and start its resize in a
-        worker. Called, one pass over the bound elastic leases: the
-        futures of the resizes it started (tests wait for them)."""
+    def act(self, task, context, now=None):
+        """Predict for one bound elastic lease, under its reservation,
+        and start its resize in a worker."""
         lease = task.lease
         if lease.status != states.BOUND or not lease.elastic or \
                 lease.host is None:
@@ -189,63 +320,26 @@ class ElasticResizer(object):
                              lease.id, decision)
 
     def consider(self, context, ref, now=None):
-        """Predict for one lease (``ref``: an elastic_lease_refs row) and
-        start its resize in a worker; the worker's future, or None."""
-        return self.run.for_lease(context, ref, now=now)
+        """Predict for one lease (``ref``: an elastic_lease_refs row)
+        under its reservation and start its resize in a worker; the
+        worker's future, or None."""
+        return self.act.for_lease(context, ref, now=now)
 
     def decide(self, context, task, now=None):
         """The Decision for the task's lease, or None to leave it. Keeps
         the start of a low prediction (elastic_low_since) up to date."""
         lease = task.lease
-        policy = lease.elastic
         now = now or utils.utcnow()
-        interval = CONF.elastic.sample_interval
-        window = int(policy['observation_window'])
-        steps = max(2, window // interval)
-        start = now - datetime.timedelta(seconds=steps * interval)
+        start = _window_start(lease.elastic, now,
+                              CONF.elastic.sample_interval)
         rows = [row for row in db_api.usage_list(context, lease.id,
                                                  since=start)
                 if row.taken_at <= now]
-        if len(rows) < CONF.elastic.min_samples:
-            LOG.debug('Lease %(lease)s has %(n)d usage samples in its '
-                      'observation window; leaving it at its size',
-                      {'lease': lease.uuid, 'n': len(rows)})
-            return None
-        horizon = max(1, int(policy['prediction_window']) // interval)
-        step = lease.memory_pool.step_size or 1
-        predictor = ar.Predictor(
-            order=CONF.elastic.model_order, observation=steps,
-            horizon=horizon, headroom=float(policy.get('headroom', 0)),
-            quantum=step, floor=int(policy['min_mb']),
-            ceiling=int(policy['max_mb']))
-        try:
-            prediction = predictor.predict(usage_grid(rows, now, interval,
-                                                      steps))
-        except ar.NotEnoughHistory:
-            return None
-        size = int(lease.memory_mb)
-        target = prediction.provision
-        decision = Decision(
-            kind=GROW if target > size else SHRINK, size_mb=size,
-            target_mb=target, peak_mb=prediction.peak,
-            order=prediction.order, samples=len(rows),
-            prediction_window=int(policy['prediction_window']),
-            headroom=float(policy.get('headroom', 0)))
-        if target > size:
-            if lease.elastic_low_since is not None:
-                task.set_low_since(None)
-            return decision
-        if target == size:
-            if lease.elastic_low_since is not None:
-                task.set_low_since(None)
-            return None
-        # Low: revoking is rare, only after the prediction stayed low.
-        since = lease.elastic_low_since
-        if since is None:
-            task.set_low_since(now)
-            return None
-        if (now - since).total_seconds() < CONF.elastic.shrink_hysteresis:
-            return None
+        decision, low_since = _outcome(
+            lease.elastic, rows, now, lease.memory_pool.step_size,
+            lease.memory_mb, lease.elastic_low_since)
+        if low_since != lease.elastic_low_since:
+            task.set_low_since(low_since)
         return decision
 
     def settle(self, context, lease_id):

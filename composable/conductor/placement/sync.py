@@ -53,9 +53,11 @@ writes no allocation of its own for it).
 """
 
 import collections
+import dataclasses
 
 from oslo_log import log as logging
 from oslo_utils import uuidutils
+import sqlalchemy as sa
 
 from composable.common import context as ctx_mod
 from composable.common import resource_classes
@@ -300,17 +302,95 @@ def release_lease(lease, client=None):
 
 # ------------------------------------------------------------------ reconcile
 
+@dataclasses.dataclass
+class LeaseHolding:
+    """A lease that may hold something, as the Placement pass reads it:
+    the few columns it needs, what it holds in the database (the size of
+    its extents and its devices per pool, summed by the database rather
+    than from the loaded lease), and ``wanted``: what its own consumer
+    should hold in Placement (claimed_resources of the lease), once
+    resolve() has seen the pools with their providers."""
+
+    id: int
+    uuid: str
+    status: str
+    instance_uuid: str
+    placement_consumer: str
+    memory_pool_id: int
+    memory_mb: int
+    devices: tuple
+    wanted: dict = dataclasses.field(default_factory=dict)
+
+    def resolve(self, pools_by_id):
+        """Set ``wanted`` from the pools (by id) as they are now: as
+        lease_resources reads it from a loaded lease."""
+        held = collections.defaultdict(dict)
+        if not nova_claimed(self):
+            pool = pools_by_id.get(self.memory_pool_id)
+            if self.memory_mb and pool is not None and pool.provider_uuid:
+                held[pool.provider_uuid][pool.resource_class] = \
+                    self.memory_mb
+            for pool_id, count in self.devices:
+                pool = pools_by_id.get(pool_id)
+                if pool is not None and pool.provider_uuid:
+                    rc = pool.resource_class
+                    held[pool.provider_uuid][rc] = (
+                        held[pool.provider_uuid].get(rc, 0) + count)
+        self.wanted = dict(held)
+        return self.wanted
+
+
 def _load(context):
-    """The pools, and the leases that may hold something: a released
-    lease holds nothing, and the allocations one may have left are found
-    from the providers' side (reading the whole history would make the
-    pass grow with it)."""
+    """The pools, and the leases that may hold something, as
+    LeaseHolding (resolved with the pools as read): a released lease
+    holds nothing, and the allocations one may have left are found from
+    the providers' side (reading the whole history would make the pass
+    grow with it).
+
+    Three queries whatever the number of leases: the live leases' few
+    columns, the size of their extents summed per lease, and their
+    devices counted per lease and pool; loading every live lease with
+    its pools, host, extents and devices took most of a pass."""
+    leases_t = models.Lease.__table__
+    extents_t = models.MemoryExtent.__table__
+    devices_t = models.Device.__table__
+    live = leases_t.c.status != states.RELEASED
     with dbapi.reader(context) as session:
         pools = session.query(models.Pool).order_by(models.Pool.id).all()
-        leases = session.query(models.Lease).filter(
-            models.Lease.status != states.RELEASED).order_by(
-            models.Lease.id).all()
-        return pools, leases
+        rows = session.execute(
+            sa.select(leases_t.c.id, leases_t.c.uuid, leases_t.c.status,
+                      leases_t.c.instance_uuid,
+                      leases_t.c.placement_consumer,
+                      leases_t.c.memory_pool_id).where(live).order_by(
+                leases_t.c.id)).all()
+        memory = dict(session.execute(
+            sa.select(extents_t.c.lease_id,
+                      sa.func.sum(extents_t.c.size_mb)).select_from(
+                extents_t.join(leases_t,
+                               leases_t.c.id == extents_t.c.lease_id)).where(
+                live).group_by(extents_t.c.lease_id)).all())
+        devices = collections.defaultdict(list)
+        for lease_id, pool_id, count in session.execute(
+                sa.select(devices_t.c.lease_id, devices_t.c.pool_id,
+                          sa.func.count()).where(
+                    devices_t.c.lease_id.isnot(None)).group_by(
+                    devices_t.c.lease_id, devices_t.c.pool_id).order_by(
+                    devices_t.c.lease_id, devices_t.c.pool_id)):
+            devices[lease_id].append((pool_id, int(count)))
+    by_id = {pool.id: pool for pool in pools}
+    leases = []
+    for row in rows:
+        lease = LeaseHolding(
+            id=row.id, uuid=row.uuid, status=row.status,
+            instance_uuid=row.instance_uuid,
+            placement_consumer=row.placement_consumer,
+            memory_pool_id=row.memory_pool_id,
+            # SUM is a DECIMAL on MariaDB.
+            memory_mb=int(memory.get(row.id) or 0),
+            devices=tuple(devices.get(row.id, ())))
+        lease.resolve(by_id)
+        leases.append(lease)
+    return pools, leases
 
 
 def _nova_consumers(context):
@@ -348,6 +428,14 @@ def _fmt(resources):
         amounts = ', '.join('%s=%d' % kv for kv in sorted(res.items()))
         parts.append('%s on %s' % (amounts, rp))
     return '; '.join(parts)
+
+
+def _wanted(lease):
+    """What a lease's own consumer should hold: read by _load
+    (LeaseHolding), or from a lease loaded whole."""
+    if isinstance(lease, LeaseHolding):
+        return lease.wanted
+    return claimed_resources(lease)
 
 
 def _consumer_is_foreign(client, consumer, pool_providers):
@@ -392,8 +480,32 @@ def reconcile(context=None, client=None, delete_orphans=None):
             failed('pool %s' % pool.name, err)
     providers = {pool.provider_uuid: pool for pool in pools
                  if pool.provider_uuid}
+    # What each lease should hold, with the providers step 1 made.
+    pools_by_id = {pool.id: pool for pool in pools}
+    for lease in leases:
+        lease.resolve(pools_by_id)
 
-    # 2. Leases -> allocations.
+    # 2. What Placement holds: every consumer's allocations on each
+    # provider of a pool (one request per provider, whatever the number
+    # of leases), then leases -> allocations, compared in bulk.
+    try:
+        ours = {p['uuid']: p for p in client.list_providers()}
+    except Exception as err:
+        failed('the list of composable resource providers', err)
+        ours = {}
+    pool_providers = set(ours) | set(providers)
+    on_provider = {}
+    held = collections.defaultdict(dict)
+    for uuid in sorted(pool_providers):
+        try:
+            allocations = client.get_provider_allocations(uuid)
+        except Exception as err:
+            failed('provider %s' % uuid, err)
+            continue
+        on_provider[uuid] = allocations
+        for consumer, resources in allocations.items():
+            held[consumer][uuid] = resources
+
     by_uuid = {lease.uuid: lease for lease in leases}
     instances = _nova_consumers(context)
     instances.update(lease.instance_uuid for lease in leases
@@ -402,11 +514,12 @@ def reconcile(context=None, client=None, delete_orphans=None):
                      if nova_claimed(lease))
     for lease in leases:
         try:
-            wanted = claimed_resources(lease)
+            wanted = lease.wanted
             if not wanted:
                 continue  # handled below, from the providers' side
-            current = client.get_allocations(lease.uuid)['allocations']
-            have = {rp: alloc['resources'] for rp, alloc in current.items()}
+            if not set(wanted) <= set(on_provider):
+                continue  # a provider that did not answer: reported
+            have = held.get(lease.uuid, {})
             if have == wanted:
                 continue
             # The lease may have moved on since the database was read.
@@ -433,23 +546,15 @@ def reconcile(context=None, client=None, delete_orphans=None):
         except Exception as err:
             failed('lease %s' % lease.uuid, err)
 
-    # 3. Providers -> consumers that should not be there, and providers
-    # of pools that are gone.
-    try:
-        ours = {p['uuid']: p for p in client.list_providers()}
-    except Exception as err:
-        failed('the list of composable resource providers', err)
-        ours = {}
-    pool_providers = set(ours) | set(providers)
+    # 3. Providers -> consumers that should not be there (from the
+    # allocations read above: a lease written in step 2 holds its share,
+    # and is no orphan), and providers of pools that are gone.
     for uuid in sorted(pool_providers):
         pool = providers.get(uuid)
         name = pool.name if pool is not None else ours[uuid]['name']
-        try:
-            allocations = client.get_provider_allocations(uuid)
-        except Exception as err:
-            failed('provider %s' % uuid, err)
+        if uuid not in on_provider:
             continue
-        for consumer in sorted(allocations):
+        for consumer in sorted(on_provider[uuid]):
             if consumer in instances:
                 continue  # a Nova instance's share of the pool
             lease = by_uuid.get(consumer)
@@ -458,8 +563,7 @@ def reconcile(context=None, client=None, delete_orphans=None):
                     # Created since the leases were read (its claim may
                     # have been written meanwhile): not an orphan.
                     lease = _lease_by_uuid(context, consumer)
-                if lease is not None and \
-                        claimed_resources(lease).get(uuid):
+                if lease is not None and _wanted(lease).get(uuid):
                     # It held its share here when the pass read it: no
                     # orphan. (Released since, it removed its own
                     # allocations, or the next pass does.) Read again

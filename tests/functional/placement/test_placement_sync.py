@@ -372,3 +372,96 @@ def test_client_from_composable_configuration(placement):
     finally:
         for name in overrides:
             conf_.clear_override(name, 'placement')
+
+
+def _consumer_gets(calls):
+    return [url for method, url in calls
+            if method == 'GET' and url.startswith('/allocations/')]
+
+
+def _provider_allocation_gets(calls):
+    return [url for method, url in calls
+            if method == 'GET' and url.startswith('/resource_providers/')
+            and url.endswith('/allocations')]
+
+
+def test_reconcile_reads_allocations_per_provider_not_per_lease(placement):
+    ctx = base.admin()
+    mem = base.memory_pool(aggregate=AGG, nodes=(8192,) * 4)
+    gpu = base.gpu_pool(mem.fabric_id, count=6)
+    leases = [base.allocated_lease(memory_mb=1024) for _ in range(20)]
+    leases += [base.allocated_lease(device_count=1) for _ in range(4)]
+    leases.append(base.allocated_lease(memory_mb=2048, device_count=2))
+    hooked = HookedAdapter(placement.adapter(), lambda method, url: None)
+    client = pclient.ReportClient(hooked, retry_delay=0)
+    corrections = sync.reconcile(ctx, client)
+    assert sum('allocations were missing' in c for c in corrections) == 25
+
+    # In step: one request for each pool's allocations, none per lease.
+    del hooked.calls[:]
+    assert sync.reconcile(ctx, client) == []
+    assert _consumer_gets(hooked.calls) == []
+    assert sorted(_provider_allocation_gets(hooked.calls)) == sorted(
+        '/resource_providers/%s/allocations' % dbapi.pool_get(
+            ctx, pool.uuid).provider_uuid for pool in (mem, gpu))
+
+    # What the pass reads in bulk is what each lease loaded whole holds.
+    _, holdings = sync._load(ctx)
+    assert {h.uuid: h.wanted for h in holdings} == {
+        lease.uuid: sync.claimed_resources(dbapi.lease_get(ctx, lease.uuid))
+        for lease in leases}
+
+    # Drift on two leases: only they are read and written again.
+    mem = dbapi.pool_get(ctx, mem.uuid)
+    client._call('DELETE', '/allocations/%s' % leases[3].uuid, '1.38',
+                 ok=(204,))
+    client.put_allocations(leases[7].uuid, {mem.provider_uuid: {MEM: 3072}},
+                           'p1', 'u1')
+    del hooked.calls[:]
+    corrections = sync.reconcile(ctx, client)
+    assert sorted(corrections) == sorted([
+        'lease %s (reserved): allocations were missing in Placement; '
+        'created %s=1024 on %s' % (leases[3].uuid, MEM, mem.provider_uuid),
+        'lease %s: allocations were %s=3072 on %s in Placement; set them '
+        'to %s=1024 on %s' % (leases[7].uuid, MEM, mem.provider_uuid, MEM,
+                              mem.provider_uuid)])
+    assert sorted(_consumer_gets(hooked.calls)) == sorted(
+        '/allocations/%s' % lease.uuid for lease in (leases[3], leases[7]))
+    assert client.get_usages(mem.provider_uuid) == {MEM: 20 * 1024 + 2048}
+    assert sync.reconcile(ctx, client) == []
+
+
+def test_reconcile_leaves_the_leases_of_a_provider_it_cannot_read(
+        placement):
+    ctx = base.admin()
+    mem = base.memory_pool(aggregate=AGG)
+    gpu = base.gpu_pool(mem.fabric_id)
+    on_mem = base.allocated_lease(memory_mb=1024)
+    on_gpu = base.allocated_lease(device_count=1)
+    client = placement.client()
+    sync.reconcile(ctx, client)
+    mem = dbapi.pool_get(ctx, mem.uuid)
+    gpu = dbapi.pool_get(ctx, gpu.uuid)
+    for lease in (on_mem, on_gpu):
+        client._call('DELETE', '/allocations/%s' % lease.uuid, '1.38',
+                     ok=(204,))
+    broken = '/resource_providers/%s/allocations' % mem.provider_uuid
+
+    def unavailable(method, url):
+        if method == 'GET' and url == broken:
+            raise RuntimeError('503 Service Unavailable')
+    hooked = pclient.ReportClient(
+        HookedAdapter(placement.adapter(), unavailable), retry_delay=0)
+    corrections = sync.reconcile(ctx, hooked)
+    # The provider that answered has its lease repaired; the one that did
+    # not is reported, and its lease waits for a pass that can compare.
+    assert sorted(corrections) == sorted([
+        'lease %s (reserved): allocations were missing in Placement; '
+        'created %s=1 on %s' % (on_gpu.uuid, GPU, gpu.provider_uuid),
+        'provider %s: could not be corrected: 503 Service Unavailable' %
+        mem.provider_uuid])
+    assert client.get_allocations(on_mem.uuid)['allocations'] == {}
+    corrections = sync.reconcile(ctx, client)
+    assert corrections == [
+        'lease %s (reserved): allocations were missing in Placement; '
+        'created %s=1024 on %s' % (on_mem.uuid, MEM, mem.provider_uuid)]

@@ -99,6 +99,40 @@ def test_lease_list_filters_and_pagination():
                  marker=leases[3].uuid) == ['l2', 'l1', 'l0']
 
 
+@pytest.mark.parametrize('sort_dir', ['asc', 'desc'])
+def test_lease_pages_of_several_statuses_are_in_order(sort_dir):
+    # A page of several statuses is merged from a page of each status;
+    # walked page by page, it is the one list sorted by creation time
+    # then id, ties (leases created in the same second) included.
+    mix = [states.RESERVED, states.BOUND, states.ERROR, states.REQUESTED,
+           states.RELEASED]
+    t0 = datetime.datetime(2026, 11, 1)
+    leases = []
+    for i in range(37):
+        row = inv.lease('A', name='l%02d' % i, status=mix[(i * 7) % 5])
+        inv.update_row(models.Lease, row.id, created_at=t0 +
+                       datetime.timedelta(seconds=(i * 13) % 11))
+        leases.append(dbapi.lease_get(inv.admin(), row.uuid))
+    wanted = [states.RESERVED, states.BOUND, states.ERROR, states.REQUESTED]
+    expected = sorted((lease for lease in leases if lease.status in wanted),
+                      key=lambda lease: (lease.created_at, lease.id),
+                      reverse=sort_dir == 'desc')
+    for ctx in (inv.project('A'), inv.admin()):
+        got, marker = [], None
+        while True:
+            page = dbapi.lease_list(ctx, filters={'status': wanted},
+                                    limit=5, marker=marker,
+                                    sort_dir=sort_dir, for_view=True)
+            got += [lease.uuid for lease in page]
+            if len(page) < 5:
+                break
+            marker = page[-1].uuid
+        assert got == [lease.uuid for lease in expected]
+    with pytest.raises(exception.Invalid):
+        dbapi.lease_list(inv.admin(), filters={'status': wanted}, limit=5,
+                         marker='7a1b3c4d-0000-4000-8000-000000000000')
+
+
 def test_lease_refs_due_lists_only_the_leases_whose_time_came():
     now = utils.utcnow()
     past = now - datetime.timedelta(minutes=1)
@@ -315,3 +349,56 @@ def test_a_conductor_never_breaks_its_own_reservations():
     assert dbapi.break_dead_reservations(ctx, 60, caller='other') == \
         ['slow']
     assert _reservation(lease) is None
+
+
+def _usage_rows_of(leases, samples):
+    """Insert (lease index, taken_at, used_mb) samples directly."""
+    with dbapi.writer(inv.admin()) as session:
+        session.execute(models.LeaseUsage.__table__.insert(), [
+            {'lease_id': leases[i].id, 'taken_at': taken_at,
+             'used_mb': used, 'size_mb': 4096}
+            for i, taken_at, used in samples])
+
+
+@pytest.mark.parametrize('packed', [True, False])
+def test_usage_windows_read_many_leases_at_once(monkeypatch, packed):
+    if not packed:
+        # The row-by-row reading (other databases, or a string cut).
+        monkeypatch.setattr(dbapi, '_usage_packed',
+                            lambda session, dialect, where: None)
+    leases = [inv.lease('A', status=states.BOUND) for _ in range(3)]
+    t0 = datetime.datetime(2026, 11, 27, 12, 0, 0)
+    sec = datetime.timedelta(seconds=1)
+    _usage_rows_of(leases, [
+        (0, t0 + 30 * sec, 300),
+        (0, t0 + 10 * sec + datetime.timedelta(microseconds=120000), 100),
+        (0, t0 - sec, 999),                     # before the window
+        (0, t0 + 61 * sec, 999),                # after it
+        (1, t0, 50),                            # at its start
+        (1, t0 + 60 * sec, 60),                 # at its end
+        (1, t0 + 20 * sec, 21),                 # two at one time:
+        (1, t0 + 20 * sec, 22),                 # in the order of their ids
+    ])
+    got = dbapi.usage_windows(inv.admin(), [lease.id for lease in leases],
+                              t0, t0 + 60 * sec)
+    # MariaDB's DATETIME keeps whole seconds; SQLite and PostgreSQL keep
+    # the fraction, which comes back as it went in.
+    fraction = t0 + 10 * sec + datetime.timedelta(microseconds=120000)
+    with dbapi.reader(inv.admin()) as session:
+        stored = session.execute(sa.select(
+            models.LeaseUsage.taken_at).where(
+            models.LeaseUsage.used_mb == 100)).scalar()
+    assert stored in (fraction, fraction.replace(microsecond=0))
+    assert got == {
+        leases[0].id: [(stored, 100), (t0 + 30 * sec, 300)],
+        leases[1].id: [(t0, 50), (t0 + 20 * sec, 21), (t0 + 20 * sec, 22),
+                       (t0 + 60 * sec, 60)]}
+
+
+def test_usage_stamps_as_databases_write_them():
+    assert dbapi._stamp('2026-11-27 12:00:05') == \
+        datetime.datetime(2026, 11, 27, 12, 0, 5)
+    assert dbapi._stamp('2026-11-27 12:00:05.12') == \
+        datetime.datetime(2026, 11, 27, 12, 0, 5, 120000)
+    assert dbapi._stamp('2026-11-27 12:00:05.000123') == \
+        datetime.datetime(2026, 11, 27, 12, 0, 5, 123)

@@ -455,3 +455,103 @@ def test_two_conductors_resize_a_lease_once(harness, calls):
     assert [a.result for a in _resizes(harness, lease.uuid)] == ['success']
     assert len(calls) == 1
     _consistent(harness, lease.uuid)
+
+
+@pytest.fixture
+def reserved_by_pass(monkeypatch):
+    """The ids of the leases whose reservation the resizing pass tries
+    to take, in order."""
+    seen = []
+    original = lease_task.try_acquire
+
+    def recording(context, lease_id, host, listed=None):
+        seen.append(lease_id)
+        return original(context, lease_id, host, listed=listed)
+    monkeypatch.setattr(lease_task, 'try_acquire', recording)
+    return seen
+
+
+def test_a_pass_reserves_only_the_leases_it_acts_on(
+        harness, calls, reserved_by_pass):
+    # Steady: its prediction (500 MiB + 20 %) fits the one extent it
+    # holds, so there is nothing to do, nothing to write.
+    steady = _bound(harness, calls=calls)
+    # Busy: 1024 MiB used of 1024: grows.
+    busy = _bound(harness, calls=calls)
+    # Idle: predicted low, the start of which is noted first.
+    idle = _bound(harness, memory_mb=2048, calls=calls)
+    del calls[:]
+    now = utils.utcnow()
+    _samples(harness, steady, [500] * 6, now)
+    _samples(harness, busy, [1024] * 6, now)
+    _samples(harness, idle, [100] * 6, now)
+
+    assert len(_run(harness, now)) == 1
+    assert sorted(reserved_by_pass) == sorted([busy.id, idle.id])
+    assert harness.lease(busy.uuid).memory_mb == 2048
+    assert [a.result for a in _resizes(harness, busy.uuid)] == ['success']
+    assert harness.lease(idle.uuid).elastic_low_since is not None
+    assert harness.lease(steady.uuid).memory_mb == 1024
+    assert _resizes(harness, steady.uuid) == []
+    assert [name for name, _ in calls] == ['attach_memory']
+
+    # Next pass: the busy lease has what it needs, the idle one waits for
+    # the hysteresis (600 s by default): nobody's reservation is taken.
+    del reserved_by_pass[:]
+    later = now + datetime.timedelta(seconds=10)
+    assert _run(harness, later) == []
+    assert reserved_by_pass == []
+    assert harness.lease(idle.uuid).memory_mb == 2048
+    assert harness.lease(idle.uuid).elastic_low_since is not None
+    _consistent(harness, busy.uuid)
+
+
+@pytest.mark.parametrize('request_', ['unbind', 'delete'])
+def test_a_lease_unbound_or_deleted_after_the_listing_is_passed_by(
+        harness, calls, monkeypatch, request_):
+    lease = _bound(harness, calls=calls)
+    now = utils.utcnow()
+    _samples(harness, lease, [1024] * 6, now)
+    original = db_api.elastic_lease_refs
+
+    def listed_then_changed(context):
+        rows = original(context)
+        assert [r.uuid for r in rows] == [lease.uuid]
+        # Between the listing and the pass's action on the lease.
+        if request_ == 'unbind':
+            harness.api.unbind_lease(harness_mod.user_context(), lease.uuid)
+            harness.wait(lease.uuid, states.RESERVED)
+        else:
+            harness.api.delete_lease(harness_mod.user_context(), lease.uuid)
+            harness.wait(lease.uuid, states.RELEASED)
+        harness.idle(DEADLINE)
+        return rows
+    monkeypatch.setattr(db_api, 'elastic_lease_refs', listed_then_changed)
+
+    # The listed row still asks for a grow; under the reservation the
+    # lease is seen as it is now, and left alone.
+    assert harness.conductor.resizer.run(admin(), now=now) == []
+    harness.idle(DEADLINE)
+    assert _resizes(harness, lease.uuid) == []
+    assert [name for name, _ in calls] == ['detach_memory']  # the unbind's
+    after = harness.lease(lease.uuid)
+    assert after.status == (states.RESERVED if request_ == 'unbind'
+                            else states.RELEASED)
+    assert allocator.check_consistency(admin()) == []
+
+
+def test_a_resize_cut_short_is_settled_without_samples(harness, calls):
+    # The pending mark alone (no usage sample at all, so no prediction)
+    # makes the pass take the lease: what a dead conductor left is
+    # settled first.
+    lease = _bound(harness, calls=calls)
+    new = allocator.grow_memory(admin(), lease.id, 1024)
+    resizer_mod._mark(admin(), harness.lease(lease.uuid),
+                      resizer_mod.PENDING_GROW, new)
+    assert len(_run(harness, utils.utcnow())) == 1
+    settled = harness.lease(lease.uuid)
+    assert settled.memory_mb == 1024 and len(settled.extents) == 1
+    assert resizer_mod._pending(admin(), settled) == {}
+    [action] = _resizes(harness, lease.uuid)
+    assert 'taking back 1 extent(s) of a grow' in action.message
+    _consistent(harness, lease.uuid)
