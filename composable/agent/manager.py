@@ -231,11 +231,31 @@ class AgentManager(object):
         work a previous run left. A host that fails the check keeps doing
         its other work; its CXL binds fail with the reason."""
         try:
-            self.parts.cxl.start()
+            restored = self.parts.cxl.start()
         except exception.ComposableException as exc:
             LOG.warning('Leased CXL memory cannot be bound on %(host)s: '
                         '%(reason)s', {'host': self.host,
                                        'reason': exc.message})
+            return
+        self.report_memory_restored(restored)
+
+    def report_memory_restored(self, results):
+        """Tell the conductor which CXL regions of leases bound here the
+        start made again after the host restarted (and on which NUMA
+        node), so that the leases say it. The agent goes on starting if
+        it cannot: the log says it too."""
+        if not results:
+            return False
+        try:
+            self.conductor.report_memory_restored(
+                composable_context.get_admin_context(), self.host,
+                list(results))
+        except Exception as exc:
+            LOG.error('Could not tell the conductor which CXL memory of '
+                      'leases bound on %(host)s was put online again: '
+                      '%(exc)s', {'host': self.host, 'exc': exc})
+            return False
+        return True
 
     @property
     def conductor(self):

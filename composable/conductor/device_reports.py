@@ -24,6 +24,13 @@ the others; unbinding it removes them all). Reports about leases that
 are not bound on the reporting host, or about devices that are not the
 lease's, are dropped: an agent writes only the history of leases it
 serves.
+
+After its host restarted, a compute agent also makes the CXL memory
+regions of leases bound there again (the kernel forgot them; the device
+kept its memory) and reports them
+(ConductorAPI.report_memory_restored): the lease gets a ``restore``
+action, and its attachment the NUMA node each extent is on now, which
+may differ from the bind's.
 """
 
 import collections
@@ -147,5 +154,91 @@ def record_restored(context, host, results):
         else:
             LOG.info('Lease %(lease)s: %(message)s',
                      {'lease': lease_uuid, 'message': message})
+        noted.append(lease_uuid)
+    return noted
+
+
+def parse_memory_result(result):
+    """A CXL memory result as used here; BadResult when it is not
+    {'lease_uuid': UUID str, 'device': str, 'ok': bool, 'numa_node': int
+    or None, 'extents': [extent UUID str, ...], 'message': str}."""
+    if not isinstance(result, dict):
+        raise BadResult('a result is a mapping, not %s' %
+                        type(result).__name__)
+    missing = {'lease_uuid', 'device', 'ok'} - set(result)
+    if missing:
+        raise BadResult('missing %s' % ', '.join(sorted(missing)))
+    lease = result['lease_uuid']
+    if not isinstance(lease, str) or not uuidutils.is_uuid_like(lease):
+        raise BadResult('lease_uuid is not a UUID: %r' % (lease,))
+    if not isinstance(result['ok'], bool):
+        raise BadResult('ok is not true or false: %r' % (result['ok'],))
+    node = result.get('numa_node')
+    if node is not None and (isinstance(node, bool) or
+                             not isinstance(node, int) or node < 0):
+        raise BadResult('numa_node is not a node number: %r' % (node,))
+    extents = result.get('extents') or []
+    if not isinstance(extents, list) or not all(
+            isinstance(e, str) and uuidutils.is_uuid_like(e)
+            for e in extents):
+        raise BadResult('extents is not a list of UUIDs')
+    message = result.get('message')
+    return {'lease_uuid': lease.lower(), 'device': str(result['device'])[:64],
+            'ok': result['ok'], 'numa_node': node,
+            'extents': [e.lower() for e in extents][:MAX_RESULTS],
+            'message': str(message)[:MAX_MESSAGE] if message else None}
+
+
+def _memory_message(host, results):
+    failed = [r for r in results if not r['ok']]
+    if not failed:
+        return ('After host %s restarted, its agent put the CXL memory of '
+                'the lease online again: %s.' % (host, ', '.join(
+                    'device %s as NUMA node %s' % (r['device'],
+                                                   r['numa_node'])
+                    for r in results)), None)
+    fault = ('After host %s restarted, its agent could not put the CXL '
+             'memory of the lease online again: %s. Unbind the lease and '
+             'bind it again.' % (host, '; '.join(
+                 'device %s: %s' % (r['device'],
+                                    r['message'] or 'no reason given')
+                 for r in failed)))
+    return fault, fault
+
+
+def record_memory_restored(context, host, results):
+    """Note the CXL memory ``results`` the agent of ``host`` reported on
+    the leases they name, with each extent's NUMA node now; the uuids of
+    the leases noted. Nothing raises (a cast)."""
+    if not isinstance(results, (list, tuple)):
+        LOG.debug('Memory report of host %(host)s is not a list; dropped',
+                  {'host': host})
+        return []
+    by_lease = collections.OrderedDict()
+    for result in list(results)[:MAX_RESULTS]:
+        try:
+            parsed = parse_memory_result(result)
+        except BadResult as exc:
+            LOG.debug('Dropped a memory report from host %(host)s: %(why)s',
+                      {'host': host, 'why': exc})
+            continue
+        by_lease.setdefault(parsed['lease_uuid'], []).append(parsed)
+    noted = []
+    for lease_uuid, lease_results in by_lease.items():
+        message, fault = _memory_message(host, lease_results)
+        memory = {extent: {'numa_node': r['numa_node']}
+                  for r in lease_results if r['ok']
+                  for extent in r['extents']}
+        if not db_api.lease_host_memory_restored(
+                context, lease_uuid, host,
+                db_api.ACTION_ERROR if fault else db_api.ACTION_SUCCESS,
+                message, memory, fault=fault):
+            LOG.debug('Dropped the memory report of lease %(lease)s from '
+                      'host %(host)s: unknown, or not bound on that host',
+                      {'lease': lease_uuid, 'host': host})
+            continue
+        (LOG.warning if fault else LOG.info)(
+            'Lease %(lease)s: %(message)s',
+            {'lease': lease_uuid, 'message': message})
         noted.append(lease_uuid)
     return noted

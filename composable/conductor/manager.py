@@ -94,7 +94,7 @@ class ConductorManager(object):
     # 1.3: host_memory_leases
     # 1.4: report_host_facts
     # 1.5: update_lease changes name and description too
-    target = messaging.Target(version='1.5')
+    target = messaging.Target(version='1.6')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -554,6 +554,19 @@ class ConductorManager(object):
             # A cast: nobody would see the error; the agent logged what
             # it did too.
             LOG.exception('Could not note the device report of host %s',
+                          host)
+            return []
+
+    def report_memory_restored(self, context, host, results):
+        """Note on each lease bound on ``host`` the CXL memory its agent
+        put online again after the host restarted (a cast from that
+        agent); see composable.conductor.device_reports."""
+        try:
+            return device_reports.record_memory_restored(
+                self._admin(), host, results)
+        except Exception:
+            # A cast: nobody would see the error; the agent logged it.
+            LOG.exception('Could not note the memory report of host %s',
                           host)
             return []
 

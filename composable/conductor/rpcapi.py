@@ -19,13 +19,14 @@ Version history:
     1.3 - host_memory_leases.
     1.4 - report_host_facts.
     1.5 - update_lease changes name and description too.
+    1.6 - report_memory_restored.
 """
 
 from composable.common import rpc
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.5'
+    RPC_API_VERSION = '1.6'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
@@ -104,6 +105,19 @@ class ConductorAPI(object):
         """
         cctxt = self.client.prepare(version='1.2')
         cctxt.cast(context, 'report_devices_restored', host=host,
+                   results=results)
+
+    def report_memory_restored(self, context, host, results):
+        """Report the CXL memory regions the agent of ``host`` made again
+        after the host restarted (a cast).
+
+        ``results``: a list of {'lease_uuid', 'device' (the CXL memory
+        device's name), 'ok': bool, 'numa_node': int or None, 'extents':
+        [extent uuid, ...], 'message': str}. Results of leases not bound
+        on ``host`` are dropped.
+        """
+        cctxt = self.client.prepare(version='1.6')
+        cctxt.cast(context, 'report_memory_restored', host=host,
                    results=results)
 
     def report_host_facts(self, context, host, facts):

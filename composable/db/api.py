@@ -1459,6 +1459,41 @@ def lease_host_event(context, lease_id, host, action, result, message,
     return True
 
 
+def lease_host_memory_restored(context, lease_uuid, host, result, message,
+                               memory, fault=None):
+    """lease_host_event for the lease ``lease_uuid`` after its host's
+    agent remade its CXL memory on its own, and in the same transaction
+    ``memory`` ({extent uuid: {detail: value}}, what the agent now says
+    of each extent, e.g. its NUMA node) merged into the details of the
+    lease's live attachment on that host. False, with nothing written,
+    when the lease is no longer bound on that host."""
+    with writer(context) as session:
+        lease_id = session.execute(sa.select(_LEASES_T.c.id).where(
+            _LEASES_T.c.uuid == lease_uuid)).scalar()
+        if lease_id is None or not lease_host_event(
+                context, lease_id, host, action=_RESTORE, result=result,
+                message=message, fault=fault):
+            return False
+        attachment = session.query(models.Attachment).filter(
+            models.Attachment.lease_id == lease_id,
+            models.Attachment.state.in_(states.LIVE_ATTACHMENT_STATES),
+            models.Attachment.host_id == sa.select(_HOSTS_T.c.id).where(
+                _HOSTS_T.c.name == host).scalar_subquery()).order_by(
+            models.Attachment.id.desc()).first()
+        if attachment is not None and memory:
+            details = dict(attachment.details or {})
+            known = dict(details.get('memory') or {})
+            for extent, values in memory.items():
+                if extent in known:
+                    known[extent] = dict(known[extent], **values)
+            details['memory'] = known
+            attachment.details = details
+    return True
+
+
+_RESTORE = 'restore'
+
+
 def elastic_lease_refs(context):
     """The bound elastic memory leases, as the resizing task looks at
     them before taking any reservation: rows of (id, uuid, reservation,

@@ -233,7 +233,12 @@ class CxlMemory(object):
         self.parts = parts
 
     def start(self):
-        self.parts.cxl_memory.start()
+        """Check the kernel and settle what earlier runs (and boots)
+        left; what the start put online again for leases bound here
+        (CxlHostMemory.restored)."""
+        memory = self.parts.cxl_memory
+        memory.start()
+        return list(memory.restored)
 
     def attach(self, lease, extents):
         return self.parts.cxl_memory.attach(lease, extents)
@@ -321,7 +326,7 @@ class SimulatedCxlMemory(object):
     simulated = True
 
     def start(self):
-        pass
+        return []
 
     def attach(self, lease, extents):
         details = {}

@@ -145,6 +145,9 @@ class CxlHostMemory(object):
         # The kernel's boot id, read at start: records of another boot
         # name regions that no longer exist.
         self.boot = None
+        # What the last rebuild did to the regions of leases bound here,
+        # for the conductor (ConductorAPI.report_memory_restored).
+        self.restored = []
 
     # ------------------------------------------------------------ life
 
@@ -239,6 +242,7 @@ class CxlHostMemory(object):
                       'be neither erased nor put back from here' % serial)
             LOG.error('%s (leases %s)', reason,
                       ', '.join(r['lease'] for _, r in found))
+            self._note_restored(found, reason)
             return {key: reason for key, _ in found}
         freed = []
         for position, (key, record) in enumerate(found):
@@ -261,6 +265,7 @@ class CxlHostMemory(object):
                 # later ones wait for the next try.
                 for later, _ in found[position:]:
                     outcome[later] = reason
+                self._note_restored(found[position:], reason)
                 break
             record.update(made, memdev=memdev, boot=self.boot, dax=None,
                           numa_node=None,
@@ -277,6 +282,7 @@ class CxlHostMemory(object):
                 self.records.put(key, record)
                 outcome[key] = ('online again as NUMA node %s' %
                                 record['numa_node'])
+                self._note_restored([(key, record)])
             else:
                 record['step'] = SCRUBBED
                 self.records.put(key, record)
@@ -289,6 +295,21 @@ class CxlHostMemory(object):
             except exception.DriverError as exc:
                 outcome[key] = exc.message
         return outcome
+
+    def _note_restored(self, found, reason=None):
+        """Note, for the conductor, what became of the regions of bound
+        leases among ``found`` ((key, record) pairs): online again, or
+        not, for ``reason``."""
+        for _, record in found:
+            if reason is not None and record['step'] != ONLINE:
+                # Not a bound lease's: its unbind was cut short.
+                continue
+            self.restored.append({
+                'lease_uuid': record['lease'], 'device': record['device'],
+                'ok': reason is None,
+                'numa_node': None if reason else record.get('numa_node'),
+                'extents': list(record.get('extents') or ()),
+                'message': reason})
 
     def _erase(self, key, record):
         """Overwrite a region that is not in use: its memory offline (the

@@ -386,6 +386,62 @@ def test_bind_makes_a_numa_node_and_unbind_erases_it(client, cxl_fabric,
     assert kernel.regions == {}
 
 
+def test_a_host_restart_puts_the_lease_online_again_and_says_so(
+        client, cxl_fabric, cxl_host, tmp_path):
+    """The host restarts with a lease bound: its agent's next start makes
+    the region again (on the emulated kernel, which now puts it on NUMA
+    node 2), and the lease's action log and attachment say so."""
+    from composable.agent.compute_node import cxl_memory
+    from composable.agent import manager as agent_manager
+    from composable.common import states
+    from composable.db import api as db_api
+    from composable.privsep import cxl as priv_cxl
+    from tests.unit.conductor import harness as h_mod
+
+    kernel = cxl_host
+    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                              'fabric': 'cxl1', 'medium': 'cxl'},
+                headers=V15)
+    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
+                                     'capacity_mb': 1024})
+    member = client.as_('member')
+    lease = member.post('/v1/leases', {'memory_mb': 256,
+                                       'pools': ['cxl-mem']}).json
+    url = '/v1/leases/%s' % lease['uuid']
+    assert member.post(url + '/bind', {'host': 'compute-1'}).status == 202
+    assert _wait(member, lease['uuid'], ['bound', 'bind_failed'])[
+        'status'] == 'bound'
+
+    kernel.reboot()
+    kernel.node = 2
+    memory = cxl_memory.CxlHostMemory(
+        ops=priv_cxl, state_file=str(tmp_path / 'cxl.json'),
+        offline_interval=0)
+    agent_manager.AgentManager('compute-1', roles=['compute_node'],
+                               cxl_memory=memory)._start_cxl()
+    assert len(kernel.regions) == 1 and kernel.online_blocks()
+
+    def restores():
+        return [a for a in member.get(url + '/actions').json['actions']
+                if a['action'] == 'restore']
+
+    deadline = time.time() + 30
+    while not restores():
+        assert time.time() < deadline, 'no restore action was noted'
+        time.sleep(0.05)
+    [action] = restores()
+    assert action['result'] == 'success'
+    assert 'device cmm0 as NUMA node 2' in action['message']
+    row = db_api.lease_get(h_mod.admin(), lease['uuid'])
+    [attachment] = db_api.attachment_list(h_mod.admin(), row.id,
+                                          states.LIVE_ATTACHMENT_STATES)
+    assert {d['numa_node'] for d in
+            attachment.details['memory'].values()} == {2}
+    assert member.delete(url).status == 204
+    _wait(member, lease['uuid'], ['released'])
+    assert kernel.regions == {}
+
+
 def test_flavor_leases_of_cxl_memory_are_host_mode():
     import types
 

@@ -314,6 +314,13 @@ def test_bound_regions_are_online_again_after_the_host_restarts(
     assert outcome == {'a/cmm0': 'online again as NUMA node 1',
                        'b/cmm0': 'online again as NUMA node 1'}
     saved = records(state_file)
+    # What the conductor is told: both leases, their chunks, the node.
+    assert restarted.restored == [
+        {'lease_uuid': 'a', 'device': 'cmm0', 'ok': True,
+         'numa_node': 1, 'extents': ['a-chunk-0'], 'message': None},
+        {'lease_uuid': 'b', 'device': 'cmm0', 'ok': True,
+         'numa_node': 1, 'extents': ['b-chunk-0', 'b-chunk-1'],
+         'message': None}]
     assert {r['step'] for r in saved.values()} == {'online'}
     assert {r['boot'] for r in saved.values()} == {kernel._boot_id()}
     for key, lease in (('a/cmm0', 'a'), ('b/cmm0', 'b')):
@@ -347,8 +354,10 @@ def test_a_give_back_cut_by_a_restart_is_finished_and_erased(
     kernel.reboot()
     assert kernel.read_media('mem0', 0, len(SECRET)) == SECRET
 
-    outcome = host(privileged, state_file).rebuild_after_restart()
-    assert outcome == {}  # start() already did it
+    restarted = host(privileged, state_file)
+    # b was being given back: nothing to tell the conductor.
+    assert restarted.restored == []
+    assert restarted.rebuild_after_restart() == {}  # start() did it
     assert_nothing_left(kernel, state_file)
     assert kernel.read_media('mem0', 0, len(SECRET)) == bytes(len(SECRET))
 
@@ -379,6 +388,10 @@ def test_a_device_gone_at_the_restart_keeps_its_records_until_it_is_back(
     assert "is not on this host's CXL bus since the host restarted" in \
         outcome['lease-1/cmm0']
     assert records(state_file)['lease-1/cmm0']['step'] == 'online'
+    [told] = restarted.restored
+    assert told['lease_uuid'] == 'lease-1' and told['ok'] is False
+    assert told['numa_node'] is None
+    assert 'since the host restarted' in told['message']
     # Nothing new is made on the device before the old region is erased,
     # and an unbind says why it cannot be done yet.
     with pytest.raises(exception.DriverError) as caught:
