@@ -194,6 +194,16 @@ def _hold(client, uuid, lease):
                            lease.project_id, lease.user_id)
 
 
+def _release_hold(client, lease, name):
+    try:
+        client.delete_allocations(hold_consumer(lease))
+    except pclient.PlacementError as exc:
+        raise exception.ServiceUnavailable(
+            reason='could not delete the allocation holding the CXL '
+                   'memory of lease %s on compute node %s: %s; try again '
+                   'when Placement answers' % (lease.uuid, name, exc))
+
+
 def _count(client, provider, lease, att):
     """Count the lease's memory in the provider's MEMORY_MB and, in
     virtio-mem mode, hold it for the lease's guest; what _change
@@ -261,27 +271,31 @@ def take_back(context, lease):
     changed when it refuses. Idempotent: an unbind already taken back is
     not lowered again."""
     att = host_attachment(context, lease)
-    if att is None or (att.details or {}).get(TAKEN):
-        return
-    if not placement_claims.enabled():
+    if att is None or not placement_claims.enabled():
         return
     client = placement_claims.get_client()
     host = att.host
     name = sync.compute_node_name(host)
-
     virtio = att.mode == states.ATTACH_VIRTIO_MEM
+    if (att.details or {}).get(TAKEN):
+        if virtio:
+            # Lowered by an earlier attempt that may have stopped before
+            # the hold went.
+            _release_hold(client, lease, name)
+        return
+
     try:
         provider = _compute_node(client, host)
         if provider is None:
             return
-        own = {'held': 0}
 
         def check(inventory, used):
             if virtio:
-                # Read on each attempt: the usage it is taken from is.
-                own['held'] = _held(client, provider['uuid'], lease)
-            rules.check_cxl_unbind(lease, name, inventory,
-                                   used - own['held'])
+                # The guest's memory, held by the lease itself: no
+                # instance needs it. A hold changed since ``used`` was
+                # read moved the generation: the write then conflicts.
+                used -= _held(client, provider['uuid'], lease)
+            rules.check_cxl_unbind(lease, name, inventory, used)
 
         moved = _change(client, provider, -lease.memory_mb, check=check)
     except pclient.PlacementError as exc:
@@ -296,13 +310,12 @@ def take_back(context, lease):
     _mark(context, att, **{TAKEN: True, COUNTED: lease.memory_mb})
     if virtio:
         try:
-            client.delete_allocations(hold_consumer(lease))
-        except pclient.PlacementError as exc:
-            raise exception.ServiceUnavailable(
-                reason='could not delete the allocation holding the CXL '
-                       'memory of lease %s on compute node %s: %s; try '
-                       'again when Placement answers' % (
-                           lease.uuid, name, exc))
+            _release_hold(client, lease, name)
+        except exception.ServiceUnavailable:
+            # The unbind is refused: the guest keeps its memory, so the
+            # total gets it back (the hold is still there).
+            give_back(context, lease)
+            raise
     if moved:
         LOG.info('Lease %(lease)s: MEMORY_MB of compute node %(host)s '
                  'from %(old)d to %(new)d MiB before its CXL memory is '

@@ -521,3 +521,43 @@ def test_virtio_mem_unbind_retries_a_generation_conflict(
     assert (memory(client, node)['total'], held(client, node, uuid)) == (
         4096, 0)
     assert used(client, node) == 1000
+
+
+def test_virtio_mem_hold_not_deleted_is_given_back_then_resumed(
+        harness, client, cxl_host, monkeypatch):
+    """Placement refuses the deletion of the hold after the total was
+    lowered: the unbind is refused (503) and the total given back. An
+    unbind that
+    stopped after lowering (the attachment says so) deletes the hold
+    without lowering the total again."""
+    node = cxl_host['node']
+    uuid = virtio_mem_lease(harness, cxl_host)
+    consumer = host_memory.hold_consumer(_Uuid(uuid))
+    conductors = placement_claims.get_client()
+    real_delete = conductors.delete_allocations
+
+    def refuse(who):
+        if who == consumer:
+            raise pclient.PlacementError(status=500, method='PUT',
+                                         url='/allocations/' + who,
+                                         detail='(mock) refused')
+        return real_delete(who)
+
+    monkeypatch.setattr(conductors, 'delete_allocations', refuse)
+    with pytest.raises(exception.ServiceUnavailable):
+        harness.api.unbind_lease(h_mod.user_context(), uuid)
+    monkeypatch.undo()
+    lease = harness.lease(uuid)
+    assert lease.status == 'bound'
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        5120, 1024)
+
+    # An attempt that lowered the total and stopped: resumed, it only
+    # deletes the hold.
+    [att] = dbapi.attachment_list(h_mod.admin(), lease.id,
+                                  states_=['attached'])
+    host_memory._change(client, {'uuid': node}, -1024)
+    host_memory._mark(h_mod.admin(), att, **{host_memory.TAKEN: True})
+    host_memory.take_back(h_mod.admin(), harness.lease(uuid))
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        4096, 0)
