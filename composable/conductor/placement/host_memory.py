@@ -323,6 +323,29 @@ def take_back(context, lease):
                                'old': moved[0], 'new': moved[1]})
 
 
+def drop_hold(context, lease):
+    """The lease's host is gone for good (Nova evacuates from it): its
+    guest, and the memory, went with it. Delete the virtio-mem hold, best
+    effort (logged), so the compute node provider holds nothing of a
+    lease that left; its total is left as for host mode (nova-compute
+    sets it from MemTotal when the host comes back)."""
+    att = host_attachment(context, lease)
+    if (att is None or att.mode != states.ATTACH_VIRTIO_MEM or
+            not placement_claims.enabled()):
+        return
+    try:
+        placement_claims.get_client().delete_allocations(
+            hold_consumer(lease))
+    except exception.ComposableException as exc:
+        LOG.warning('Lease %(lease)s: could not delete the allocation '
+                    '%(consumer)s holding its memory on compute node '
+                    '%(host)s, which is gone (%(exc)s); delete it with '
+                    '"openstack resource provider allocation delete '
+                    '%(consumer)s"', {'lease': lease.uuid,
+                                      'consumer': hold_consumer(lease),
+                                      'host': att.host.name, 'exc': exc})
+
+
 def give_back(context, lease):
     """The unbind that took back the MEMORY_MB did not take the memory:
     count it again. Best effort (logged): Nova's next periodic run sets

@@ -561,3 +561,24 @@ def test_virtio_mem_hold_not_deleted_is_given_back_then_resumed(
     host_memory.take_back(h_mod.admin(), harness.lease(uuid))
     assert (memory(client, node)['total'], held(client, node, uuid)) == (
         4096, 0)
+
+
+def test_virtio_mem_hold_goes_with_a_gone_host(harness, client, cxl_host):
+    """Nova evacuates the guest from a host that is down for good: the
+    unbind checks nothing there, and deletes the hold, so the dead
+    compute node's provider holds nothing of the lease."""
+    from composable.common import states
+    from composable.conductor import task as lease_task
+
+    node = cxl_host['node']
+    uuid = virtio_mem_lease(harness, cxl_host)
+    instance(client, node, 3584)
+    ctx = h_mod.admin()
+    lease = harness.lease(uuid)
+    lease_task.transition(ctx, lease.id, states.BOUND, states.UNBIND,
+                          action='evacuate')
+    assert harness.conductor.flows.unbind(
+        ctx, lease.id, action='evacuate', keep_consumer=True,
+        host_gone=True) == states.RESERVED
+    assert held(client, node, uuid) == 0
+    assert used(client, node) == 3584
