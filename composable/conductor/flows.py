@@ -806,6 +806,7 @@ class LeaseFlows(object):
                 # A host that is gone has no guests left to protect.
                 self._take_host_memory_back(context, lease)
             if host_gone:
+                host_memory.drop_hold(context, lease)
                 self._teardown_from_gone_host(context, lease)
             else:
                 self.teardown(context, lease)

@@ -39,12 +39,34 @@ read, and then with the generation it knows, which composable's writes
 have moved; the conflict makes it read the provider again before
 writing. See doc/source/admin/cxl-memory.rst.
 
+A lease bound in virtio-mem mode onlines its region on the host too, but
+for one guest: MemTotal grows the same, and the memory is that guest's.
+composable counts it the same way and holds it: an allocation of
+MEMORY_MB = the lease's size on the compute node provider, by a consumer
+of its own (``hold_consumer``: derived from the lease's UUID, never the
+lease's consumer, whose allocations claims.py writes whole and would
+wipe out), so the memory Nova's scheduler sees free is unchanged. Every
+step keeps Placement from offering more than is free:
+
+* count: the hold first when the node has room for it, then the total
+  (free shrinks for a moment, never grows); on a node too full for the
+  hold, the total first and the hold at once after it (a scheduler
+  allocation landing between the two writes could take the room);
+* take back: lower the total (the check leaves out the lease's own
+  hold: it is not an instance's), then delete the hold;
+* give back: count again.
+
+The reconcile pass (sync.py) reads only the providers of pools, so it
+never meets the hold on a compute node provider.
+
 The attachment of the lease records what was done (``details``):
 ``host_memory_mb`` once the bind counted the memory on the host,
 ``host_memory_taken`` once an unbind lowered the total, so an unbind
 that the API checked is not lowered twice and a failed one is given
 back once.
 """
+
+import uuid as uuid_lib
 
 from oslo_log import log as logging
 
@@ -62,18 +84,27 @@ LOG = logging.getLogger(__name__)
 MEMORY_MB = 'MEMORY_MB'
 COUNTED = 'host_memory_mb'
 TAKEN = 'host_memory_taken'
+# Modes whose CXL memory is onlined on the host, growing MemTotal.
+HOST_MEMORY_MODES = (states.ATTACH_HOST, states.ATTACH_VIRTIO_MEM)
+_HOLD_NAME = 'composable virtio-mem hold'
+
+
+def hold_consumer(lease):
+    """The Placement consumer holding a virtio-mem lease's memory on its
+    compute node: the same UUID for the same lease, in every conductor."""
+    return str(uuid_lib.uuid5(uuid_lib.UUID(lease.uuid), _HOLD_NAME))
 
 
 def host_attachment(context, lease):
-    """The live host-mode attachment of a CXL lease whose memory a bind
-    onlined on the host (``COUNTED`` in its details, or attached by a
-    bind made before composable counted it: Nova's periodic run has);
-    None otherwise."""
+    """The live host-mode (or virtio-mem) attachment of a CXL lease whose
+    memory a bind onlined on the host (``COUNTED`` in its details, or
+    attached by a bind made before composable counted it: Nova's
+    periodic run has); None otherwise."""
     if not lease.memory_mb or not media.is_cxl(lease.memory_pool):
         return None
     for att in db_api.attachment_list(
             context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
-        if att.mode == states.ATTACH_HOST and (
+        if att.mode in HOST_MEMORY_MODES and (
                 (att.details or {}).get(COUNTED) or
                 att.state == states.ATT_ATTACHED):
             return att
@@ -151,6 +182,50 @@ def _change(client, provider, delta, check=None):
     return client._retrying('MEMORY_MB of provider %s' % uuid, attempt)
 
 
+def _held(client, uuid, lease):
+    """MiB of MEMORY_MB the lease's hold has on provider ``uuid``."""
+    got = client.get_allocations(hold_consumer(lease))['allocations']
+    return int(got.get(uuid, {}).get('resources', {}).get(MEMORY_MB, 0))
+
+
+def _hold(client, uuid, lease):
+    client.put_allocations(hold_consumer(lease),
+                           {uuid: {MEMORY_MB: lease.memory_mb}},
+                           lease.project_id, lease.user_id)
+
+
+def _release_hold(client, lease, name):
+    try:
+        client.delete_allocations(hold_consumer(lease))
+    except pclient.PlacementError as exc:
+        raise exception.ServiceUnavailable(
+            reason='could not delete the allocation holding the CXL '
+                   'memory of lease %s on compute node %s: %s; try again '
+                   'when Placement answers' % (lease.uuid, name, exc))
+
+
+def _count(client, provider, lease, att):
+    """Count the lease's memory in the provider's MEMORY_MB and, in
+    virtio-mem mode, hold it for the lease's guest; what _change
+    returned."""
+    if att.mode != states.ATTACH_VIRTIO_MEM:
+        return _change(client, provider, lease.memory_mb)
+    uuid = provider['uuid']
+    try:
+        # Hold first: free memory shrinks until the total grows.
+        _hold(client, uuid, lease)
+    except pclient.GenerationConflict:
+        raise
+    except pclient.PlacementError as exc:
+        if exc.status != 409:
+            raise
+        # No room for the hold before the memory is counted.
+        moved = _change(client, provider, lease.memory_mb)
+        _hold(client, uuid, lease)
+        return moved
+    return _change(client, provider, lease.memory_mb)
+
+
 def grow(context, lease):
     """After a bind onlined the lease's CXL memory on its host: count it
     in the host's MEMORY_MB, once. Never fails the bind: Nova's periodic
@@ -160,7 +235,7 @@ def grow(context, lease):
     att = None
     for row in db_api.attachment_list(context, lease.id,
                                       states_=[states.ATT_ATTACHED]):
-        if row.mode == states.ATTACH_HOST:
+        if row.mode in HOST_MEMORY_MODES:
             att = row
     if att is None or (att.details or {}).get(COUNTED):
         # Counted by the bind that made this attachment; the agent kept
@@ -174,7 +249,7 @@ def grow(context, lease):
         provider = _compute_node(client, att.host)
         if provider is None:
             return
-        moved = _change(client, provider, lease.memory_mb)
+        moved = _count(client, provider, lease, att)
     except exception.ComposableException as exc:
         LOG.warning('Lease %(lease)s: could not add its %(mb)d MiB to the '
                     'MEMORY_MB of compute node %(host)s (%(exc)s); '
@@ -196,21 +271,32 @@ def take_back(context, lease):
     changed when it refuses. Idempotent: an unbind already taken back is
     not lowered again."""
     att = host_attachment(context, lease)
-    if att is None or (att.details or {}).get(TAKEN):
-        return
-    if not placement_claims.enabled():
+    if att is None or not placement_claims.enabled():
         return
     client = placement_claims.get_client()
     host = att.host
     name = sync.compute_node_name(host)
-
-    def check(inventory, used):
-        rules.check_cxl_unbind(lease, name, inventory, used)
+    virtio = att.mode == states.ATTACH_VIRTIO_MEM
+    if (att.details or {}).get(TAKEN):
+        if virtio:
+            # Lowered by an earlier attempt that may have stopped before
+            # the hold went.
+            _release_hold(client, lease, name)
+        return
 
     try:
         provider = _compute_node(client, host)
         if provider is None:
             return
+
+        def check(inventory, used):
+            if virtio:
+                # The guest's memory, held by the lease itself: no
+                # instance needs it. A hold changed since ``used`` was
+                # read moved the generation: the write then conflicts.
+                used -= _held(client, provider['uuid'], lease)
+            rules.check_cxl_unbind(lease, name, inventory, used)
+
         moved = _change(client, provider, -lease.memory_mb, check=check)
     except pclient.PlacementError as exc:
         # Without the numbers the memory is not taken: the guests using
@@ -219,12 +305,45 @@ def take_back(context, lease):
             reason='cannot check that no instance on compute node %s uses '
                    'the CXL memory of lease %s: %s; try again when '
                    'Placement answers' % (name, lease.uuid, exc))
+    # Marked before the hold goes: an unbind failing from here on has
+    # give_back count the memory, and write the hold, again.
     _mark(context, att, **{TAKEN: True, COUNTED: lease.memory_mb})
+    if virtio:
+        try:
+            _release_hold(client, lease, name)
+        except exception.ServiceUnavailable:
+            # The unbind is refused: the guest keeps its memory, so the
+            # total gets it back (the hold is still there).
+            give_back(context, lease)
+            raise
     if moved:
         LOG.info('Lease %(lease)s: MEMORY_MB of compute node %(host)s '
                  'from %(old)d to %(new)d MiB before its CXL memory is '
                  'taken off', {'lease': lease.uuid, 'host': name,
                                'old': moved[0], 'new': moved[1]})
+
+
+def drop_hold(context, lease):
+    """The lease's host is gone for good (Nova evacuates from it): its
+    guest, and the memory, went with it. Delete the virtio-mem hold, best
+    effort (logged), so the compute node provider holds nothing of a
+    lease that left; its total is left as for host mode (nova-compute
+    sets it from MemTotal when the host comes back)."""
+    att = host_attachment(context, lease)
+    if (att is None or att.mode != states.ATTACH_VIRTIO_MEM or
+            not placement_claims.enabled()):
+        return
+    try:
+        placement_claims.get_client().delete_allocations(
+            hold_consumer(lease))
+    except exception.ComposableException as exc:
+        LOG.warning('Lease %(lease)s: could not delete the allocation '
+                    '%(consumer)s holding its memory on compute node '
+                    '%(host)s, which is gone (%(exc)s); delete it with '
+                    '"openstack resource provider allocation delete '
+                    '%(consumer)s"', {'lease': lease.uuid,
+                                      'consumer': hold_consumer(lease),
+                                      'host': att.host.name, 'exc': exc})
 
 
 def give_back(context, lease):
@@ -239,7 +358,7 @@ def give_back(context, lease):
             client = placement_claims.get_client()
             provider = _compute_node(client, att.host)
             if provider is not None:
-                _change(client, provider, lease.memory_mb)
+                _count(client, provider, lease, att)
     except exception.ComposableException as exc:
         LOG.warning('Lease %(lease)s: could not give the MEMORY_MB of '
                     'compute node %(host)s its %(mb)d MiB back (%(exc)s); '

@@ -357,3 +357,228 @@ def test_two_unbinds_at_once_take_only_what_is_free(harness, client,
     assert memory(client, node)['total'] == 5120
     # Two reads of one generation, then the loser's read of the next.
     assert reads[0] == reads[1] and len(reads) == 3 and reads[2] > reads[0]
+
+
+# virtio-mem mode: the region onlined on the host is one guest's. The
+# compute node counts it (MemTotal grows) and composable holds it with an
+# allocation of its own, so what Nova's scheduler sees free is unchanged.
+
+GUEST = '11111111-2222-3333-4444-555555555555'
+
+
+def virtio_mem_lease(harness, setup, mb=1024):
+    uuid = harness.create(memory_mb=mb,
+                          requested_pools=[setup['pool'].uuid])
+    uuid = uuid['uuid'] if isinstance(uuid, dict) else uuid
+    harness.wait(uuid, ['reserved'])
+    harness.api.bind_lease(h_mod.user_context(), uuid, setup['host'].uuid,
+                           instance_uuid=GUEST, attach_mode='virtio-mem')
+    lease = harness.wait(uuid, ['bound', 'bind_failed'])
+    assert lease.status == 'bound', lease.fault
+    return uuid
+
+
+def held(client, node, uuid):
+    """MiB of MEMORY_MB the lease's hold has on the compute node."""
+    consumer = host_memory.hold_consumer(_Uuid(uuid))
+    got = client.get_allocations(consumer)['allocations']
+    return got.get(node, {}).get('resources', {}).get(MB, 0)
+
+
+class _Uuid(object):
+    def __init__(self, uuid):
+        self.uuid = uuid
+
+
+def free(client, node):
+    inv = memory(client, node)
+    return ((inv['total'] - inv['reserved']) * inv['allocation_ratio'] -
+            used(client, node))
+
+
+def test_virtio_mem_lease_is_counted_and_held(harness, client, cxl_host):
+    from composable.conductor.placement import sync
+
+    node = cxl_host['node']
+    instance(client, node, 3000)
+    before = free(client, node)
+    uuid = virtio_mem_lease(harness, cxl_host)
+    att = dbapi.attachment_list(h_mod.admin(), harness.lease(uuid).id,
+                                states_=['attached'])
+    assert [a.mode for a in att] == ['virtio-mem']
+    assert memory(client, node)['total'] == 5120
+    assert held(client, node, uuid) == 1024
+    assert used(client, node) == 4024
+    assert free(client, node) == before
+    # The reconcile pass reads pool providers only: the hold stays.
+    sync.reconcile(client=client)
+    assert held(client, node, uuid) == 1024
+    assert used(client, node) == 4024
+
+    # The lease's own hold is no instance's: the unbind is not refused
+    # (3000 fits in 3584 without the lease).
+    harness.api.unbind_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['reserved', 'error']).status == 'reserved'
+    assert memory(client, node)['total'] == 4096
+    assert held(client, node, uuid) == 0
+    assert used(client, node) == 3000
+    assert free(client, node) == before
+
+    # Bound again and deleted: counted and held, then both gone.
+    harness.api.bind_lease(h_mod.user_context(), uuid,
+                           cxl_host['host'].uuid, instance_uuid=GUEST,
+                           attach_mode='virtio-mem')
+    assert harness.wait(uuid, ['bound', 'bind_failed']).status == 'bound'
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        5120, 1024)
+    harness.api.delete_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['released', 'error']).status == 'released'
+    assert (memory(client, node)['total'], used(client, node)) == (
+        4096, 3000)
+    assert held(client, node, uuid) == 0
+
+
+def test_virtio_mem_unbind_still_refused_for_instances(harness, client,
+                                                       cxl_host):
+    """The hold keeps instances off the lease's memory, so its own unbind
+    always finds room. Without the hold (deleted by hand here) an
+    instance can take that memory: the check, which leaves out only the
+    hold, then refuses the unbind."""
+    node = cxl_host['node']
+    uuid = virtio_mem_lease(harness, cxl_host)
+    instance(client, node, 3584)
+    # 3584 + 1024 held = all of (5120 - 512): nothing more fits.
+    with pytest.raises(pclient.PlacementError):
+        instance(client, node, 1)
+    client.delete_allocations(host_memory.hold_consumer(_Uuid(uuid)))
+    instance(client, node, 100)
+    with pytest.raises(exception.HostMemoryInUse) as err:
+        harness.api.unbind_lease(h_mod.user_context(), uuid)
+    assert 'they use 3684 MiB' in str(err.value)
+    assert memory(client, node)['total'] == 5120
+    assert harness.lease(uuid).status == 'bound'
+
+
+def test_virtio_mem_on_a_full_node_is_counted_then_held(harness, client,
+                                                        cxl_host):
+    """No room for the hold before the memory is counted: the total
+    grows first, and the hold takes exactly what it added."""
+    node = cxl_host['node']
+    instance(client, node, 3584)
+    uuid = virtio_mem_lease(harness, cxl_host)
+    assert memory(client, node)['total'] == 5120
+    assert held(client, node, uuid) == 1024
+    assert free(client, node) == 0
+
+
+def test_failed_virtio_mem_unbind_gives_both_back(harness, client,
+                                                  cxl_host, monkeypatch):
+    """The guest did not give the memory back: the region stays on the
+    host, counted and held again."""
+    node = cxl_host['node']
+    uuid = virtio_mem_lease(harness, cxl_host)
+    agent = harness.agents[HOST]
+
+    def refuse(*args, **kwargs):
+        raise exception.DriverError(
+            reason='instance %s did not give the memory back' % GUEST)
+
+    monkeypatch.setattr(agent.compute, 'detach_memory', refuse)
+    harness.api.unbind_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['reserved', 'error']).status == 'error'
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        5120, 1024)
+    assert used(client, node) == 1024
+    monkeypatch.undo()
+    harness.api.unbind_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['reserved', 'error']).status == 'reserved'
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        4096, 0)
+
+
+def test_virtio_mem_unbind_retries_a_generation_conflict(
+        harness, client, cxl_host, monkeypatch):
+    """An instance allocated between the read and the write moves the
+    provider's generation: the lowering is refused by Placement, read
+    again (with the instance and the hold) and written."""
+    node = cxl_host['node']
+    uuid = virtio_mem_lease(harness, cxl_host)
+    real_read = host_memory._read
+    reads = []
+
+    def read_then_allocate(placement, provider):
+        got = real_read(placement, provider)
+        reads.append(got)
+        if len(reads) == 1:
+            instance(client, node, 1000)
+        return got
+
+    monkeypatch.setattr(host_memory, '_read', read_then_allocate)
+    harness.api.unbind_lease(h_mod.user_context(), uuid)
+    assert [r[2] for r in reads] == [1024, 2024]
+    assert reads[1][0] > reads[0][0]
+    assert harness.wait(uuid, ['reserved', 'error']).status == 'reserved'
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        4096, 0)
+    assert used(client, node) == 1000
+
+
+def test_virtio_mem_hold_not_deleted_is_given_back_then_resumed(
+        harness, client, cxl_host, monkeypatch):
+    """Placement refuses the deletion of the hold after the total was
+    lowered: the unbind is refused (503) and the total given back. An
+    unbind that
+    stopped after lowering (the attachment says so) deletes the hold
+    without lowering the total again."""
+    node = cxl_host['node']
+    uuid = virtio_mem_lease(harness, cxl_host)
+    consumer = host_memory.hold_consumer(_Uuid(uuid))
+    conductors = placement_claims.get_client()
+    real_delete = conductors.delete_allocations
+
+    def refuse(who):
+        if who == consumer:
+            raise pclient.PlacementError(status=500, method='PUT',
+                                         url='/allocations/' + who,
+                                         detail='(mock) refused')
+        return real_delete(who)
+
+    monkeypatch.setattr(conductors, 'delete_allocations', refuse)
+    with pytest.raises(exception.ServiceUnavailable):
+        harness.api.unbind_lease(h_mod.user_context(), uuid)
+    monkeypatch.undo()
+    lease = harness.lease(uuid)
+    assert lease.status == 'bound'
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        5120, 1024)
+
+    # An attempt that lowered the total and stopped: resumed, it only
+    # deletes the hold.
+    [att] = dbapi.attachment_list(h_mod.admin(), lease.id,
+                                  states_=['attached'])
+    host_memory._change(client, {'uuid': node}, -1024)
+    host_memory._mark(h_mod.admin(), att, **{host_memory.TAKEN: True})
+    host_memory.take_back(h_mod.admin(), harness.lease(uuid))
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        4096, 0)
+
+
+def test_virtio_mem_hold_goes_with_a_gone_host(harness, client, cxl_host):
+    """Nova evacuates the guest from a host that is down for good: the
+    unbind checks nothing there, and deletes the hold, so the dead
+    compute node's provider holds nothing of the lease."""
+    from composable.common import states
+    from composable.conductor import task as lease_task
+
+    node = cxl_host['node']
+    uuid = virtio_mem_lease(harness, cxl_host)
+    instance(client, node, 3584)
+    ctx = h_mod.admin()
+    lease = harness.lease(uuid)
+    lease_task.transition(ctx, lease.id, states.BOUND, states.UNBIND,
+                          action='evacuate')
+    assert harness.conductor.flows.unbind(
+        ctx, lease.id, action='evacuate', keep_consumer=True,
+        host_gone=True) == states.RESERVED
+    assert held(client, node, uuid) == 0
+    assert used(client, node) == 3584
