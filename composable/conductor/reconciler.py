@@ -31,6 +31,11 @@ Every conductor runs it every ``[conductor]reconcile_interval`` seconds
    targets the exporter still serves for extents the database says are
    not exported are removed, and orphan extent files are scrubbed.
 
+A run lists the leases in ``error`` and ``bind_failed`` by their
+identity and state, and reads their action logs and what they still hold
+in bulk: a lease that backs off or holds nothing costs no query of its
+own and no reservation.
+
 Each lease is handled only under its reservation, taken without waiting
 (composable.conductor.task.lease_periodic): when several conductors
 reconcile at the same moment, exactly one acts on
