@@ -31,6 +31,11 @@ Every conductor runs it every ``[conductor]reconcile_interval`` seconds
    targets the exporter still serves for extents the database says are
    not exported are removed, and orphan extent files are scrubbed.
 
+A run lists the leases in ``error`` and ``bind_failed`` by their
+identity and state, and reads their action logs and what they still hold
+in bulk: a lease that backs off or holds nothing costs no query of its
+own and no reservation.
+
 Each lease is handled only under its reservation, taken without waiting
 (composable.conductor.task.lease_periodic): when several conductors
 reconcile at the same moment, exactly one acts on
@@ -221,6 +226,29 @@ def holds_something(context, lease):
     return False
 
 
+class _Listed(object):
+    """A lease as a reconciler pass lists it: id, uuid, reservation and
+    status, with what the pass read in bulk for its predicate
+    (``listed_actions``: the action log; ``listed_holds``: whether it
+    may hold something). Not the lease: the task reads that under the
+    reservation."""
+
+    def __init__(self, ref, actions=None, holds=None):
+        self.id = ref.id
+        self.uuid = ref.uuid
+        self.reservation = ref.reservation
+        self.status = ref.status
+        self.listed_actions = actions
+        self.listed_holds = holds
+
+
+def _whole(context, lease):
+    """The lease itself, for a listed one."""
+    if isinstance(lease, _Listed):
+        return db_api.lease_get_by_id(context, lease.id)
+    return lease
+
+
 class Reconciler(object):
     """One conductor's reconciler; ``run`` is one pass."""
 
@@ -277,19 +305,44 @@ class Reconciler(object):
     def _due(self, context, lease, flows, unreachable, summary):
         """False when the listed lease waits for a later run: it is
         backing off, or needs a node that did not answer in this run."""
-        actions = db_api.action_list(context, lease.id)
+        actions = getattr(lease, 'listed_actions', None)
+        if actions is None:
+            actions = db_api.action_list(context, lease.id)
         due = next_attempt(actions)
         if due is not None and utils.utcnow() < due:
             summary['waiting'].append(lease.uuid)
             return False
-        if _lease_nodes(context, lease) & unreachable:
+        # The nodes only matter once one did not answer in this run: then
+        # (rarely) the lease is read whole.
+        if unreachable and _lease_nodes(
+                context, _whole(context, lease)) & unreachable:
             summary['waiting'].append(lease.uuid)
             return False
         return True
 
     def _holds_and_due(self, context, lease, flows, unreachable, summary):
-        return holds_something(context, lease) and self._due(
-            context, lease, flows, unreachable, summary)
+        holds = getattr(lease, 'listed_holds', None)
+        if holds is None:
+            holds = holds_something(context, lease)
+        return holds and self._due(context, lease, flows, unreachable,
+                                   summary)
+
+    # The lists of a pass: the leases' identity and state, and in bulk
+    # what the predicates decide on, so a lease with nothing to do costs
+    # no query of its own and no reservation. What a lease turns out to
+    # need is checked again on the lease read under its reservation.
+
+    def _list_errors(self, context):
+        refs = db_api.lease_refs_in_status(context, states.ERROR)
+        logs = db_api.action_logs(context, [ref.id for ref in refs])
+        return [_Listed(ref, actions=logs.get(ref.id, [])) for ref in refs]
+
+    def _list_failed_binds(self, context):
+        refs = db_api.lease_refs_in_status(context, states.BIND_FAILED)
+        holding = db_api.leases_holding(context, [ref.id for ref in refs])
+        logs = db_api.action_logs(context, holding)
+        return [_Listed(ref, holds=ref.id in holding,
+                        actions=logs.get(ref.id, [])) for ref in refs]
 
     def _failed(self, lease, exc, flows, unreachable, summary):
         summary['problems'].append('lease %s: %s' % (lease.uuid,
@@ -308,7 +361,8 @@ class Reconciler(object):
     # ------------------------------------------------------------ error
 
     @lease_task.lease_periodic(
-        'retrying leases in error', filters={'status': states.ERROR},
+        'retrying leases in error',
+        lister=lambda self, context: self._list_errors(context),
         predicate=_due, stop=_stopping, on_error=_failed)
     def retry_errors(self, task, context, flows, unreachable, summary):
         """Retry the release or unbind of one lease in error."""
@@ -351,7 +405,8 @@ class Reconciler(object):
 
     @lease_task.lease_periodic(
         'tearing down what failed binds left',
-        filters={'status': states.BIND_FAILED}, predicate=_holds_and_due,
+        lister=lambda self, context: self._list_failed_binds(context),
+        predicate=_holds_and_due,
         stop=_stopping, on_error=_failed)
     def clean_failed_binds(self, task, context, flows, unreachable, summary):
         """Tear down what a failed bind left; the lease stays

@@ -1629,6 +1629,75 @@ def live_attachment_details(context, lease_ids):
     return found
 
 
+def lease_refs_in_status(context, status):
+    """(id, uuid, reservation, status) of the leases in ``status``, by id:
+    what the reconciler lists, by the status index, without loading the
+    leases' pools, host, extents and devices."""
+    with reader(context) as session:
+        return session.execute(
+            sa.select(_LEASES_T.c.id, _LEASES_T.c.uuid,
+                      _LEASES_T.c.reservation, _LEASES_T.c.status).where(
+                _LEASES_T.c.status == status).order_by(
+                _LEASES_T.c.id)).all()
+
+
+def action_logs(context, lease_ids):
+    """{lease id: [(action, result, finish_time), ...] oldest first} of
+    ``lease_ids`` (rows with those attributes, as action_list's), one
+    query per BULK_IDS leases: the action logs a reconciler pass decides
+    its back-off from."""
+    table = models.LeaseAction.__table__
+    found = {}
+    ids = sorted(set(lease_ids))
+    with reader(context) as session:
+        for start in range(0, len(ids), BULK_IDS):
+            rows = session.execute(
+                sa.select(table.c.lease_id, table.c.action,
+                          table.c.result, table.c.finish_time).where(
+                    table.c.lease_id.in_(ids[start:start + BULK_IDS])
+                ).order_by(table.c.lease_id, table.c.id))
+            for row in rows:
+                found.setdefault(row.lease_id, []).append(row)
+    return found
+
+
+def _set(column):
+    """A text column that is neither NULL nor empty: true in Python."""
+    return sa.and_(column.isnot(None), column != '')
+
+
+def leases_holding(context, lease_ids):
+    """The ids among ``lease_ids`` that may still hold something: an
+    extent exported (or with CHAP credentials set), a live attachment,
+    a device with a PCI address or attached (the marks the flows leave
+    before they act). Three queries per BULK_IDS leases."""
+    extents = models.MemoryExtent.__table__
+    attachments = models.Attachment.__table__
+    devices = models.Device.__table__
+    found = set()
+    ids = sorted(set(lease_ids))
+    with reader(context) as session:
+        for start in range(0, len(ids), BULK_IDS):
+            chunk = ids[start:start + BULK_IDS]
+            for query in (
+                    sa.select(extents.c.lease_id).where(
+                        extents.c.lease_id.in_(chunk), sa.or_(
+                            extents.c.export_state ==
+                            states.EXTENT_EXPORTED,
+                            _set(extents.c.chap_username))),
+                    sa.select(attachments.c.lease_id).where(
+                        attachments.c.lease_id.in_(chunk),
+                        attachments.c.state.in_(
+                            states.LIVE_ATTACHMENT_STATES)),
+                    sa.select(devices.c.lease_id).where(
+                        devices.c.lease_id.in_(chunk), sa.or_(
+                            _set(devices.c.pci_address),
+                            devices.c.state == states.DEVICE_ATTACHED))):
+                found.update(row[0] for row in
+                             session.execute(query.distinct()))
+    return found
+
+
 def lease_refs_due(context, statuses, column, now):
     """(id, uuid, reservation, status, start_at, end_at) of the leases in
     ``statuses`` whose ``column`` ('start_at' or 'end_at') is at or
