@@ -242,20 +242,11 @@ class AgentManager(object):
     def report_memory_restored(self, results):
         """Tell the conductor which CXL regions of leases bound here the
         start made again after the host restarted (and on which NUMA
-        node), so that the leases say it. The agent goes on starting if
-        it cannot: the log says it too."""
-        if not results:
-            return False
-        try:
-            self.conductor.report_memory_restored(
-                composable_context.get_admin_context(), self.host,
-                list(results))
-        except Exception as exc:
-            LOG.error('Could not tell the conductor which CXL memory of '
-                      'leases bound on %(host)s was put online again: '
-                      '%(exc)s', {'host': self.host, 'exc': exc})
-            return False
-        return True
+        node), so that the leases say it."""
+        return self._report_after_restart(
+            lambda *args: self.conductor.report_memory_restored(*args),
+            results, 'which CXL memory of leases bound on %s was put '
+                     'online again' % self.host)
 
     @property
     def conductor(self):
@@ -294,18 +285,25 @@ class AgentManager(object):
     def report_restored(self, results):
         """Tell the conductor what the start did to the devices of the
         leases bound here (bound to vfio-pci again, or why not), so that
-        the leases say it. The agent goes on starting if it cannot: the
-        log says it too."""
+        the leases say it."""
+        return self._report_after_restart(
+            lambda *args: self.conductor.report_devices_restored(*args),
+            results, 'which devices of leases bound on %s were bound to '
+                     'vfio-pci again' % self.host)
+
+    def _report_after_restart(self, cast, results, what):
+        """Cast ``results`` to the conductor with ``cast`` (called with
+        a context, this host and the results); False when
+        there is nothing to say or it cannot be said. The agent goes on
+        starting either way: the log says what could not be told."""
         if not results:
             return False
         try:
-            self.conductor.report_devices_restored(
-                composable_context.get_admin_context(), self.host,
-                list(results))
+            cast(composable_context.get_admin_context(), self.host,
+                 list(results))
         except Exception as exc:
-            LOG.error('Could not tell the conductor which devices of '
-                      'leases bound on %(host)s were bound to vfio-pci '
-                      'again: %(exc)s', {'host': self.host, 'exc': exc})
+            LOG.error('Could not tell the conductor %(what)s: %(exc)s',
+                      {'what': what, 'exc': exc})
             return False
         return True
 

@@ -341,10 +341,9 @@ def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
         api_env.set_override('rpc_response_timeout_bind', 5)
 
 
-def test_bind_makes_a_numa_node_and_unbind_erases_it(client, cxl_fabric,
-                                                     cxl_host):
-    """API to conductor to agent to (emulated) kernel and back."""
-    kernel = cxl_host
+def _bind_a_cxl_lease(client):
+    """A cxl pool of one 1 GiB device, and a member's 256 MiB lease of it
+    asked to bind to compute-1: (member client, lease, lease URL)."""
     client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
                               'fabric': 'cxl1', 'medium': 'cxl'},
                 headers=V15)
@@ -355,6 +354,14 @@ def test_bind_makes_a_numa_node_and_unbind_erases_it(client, cxl_fabric,
                                        'pools': ['cxl-mem']}).json
     url = '/v1/leases/%s' % lease['uuid']
     assert member.post(url + '/bind', {'host': 'compute-1'}).status == 202
+    return member, lease, url
+
+
+def test_bind_makes_a_numa_node_and_unbind_erases_it(client, cxl_fabric,
+                                                     cxl_host):
+    """API to conductor to agent to (emulated) kernel and back."""
+    kernel = cxl_host
+    member, lease, url = _bind_a_cxl_lease(client)
     bound = _wait(member, lease['uuid'], ['bound', 'bind_failed'])
     assert bound['status'] == 'bound', bound['fault']
     [region] = kernel.regions
@@ -399,16 +406,7 @@ def test_a_host_restart_puts_the_lease_online_again_and_says_so(
     from tests.unit.conductor import harness as h_mod
 
     kernel = cxl_host
-    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
-                              'fabric': 'cxl1', 'medium': 'cxl'},
-                headers=V15)
-    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
-                                     'capacity_mb': 1024})
-    member = client.as_('member')
-    lease = member.post('/v1/leases', {'memory_mb': 256,
-                                       'pools': ['cxl-mem']}).json
-    url = '/v1/leases/%s' % lease['uuid']
-    assert member.post(url + '/bind', {'host': 'compute-1'}).status == 202
+    member, lease, url = _bind_a_cxl_lease(client)
     assert _wait(member, lease['uuid'], ['bound', 'bind_failed'])[
         'status'] == 'bound'
 
