@@ -101,23 +101,33 @@ def _lease_message(host, results):
     return fault, fault
 
 
+def _by_lease(host, results, parse, what):
+    """The well-formed ``results`` of a ``what`` report (``parse`` reads
+    one, raising BadResult) grouped by lease uuid, in report order; the
+    malformed ones are dropped and logged."""
+    by_lease = collections.OrderedDict()
+    if not isinstance(results, (list, tuple)):
+        LOG.debug('%(what)s report of host %(host)s is not a list '
+                  '(%(type)s); dropped', {'what': what, 'host': host,
+                                          'type': type(results).__name__})
+        return by_lease
+    for result in list(results)[:MAX_RESULTS]:
+        try:
+            parsed = parse(result)
+        except BadResult as exc:
+            LOG.debug('Dropped a %(what)s report from host %(host)s: '
+                      '%(why)s', {'what': what.lower(), 'host': host,
+                                  'why': exc})
+            continue
+        by_lease.setdefault(parsed['lease_uuid'], []).append(parsed)
+    return by_lease
+
+
 def record_restored(context, host, results):
     """Note the ``results`` the agent of ``host`` reported on the leases
     they name; the uuids of the leases noted. Nothing raises: a report is
     a cast, nobody waits for an error."""
-    if not isinstance(results, (list, tuple)):
-        LOG.debug('Device report of host %(host)s is not a list (%(type)s); '
-                  'dropped', {'host': host, 'type': type(results).__name__})
-        return []
-    by_lease = collections.OrderedDict()
-    for result in list(results)[:MAX_RESULTS]:
-        try:
-            parsed = parse_result(result)
-        except BadResult as exc:
-            LOG.debug('Dropped a device report from host %(host)s: %(why)s',
-                      {'host': host, 'why': exc})
-            continue
-        by_lease.setdefault(parsed['lease_uuid'], []).append(parsed)
+    by_lease = _by_lease(host, results, parse_result, 'Device')
     if not by_lease:
         return []
     bound = db_api.bound_lease_devices(context, host, list(by_lease))
@@ -210,19 +220,7 @@ def record_memory_restored(context, host, results):
     """Note the CXL memory ``results`` the agent of ``host`` reported on
     the leases they name, with each extent's NUMA node now; the uuids of
     the leases noted. Nothing raises (a cast)."""
-    if not isinstance(results, (list, tuple)):
-        LOG.debug('Memory report of host %(host)s is not a list; dropped',
-                  {'host': host})
-        return []
-    by_lease = collections.OrderedDict()
-    for result in list(results)[:MAX_RESULTS]:
-        try:
-            parsed = parse_memory_result(result)
-        except BadResult as exc:
-            LOG.debug('Dropped a memory report from host %(host)s: %(why)s',
-                      {'host': host, 'why': exc})
-            continue
-        by_lease.setdefault(parsed['lease_uuid'], []).append(parsed)
+    by_lease = _by_lease(host, results, parse_memory_result, 'Memory')
     noted = []
     for lease_uuid, lease_results in by_lease.items():
         message, fault = _memory_message(host, lease_results)

@@ -1527,6 +1527,14 @@ def elastic_lease_refs(context):
 BULK_IDS = 500
 
 
+def _id_batches(ids):
+    """``ids``, without repeats and in order, as lists of at most
+    BULK_IDS: one IN list each."""
+    ids = sorted(set(ids))
+    for start in range(0, len(ids), BULK_IDS):
+        yield ids[start:start + BULK_IDS]
+
+
 def usage_windows(context, lease_ids, since, until):
     """{lease id: [(taken_at, used_mb), ...] oldest first} of the usage
     samples of ``lease_ids`` taken at or after ``since`` and at or before
@@ -1538,11 +1546,9 @@ def usage_windows(context, lease_ids, since, until):
     their windows, and the driver's decoding of that many rows, one
     datetime each, was most of a resizing pass."""
     found = {}
-    ids = sorted(set(lease_ids))
     with reader(context) as session:
         dialect = session.get_bind().dialect.name
-        for start in range(0, len(ids), BULK_IDS):
-            chunk = ids[start:start + BULK_IDS]
+        for chunk in _id_batches(lease_ids):
             where = (_USAGE.c.lease_id.in_(chunk),
                      _USAGE.c.taken_at >= since, _USAGE.c.taken_at <= until)
             packed = None
@@ -1615,13 +1621,12 @@ def live_attachment_details(context, lease_ids):
     BULK_IDS leases."""
     table = models.Attachment.__table__
     found = {}
-    ids = sorted(set(lease_ids))
     with reader(context) as session:
-        for start in range(0, len(ids), BULK_IDS):
+        for chunk in _id_batches(lease_ids):
             rows = session.execute(
                 sa.select(table.c.lease_id, table.c.host_id,
                           table.c.details).where(
-                    table.c.lease_id.in_(ids[start:start + BULK_IDS]),
+                    table.c.lease_id.in_(chunk),
                     table.c.state.in_(states.LIVE_ATTACHMENT_STATES)
                 ).order_by(table.c.id))
             for lease_id, host_id, details in rows:
@@ -1648,13 +1653,12 @@ def action_logs(context, lease_ids):
     its back-off from."""
     table = models.LeaseAction.__table__
     found = {}
-    ids = sorted(set(lease_ids))
     with reader(context) as session:
-        for start in range(0, len(ids), BULK_IDS):
+        for chunk in _id_batches(lease_ids):
             rows = session.execute(
                 sa.select(table.c.lease_id, table.c.action,
                           table.c.result, table.c.finish_time).where(
-                    table.c.lease_id.in_(ids[start:start + BULK_IDS])
+                    table.c.lease_id.in_(chunk)
                 ).order_by(table.c.lease_id, table.c.id))
             for row in rows:
                 found.setdefault(row.lease_id, []).append(row)
@@ -1675,10 +1679,8 @@ def leases_holding(context, lease_ids):
     attachments = models.Attachment.__table__
     devices = models.Device.__table__
     found = set()
-    ids = sorted(set(lease_ids))
     with reader(context) as session:
-        for start in range(0, len(ids), BULK_IDS):
-            chunk = ids[start:start + BULK_IDS]
+        for chunk in _id_batches(lease_ids):
             for query in (
                     sa.select(extents.c.lease_id).where(
                         extents.c.lease_id.in_(chunk), sa.or_(
