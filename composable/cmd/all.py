@@ -394,6 +394,7 @@ def _run(services, stop, on_started):
             svc.start()
             started.append(svc)
         on_started()
+        service.freeze_startup_objects()
         service.wait_for_signal(stop)
     finally:
         for svc in reversed(started):

@@ -51,6 +51,7 @@ def main(argv=None):
         rpc.cleanup()
         return 1
     LOG.info('composable-api listening on http://%s:%s', host, port)
+    service.freeze_startup_objects()
     try:
         server.serve_forever()
     except KeyboardInterrupt:

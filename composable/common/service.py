@@ -14,6 +14,7 @@
 small threaded RPC service (no eventlet) that stops cleanly on SIGTERM or
 SIGINT."""
 
+import gc
 import os
 import signal
 import sys
@@ -61,6 +62,25 @@ def parse_config(argv=None, default_config_files=None, prog=None):
              default_config_files=default_config_files)
     except CONFIG_FILE_ERRORS as exc:
         raise SystemExit(config_file_error(exc, prog))
+
+
+def freeze_startup_objects():
+    """Move every object the process has made so far (modules, classes,
+    configuration, the WSGI application, the RPC servers) out of the
+    cyclic garbage collector's reach; the number of objects frozen.
+
+    They live as long as the process does, yet each full collection
+    walked them all again: an API process holds ~150,000 of them, and a
+    full collection took 100-600 ms on a busy two-core machine, which a
+    request that triggered it waited for (the list's p99 at 100,000
+    leases was such pauses). Frozen, a full collection walks only what
+    requests and passes made since, a few ms. Only for a service's
+    process, once it has started: frozen objects that become cyclic
+    garbage are never collected, so a process that keeps building
+    applications (a test run) must not call it."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def prepare_service(argv=None, default_config_files=None):
@@ -150,6 +170,8 @@ def run(services, stop_event=None):
                 break
             service.start()
             started.append(service)
+        if len(started) == len(services):
+            freeze_startup_objects()
         _wait(stop_event)
     finally:
         for service in reversed(started):

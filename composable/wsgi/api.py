@@ -32,6 +32,7 @@ from oslo_log import log as logging
 
 from composable.api import app as api_app
 from composable.common import rpc
+from composable.common import service
 from composable import conf
 from composable import notifications
 
@@ -78,12 +79,20 @@ def init_application(argv=None):
     return app
 
 
+def _ready_application():
+    app = init_application()
+    # What the process made to serve is there for good: out of the
+    # cyclic collector's walks (see freeze_startup_objects).
+    service.freeze_startup_objects()
+    return app
+
+
 def _get_application():
     global _APPLICATION
     if _APPLICATION is None:
         with _LOCK:
             if _APPLICATION is None:
-                _APPLICATION = init_application()
+                _APPLICATION = _ready_application()
     return _APPLICATION
 
 
