@@ -41,7 +41,9 @@ ROLES = (MEMORY_NODE, COMPUTE_NODE)
 # 1.1: set_sriov_vfs
 # 1.2: attach_devices / detach_devices take SR-IOV virtual functions
 # 1.3: attach_memory / detach_memory take mode virtio-mem; resize_memory
-RPC_API_VERSION = '1.3'
+# 1.4: attach_memory / detach_memory of part of a virtio-mem lease grow /
+#      shrink its device (partial=True)
+RPC_API_VERSION = '1.4'
 
 
 def is_cxl(extents):
@@ -130,7 +132,13 @@ class ComputeNodeEndpoint(_RoleEndpoint):
     # ------------------------------------------------------------ memory
 
     def attach_memory(self, context, lease, extents, mode,
-                      instance_uuid=None):
+                      instance_uuid=None, partial=False):
+        """Attach the lease's ``extents``. In virtio-mem mode, when the
+        lease's device is already in the guest (or waits for its start)
+        and the agent holds regions of the lease, ``extents`` are new
+        chunks that grow it (``partial`` says so; the agent's records
+        decide): only their regions are made, and only their details
+        are returned."""
         self._require('attach memory')
         mode = self._mode(mode)
         LOG.info('Attaching %(n)d extent(s) of lease %(lease)s in %(mode)s '
@@ -147,10 +155,14 @@ class ComputeNodeEndpoint(_RoleEndpoint):
                            'as a NUMA node; it cannot be attached in %s '
                            'mode (use host or virtio-mem)' % (
                                lease['uuid'], mode))
-            details = self._parts.cxl.attach(lease, extents)
-            if mode == states.ATTACH_VIRTIO_MEM:
-                details = self._into_guest(lease, extents, details,
-                                           instance_uuid, hook)
+            if mode == states.ATTACH_VIRTIO_MEM and instance_uuid and \
+                    self._grows(lease, instance_uuid, partial, hook):
+                details = self._grow(lease, extents, instance_uuid, hook)
+            else:
+                details = self._parts.cxl.attach(lease, extents)
+                if mode == states.ATTACH_VIRTIO_MEM:
+                    details = self._into_guest(lease, extents, details,
+                                               instance_uuid, hook)
         elif mode == states.ATTACH_VIRTIO_MEM:
             raise exception.DriverError(
                 reason='lease %s holds network memory; virtio-mem mode '
@@ -164,6 +176,74 @@ class ComputeNodeEndpoint(_RoleEndpoint):
             lease['uuid'], details,
             dict(lease, attach_mode=mode, instance_uuid=instance_uuid))
         return details
+
+    def _held_extents(self, lease_uuid):
+        """The uuids of the chunks of a CXL lease this agent holds: those
+        recorded as attached, and those the CXL back end has regions of
+        (its records outlive a restart)."""
+        held = set(self._parts.attachments.memory.get(lease_uuid) or ())
+        held.update(self._parts.cxl.extents_of(lease_uuid))
+        return held
+
+    def _grows(self, lease, instance_uuid, partial, hook):
+        """virtio-mem: whether an attach adds to the lease's device
+        rather than plugging it."""
+        if partial:
+            return True
+        return bool(self._held_extents(lease['uuid'])) and \
+            self._parts.virtio_mem.has_device(lease, instance_uuid, hook)
+
+    def _grow(self, lease, extents, instance_uuid, hook):
+        """virtio-mem: new chunks of an elastic lease. Chunks that have
+        their region already were counted in the device by the call that
+        made it (a repeated call): they are only reported. The others get
+        their regions, then the device asks for their size more; if it
+        cannot, their regions are given back (erased)."""
+        held = self._held_extents(lease['uuid'])
+        recorded = self._parts.attachments.memory.get(lease['uuid']) or {}
+
+        def released(extent):
+            # Its size was given back by a shrink whose region could not
+            # go: it counts again.
+            return (recorded.get(extent['uuid']) or {}).get('released')
+        old = [e for e in extents if e['uuid'] in held and not released(e)]
+        again = [e for e in extents if e['uuid'] in held and released(e)]
+        new = [e for e in extents if e['uuid'] not in held]
+        details = {}
+        if old:
+            for uuid, d in self._parts.cxl.attach(lease, old).items():
+                details[uuid] = dict(
+                    d, mode=states.ATTACH_VIRTIO_MEM,
+                    instance_uuid=instance_uuid)
+                details[uuid].update(recorded.get(uuid) or {})
+        if not new and not again:
+            return details
+        host_details = self._parts.cxl.attach(lease, new + again)
+        try:
+            details.update(self._parts.virtio_mem.grow(
+                lease, host_details, instance_uuid, hook))
+        except Exception as exc:
+            # Only the regions this call made go back.
+            if new:
+                self._give_back(lease, new)
+            if isinstance(exc, exception.DriverError):
+                raise
+            raise exception.DriverError(
+                reason='growing the virtio-mem device of lease %s in '
+                       'instance %s failed: %s' % (lease['uuid'],
+                                                   instance_uuid, exc))
+        LOG.info('Lease %(lease)s grew by %(n)d chunk(s) in instance '
+                 '%(inst)s', {'lease': lease['uuid'], 'n': len(new),
+                              'inst': instance_uuid})
+        return details
+
+    def _give_back(self, lease, extents):
+        try:
+            self._parts.cxl.detach(lease, extents)
+        except exception.DriverError as undo:
+            LOG.error('Lease %(lease)s: the CXL region made for the '
+                      'guest could not be given back: %(reason)s',
+                      {'lease': lease['uuid'], 'reason': undo.message})
 
     def _into_guest(self, lease, extents, host_details, instance_uuid,
                     hook):
@@ -179,12 +259,7 @@ class ComputeNodeEndpoint(_RoleEndpoint):
             return self._parts.virtio_mem.attach(lease, host_details,
                                                  instance_uuid, hook)
         except Exception as exc:
-            try:
-                self._parts.cxl.detach(lease, extents)
-            except exception.DriverError as undo:
-                LOG.error('Lease %(lease)s: the CXL region made for the '
-                          'guest could not be given back: %(reason)s',
-                          {'lease': lease['uuid'], 'reason': undo.message})
+            self._give_back(lease, extents)
             if isinstance(exc, exception.DriverError):
                 raise
             raise exception.DriverError(
@@ -192,10 +267,21 @@ class ComputeNodeEndpoint(_RoleEndpoint):
                        '%s failed: %s' % (lease['uuid'], instance_uuid, exc))
 
     def detach_memory(self, context, lease, extents, mode,
-                      instance_uuid=None):
+                      instance_uuid=None, partial=False):
+        """Detach the lease's ``extents``. In virtio-mem mode, when they
+        are some only of the chunks the agent holds for the lease (or
+        ``partial`` says so), the device stays and gives back their size
+        first: see _shrink."""
         self._require('detach memory')
         mode = self._mode(mode)
         if is_cxl(extents):
+            held = self._held_extents(lease['uuid'])
+            if mode == states.ATTACH_VIRTIO_MEM and (
+                    partial or held - {e['uuid'] for e in extents}):
+                self._shrink(lease, extents, held, instance_uuid)
+                self._parts.attachments.memory_detached(lease['uuid'],
+                                                        extents)
+                return
             if mode == states.ATTACH_VIRTIO_MEM:
                 # The guest gives the memory back first; a guest that
                 # does not keeps it, and the host keeps the region.
@@ -206,6 +292,38 @@ class ComputeNodeEndpoint(_RoleEndpoint):
             self._parts.memory.detach(lease, extents, mode, instance_uuid,
                                       self.hook_server)
         self._parts.attachments.memory_detached(lease['uuid'], extents)
+
+    def _shrink(self, lease, extents, held, instance_uuid):
+        """virtio-mem: some chunks of an elastic lease go. The device asks
+        for their size less and the guest gives it back (bounded wait);
+        a guest that does not keeps everything: its size, and the host
+        regions. Then only their regions go. Chunks already gone are
+        done; chunks whose size the device already gave back (a repeated
+        call after their region could not go) are not counted again."""
+        going = [e for e in extents if e['uuid'] in held]
+        if not going:
+            return
+        # A region holding chunks not named would be refused after the
+        # guest shrank: refuse first.
+        self._parts.cxl.check_detach(lease, going)
+        recorded = self._parts.attachments.memory.get(lease['uuid']) or {}
+        uncounted = [e for e in going
+                     if not (recorded.get(e['uuid']) or {}).get('released')]
+        remove_mb = sum(int(e.get('size_mb') or
+                            (recorded.get(e['uuid']) or {}).get('size_mb') or
+                            0) for e in uncounted)
+        self._parts.virtio_mem.shrink(lease, remove_mb, instance_uuid,
+                                      self.hook_server)
+        if uncounted:
+            self._parts.attachments.memory_attached(
+                lease['uuid'], {e['uuid']: dict(recorded.get(e['uuid']) or
+                                                {}, released=True)
+                                for e in uncounted})
+        self._parts.cxl.detach(lease, going)
+        LOG.info('Lease %(lease)s shrank by %(n)d chunk(s) (%(mb)d MiB) in '
+                 'instance %(inst)s', {'lease': lease['uuid'],
+                                       'n': len(going), 'mb': remove_mb,
+                                       'inst': instance_uuid})
 
     def resize_memory(self, context, lease, instance_uuid, requested_mb):
         """virtio-mem mode: ask the guest of ``instance_uuid`` for

@@ -265,8 +265,9 @@ class HookServer(object):
         self._busy = {}
         self._pending = {}
         self._pending_devices = {}
-        # instance -> {lease uuid: (lease, {'nodes', 'size_mb'})}: the
-        # virtio-mem devices that wait for ``started``.
+        # instance -> {lease uuid: (lease, {'nodes', 'size_mb',
+        # 'requested_mb'})}: the virtio-mem devices that wait for
+        # ``started``.
         self._pending_vmem = {}
         # (instance, lease) -> True once an unbind cancelled the hot-plug
         # a started thread is about to make.
@@ -503,6 +504,66 @@ class HookServer(object):
                  {'instance': instance_uuid, 'lease': lease['uuid'],
                   'nodes': spec['nodes']})
         return True
+
+    def virtio_mem_pending(self, instance_uuid, lease_uuid):
+        """Whether the lease's virtio-mem device waits for ``started``."""
+        with self._lock:
+            return lease_uuid in self._pending_vmem.get(instance_uuid, {})
+
+    def grow_virtio_mem(self, lease_uuid, nodes, add_mb, instance_uuid):
+        """An elastic lease grows while its device waits for ``started``:
+        it will be plugged asking for ``add_mb`` more. Returns the spec
+        then waiting, or None when none waits. Raises DriverError
+        (nothing changed) when the new memory is on other host nodes or
+        does not fit in the device."""
+        with self._lock:
+            waiting = self._pending_vmem.get(instance_uuid, {}).get(
+                lease_uuid)
+            if waiting is None:
+                return None
+            spec = waiting[1]
+            other = sorted(set(int(n) for n in nodes) -
+                           set(int(n) for n in spec['nodes']))
+            if other:
+                raise exception.DriverError(
+                    reason='the new CXL memory of lease %s is online on '
+                           'host NUMA node %d, but its virtio-mem device, '
+                           'waiting to be plugged into instance %s, is '
+                           'pinned to host node(s) %s; the lease cannot '
+                           'grow there' % (
+                               lease_uuid, other[0], instance_uuid,
+                               ','.join(str(n) for n in spec['nodes'])))
+            requested = spec.get('requested_mb', spec['size_mb'])
+            if requested + int(add_mb) > spec['size_mb']:
+                raise exception.DriverError(
+                    reason='the virtio-mem device of lease %s waiting for '
+                           'instance %s is %d MiB and %d MiB of it are '
+                           'requested; it cannot take %d MiB more' % (
+                               lease_uuid, instance_uuid, spec['size_mb'],
+                               requested, add_mb))
+            spec['requested_mb'] = requested + int(add_mb)
+            answer = dict(spec)
+        LOG.info('Instance %(instance)s is starting: the virtio-mem device '
+                 'of lease %(lease)s will ask for %(req)d MiB',
+                 {'instance': instance_uuid, 'lease': lease_uuid,
+                  'req': answer['requested_mb']})
+        return answer
+
+    def shrink_virtio_mem(self, instance_uuid, lease_uuid, remove_mb):
+        """Some chunks of an elastic lease go: a device waiting for
+        ``started`` will ask for ``remove_mb`` less. True when that is
+        all there is to do (it waits, or the domain is held by its hook,
+        so no QEMU has the memory)."""
+        with self._lock:
+            waiting = self._pending_vmem.get(instance_uuid, {}).get(
+                lease_uuid)
+            if waiting is not None:
+                spec = waiting[1]
+                spec['requested_mb'] = max(
+                    0, spec.get('requested_mb', spec['size_mb']) -
+                    int(remove_mb))
+                return True
+            return instance_uuid in self._busy
 
     def forget_virtio_mem(self, instance_uuid, lease_uuid):
         """A virtio-mem detach: drop what waits for ``started``. Returns
@@ -819,8 +880,9 @@ class HookServer(object):
         for lease_uuid, (lease, spec) in vmem.items():
             reason = self._plug_with_retries(
                 instance, since,
-                lambda: attacher.attach(instance, lease_uuid, spec['nodes'],
-                                        spec['size_mb']),
+                lambda: attacher.attach(
+                    instance, lease_uuid, spec['nodes'], spec['size_mb'],
+                    requested_mib=spec.get('requested_mb')),
                 'Plugging the virtio-mem device of lease %s into instance '
                 '%s' % (lease_uuid, instance),
                 # A domain without <maxMemory> stays without it.

@@ -326,10 +326,11 @@ class AgentManager(object):
     def recover_memory_leases(self, conductor):
         """Learn from the conductor the memory leases attached here that
         this process did not attach (it restarted; the host's swap and
-        the guests' disks are still there), so that their use is reported
-        again: the host-mode leases bound to this host whose swap is still
-        on, and the guest-mode leases bound to the running guests of this
-        host. The number of leases learnt."""
+        the guests' disks and virtio-mem devices are still there), so
+        that their use is reported again: the host-mode leases bound to
+        this host whose swap is still on, and the guest-mode and
+        virtio-mem leases bound to the running guests of this host. The
+        number of leases learnt."""
         if self.simulate:
             return 0
         ctx = composable_context.get_admin_context()
@@ -341,18 +342,20 @@ class AgentManager(object):
                 continue
             for lease in conductor.instance_status(ctx, instance,
                                                    self.host):
+                mode = lease.get('attach_mode')
                 if lease.get('status') != states.BOUND or \
                         lease.get('host') != self.host or \
-                        lease.get('attach_mode') != states.ATTACH_GUEST or \
+                        mode not in (states.ATTACH_GUEST,
+                                     states.ATTACH_VIRTIO_MEM) or \
                         not lease.get('extents'):
                     continue
                 if attachments.memory_recovered(
                         lease['uuid'],
-                        {extent: {'mode': states.ATTACH_GUEST,
+                        {extent: {'mode': mode,
                                   'instance_uuid': instance,
                                   'recovered': True}
                          for extent in lease['extents']},
-                        states.ATTACH_GUEST, instance):
+                        mode, instance):
                     learnt += 1
         if learnt:
             LOG.info('Learnt %(n)d memory lease(s) attached on %(host)s '

@@ -30,6 +30,8 @@ Version history:
           (a device with an ``sriov`` entry)
     1.3 - attach_memory and detach_memory take mode virtio-mem;
           resize_memory
+    1.4 - attach_memory/detach_memory of part of a virtio-mem lease
+          grow/shrink its device (partial=True)
 """
 
 from composable.common import rpc
@@ -74,24 +76,41 @@ class AgentAPI(object):
     # compute_node role
 
     @staticmethod
-    def _memory_version(mode):
+    def _memory_version(mode, partial=False):
         # An older agent does not know virtio-mem and would refuse it by
-        # its own check anyway; asking for 1.3 says why plainly.
+        # its own check anyway; asking for 1.3 says why plainly. Part of a
+        # virtio-mem lease needs 1.4: an older agent would unplug the
+        # whole device.
+        if partial:
+            return '1.4'
         return '1.3' if mode == 'virtio-mem' else None
 
+    @staticmethod
+    def _partial(partial):
+        # Sent only when set, so agents before 1.4 still take the call.
+        return {'partial': True} if partial else {}
+
     def attach_memory(self, context, node, lease, extents, mode,
-                      instance_uuid=None):
+                      instance_uuid=None, partial=False):
+        """``partial=True``: ``extents`` are new chunks of a virtio-mem
+        lease whose device is in the guest; it grows by their size, and
+        their details are returned."""
         return self._call(context, node, 'attach_memory', lease=lease,
                           extents=extents, mode=mode,
                           instance_uuid=instance_uuid,
-                          version=self._memory_version(mode))
+                          version=self._memory_version(mode, partial),
+                          **self._partial(partial))
 
     def detach_memory(self, context, node, lease, extents, mode,
-                      instance_uuid=None):
+                      instance_uuid=None, partial=False):
+        """``partial=True``: ``extents`` are some of the chunks of a
+        virtio-mem lease; its device gives their size back first and
+        stays in the guest."""
         return self._call(context, node, 'detach_memory', lease=lease,
                           extents=extents, mode=mode,
                           instance_uuid=instance_uuid,
-                          version=self._memory_version(mode))
+                          version=self._memory_version(mode, partial),
+                          **self._partial(partial))
 
     def resize_memory(self, context, node, lease, instance_uuid,
                       requested_mb):

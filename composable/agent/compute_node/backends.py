@@ -46,6 +46,8 @@ never hold it.
 
 from oslo_log import log as logging
 
+from composable.agent.compute_node import virtio_mem as virtio_mem_mod
+
 from composable.common import exception
 from composable.common import locator as locator_mod
 from composable.common import media
@@ -246,6 +248,16 @@ class CxlMemory(object):
     def detach(self, lease, extents):
         self.parts.cxl_memory.detach(lease, extents)
 
+    def check_detach(self, lease, extents):
+        """Raise DriverError, changing nothing, when ``extents`` share a
+        region with chunks of the lease not among them."""
+        self.parts.cxl_memory.check_detach(lease, extents)
+
+    def extents_of(self, lease_uuid):
+        """The chunks of the lease that have regions here (the agent's
+        records, kept across restarts)."""
+        return self.parts.cxl_memory.extents_of(lease_uuid)
+
 
 class VirtioMemGuests(object):
     """virtio-mem mode: the lease's CXL memory, onlined on the host by
@@ -267,32 +279,109 @@ class VirtioMemGuests(object):
                       for d in host_details.values())
         return nodes, size_mb
 
+    @staticmethod
+    def _details(host_details, instance_uuid):
+        return {uuid: dict(d, mode=states.ATTACH_VIRTIO_MEM,
+                           instance_uuid=instance_uuid)
+                for uuid, d in host_details.items()}
+
     def attach(self, lease, host_details, instance_uuid, hook):
         """``host_details``: what the CXL back end reported per chunk.
-        Returns the details per chunk, now of virtio-mem mode."""
+        Returns the details per chunk, now of virtio-mem mode. The device
+        is as large as the lease may grow (its ``max_mb``, when larger
+        than its chunks); the guest is asked for the chunks' size."""
         nodes, size_mb = self._shape(host_details)
-        details = {uuid: dict(d, mode=states.ATTACH_VIRTIO_MEM,
-                              instance_uuid=instance_uuid)
-                   for uuid, d in host_details.items()}
+        device_mb = virtio_mem_mod.device_size_mib(size_mb,
+                                                   lease.get('max_mb'))
+        details = self._details(host_details, instance_uuid)
         if self.simulated or not nodes:
             LOG.debug('%(noop)s: would plug %(size)d MiB of lease '
                       '%(lease)s into instance %(inst)s as a virtio-mem '
-                      'device', {'noop': NOOP_ATTACH, 'size': size_mb,
-                                 'lease': lease['uuid'],
-                                 'inst': instance_uuid})
+                      'device of %(device)d MiB',
+                      {'noop': NOOP_ATTACH, 'size': size_mb,
+                       'device': device_mb, 'lease': lease['uuid'],
+                       'inst': instance_uuid})
             return details
-        spec = {'nodes': nodes, 'size_mb': size_mb}
+        spec = {'nodes': nodes, 'size_mb': device_mb,
+                'requested_mb': size_mb}
         if hook is not None and hook.defer_virtio_mem(lease, spec,
                                                       instance_uuid):
             for d in details.values():
-                d['deferred'] = 'started'
+                d.update(deferred='started', requested_mb=size_mb)
             return details
         plugged = self.parts.virtio_mem_attacher.attach(
-            instance_uuid, lease['uuid'], nodes, size_mb)
+            instance_uuid, lease['uuid'], nodes, device_mb,
+            requested_mib=size_mb)
         for d in details.values():
             d.update(alias=plugged['alias'],
                      requested_mb=plugged['requested_mb'])
         return details
+
+    def has_device(self, lease, instance_uuid, hook):
+        """Whether the lease's device is in the running guest, or waits
+        in the libvirt hook for the domain's ``started``."""
+        if self.simulated:
+            return True
+        if hook is not None:
+            if hook.virtio_mem_pending(instance_uuid, lease['uuid']):
+                return True
+            if hook.domain_busy(instance_uuid):
+                # Its hook holds the domain (no libvirt call on it may be
+                # made): QEMU is not running, so neither is a device.
+                return False
+        return self.parts.virtio_mem_attacher.device(
+            instance_uuid, lease['uuid']) is not None
+
+    def grow(self, lease, host_details, instance_uuid, hook):
+        """An elastic lease got the chunks of ``host_details`` (online on
+        the host): its device's requested size goes up by their size.
+        Returns their details. Raises DriverError (nothing changed in
+        the guest) when the device cannot take them."""
+        nodes, add_mb = self._shape(host_details)
+        details = self._details(host_details, instance_uuid)
+        if self.simulated or not nodes:
+            LOG.debug('%(noop)s: would ask instance %(inst)s for %(size)d '
+                      'MiB more of the virtio-mem device of lease '
+                      '%(lease)s', {'noop': NOOP_ATTACH, 'size': add_mb,
+                                    'lease': lease['uuid'],
+                                    'inst': instance_uuid})
+            return details
+        if hook is not None:
+            spec = hook.grow_virtio_mem(lease['uuid'], nodes, add_mb,
+                                        instance_uuid)
+            if spec is not None:
+                for d in details.values():
+                    d.update(deferred='started',
+                             requested_mb=spec['requested_mb'])
+                return details
+            if hook.domain_busy(instance_uuid):
+                raise exception.DriverError(
+                    reason='instance %s is being started or stopped and '
+                           'has no virtio-mem device of lease %s waiting '
+                           'to be plugged; it cannot grow now' % (
+                               instance_uuid, lease['uuid']))
+        grown = self.parts.virtio_mem_attacher.grow(
+            instance_uuid, lease['uuid'], nodes, add_mb)
+        for d in details.values():
+            d.update(alias=grown['alias'], requested_mb=grown['requested_mb'])
+        return details
+
+    def shrink(self, lease, remove_mb, instance_uuid, hook):
+        """Some chunks of an elastic lease go: its device's requested
+        size goes down by ``remove_mb`` and the guest gives the memory
+        back. Raises ShrinkRefused (the guest keeps its size, the host
+        regions must stay) when it does not."""
+        if self.simulated or not remove_mb:
+            return
+        attacher = self.parts.virtio_mem_attacher
+        if not instance_uuid:
+            for holder in attacher.holders(lease['uuid']):
+                self.shrink(lease, remove_mb, holder, hook)
+            return
+        if hook is not None and hook.shrink_virtio_mem(
+                instance_uuid, lease['uuid'], remove_mb):
+            return
+        attacher.shrink(instance_uuid, lease['uuid'], remove_mb)
 
     def detach(self, lease, instance_uuid, hook):
         """Empty (and unplug) the lease's device; raises when the guest
@@ -345,6 +434,13 @@ class SimulatedCxlMemory(object):
 
     def detach(self, lease, extents):
         pass
+
+    def check_detach(self, lease, extents):
+        pass
+
+    def extents_of(self, lease_uuid):
+        # Nothing is recorded: the agent's record of attachments is all.
+        return []
 
 
 # ------------------------------------------------------------ PCI devices

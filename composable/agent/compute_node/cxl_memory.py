@@ -360,34 +360,79 @@ class CxlHostMemory(object):
 
     def attach(self, lease, extents):
         """Make the lease's chunks a NUMA node of this host; {extent uuid:
-        details}."""
+        details}. Chunks that already have an online region of the lease
+        keep it (a repeated call); the others on a device get one new
+        region (a lease that grows by chunks gets one region per device
+        and per attach)."""
         self._check_ready()
         details = {}
         with self._lock:
             for device, chunks in self._groups(extents).items():
-                record = self._attach_device(lease['uuid'], device, chunks)
-                for extent in chunks:
-                    details[extent['uuid']] = {
-                        'mode': states.ATTACH_HOST, 'medium': 'cxl',
-                        'cxl_device': device, 'region': record['region'],
-                        'numa_node': record['numa_node'],
-                        'size_mb': extent.get('size_mb')}
+                for record, held in self._attach_device(lease['uuid'],
+                                                        device, chunks):
+                    for extent in held:
+                        details[extent['uuid']] = {
+                            'mode': states.ATTACH_HOST, 'medium': 'cxl',
+                            'cxl_device': device,
+                            'region': record['region'],
+                            'numa_node': record['numa_node'],
+                            'size_mb': extent.get('size_mb')}
         return details
 
-    def _attach_device(self, lease_uuid, device, chunks):
+    def lease_records(self, lease_uuid, device=None):
+        """{key: record} of the lease's regions (on ``device`` only when
+        given), this boot's or not."""
+        with self._lock:
+            return {key: record for key, record in
+                    self.records.regions.items()
+                    if record.get('lease') == lease_uuid and
+                    device in (None, record.get('device'))}
+
+    def extents_of(self, lease_uuid):
+        """The uuids of the chunks the lease has regions of here (made, or
+        being made or given back)."""
+        return sorted({uuid for record in
+                       self.lease_records(lease_uuid).values()
+                       for uuid in record.get('extents') or ()})
+
+    def _free_key(self, lease_uuid, device):
         key = record_key(lease_uuid, device)
+        n = 1
+        while key in self.records.regions:
+            n += 1
+            key = '%s/%d' % (record_key(lease_uuid, device), n)
+        return key
+
+    def _attach_device(self, lease_uuid, device, chunks):
+        """[(record, [chunk, ...])]: the online regions of the lease that
+        already hold some of ``chunks``, and one new region for the
+        rest."""
+        wanted = {e['uuid']: e for e in chunks}
+        found = []
+        for key in sorted(self.lease_records(lease_uuid, device)):
+            record = self._settle_stale(key)
+            if record is None:
+                continue
+            mine = [wanted[u] for u in record['extents'] if u in wanted]
+            if not mine:
+                continue
+            if record['step'] == ONLINE:
+                found.append((record, mine))
+                for extent in mine:
+                    del wanted[extent['uuid']]
+            else:
+                # Begun and not finished (or a detach cut short): start
+                # over from nothing, erasing what may have been written.
+                self._teardown(key, record)
+        if wanted:
+            fresh = [e for e in chunks if e['uuid'] in wanted]
+            found.append((self._make_region(
+                lease_uuid, device, fresh,
+                self._free_key(lease_uuid, device)), fresh))
+        return found
+
+    def _make_region(self, lease_uuid, device, chunks, key):
         uuids = sorted(e['uuid'] for e in chunks)
-        record = self._settle_stale(key)
-        if record is not None and record['step'] == ONLINE:
-            if sorted(record['extents']) == uuids:
-                return record
-            raise _error('lease %s already has a region of other chunks on '
-                         'CXL memory device %s; unbind it first' % (
-                             lease_uuid, device))
-        if record is not None:
-            # Begun and not finished (or a detach cut short): start over
-            # from nothing, erasing what may have been written.
-            self._teardown(key, record)
         try:
             serial = locator_mod.Locator.from_primitive(
                 chunks[0].get('locator') or {}).serial
@@ -458,25 +503,48 @@ class CxlHostMemory(object):
     # ------------------------------------------------------------ detach
 
     def detach(self, lease, extents):
-        """Offline, erase and destroy the regions of the lease's chunks.
-        Raises DriverError (the memory stays online) when the kernel
-        cannot move the pages off the node."""
+        """Offline, erase and destroy the regions of the lease's chunks,
+        the last made first. A region is given back whole: chunks that
+        share one with chunks not named are refused before anything is
+        changed. Raises DriverError (the memory stays online) when the
+        kernel cannot move the pages off the node."""
         with self._lock:
-            for device, chunks in self._groups(extents).items():
-                key = record_key(lease['uuid'], device)
+            gone = self._going(lease, extents)
+            # A device's decoders are freed last-made first.
+            gone.sort(key=lambda item: self._made_order(item[1]),
+                      reverse=True)
+            for key, record in gone:
+                self._teardown(key, record)
+
+    def check_detach(self, lease, extents):
+        """Raise DriverError, changing nothing, when detach(lease,
+        extents) would be refused because chunks named share a region
+        with chunks not named."""
+        with self._lock:
+            self._going(lease, extents)
+
+    def _going(self, lease, extents):
+        """[(key, record)] of the regions holding ``extents``."""
+        gone = []
+        for device, chunks in self._groups(extents).items():
+            wanted = {e['uuid'] for e in chunks}
+            for key in sorted(self.lease_records(lease['uuid'],
+                                                 device)):
                 record = self._settle_stale(key)
                 if record is None:
-                    # Never made here, or already given back.
                     continue
-                wanted = sorted(e['uuid'] for e in chunks)
-                if record['step'] == ONLINE and \
-                        sorted(record['extents']) != wanted:
-                    raise _error('the region of lease %s on CXL memory '
-                                 'device %s holds chunks %s; it is given '
-                                 'back whole' % (
-                                     lease['uuid'], device,
-                                     ', '.join(record['extents'])))
-                self._teardown(key, record)
+                held = set(record['extents'])
+                if not held & wanted:
+                    continue
+                if record['step'] == ONLINE and not held <= wanted:
+                    raise _error(
+                        'the region of lease %s on CXL memory device '
+                        '%s holds chunks %s; it is given back whole, '
+                        'so detach them together' % (
+                            lease['uuid'], device,
+                            ', '.join(record['extents'])))
+                gone.append((key, record))
+        return gone
 
     def _offline(self, key, record):
         region = record['region']

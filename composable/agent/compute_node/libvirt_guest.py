@@ -168,7 +168,7 @@ GUEST_SWAPS_SCRIPT = r"""for d in /sys/block/*; do
   s=$(cat "$d/serial" 2>/dev/null) || continue
   [ -n "$s" ] && echo "disk ${d##*/} $s"
 done
-grep '^MemAvailable:' /proc/meminfo
+grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
 echo "swaps"
 cat /proc/swaps
 """
@@ -178,12 +178,14 @@ NO_DISK_EXIT = 3
 
 class GuestSwaps(object):
     """What a guest said about its swap: ``disks`` {serial: device name},
-    ``swaps`` [host_swap.SwapEntry-like tuples], ``mem_available_kb``."""
+    ``swaps`` [host_swap.SwapEntry-like tuples], ``mem_available_kb``
+    and ``mem_total_kb`` (None if it did not say)."""
 
-    def __init__(self, disks, swaps, mem_available_kb):
+    def __init__(self, disks, swaps, mem_available_kb, mem_total_kb=None):
         self.disks = disks
         self.swaps = swaps
         self.mem_available_kb = mem_available_kb
+        self.mem_total_kb = mem_total_kb
 
     def entry_of(self, serial):
         """The swap area of the disk with ``serial``, or None."""
@@ -200,6 +202,7 @@ class GuestSwaps(object):
         disks = {}
         swaps = []
         available = None
+        total = None
         in_swaps = False
         for line in text.splitlines():
             parts = line.split()
@@ -217,12 +220,14 @@ class GuestSwaps(object):
                 disks[parts[2]] = parts[1]
             elif parts[0] == 'MemAvailable:' and len(parts) >= 2:
                 available = int(parts[1])
+            elif parts[0] == 'MemTotal:' and len(parts) >= 2:
+                total = int(parts[1])
             elif parts == ['swaps']:
                 in_swaps = True
         if available is None or not in_swaps:
             raise ValueError('no MemAvailable or /proc/swaps in %r'
                              % text[:200])
-        return cls(disks, swaps, available)
+        return cls(disks, swaps, available, total)
 
 
 class GuestSwapoffWouldNotFit(exception.DriverError):

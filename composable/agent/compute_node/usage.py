@@ -12,8 +12,8 @@
 
 """How much of each memory lease bound to this compute node is in use.
 
-Leased memory is swap, so its use is the swap used on the lease's
-extents:
+Leased network memory is swap, so its use is the swap used on the
+lease's extents:
 
 host mode
     the lease's swap devices in this host's /proc/swaps (one read for
@@ -23,6 +23,26 @@ guest mode
     ``guest-exec`` per guest, for all of its leases; disks are matched by
     their serial).
 
+virtio-mem mode (CXL memory plugged into the guest as RAM) has no swap
+to measure: a guest does not say which of its pages sit on which memory.
+Its use is modelled instead as the part of the guest's used memory that
+its own base memory cannot hold. The guest's ``/proc/meminfo`` is read by
+the same ``guest-exec`` as its swap (so still one per guest) and the
+memory the device has plugged now, ``plugged``, is the ``<current>`` of
+the lease's device in the live domain XML::
+
+    used  = MemTotal - MemAvailable      what the guest uses
+    base  = MemTotal - plugged           the guest's own memory
+    sample: used_mb = clamp(used - base, 0, plugged)
+            size_mb = plugged
+
+So a guest whose workload fits in its base memory uses none of the lease
+(the lease could shrink), one that needs all it has uses all of it (the
+lease could grow). A guest with several such leases has one base: the
+part beyond it is shared out over its leases by their plugged sizes. A
+guest that shows no MemTotal (an old agent script) or a device that is
+not plugged is left out of the report.
+
 Every ``[compute_node]usage_report_interval`` seconds the samples of all
 leases go to the conductor in one cast (``report_lease_usage``), which
 keeps the history and feeds elastic resizing. Guests are asked in
@@ -31,23 +51,25 @@ seconds: a guest that does not answer in time (hung, no agent) is left
 out of that report, with a warning, and not asked again while its
 question is still open, so one guest never holds up the others.
 
-An agent that restarts has its host's swap and its guests' disks still
-plugged but no record of them: before its first report it asks the
-conductor which host-mode leases are bound to its host (with what it
-answered when it attached them; those whose swap is still on are kept)
-and which guest-mode leases are bound to the running guests of its host,
-and reports them as before.
+An agent that restarts has its host's swap and its guests' disks and
+virtio-mem devices still plugged but no record of them: before its first
+report it asks the conductor which host-mode leases are bound to its host
+(with what it answered when it attached them; those whose swap is still
+on are kept) and which guest-mode and virtio-mem leases are bound to the
+running guests of its host, and reports them as before.
 
 A sample: ``{'lease_uuid', 'taken_at' (ISO 8601, UTC), 'used_mb',
 'size_mb'}``; ``size_mb`` is what the kernel has as swap on the lease's
-extents (a swap area's size plus its header page).
+extents (a swap area's size plus its header page), or for virtio-mem
+what its device has plugged.
 
 SimulatedUsageSampler reports made-up use instead, for the simulated
 memory of the noop exporter (``[compute_node]simulated_usage``, which
 composable-all's demo turns on): a workload per lease that rises and falls
 over SIMULATED_PERIOD seconds, so the demo shows usage history and elastic
-leases growing and shrinking. Its samples say ``'simulated': True`` and
-its start is logged as SIMULATED.
+leases growing and shrinking. It samples network and CXL leases alike,
+virtio-mem ones included (their size is that of their chunks). Its
+samples say ``'simulated': True`` and its start is logged as SIMULATED.
 """
 
 from concurrent import futures
@@ -94,6 +116,31 @@ def sample_of(lease_uuid, entries, taken_at):
     return {'lease_uuid': lease_uuid, 'taken_at': taken_at,
             'used_mb': _mb_nearest(sum(e[3] for e in entries)),
             'size_mb': sum(_mb_up(e[2] + SWAP_HEADER_KB) for e in entries)}
+
+
+def vmem_samples(instance, meminfo, plugged, taken_at):
+    """The samples of a guest's virtio-mem leases (see the module's doc):
+    ``meminfo`` has ``mem_total_kb`` and ``mem_available_kb``,
+    ``plugged`` is {lease uuid: KiB its device has plugged, or None}."""
+    plugged = {lease: kib for lease, kib in plugged.items()
+               if kib is not None}
+    if not plugged:
+        return []
+    if meminfo.mem_total_kb is None:
+        LOG.debug('The guest of instance %s did not say its MemTotal; its '
+                  'virtio-mem leases are left out', instance)
+        return []
+    total_plugged = sum(plugged.values())
+    used = meminfo.mem_total_kb - meminfo.mem_available_kb
+    base = meminfo.mem_total_kb - total_plugged
+    beyond = min(max(used - base, 0), total_plugged)
+    samples = []
+    for lease_uuid, kib in sorted(plugged.items()):
+        share = beyond * kib // total_plugged if total_plugged else 0
+        samples.append({'lease_uuid': lease_uuid, 'taken_at': taken_at,
+                        'used_mb': _mb_nearest(share),
+                        'size_mb': _mb_nearest(kib)})
+    return samples
 
 
 class UsageSampler(object):
@@ -196,21 +243,27 @@ class UsageSampler(object):
         read."""
         leases = self.agent.memory_leases()
         host_leases = {}
+        # {instance: {lease uuid: details}}: guest-mode and virtio-mem
+        # leases, both read in the guest.
         guests = {}
+        vmem = set()
         for lease_uuid, (lease, details) in leases.items():
-            if lease.get('attach_mode') == states.ATTACH_GUEST:
+            mode = lease.get('attach_mode')
+            if mode in (states.ATTACH_GUEST, states.ATTACH_VIRTIO_MEM):
                 instance = lease.get('instance_uuid')
                 if instance:
                     guests.setdefault(instance, {})[lease_uuid] = details
+                    if mode == states.ATTACH_VIRTIO_MEM:
+                        vmem.add(lease_uuid)
             else:
                 host_leases[lease_uuid] = details
         samples = []
         if guests:
-            asked = self._ask_guests(guests)
+            asked = self._ask_guests(guests, vmem)
         if host_leases:
             samples.extend(self._host_samples(host_leases))
         if guests:
-            samples.extend(self._guest_samples(guests, asked))
+            samples.extend(self._guest_samples(guests, asked, vmem))
         return samples
 
     def _host_samples(self, leases):
@@ -245,10 +298,24 @@ class UsageSampler(object):
                           lease_uuid)
         return samples
 
-    def _ask_guests(self, guests):
-        """Start a read of each guest's swap, unless the last one is
-        still under way; {instance uuid: future}."""
-        attacher = self.agent.guest_attacher
+    def _read_guest(self, instance, vmem_leases):
+        """What the guest of ``instance`` says (GuestSwaps, or None when
+        it does not run here) and {lease uuid: KiB its virtio-mem device
+        has plugged, or None} of ``vmem_leases``."""
+        swaps = self.agent.guest_attacher.guest_swaps(instance,
+                                                      self.timeout)
+        plugged = {}
+        if swaps is not None and vmem_leases:
+            attacher = self.agent.parts.virtio_mem_attacher
+            for lease_uuid in vmem_leases:
+                device = attacher.device(instance, lease_uuid)
+                plugged[lease_uuid] = (None if device is None
+                                       else device.current_kib or 0)
+        return swaps, plugged
+
+    def _ask_guests(self, guests, vmem=()):
+        """Start a read of each guest's swap and memory, unless the last
+        one is still under way; {instance uuid: future}."""
         asked = {}
         with self._lock:
             for instance in sorted(guests):
@@ -262,13 +329,14 @@ class UsageSampler(object):
                                  'leases': ', '.join(sorted(
                                      guests[instance]))})
                     continue
-                future = self._pool.submit(attacher.guest_swaps, instance,
-                                           self.timeout)
+                future = self._pool.submit(
+                    self._read_guest, instance,
+                    sorted(set(guests[instance]) & set(vmem)))
                 self._asking[instance] = future
                 asked[instance] = future
         return asked
 
-    def _guest_samples(self, guests, asked):
+    def _guest_samples(self, guests, asked, vmem=()):
         done, late = futures.wait(list(asked.values()),
                                   timeout=self.timeout)
         taken_at = self._clock()
@@ -287,7 +355,7 @@ class UsageSampler(object):
                 if self._asking.get(instance) is future:
                     del self._asking[instance]
             try:
-                swaps = future.result()
+                swaps, plugged = future.result()
             except Exception as exc:
                 LOG.warning('Could not read the swap of the guest of '
                             'instance %(instance)s for the use of leases '
@@ -297,7 +365,10 @@ class UsageSampler(object):
                 continue
             if swaps is None:
                 continue  # not running here (any more)
+            samples.extend(vmem_samples(instance, swaps, plugged, taken_at))
             for lease_uuid, details in sorted(leases.items()):
+                if lease_uuid in vmem:
+                    continue
                 entries = [swaps.entry_of(libvirt_guest.disk_serial(e))
                            for e in details]
                 entries = [e for e in entries if e is not None]

@@ -21,6 +21,19 @@ guest should have of it. The guest's virtio_mem driver plugs memory
 blocks until it has the requested size; libvirt shows what it has as the
 device's ``<current>`` in the live XML.
 
+- The device's ``<target><size>`` is the most the lease may grow to:
+  the lease's ``max_mb`` when it has one (an elastic lease), else its
+  size, rounded up to the 2 MiB block. That only reserves guest address
+  space (it must fit in the domain's ``<maxMemory>``): the host node's
+  pages back what the guest plugs and touches, never more than
+  ``<requested>``, which starts at the size of the lease's chunks.
+- An elastic lease grows by chunks (attach_memory of new chunks): their
+  regions go online on the host first, then ``<requested>`` goes up by
+  their size; it shrinks the other way round (detach_memory of some of
+  its chunks): ``<requested>`` goes down by their size, waited for as
+  below, and only then do their regions go. The device, pinned to its
+  host node(s), never moves: chunks whose memory comes online on another
+  node cannot grow it.
 - Grow and shrink change ``<requested>`` (updateDeviceFlags, what
   ``virsh update-memory-device --requested-size`` does). A shrink waits,
   up to ``[compute_node]virtio_mem_shrink_timeout`` seconds, for the
@@ -90,17 +103,46 @@ def device_alias(lease_uuid):
     return ALIAS_PREFIX + lease_uuid
 
 
-def _kib(element, name):
-    child = element.find(name)
-    if child is None or child.text is None:
-        return None
-    value = int(child.text.strip())
-    unit = (child.get('unit') or 'KiB').lower()
+def _to_kib(text, unit, name):
+    value = int(text.strip())
+    unit = (unit or 'KiB').lower()
     factor = {'b': 1.0 / 1024, 'bytes': 1.0 / 1024, 'k': 1, 'kib': 1,
               'm': 1024, 'mib': 1024, 'g': 1 << 20, 'gib': 1 << 20}.get(unit)
     if factor is None:
         raise ValueError('unknown memory unit %r in <%s>' % (unit, name))
     return int(value * factor)
+
+
+def _kib(element, name):
+    child = element.find(name)
+    if child is None or child.text is None:
+        return None
+    return _to_kib(child.text, child.get('unit'), name)
+
+
+def device_size_mib(size_mb, max_mb=None):
+    """The ``<target><size>`` of a lease's device, in MiB: the larger of
+    its chunks' size and its ``max_mb``, rounded up to the block."""
+    block_mib = BLOCK_KIB // KIB_PER_MIB
+    mib = max(int(size_mb or 0), int(max_mb or 0))
+    return -(-mib // block_mib) * block_mib
+
+
+def parse_nodemask(text):
+    """The set of NUMA nodes of a libvirt nodemask ("0", "1,3", "0-2",
+    "0-3,^2")."""
+    nodes = set()
+    excluded = set()
+    for part in (text or '').split(','):
+        part = part.strip()
+        if not part:
+            continue
+        into = nodes
+        if part.startswith('^'):
+            into, part = excluded, part[1:]
+        low, _, high = part.partition('-')
+        into.update(range(int(low), int(high or low) + 1))
+    return nodes - excluded
 
 
 def device_xml(lease_uuid, nodes, size_mib, requested_mib, guest_node=0,
@@ -175,16 +217,33 @@ class DomainMemory(object):
         self.slots = (int(max_memory.get('slots') or 0)
                       if max_memory is not None else 0)
         self.memory_kib = _kib(root, 'memory')
-        self.numa_cells = [int(c.get('id')) for c in
-                           root.findall('./cpu/numa/cell')
+        cells = root.findall('./cpu/numa/cell')
+        self.numa_cells = [int(c.get('id')) for c in cells
                            if c.get('id') is not None]
+        cells_kib = sum(_to_kib(c.get('memory') or '0', c.get('unit'),
+                                'cell') for c in cells)
         self.devices = {}
+        devices_kib = 0
         for element in root.findall("./devices/memory"):
+            target = element.find('target')
+            devices_kib += (_kib(target, 'size') or 0
+                            if target is not None else 0)
             if element.get('model') != 'virtio-mem':
                 continue
             device = LiveDevice(element)
             if device.alias:
                 self.devices[device.alias] = device
+        # What counts against <maxMemory>: the boot memory (the guest
+        # NUMA cells') and every memory device's size, plugged or not.
+        self.used_kib = max(self.memory_kib or 0, cells_kib + devices_kib)
+
+    @property
+    def room_kib(self):
+        """How much more device memory <maxMemory> takes (None: no
+        <maxMemory>)."""
+        if self.max_memory_kib is None:
+            return None
+        return max(0, self.max_memory_kib - self.used_kib)
 
 
 def no_max_memory_reason(name, instance_uuid):
@@ -195,6 +254,19 @@ def no_max_memory_reason(name, instance_uuid):
             'instance in guest mode (swap disks) from a network pool, or '
             'give the domain <maxMemory> and a guest NUMA cell'
             % (name, instance_uuid))
+
+
+def max_memory_too_small_reason(name, instance_uuid, lease_uuid, size_mib,
+                                room_kib, max_memory_kib):
+    return ('domain %s (instance %s) cannot take the %d MiB virtio-mem '
+            'device of lease %s: its <maxMemory> of %d MiB leaves room for '
+            '%d MiB more of memory devices (the device reserves guest '
+            'address space for the most the lease may grow to: its max_mb '
+            'or, without one, its size). Give the domain a <maxMemory> at '
+            'least %d MiB larger, or give the lease a smaller max_mb' % (
+                name, instance_uuid, size_mib, lease_uuid,
+                max_memory_kib // KIB_PER_MIB, room_kib // KIB_PER_MIB,
+                size_mib - room_kib // KIB_PER_MIB))
 
 
 def _error_code(exc):
@@ -309,6 +381,10 @@ class VirtioMemAttacher(object):
                 if not memory.max_memory_kib or not memory.slots:
                     raise NoMaxMemory(reason=no_max_memory_reason(
                         memory.name, instance_uuid))
+                if memory.room_kib < int(size_mib) * KIB_PER_MIB:
+                    raise NoMaxMemory(reason=max_memory_too_small_reason(
+                        memory.name, instance_uuid, lease_uuid, size_mib,
+                        memory.room_kib, memory.max_memory_kib))
                 if not memory.numa_cells:
                     raise NoMaxMemory(
                         reason='domain %s (instance %s) has no guest NUMA '
@@ -339,6 +415,73 @@ class VirtioMemAttacher(object):
                 'instance_uuid': instance_uuid, 'alias': alias,
                 'numa_nodes': sorted(set(nodes)), 'size_mb': size_mib,
                 'requested_mb': requested_mib}
+
+    # ------------------------------------------------------ grow/shrink
+
+    def grow(self, instance_uuid, lease_uuid, nodes, add_mib):
+        """An elastic lease got chunks (online on host NUMA node(s)
+        ``nodes``): the guest is asked for ``add_mib`` more of its
+        device. Raises DriverError, changing nothing, when the device is
+        not there, is pinned to other nodes, or is too small."""
+        with lockutils.lock('composable-guest-%s' % instance_uuid):
+            domain = self._domain(instance_uuid)
+            device = self._memory(domain).devices.get(
+                device_alias(lease_uuid)) if domain.isActive() else None
+            if device is None:
+                raise exception.DriverError(
+                    reason='instance %s has no virtio-mem device of lease '
+                           '%s to grow (is it running, and is the lease '
+                           'bound to it?)' % (instance_uuid, lease_uuid))
+            pinned = parse_nodemask(device.nodemask)
+            for node in sorted(set(int(n) for n in nodes)):
+                if node not in pinned:
+                    raise exception.DriverError(
+                        reason='the new CXL memory of lease %s is online '
+                               'on host NUMA node %d, but its virtio-mem '
+                               'device in instance %s is pinned to host '
+                               'node(s) %s (<nodemask>), and a device\'s '
+                               'backend cannot move; the lease cannot '
+                               'grow there' % (lease_uuid, node,
+                                               instance_uuid,
+                                               device.nodemask))
+            before_mib = (device.requested_kib or 0) // KIB_PER_MIB
+            size_mib = (device.size_kib or 0) // KIB_PER_MIB
+            wanted_mib = before_mib + int(add_mib)
+            if wanted_mib > size_mib:
+                raise exception.DriverError(
+                    reason='the virtio-mem device of lease %s in instance '
+                           '%s is %d MiB (the lease\'s max_mb when it was '
+                           'plugged) and %d MiB of it are requested; it '
+                           'cannot take %d MiB more. Unbind and bind the '
+                           'lease again to plug a larger device' % (
+                               lease_uuid, instance_uuid, size_mib,
+                               before_mib, add_mib))
+            self._set_requested(domain, instance_uuid, lease_uuid, device,
+                                wanted_mib)
+        return {'mode': states.ATTACH_VIRTIO_MEM,
+                'instance_uuid': instance_uuid, 'alias': device.alias,
+                'requested_mb': wanted_mib}
+
+    def shrink(self, instance_uuid, lease_uuid, remove_mib):
+        """Some of an elastic lease's chunks go: the guest is asked for
+        ``remove_mib`` less of its device and gives it back (the bounded
+        wait of resize). Returns the device's requested MiB afterwards;
+        raises ShrinkRefused (nothing changed) when the guest keeps it.
+        A domain that is not running, or has no device, has nothing to
+        give back (None)."""
+        with lockutils.lock('composable-guest-%s' % instance_uuid):
+            domain = self._domain(instance_uuid, missing_ok=True)
+            if domain is None or not domain.isActive():
+                return None
+            device = self._memory(domain).devices.get(
+                device_alias(lease_uuid))
+            if device is None:
+                return None
+            wanted_mib = max(0, (device.requested_kib or 0) // KIB_PER_MIB -
+                             int(remove_mib))
+            self._set_requested(domain, instance_uuid, lease_uuid, device,
+                                wanted_mib)
+            return wanted_mib
 
     # ----------------------------------------------------------- resize
 

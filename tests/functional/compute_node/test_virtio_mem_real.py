@@ -12,10 +12,11 @@
 
 """virtio-mem mode for real: the compute agent's endpoint plugs the CXL
 memory of a lease into a running guest of the system libvirtd (QEMU TCG)
-as a virtio-mem device, grows and shrinks it, plugs it again through the
-libvirt hook server when the domain starts again, and waits for a guest
-that keeps its memory (its virtio_mem driver unloaded) and then fails
-without unplugging anything.
+as a virtio-mem device, grows and shrinks it, grows and shrinks an
+elastic lease (a device as large as its max_mb) by chunks, plugs it again
+through the libvirt hook server when the domain starts again, and waits
+for a guest that keeps its memory (its virtio_mem driver unloaded) and
+then fails without unplugging anything or giving back any region.
 
 Real: libvirtd and QEMU (Debian 12: QEMU 7.2, libvirt 9), the guest
 (the machine's cloud kernel with its virtio_mem module, memory hot-plugged
@@ -73,7 +74,9 @@ def vm(libvirt_conn):
     """The tiny guest with room for memory devices: <maxMemory> and one
     guest NUMA cell. QEMU 7.2 cannot unplug a virtio-mem device, so each
     test's lease leaves an empty one behind, which still counts against
-    <maxMemory> and its slots: room for one per test."""
+    <maxMemory> and its slots: room for the 256 and 512 MiB devices the
+    tests plug before the restart test starts the domain anew, and for
+    those after it."""
     image = _image()
     with build.running_guest(libvirt_conn, image=image, memory_mib=BOOT_MIB,
                              boot_timeout=BOOT_TIMEOUT,
@@ -87,7 +90,8 @@ def vm(libvirt_conn):
 
 @pytest.fixture
 def kernel(tmp_path, monkeypatch):
-    """FAKE CXL sysfs: one device of 512 MiB, regions on node 0."""
+    """FAKE CXL sysfs: one device of 512 MiB (two chunks), regions on
+    node 0."""
     k = fake_cxl.FakeCxlKernel(
         tmp_path / 'host', devices=[('0x5a5a0001', 2 * LEASE_MB * MIB,
                                      True)],
@@ -116,11 +120,11 @@ def compute(kernel, tmp_path):
                                          parts)
 
 
-def _chunks(lease_uuid):
+def _chunks(lease_uuid, n=LEASE_MB // CHUNK_MB, first=0):
     return [{'uuid': '%s-chunk-%d' % (lease_uuid[:8], i), 'index': i,
              'size_mb': CHUNK_MB, 'lease_uuid': lease_uuid, 'medium': 'cxl',
              'device': 'cmm0', 'locator': {'serial': '0x5a5a0001'}}
-            for i in range(LEASE_MB // CHUNK_MB)]
+            for i in range(first, first + n)]
 
 
 def _mem_total_mib(guest):
@@ -159,8 +163,9 @@ def lease(vm, compute):
     except Exception:
         pass  # a guest that is not running has nothing to free
     try:
+        # Every chunk a test may have given the lease: an unbind.
         compute.detach_memory(None, {'uuid': lease_uuid},
-                              _chunks(lease_uuid), 'virtio-mem', vm.uuid)
+                              _chunks(lease_uuid, 2), 'virtio-mem', vm.uuid)
     except Exception:
         pass
 
@@ -201,6 +206,62 @@ def test_grow_and_shrink(vm, compute, kernel, lease):
     assert _mem_total_mib(vm) <= before + 1
     assert not kernel.regions
     print('bind and grow of %d MiB: %.1f s' % (LEASE_MB, grow_secs))
+
+
+def test_an_elastic_lease_grows_and_shrinks_by_chunks(vm, compute, kernel,
+                                                      lease):
+    """The lease's max_mb sizes the device (guest address space only);
+    a chunk attached later grows what the guest is asked for, a partial
+    detach shrinks it (the guest gives the memory back first) and gives
+    back that chunk's region only."""
+    # A max_mb the domain's <maxMemory> cannot take: refused up front,
+    # naming the sizes; the region made for it goes back.
+    with pytest.raises(virtio_mem.NoMaxMemory) as refused:
+        compute.attach_memory(None, {'uuid': lease, 'max_mb': 65536},
+                              _chunks(lease), 'virtio-mem', vm.uuid)
+    assert ('cannot take the 65536 MiB virtio-mem device of lease %s'
+            % lease) in refused.value.message
+    assert 'Give the domain a <maxMemory> at least' in \
+        refused.value.message
+    assert _device(vm, lease) is None
+    assert not kernel.regions
+
+    before = _mem_total_mib(vm)
+    view = {'uuid': lease, 'max_mb': 2 * CHUNK_MB}
+    [first] = _chunks(lease)
+    [second] = _chunks(lease, 1, first=1)
+    compute.attach_memory(None, view, [first], 'virtio-mem', vm.uuid)
+    device = _device(vm, lease)
+    assert device.size_kib == 2 * CHUNK_MB * 1024
+    assert device.requested_kib == CHUNK_MB * 1024
+    _wait(lambda: (_device(vm, lease).current_kib or 0) == CHUNK_MB * 1024,
+          'plugged memory')
+    # Grow: the second chunk's region, then the guest is asked for more.
+    grown = compute.attach_memory(None, view, [second], 'virtio-mem',
+                                  vm.uuid, partial=True)
+    assert list(grown) == [second['uuid']]
+    assert grown[second['uuid']]['requested_mb'] == 2 * CHUNK_MB
+    assert len(kernel.regions) == 2
+    _wait(lambda: (_device(vm, lease).current_kib or 0) ==
+          2 * CHUNK_MB * 1024, 'the grown device plugged')
+    _wait(lambda: _mem_total_mib(vm) >= before + 2 * CHUNK_MB - 1,
+          'MemTotal grown by both chunks')
+    # Repeated (a conductor retry): nothing more.
+    compute.attach_memory(None, view, [second], 'virtio-mem', vm.uuid,
+                          partial=True)
+    assert _device(vm, lease).requested_kib == 2 * CHUNK_MB * 1024
+    assert len(kernel.regions) == 2
+    # Shrink: the guest gives the second chunk's size back, then its
+    # region goes; the device and the first region stay.
+    compute.detach_memory(None, view, [second], 'virtio-mem', vm.uuid,
+                          partial=True)
+    device = _device(vm, lease)
+    assert device.requested_kib == device.current_kib == CHUNK_MB * 1024
+    assert len(kernel.regions) == 1
+    assert sorted(compute._parts.attachments.memory[lease]) == [
+        first['uuid']]
+    _wait(lambda: _mem_total_mib(vm) <= before + CHUNK_MB + 1,
+          'MemTotal shrunk by one chunk')
 
 
 class FakeConductor(object):
@@ -277,32 +338,54 @@ def test_guest_that_does_not_give_memory_back(vm, compute, kernel, lease):
     """The guest's virtio_mem driver is unloaded: nothing in the guest
     answers the device any more, so it keeps what it has. The unbind
     waits its bounded time, fails naming the sizes, unplugs nothing, and
-    the host keeps its region. (Last in the module: the guest cannot take
-    memory again until it restarts.)"""
+    the host keeps its region. The same for a partial detach of an
+    elastic lease: the guest keeps its size and the host both regions.
+    (Last in the module: the guest cannot take memory again until it
+    restarts.)"""
     compute._parts.virtio_mem_attacher.shrink_timeout = 5
-    compute.attach_memory(None, {'uuid': lease}, _chunks(lease),
-                          'virtio-mem', vm.uuid)
+    view = {'uuid': lease, 'max_mb': 2 * CHUNK_MB}
+    [first] = _chunks(lease)
+    [second] = _chunks(lease, 1, first=1)
+    compute.attach_memory(None, view, [first], 'virtio-mem', vm.uuid)
+    compute.attach_memory(None, view, [second], 'virtio-mem', vm.uuid,
+                          partial=True)
+    size_mb = 2 * CHUNK_MB
     _wait(lambda: (_device(vm, lease).current_kib or 0) ==
-          LEASE_MB * 1024, 'plugged memory')
+          size_mb * 1024, 'plugged memory')
     before = _mem_total_mib(vm)
     status, out, err = programs.GuestShell(vm.domain).sh(
         'rmmod virtio_mem', timeout=GUEST_TIMEOUT)
     assert status == 0, (out, err)
+    regions = dict(kernel.regions)
+    assert len(regions) == 2
+
+    def kept_everything():
+        device = _device(vm, lease)
+        assert device.requested_kib == size_mb * 1024
+        assert device.current_kib == size_mb * 1024
+        assert _mem_total_mib(vm) == before
+        assert kernel.regions.keys() == regions.keys()
+        assert sorted(compute._parts.attachments.memory[lease]) == sorted(
+            [first['uuid'], second['uuid']])
+
+    with pytest.raises(virtio_mem.ShrinkRefused) as refused:
+        compute.detach_memory(None, view, [second], 'virtio-mem', vm.uuid,
+                              partial=True)
+    assert ('it still has %d MiB of it, %d MiB were requested' % (
+        size_mb, CHUNK_MB)) in refused.value.message
+    kept_everything()
+
     started = time.monotonic()
     with pytest.raises(virtio_mem.ShrinkRefused) as refused:
-        compute.detach_memory(None, {'uuid': lease}, _chunks(lease),
-                              'virtio-mem', vm.uuid)
+        compute.detach_memory(None, view, [first, second], 'virtio-mem',
+                              vm.uuid)
     waited = time.monotonic() - started
     assert 5 <= waited < 5 + 60
     message = refused.value.message
     assert 'within 5 s' in message
-    assert ('it still has %d MiB of it, 0 MiB were requested' % LEASE_MB
+    assert ('it still has %d MiB of it, 0 MiB were requested' % size_mb
             in message), message
     assert 'Nothing was unplugged by force' in message
     # Asked for all of it again; the guest has it all; the device and
-    # the host region stay.
-    device = _device(vm, lease)
-    assert device.requested_kib == LEASE_MB * 1024
-    assert device.current_kib == LEASE_MB * 1024
-    assert _mem_total_mib(vm) == before
-    assert kernel.regions
+    # the host regions stay.
+    kept_everything()

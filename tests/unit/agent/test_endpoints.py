@@ -136,7 +136,7 @@ def test_the_endpoints_serve_exactly_the_agent_rpc_api():
     assert served(memory) | served(compute) == sent
     assert not served(memory) & served(compute)
     for endpoint in agent.endpoints:
-        assert endpoint.target.version == '1.3'
+        assert endpoint.target.version == '1.4'
         assert endpoint.target.namespace is None
     assert not hasattr(agent, 'target')
 
@@ -265,3 +265,63 @@ def test_the_attachers_share_the_one_libvirt_connection():
     assert device_attacher.connection is connection
     # Made once: libvirt is not opened by making them.
     assert connection.opened == 0
+
+
+class RecordingClient(object):
+    """Stand-in for the oslo.messaging RPC client: records the version
+    each call is pinned to and its arguments."""
+
+    def __init__(self):
+        self.calls = []
+
+    def prepare(self, **kwargs):
+        client = self
+
+        class Prepared(object):
+            def call(self, context, method, **args):
+                client.calls.append((kwargs.get('version'), method, args))
+        return Prepared()
+
+
+@pytest.mark.parametrize('method', ['attach_memory', 'detach_memory'])
+def test_part_of_a_virtio_mem_lease_needs_agent_1_4(method):
+    api = rpcapi.AgentAPI.__new__(rpcapi.AgentAPI)
+    api.client = RecordingClient()
+    call = getattr(api, method)
+    call(_ctx(), NODE, LEASE, [EXTENT], 'virtio-mem', 'inst-1',
+         partial=True)
+    call(_ctx(), NODE, LEASE, [EXTENT], 'virtio-mem', 'inst-1')
+    call(_ctx(), NODE, LEASE, [EXTENT], 'host')
+    (v1, m1, a1), (v2, _, a2), (v3, _, a3) = api.client.calls
+    assert (v1, m1, a1['partial']) == ('1.4', method, True)
+    # Not sent unless set: an agent before 1.4 takes the call.
+    assert (v2, v3) == ('1.3', None)
+    assert 'partial' not in a2 and 'partial' not in a3
+
+
+def test_a_virtio_mem_lease_grows_and_shrinks_over_rpc(served):
+    """Simulated CXL memory: the 1.4 calls reach the endpoint, which
+    answers the new chunk's details only and keeps the others."""
+    CONF.set_override('cxl_backend', 'noop', 'compute_node')
+    try:
+        agent = manager.AgentManager(NODE, ['compute_node'])
+        api = served(agent)
+        chunks = [{'uuid': 'c%d' % i, 'size_mb': 256, 'medium': 'cxl',
+                   'device': 'cmm0'} for i in range(3)]
+        lease = {'uuid': 'lease-1', 'max_mb': 1024}
+        api.attach_memory(_ctx(), NODE, lease, chunks[:2], 'virtio-mem',
+                          'inst-1')
+        grown = api.attach_memory(_ctx(), NODE, lease, chunks[2:],
+                                  'virtio-mem', 'inst-1', partial=True)
+        assert list(grown) == ['c2']
+        assert grown['c2']['mode'] == 'virtio-mem'
+        assert sorted(agent.memory_attachments['lease-1']) == ['c0', 'c1',
+                                                               'c2']
+        api.detach_memory(_ctx(), NODE, lease, chunks[1:], 'virtio-mem',
+                          'inst-1', partial=True)
+        assert sorted(agent.memory_attachments['lease-1']) == ['c0']
+        api.detach_memory(_ctx(), NODE, lease, chunks[:1], 'virtio-mem',
+                          'inst-1')
+        assert agent.memory_attachments == {}
+    finally:
+        CONF.clear_override('cxl_backend', 'compute_node')

@@ -223,6 +223,7 @@ class FakeGuestAgent(object):
         self.priorities = {}
         self.size_kb = 65532
         self.mem_available_kb = 200 * 1024
+        self.mem_total_kb = 1024 * 1024
         # Seconds each guest-exec takes (a guest that hangs).
         self.hang = 0
 
@@ -258,6 +259,7 @@ class FakeGuestAgent(object):
     def _composable_swaps(self):
         lines = ['disk %s %s' % (dev, serial)
                  for serial, dev in sorted(self._serials().items())]
+        lines.append('MemTotal:       %d kB' % self.mem_total_kb)
         lines.append('MemAvailable:   %d kB' % self.mem_available_kb)
         lines.append('swaps')
         lines.append(SWAPS_HEADER.rstrip('\n'))

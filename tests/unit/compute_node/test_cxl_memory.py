@@ -440,3 +440,53 @@ def test_names_are_checked_before_they_become_paths(privileged):
         priv_cxl.memdev_by_serial('0x1/../..')
     with pytest.raises(ValueError):
         priv_cxl.make_region('mem0', -1)
+
+
+def test_a_lease_grows_by_a_region_and_gives_back_parts_last_made_first(
+        kernel, privileged, state_file, monkeypatch):
+    """An elastic lease (virtio-mem mode) gets chunks in several attaches:
+    one region per attach on the device, given back by the chunks it
+    holds, whole, the last made first."""
+    memory = host(privileged, state_file)
+    first, second, third = [[c] for c in chunks(n=3)]
+    base = memory.attach(LEASE, first)
+    grown = memory.attach(LEASE, second + third)
+    assert set(grown) == {'lease-1-chunk-1', 'lease-1-chunk-2'}
+    assert grown['lease-1-chunk-1']['region'] != \
+        base['lease-1-chunk-0']['region']
+    assert grown['lease-1-chunk-1']['numa_node'] == fake_cxl.NODE
+    assert len(kernel.regions) == 2
+    assert sorted(records(state_file)) == ['lease-1/cmm0', 'lease-1/cmm0/2']
+    assert memory.extents_of('lease-1') == [
+        'lease-1-chunk-0', 'lease-1-chunk-1', 'lease-1-chunk-2']
+    # Repeated: the same regions, nothing made.
+    writes = len(kernel.writes)
+    assert memory.attach(LEASE, second) == {
+        'lease-1-chunk-1': grown['lease-1-chunk-1']}
+    assert len(kernel.writes) == writes
+    # A region goes whole: half of one is refused, nothing changed.
+    with pytest.raises(exception.DriverError) as err:
+        memory.check_detach(LEASE, third)
+    assert 'holds chunks lease-1-chunk-1, lease-1-chunk-2' in \
+        err.value.message
+    with pytest.raises(exception.DriverError):
+        memory.detach(LEASE, third)
+    assert len(kernel.regions) == 2
+    memory.detach(LEASE, second + third)
+    assert list(kernel.regions) == [base['lease-1-chunk-0']['region']]
+    assert memory.extents_of('lease-1') == ['lease-1-chunk-0']
+    # Gone already: nothing to do.
+    memory.detach(LEASE, second)
+    # All of it at once (an unbind): the kernel frees a device's decoders
+    # last-made first, so the regions go in that order.
+    again = memory.attach(LEASE, second)['lease-1-chunk-1']['region']
+    destroyed = []
+    destroy = privileged.destroy_region
+
+    def recording(region, *args):
+        destroyed.append(region)
+        return destroy(region, *args)
+    monkeypatch.setattr(privileged, 'destroy_region', recording)
+    memory.detach(LEASE, first + second)
+    assert destroyed == [again, base['lease-1-chunk-0']['region']]
+    assert_nothing_left(kernel, state_file)

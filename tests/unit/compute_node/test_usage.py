@@ -352,3 +352,149 @@ def test_a_restarted_agent_reports_the_host_leases_again(agent, host):
     restarted.compute.detach_memory(None, {'uuid': 'lease-h'}, [one], 'host')
     assert restarted.memory_attachments == {}
     assert sampler.report() == []
+
+
+# ------------------------------------------------------ virtio-mem mode
+
+
+def _vmem_agent(real_conf, host, conn, agent):
+    """An agent whose virtio-mem devices are in the MOCK FakeVmemDomain
+    (fake_virtio_mem) and whose guest agent is that of a FakeDomain of
+    the same instance."""
+    from tests.unit.compute_node import fake_virtio_mem
+    domain = fake_virtio_mem.FakeVmemDomain()
+    vmem = fake_virtio_mem.attacher(domain)
+    vmem_agent = manager.AgentManager(
+        'compute-0', ['compute_node'], guest_attacher=agent.guest_attacher,
+        host_swap=agent.host_swap, virtio_mem_attacher=vmem)
+    instance = fake_virtio_mem.INSTANCE
+    conn.add_domain(fakes.FakeDomain(instance))
+    return vmem_agent, vmem, domain, instance
+
+
+def _vmem_lease(agent, vmem, domain, instance, lease_uuid, plugged_mb,
+                max_mb=1024):
+    vmem.attach(instance, lease_uuid, [0], max_mb, requested_mib=plugged_mb)
+    for _ in range(16):
+        domain.XMLDesc()  # the guest plugs what is requested
+    agent.parts.attachments.memory_attached(
+        lease_uuid, {lease_uuid + '-c0': {'mode': 'virtio-mem',
+                                          'size_mb': plugged_mb}},
+        {'uuid': lease_uuid, 'attach_mode': 'virtio-mem',
+         'instance_uuid': instance})
+
+
+@pytest.mark.parametrize('available_mb, used_mb', [
+    (100, 412),   # 668 MiB used, 256 of them in the base memory
+    (600, 0),     # the workload fits in the base memory
+    (0, 512),     # it needs all it has
+])
+def test_virtio_mem_use_is_what_the_base_memory_cannot_hold(
+        real_conf, host, conn, agent, available_mb, used_mb):
+    vmem_agent, vmem, domain, instance = _vmem_agent(real_conf, host, conn,
+                                                     agent)
+    _vmem_lease(vmem_agent, vmem, domain, instance, 'lease-v', 512)
+    guest_agent = conn.domains[instance].agent
+    guest_agent.mem_total_kb = (256 + 512) * 1024
+    guest_agent.mem_available_kb = available_mb * 1024
+    [sample] = _sampler(vmem_agent, host).sample()
+    assert sample == {'lease_uuid': 'lease-v', 'taken_at': NOW,
+                      'used_mb': used_mb, 'size_mb': 512}
+
+
+def test_virtio_mem_size_is_what_the_device_has_plugged_now(
+        real_conf, host, conn, agent):
+    vmem_agent, vmem, domain, instance = _vmem_agent(real_conf, host, conn,
+                                                     agent)
+    _vmem_lease(vmem_agent, vmem, domain, instance, 'lease-v', 512)
+    vmem.resize(instance, 'lease-v', 256)
+    guest_agent = conn.domains[instance].agent
+    guest_agent.mem_total_kb = 512 * 1024
+    guest_agent.mem_available_kb = 0
+    [sample] = _sampler(vmem_agent, host).sample()
+    assert (sample['used_mb'], sample['size_mb']) == (256, 256)
+
+
+def test_one_guest_exec_for_swap_and_virtio_mem_leases_of_a_guest(
+        real_conf, host, conn, agent):
+    vmem_agent, vmem, domain, instance = _vmem_agent(real_conf, host, conn,
+                                                     agent)
+    _vmem_lease(vmem_agent, vmem, domain, instance, 'lease-v', 512)
+    _vmem_lease(vmem_agent, vmem, domain, instance, 'lease-w', 256)
+    extent = _extent(1)
+    _attach_guest(vmem_agent, conn, instance, 'lease-g', extent)
+    guest_agent = conn.domains[instance].agent
+    guest_agent.used_kb[libvirt_guest.disk_serial(extent['uuid'])] = 3 * 1024
+    # 1024 MiB in all, 768 plugged: base 256; 768 used, 512 beyond it,
+    # shared out by the plugged sizes.
+    guest_agent.mem_total_kb = 1024 * 1024
+    guest_agent.mem_available_kb = 256 * 1024
+    samples = _sampler(vmem_agent, host).sample()
+    assert [(s['lease_uuid'], s['used_mb'], s['size_mb'])
+            for s in samples] == [('lease-v', 341, 512),
+                                  ('lease-w', 171, 256),
+                                  ('lease-g', 3, 64)]
+    assert guest_agent.scripts.count('composable-swaps') == 1
+
+
+def test_a_virtio_mem_device_not_plugged_is_left_out(real_conf, host, conn,
+                                                     agent):
+    vmem_agent, vmem, domain, instance = _vmem_agent(real_conf, host, conn,
+                                                     agent)
+    _vmem_lease(vmem_agent, vmem, domain, instance, 'lease-v', 512)
+    domain.devices.clear()
+    assert _sampler(vmem_agent, host).sample() == []
+
+
+def test_a_restarted_agent_reports_the_virtio_mem_leases_again(
+        real_conf, host, conn, agent):
+    vmem_agent, vmem, domain, instance = _vmem_agent(real_conf, host, conn,
+                                                     agent)
+    vmem.attach(instance, 'lease-v', [0], 512, requested_mib=512)
+    for _ in range(16):
+        domain.XMLDesc()
+    guest_agent = conn.domains[instance].agent
+    guest_agent.mem_total_kb = 768 * 1024
+    guest_agent.mem_available_kb = 0
+    summary = {'uuid': 'lease-v', 'status': 'bound', 'host': 'compute-0',
+               'attach_mode': 'virtio-mem', 'instance_uuid': instance,
+               'extents': ['c0', 'c1']}
+    conductor = _BindingConductor({instance: ['lease-v']},
+                                  {instance: [summary]})
+    sampler = usage.UsageSampler(vmem_agent, conductor=conductor,
+                                 interval=1, timeout=5,
+                                 proc_swaps=host.proc_swaps,
+                                 clock=lambda: NOW)
+    assert sampler.recover() is True
+    assert sorted(vmem_agent.memory_attachments['lease-v']) == ['c0', 'c1']
+    assert sampler.report() == [{'lease_uuid': 'lease-v', 'taken_at': NOW,
+                                 'used_mb': 512, 'size_mb': 512}]
+
+
+def test_simulated_virtio_mem_leases_get_simulated_samples():
+    """The demo: simulated CXL memory bound in virtio-mem mode."""
+    from composable.agent.compute_node import parts as parts_mod
+    conf.CONF.set_override('cxl_backend', 'noop', 'compute_node')
+    try:
+        simulated = manager.AgentManager('compute-0', ['compute_node'])
+        assert simulated.parts.cxl.simulated
+        assert isinstance(simulated.parts, parts_mod.ComputeNodeParts)
+        chunks = [{'uuid': 'c%d' % i, 'size_mb': 256, 'medium': 'cxl',
+                   'device': 'cmm0'} for i in range(2)]
+        lease = {'uuid': 'lease-v', 'max_mb': 1024}
+        simulated.compute.attach_memory(None, lease, chunks, 'virtio-mem',
+                                        'inst-1')
+        simulated.compute.attach_memory(
+            None, lease, [dict(chunks[0], uuid='c2')], 'virtio-mem',
+            'inst-1', partial=True)
+    finally:
+        conf.CONF.clear_override('cxl_backend', 'compute_node')
+    sampler = usage.SimulatedUsageSampler(simulated,
+                                          conductor=RecordingConductor(),
+                                          interval=1, clock=lambda: NOW,
+                                          now=lambda: 0.0)
+    [sample] = sampler.sample()
+    assert sample['lease_uuid'] == 'lease-v'
+    assert sample['size_mb'] == 768
+    assert sample['simulated'] is True
+    assert 0 < sample['used_mb'] <= 768

@@ -203,21 +203,43 @@ def test_unbind_refused_by_the_guest_unplugs_nothing():
 
 
 class RecordingCxl(object):
-    """MOCK of the CXL back end: regions onlined as node 0."""
+    """MOCK of the CXL back end: regions onlined as ``node`` (0), one
+    per extent, recorded as the real one records them."""
 
     simulated = False
 
     def __init__(self):
         self.calls = []
+        self.node = 0
+        # {lease uuid: {extent uuid: numa node}}
+        self.regions = {}
+        self.refuse_split = None
 
     def attach(self, lease, extents):
         self.calls.append('attach')
+        held = self.regions.setdefault(lease['uuid'], {})
+        for e in extents:
+            held.setdefault(e['uuid'], self.node)
         return {e['uuid']: {'mode': states.ATTACH_HOST, 'medium': 'cxl',
-                            'numa_node': 0, 'size_mb': e['size_mb']}
+                            'numa_node': held[e['uuid']],
+                            'size_mb': e['size_mb']}
                 for e in extents}
 
+    def check_detach(self, lease, extents):
+        if self.refuse_split:
+            raise exception.DriverError(reason=self.refuse_split)
+
     def detach(self, lease, extents):
+        self.check_detach(lease, extents)
         self.calls.append('detach')
+        held = self.regions.get(lease['uuid'], {})
+        for e in extents:
+            held.pop(e['uuid'], None)
+        if not held:
+            self.regions.pop(lease['uuid'], None)
+
+    def extents_of(self, lease_uuid):
+        return sorted(self.regions.get(lease_uuid, {}))
 
 
 class FakeParts(object):
@@ -428,3 +450,344 @@ def test_a_domain_without_max_memory_gets_the_lease_unbound_at_start():
     assert 'did not get the CXL memory of this lease' in fault
     assert 'has no <maxMemory slots=...>' in fault
     assert domain.devices == {}
+
+
+# ------------------------------------------------- elastic (agent 1.4)
+
+
+ALIAS = 'ua-composable-vmem-' + LEASE
+
+
+def _chunk(i, size_mb=256):
+    return {'uuid': 'chunk-%d' % i, 'size_mb': size_mb, 'medium': 'cxl',
+            'device': 'cmm0'}
+
+
+def _plugged(domain):
+    """The guest plugs what is requested (a few reads of the XML)."""
+    for _ in range(16):
+        domain.XMLDesc()
+    return domain.devices[ALIAS]
+
+
+def test_device_size_and_nodemask_helpers():
+    assert virtio_mem.device_size_mib(512) == 512
+    assert virtio_mem.device_size_mib(512, 1024) == 1024
+    assert virtio_mem.device_size_mib(512, 256) == 512
+    # Rounded up to the 2 MiB block.
+    assert virtio_mem.device_size_mib(255, 1001) == 1002
+    assert virtio_mem.parse_nodemask('0') == {0}
+    assert virtio_mem.parse_nodemask('1,3') == {1, 3}
+    assert virtio_mem.parse_nodemask('0-3,^2') == {0, 1, 3}
+
+
+def test_room_under_max_memory_counts_every_memory_device():
+    xml = ("<domain><name>vm-9</name>"
+           "<maxMemory slots='4' unit='GiB'>2</maxMemory>"
+           "<memory unit='KiB'>786432</memory>"
+           "<cpu><numa><cell id='0' memory='256' unit='MiB'/></numa></cpu>"
+           "<devices><memory model='dimm'><target><size unit='MiB'>256"
+           "</size></target></memory>"
+           "<memory model='virtio-mem'><target><size unit='MiB'>256</size>"
+           "</target><alias name='ua-composable-vmem-x'/></memory>"
+           "</devices></domain>")
+    memory = virtio_mem.DomainMemory(xml)
+    assert memory.used_kib == 768 * MIB
+    assert memory.room_kib == (2048 - 768) * MIB
+
+
+def test_first_plug_reserves_max_mb_and_requests_the_chunks():
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint = _endpoint(domain)
+    details = endpoint.attach_memory(
+        None, {'uuid': LEASE, 'max_mb': 1001}, [_chunk(0), _chunk(1)],
+        'virtio-mem', INSTANCE)
+    device = domain.devices[ALIAS]
+    assert device['xml'].findtext('target/size') == str(1002 * MIB)
+    assert device['requested'] == 512 * MIB
+    assert {d['requested_mb'] for d in details.values()} == {512}
+
+
+def test_a_max_mb_beyond_max_memory_is_refused_naming_what_to_change():
+    # The fake domain: <maxMemory> 4 GiB, 256 MiB of boot memory.
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint = _endpoint(domain)
+    with pytest.raises(virtio_mem.NoMaxMemory) as err:
+        endpoint.attach_memory(None, {'uuid': LEASE, 'max_mb': 8192},
+                               [_chunk(0)], 'virtio-mem', INSTANCE)
+    message = err.value.message
+    assert ('domain vm-1 (instance %s) cannot take the 8192 MiB '
+            'virtio-mem device of lease %s' % (INSTANCE, LEASE)) in message
+    assert '<maxMemory> of 4096 MiB leaves room for 3840 MiB' in message
+    assert 'at least 4352 MiB larger, or give the lease a smaller ' \
+        'max_mb' in message
+    assert domain.devices == {}
+    # The region made for it went back.
+    assert endpoint._parts.cxl.calls == ['attach', 'detach']
+    assert endpoint._parts.cxl.regions == {}
+
+
+def _elastic(domain, max_mb=1024):
+    endpoint = _endpoint(domain)
+    lease = {'uuid': LEASE, 'max_mb': max_mb}
+    endpoint.attach_memory(None, lease, [_chunk(0), _chunk(1)],
+                           'virtio-mem', INSTANCE)
+    _plugged(domain)
+    return endpoint, lease
+
+
+def test_grow_makes_only_the_new_regions_and_raises_requested():
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint, lease = _elastic(domain)
+    cxl = endpoint._parts.cxl
+    details = endpoint.attach_memory(None, lease, [_chunk(2)], 'virtio-mem',
+                                     INSTANCE, partial=True)
+    assert set(details) == {'chunk-2'}
+    assert details['chunk-2']['mode'] == 'virtio-mem'
+    assert details['chunk-2']['alias'] == ALIAS
+    assert details['chunk-2']['requested_mb'] == 768
+    assert details['chunk-2']['numa_node'] == 0
+    assert domain.updates == [768]
+    assert _plugged(domain)['current'] == 768 * MIB
+    assert cxl.regions[LEASE] == {'chunk-0': 0, 'chunk-1': 0, 'chunk-2': 0}
+    assert set(endpoint._parts.attachments.memory[LEASE]) == {
+        'chunk-0', 'chunk-1', 'chunk-2'}
+    # The agent knows it grows without being told (its records).
+    endpoint.attach_memory(None, lease, [_chunk(3)], 'virtio-mem', INSTANCE)
+    assert domain.updates == [768, 1024]
+
+
+def test_a_repeated_grow_changes_nothing_more():
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint, lease = _elastic(domain)
+    first = endpoint.attach_memory(None, lease, [_chunk(2)], 'virtio-mem',
+                                   INSTANCE, partial=True)
+    again = endpoint.attach_memory(None, lease, [_chunk(2)], 'virtio-mem',
+                                   INSTANCE, partial=True)
+    assert again == first
+    assert domain.updates == [768]
+    # So is a repeated first bind of all of them.
+    endpoint.attach_memory(None, lease, [_chunk(0), _chunk(1), _chunk(2)],
+                           'virtio-mem', INSTANCE)
+    assert domain.updates == [768]
+    assert domain.devices[ALIAS]['requested'] == 768 * MIB
+
+
+def test_grow_on_another_host_node_gives_the_region_back():
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint, lease = _elastic(domain)
+    cxl = endpoint._parts.cxl
+    cxl.node = 2
+    with pytest.raises(exception.DriverError) as err:
+        endpoint.attach_memory(None, lease, [_chunk(2)], 'virtio-mem',
+                               INSTANCE, partial=True)
+    message = err.value.message
+    assert 'online on host NUMA node 2' in message
+    assert 'pinned to host node(s) 0 (<nodemask>)' in message
+    assert cxl.calls[-2:] == ['attach', 'detach']
+    assert 'chunk-2' not in cxl.regions[LEASE]
+    assert domain.updates == []
+    assert 'chunk-2' not in endpoint._parts.attachments.memory[LEASE]
+
+
+def test_grow_beyond_the_device_gives_the_region_back():
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint, lease = _elastic(domain, max_mb=600)
+    with pytest.raises(exception.DriverError) as err:
+        endpoint.attach_memory(None, lease, [_chunk(2)], 'virtio-mem',
+                               INSTANCE, partial=True)
+    assert ('is 600 MiB (the lease\'s max_mb when it was plugged) and 512 '
+            'MiB of it are requested; it cannot take 256 MiB more'
+            in err.value.message)
+    assert 'chunk-2' not in endpoint._parts.cxl.regions[LEASE]
+    assert domain.updates == []
+
+
+def test_grow_without_the_device_in_the_guest_is_refused():
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint = _endpoint(domain)
+    with pytest.raises(exception.DriverError) as err:
+        endpoint.attach_memory(None, {'uuid': LEASE}, [_chunk(2)],
+                               'virtio-mem', INSTANCE, partial=True)
+    assert 'has no virtio-mem device of lease %s to grow' % LEASE in \
+        err.value.message
+    assert endpoint._parts.cxl.regions == {}
+
+
+def test_partial_detach_shrinks_first_then_gives_back_only_those():
+    domain = fake_virtio_mem.FakeVmemDomain(unpluggable=True)
+    endpoint, lease = _elastic(domain)
+    endpoint.attach_memory(None, lease, [_chunk(2)], 'virtio-mem', INSTANCE,
+                           partial=True)
+    _plugged(domain)
+    cxl = endpoint._parts.cxl
+    endpoint.detach_memory(None, lease, [_chunk(2)], 'virtio-mem',
+                           INSTANCE, partial=True)
+    device = domain.devices[ALIAS]
+    # Waited for: the guest gave it back before the region went.
+    assert device['requested'] == device['current'] == 512 * MIB
+    assert domain.updates == [768, 512]
+    assert domain.unplug_requests == []
+    assert cxl.calls[-1] == 'detach'
+    assert cxl.regions[LEASE] == {'chunk-0': 0, 'chunk-1': 0}
+    assert set(endpoint._parts.attachments.memory[LEASE]) == {'chunk-0',
+                                                              'chunk-1'}
+    # Without partial=True: the agent's records tell it is a part.
+    endpoint.detach_memory(None, lease, [_chunk(1)], 'virtio-mem', INSTANCE)
+    assert domain.devices[ALIAS]['requested'] == 256 * MIB
+    # Again: gone already, nothing more.
+    endpoint.detach_memory(None, lease, [_chunk(1)], 'virtio-mem', INSTANCE,
+                           partial=True)
+    assert domain.updates == [768, 512, 256]
+    # All that is left: the device is emptied and unplugged, as before.
+    endpoint.detach_memory(None, lease, [_chunk(0)], 'virtio-mem', INSTANCE)
+    assert domain.devices == {}
+    assert cxl.regions == {}
+    assert endpoint._parts.attachments.memory == {}
+
+
+def test_partial_detach_refused_by_the_guest_keeps_everything():
+    domain = fake_virtio_mem.FakeVmemDomain(unpluggable=True)
+    endpoint, lease = _elastic(domain)
+    cxl = endpoint._parts.cxl
+    domain.guest_floor_kib = 512 * MIB   # the guest uses all of it
+    with pytest.raises(virtio_mem.ShrinkRefused) as err:
+        endpoint.detach_memory(None, lease, [_chunk(1)], 'virtio-mem',
+                               INSTANCE, partial=True)
+    assert 'it still has 512 MiB of it, 256 MiB were requested' in \
+        err.value.message
+    assert domain.devices[ALIAS]['requested'] == 512 * MIB
+    assert cxl.calls == ['attach']
+    assert cxl.regions[LEASE] == {'chunk-0': 0, 'chunk-1': 0}
+    assert set(endpoint._parts.attachments.memory[LEASE]) == {'chunk-0',
+                                                              'chunk-1'}
+    # Once the guest lets go, the same call goes through.
+    domain.guest_floor_kib = 0
+    endpoint.detach_memory(None, lease, [_chunk(1)], 'virtio-mem', INSTANCE,
+                           partial=True)
+    assert domain.devices[ALIAS]['requested'] == 256 * MIB
+    assert cxl.regions[LEASE] == {'chunk-0': 0}
+
+
+def test_a_region_that_cannot_go_is_not_shrunk_twice():
+    """The guest gave the memory back but the host region could not go
+    (split, or pages the kernel cannot move): the repeated call does not
+    take the size off the device again."""
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint, lease = _elastic(domain)
+    cxl = endpoint._parts.cxl
+    original = cxl.detach
+
+    def failing(lease, extents):
+        raise exception.DriverError(reason='pages are pinned')
+    cxl.detach = failing
+    with pytest.raises(exception.DriverError):
+        endpoint.detach_memory(None, lease, [_chunk(1)], 'virtio-mem',
+                               INSTANCE, partial=True)
+    assert domain.devices[ALIAS]['requested'] == 256 * MIB
+    cxl.detach = original
+    endpoint.detach_memory(None, lease, [_chunk(1)], 'virtio-mem', INSTANCE,
+                           partial=True)
+    assert domain.updates == [256]
+    assert cxl.regions[LEASE] == {'chunk-0': 0}
+
+
+def test_a_split_region_is_refused_before_the_guest_shrinks():
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint, lease = _elastic(domain)
+    endpoint._parts.cxl.refuse_split = 'given back whole'
+    with pytest.raises(exception.DriverError) as err:
+        endpoint.detach_memory(None, lease, [_chunk(1)], 'virtio-mem',
+                               INSTANCE, partial=True)
+    assert 'given back whole' in err.value.message
+    assert domain.updates == []
+
+
+def test_grow_and_shrink_while_the_device_waits_for_started():
+    domain = fake_virtio_mem.FakeVmemDomain(unpluggable=True)
+    endpoint, hook, conductor = _hooked(domain)
+    lease = {'uuid': LEASE, 'max_mb': 1024}
+
+    def prepare(context, instance, host, **kwargs):
+        endpoint.attach_memory(None, lease, _chunks(), 'virtio-mem',
+                               instance)
+        # Grown while the domain is prepared.
+        details = endpoint.attach_memory(None, lease, [_chunk(2)],
+                                         'virtio-mem', instance,
+                                         partial=True)
+        assert details['chunk-2']['deferred'] == 'started'
+        assert details['chunk-2']['requested_mb'] == 768
+        return conductor._answer()
+    conductor.prepare_instance = prepare
+    assert hook.handle({'op': 'prepare', 'instance': INSTANCE})['ok']
+    assert domain.devices == {}
+    # Before started, a shrink lowers what will be plugged.
+    endpoint.detach_memory(None, lease, [_chunk(2)], 'virtio-mem', INSTANCE,
+                           partial=True)
+    assert 'chunk-2' not in endpoint._parts.cxl.regions[LEASE]
+    with pytest.raises(exception.DriverError) as err:
+        endpoint._parts.cxl.node = 3
+        endpoint.attach_memory(None, lease, [_chunk(4)], 'virtio-mem',
+                               INSTANCE, partial=True)
+    assert 'online on host NUMA node 3' in err.value.message
+    assert 'is pinned to host node(s) 0' in err.value.message
+    assert hook.handle({'op': 'started', 'instance': INSTANCE})['ok']
+    _join(hook)
+    device = domain.devices[ALIAS]
+    assert device['xml'].findtext('target/size') == str(1024 * MIB)
+    assert device['requested'] == 512 * MIB
+    assert conductor.faults == []
+
+
+def test_a_chunk_whose_size_was_given_back_counts_again_when_reattached():
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint, lease = _elastic(domain)
+    cxl = endpoint._parts.cxl
+    original = cxl.detach
+
+    def failing(lease, extents):
+        raise exception.DriverError(reason='pages are pinned')
+    cxl.detach = failing
+    with pytest.raises(exception.DriverError):
+        endpoint.detach_memory(None, lease, [_chunk(1)], 'virtio-mem',
+                               INSTANCE, partial=True)
+    cxl.detach = original
+    # The conductor keeps the chunk after all: the device asks for it
+    # again, the region (still there) is not made again.
+    regions = dict(cxl.regions[LEASE])
+    details = endpoint.attach_memory(None, lease, [_chunk(1)], 'virtio-mem',
+                                     INSTANCE, partial=True)
+    assert details['chunk-1']['requested_mb'] == 512
+    assert 'released' not in details['chunk-1']
+    assert domain.updates == [256, 512]
+    assert cxl.regions[LEASE] == regions
+    # And counts once: a repeat changes nothing.
+    endpoint.attach_memory(None, lease, [_chunk(1)], 'virtio-mem', INSTANCE,
+                           partial=True)
+    assert domain.updates == [256, 512]
+
+
+class _NoLibvirt(object):
+    uri = 'qemu:///system'
+
+    def get(self, needed_for=None):
+        raise AssertionError('a libvirt call while the hook holds the '
+                             'domain')
+
+
+def test_no_libvirt_call_while_the_hook_holds_the_domain():
+    domain = fake_virtio_mem.FakeVmemDomain()
+    endpoint, hook, conductor = _hooked(domain)
+    lease = {'uuid': LEASE, 'max_mb': 1024}
+    endpoint.attach_memory(None, lease, _chunks(), 'virtio-mem', INSTANCE)
+    endpoint._parts.virtio_mem_attacher.connection = _NoLibvirt()
+    with hook._held(INSTANCE):
+        with pytest.raises(exception.DriverError) as err:
+            endpoint.attach_memory(None, lease, [_chunk(2)], 'virtio-mem',
+                                   INSTANCE, partial=True)
+        assert 'is being started or stopped' in err.value.message
+        assert 'chunk-2' not in endpoint._parts.cxl.regions[LEASE]
+        # A shrink there has nothing to ask of QEMU (it is gone).
+        endpoint.detach_memory(None, lease, [_chunk(1)], 'virtio-mem',
+                               INSTANCE, partial=True)
+    assert endpoint._parts.cxl.regions[LEASE] == {'chunk-0': 0}
