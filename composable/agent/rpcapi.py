@@ -30,6 +30,9 @@ Version history:
           (a device with an ``sriov`` entry)
     1.3 - attach_memory and detach_memory take mode virtio-mem;
           resize_memory
+    1.4 - attach_memory and detach_memory of some of the chunks of a
+          lease bound in virtio-mem mode (an elastic lease growing or
+          shrinking): the guest's device follows by their size
 """
 
 from composable.common import rpc
@@ -80,18 +83,27 @@ class AgentAPI(object):
         return '1.3' if mode == 'virtio-mem' else None
 
     def attach_memory(self, context, node, lease, extents, mode,
-                      instance_uuid=None):
+                      instance_uuid=None, partial=False):
+        """``partial``: ``extents`` are more chunks of a lease already
+        attached in virtio-mem mode (an elastic lease growing); the
+        agent raises the guest device's requested size by their total.
+        Needs 1.4; the flag itself is said by the version."""
         return self._call(context, node, 'attach_memory', lease=lease,
                           extents=extents, mode=mode,
                           instance_uuid=instance_uuid,
-                          version=self._memory_version(mode))
+                          version=('1.4' if partial
+                                   else self._memory_version(mode)))
 
     def detach_memory(self, context, node, lease, extents, mode,
-                      instance_uuid=None):
+                      instance_uuid=None, partial=False):
+        """``partial``: only ``extents`` go (an elastic lease
+        shrinking): the guest's device is lowered by their total first,
+        and only their regions are destroyed. Needs 1.4."""
         return self._call(context, node, 'detach_memory', lease=lease,
                           extents=extents, mode=mode,
                           instance_uuid=instance_uuid,
-                          version=self._memory_version(mode))
+                          version=('1.4' if partial
+                                   else self._memory_version(mode)))
 
     def resize_memory(self, context, node, lease, instance_uuid,
                       requested_mb):

@@ -429,6 +429,7 @@ class ConductorManager(object):
             mode = attach_mode or task.lease.attach_mode
             rules.check_attach_mode(mode, instance_uuid)
             rules.check_cxl_host_mode(task.lease, mode)
+            rules.check_elastic_cxl_mode(task.lease, mode)
             lease_task.check_event(task.lease, states.BIND, 'bind')
             rules.check_fabric(task.lease, host)
             rules.check_sriov_host(task.lease, host)
