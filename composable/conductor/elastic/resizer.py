@@ -40,6 +40,22 @@ and decided for again as it is then.
   free memory is refused there, and the lease keeps its size), unexported,
   scrubbed, and only then given back to the pool.
 
+A lease of CXL memory (API 1.7: attach mode virtio-mem, a fabric whose
+back end is ``local``) is resized through its guest's virtio-mem device
+(agent RPC 1.4, a *partial* attach or detach of some of its chunks):
+
+* grow: whole chunks claimed as above (on the devices the lease has
+  first), a device it had none of made reachable from the host by the
+  bind's fabric step, nothing exported; the agent makes the new regions
+  and raises the device's requested size; only then does the compute
+  node's MEMORY_MB (and the guest's hold) grow (host_memory.follow).
+  A failure is undone in reverse; chunks the host may still map (it did
+  not answer the undo) stay with the lease, marked, until it does.
+* shrink: the agent lowers the requested size first (the guest gives the
+  memory back, or refuses and keeps it) and destroys only those regions;
+  then MEMORY_MB and the hold are lowered and the chunks given back (the
+  host erased them: nothing to unexport or scrub).
+
 Every resize is an action of the lease's log whose message carries the
 prediction that caused it.
 """
