@@ -462,3 +462,14 @@ def test_a_fabric_that_composes_now_keeps_the_lease(harness, env):
     assert action.result == 'error'
     assert 'whose CXL back end redfish composes memory' in action.message
     assert harness.pool(env.pool).used == 512
+
+
+def test_the_conductor_refuses_an_elastic_cxl_lease_in_host_mode(harness,
+                                                                 env):
+    """The rule holds for a create that did not come through the API
+    (Heat, a flavor) too."""
+    with pytest.raises(exception.Invalid) as err:
+        harness.create(memory_mb=512, elastic=dict(POLICY),
+                       requested_pools=[env.pool.uuid])
+    assert 'elastic CXL leases resize through virtio-mem' in str(err.value)
+    assert db_api.lease_list(admin()) == []
