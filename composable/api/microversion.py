@@ -43,6 +43,10 @@ Version  Change
          leases of a CXL pool bound to a server: the memory is onlined
          on the server's host as a NUMA node and plugged into the guest
          by a virtio-mem device pinned to that node.
+1.7      Leases: ``elastic`` on a CXL pool, for a lease created with
+         ``attach_mode`` ``virtio-mem`` on a fabric whose CXL back end
+         is ``local``: it grows and shrinks by whole chunks plugged into
+         and out of its guest's virtio-mem device.
 =======  ==============================================================
 """
 
@@ -61,6 +65,7 @@ VERSIONS = (
     '1.4',
     '1.5',
     '1.6',
+    '1.7',
 )
 
 MIN_VERSION_STRING = VERSIONS[0]

@@ -332,16 +332,21 @@ class LeaseManager(Manager):
     ELASTIC_VERSION = '1.2'
     #: API version from which attach_mode may be virtio-mem.
     VIRTIO_MEM_VERSION = '1.6'
+    #: API version from which a virtio-mem lease (of a CXL pool) may be
+    #: elastic.
+    ELASTIC_VIRTIO_MEM_VERSION = '1.7'
 
     def _mode_version(self, attach_mode):
         return (self.client.at_least(self.VIRTIO_MEM_VERSION)
                 if attach_mode == 'virtio-mem' else None)
 
     def create(self, **fields):
-        # Elastic leases exist from 1.2 on, virtio-mem from 1.6: ask for
-        # the version needed.
+        # Elastic leases exist from 1.2 on, virtio-mem from 1.6, elastic
+        # virtio-mem leases from 1.7: ask for the version needed.
         version = self._mode_version(fields.get('attach_mode'))
-        if version is None and fields.get('elastic'):
+        if version is not None and fields.get('elastic'):
+            version = self.client.at_least(self.ELASTIC_VIRTIO_MEM_VERSION)
+        elif version is None and fields.get('elastic'):
             version = self.client.at_least(self.ELASTIC_VERSION)
         return self.client.post(self.collection, fields, version=version)
 

@@ -115,7 +115,12 @@ def lease_view(lease):
             # What the exports are restricted to: the bound host's agent
             # must log in with this name.
             'initiator_iqn': (lease.host.initiator_iqn
-                              if lease.host is not None else None)}
+                              if lease.host is not None else None),
+            # The most an elastic lease may grow to: a virtio-mem device
+            # is plugged with that much address space at the first bind,
+            # so that it can grow later (None for a lease of fixed size).
+            'max_mb': (int(lease.elastic['max_mb'])
+                       if getattr(lease, 'elastic', None) else None)}
 
 
 def extent_view(lease, extent, portal=None, credentials=False):
@@ -379,13 +384,13 @@ class LeaseFlows(object):
                                      {'details': details})
 
         if lease.extents:
-            extents = [extent_view(lease, e, portal=portals.get(e.uuid),
-                                   credentials=True)
-                       for e in lease.extents]
-            for extent in extents:
-                if cxl:
-                    extent['locator'] = locator_mod.Locator.from_primitive(
-                        locators[extent['device']]).to_primitive()
+            if cxl:
+                extents = self.cxl_extent_views(lease, lease.extents,
+                                                locators)
+            else:
+                extents = [extent_view(lease, e, portal=portals.get(e.uuid),
+                                       credentials=True)
+                           for e in lease.extents]
             LOG.debug('Lease %(lease)s: extents exported, attaching on '
                       '%(host)s', {'lease': lease.uuid, 'host': host.name})
             memory = self.call_agent(
@@ -493,11 +498,19 @@ class LeaseFlows(object):
         """{device name: locator} of the CXL memory devices holding the
         lease's chunks, each made reachable from ``host`` by the fabric
         (the local back end only checks the host is wired to it)."""
+        return self.cxl_reach(lease, host, lease.extents)
+
+    def cxl_reach(self, lease, host, extents):
+        """{device name: locator} of the CXL memory devices holding
+        ``extents`` (chunks of ``lease``), each made reachable from
+        ``host`` by the fabric for the MiB of ``extents`` on it: all of
+        the lease's at a bind, the new chunks of an elastic lease on a
+        device it had none of when it grows."""
         fabric = lease.memory_pool.fabric
         fabric_row = _row(fabric)
         locators = {}
         sizes = {}
-        for extent in lease.extents:
+        for extent in extents:
             name = extent.memory_node.name
             sizes[name] = sizes.get(name, 0) + extent.size_mb
         for name in sorted(sizes):
@@ -522,13 +535,30 @@ class LeaseFlows(object):
                               else typed.to_primitive())
         return locators
 
-    def _unbind_cxl_memory(self, lease, host, details):
+    @staticmethod
+    def cxl_extent_views(lease, extents, locators):
+        """The agent's views of CXL chunks ``extents`` of ``lease``, each
+        with the typed locator of its device (``locators``: {device
+        name: what cxl_reach kept})."""
+        views = []
+        for extent in extents:
+            view = extent_view(lease, extent, credentials=True)
+            view['locator'] = locator_mod.Locator.from_primitive(
+                locators[view['device']]).to_primitive()
+            views.append(view)
+        return views
+
+    def _unbind_cxl_memory(self, lease, host, details, devices=None):
         """Have the fabric take the lease's CXL memory from ``host``, once
-        the host has destroyed (and erased) its regions; idempotent."""
+        the host has destroyed (and erased) its regions; idempotent.
+        ``devices``: only those (names; an elastic lease that shrank off
+        them), default every device of the lease's chunks."""
         fabric = lease.memory_pool.fabric
         fabric_row = _row(fabric)
         locators = (details or {}).get('cxl_locators') or {}
-        for name in sorted({e.memory_node.name for e in lease.extents}):
+        if devices is None:
+            devices = {e.memory_node.name for e in lease.extents}
+        for name in sorted(devices):
             what = ('taking CXL memory device %s from host %s on fabric %s'
                     % (name, host.name, fabric.name))
             driver = self._fabric_driver(fabric_row, what)

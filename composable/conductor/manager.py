@@ -34,6 +34,7 @@ from oslo_utils import timeutils
 
 from composable.common import context as composable_context
 from composable.common import exception
+from composable.common import media
 from composable.common import pool_fit
 from composable.common import states
 from composable.common import utils
@@ -335,6 +336,15 @@ class ConductorManager(object):
         could hold at its minimum, or take in whole extents between its
         minimum and maximum."""
         policy = values['elastic']
+        for pool in pools or []:
+            # A CXL pool (named: CXL memory is only had by naming it)
+            # resizes through virtio-mem, on a fabric composing nothing.
+            if pool.kind == 'memory' and media.is_cxl(pool):
+                refusal = rules.elastic_cxl_refusal(
+                    pool, values.get('attach_mode') or states.ATTACH_HOST,
+                    policy)
+                if refusal:
+                    raise exception.Invalid(refusal)
         candidates = [p for p in pools or db_api.pool_summaries(
             self._admin(), kind='memory') if p.kind == 'memory']
         reasons = []
@@ -429,6 +439,7 @@ class ConductorManager(object):
             mode = attach_mode or task.lease.attach_mode
             rules.check_attach_mode(mode, instance_uuid)
             rules.check_cxl_host_mode(task.lease, mode)
+            rules.check_elastic_cxl_mode(task.lease, mode)
             lease_task.check_event(task.lease, states.BIND, 'bind')
             rules.check_fabric(task.lease, host)
             rules.check_sriov_host(task.lease, host)

@@ -84,6 +84,64 @@ def check_cxl_host_mode(lease, mode):
         raise exception.Invalid(refusal + ' (lease %s)' % lease.uuid)
 
 
+def cxl_backend(pool):
+    """The back end of the CXL fabric of ``pool``: ``local`` (devices
+    wired to their hosts, nothing composed) or ``redfish`` (a fabric
+    manager composes a chunk per lease and device); see
+    composable.fabric.cxl."""
+    fabric = getattr(pool, 'fabric', None)
+    info = (getattr(fabric, 'driver_info', None) or {}) if fabric else {}
+    return info.get('backend') or 'local'
+
+
+def elastic_cxl_refusal(pool, attach_mode, elastic=None):
+    """Why a lease of CXL pool ``pool`` attached in ``attach_mode`` cannot
+    be elastic (``elastic``: its policy, whose min_mb and max_mb are
+    checked too when given), or None. An elastic CXL lease grows and
+    shrinks by whole chunks plugged into (and out of) its guest through
+    virtio-mem, on devices wired to the host: a host-mode NUMA node has
+    no one to give memory back on demand, and a fabric manager's chunk
+    does not change size."""
+    if attach_mode != states.ATTACH_VIRTIO_MEM:
+        return ("Invalid input for field 'attach_mode': elastic CXL "
+                "leases resize through virtio-mem: give attach_mode "
+                "virtio-mem (the lease is then bound to a server), not %s "
+                "(pool %s)" % (attach_mode or states.ATTACH_HOST,
+                               pool.name))
+    backend = cxl_backend(pool)
+    if backend != 'local':
+        return ("Invalid input for field 'elastic': pool %s is on fabric "
+                "%s, whose CXL back end %s composes memory: its fabric "
+                "manager makes one chunk per lease and device, a Redfish "
+                "MemoryChunk does not change size, and dynamic capacity "
+                "devices are not supported by Linux yet, so a lease of it "
+                "cannot grow or shrink. Use a pool of a fabric with back "
+                "end local, or a lease of fixed size" % (
+                    pool.name, pool.fabric.name, backend))
+    step = pool.step_size or media.CXL_GRANULE_MB
+    for name in ('min_mb', 'max_mb'):
+        value = (elastic or {}).get(name)
+        if value is not None and int(value) % step:
+            return ("Invalid input for field 'elastic/%s': pool %s gives "
+                    "CXL memory in whole chunks of %d MiB; %d is not a "
+                    "multiple of it (%d or %d)" % (
+                        name, pool.name, step, value,
+                        value // step * step or step,
+                        (value // step + 1) * step))
+    return None
+
+
+def check_elastic_cxl_mode(lease, mode):
+    """An elastic lease of CXL memory is bound in virtio-mem mode only
+    (elastic_cxl_refusal)."""
+    pool = lease.memory_pool
+    if not lease.elastic or pool is None or not media.is_cxl(pool):
+        return
+    if mode != states.ATTACH_VIRTIO_MEM:
+        raise exception.Invalid(
+            elastic_cxl_refusal(pool, mode) + ' (lease %s)' % lease.uuid)
+
+
 def check_fabric(lease, host):
     """The host is on the fabric of the lease's pools (a lease that holds
     nothing yet binds anywhere)."""

@@ -118,9 +118,11 @@ def _unclaim_pool(session, pool_id, amount):
                                                   'b_amount': amount})
 
 
-def _plan_extents(nodes, count, step, policy):
+def _plan_extents(nodes, count, step, policy, prefer=()):
     """{node: extents} placing ``count`` extents of ``step`` MiB, or None
-    when the nodes cannot hold them (fragmentation)."""
+    when the nodes cannot hold them (fragmentation). ``prefer``: ids of
+    nodes taken first while they have room (the devices an elastic CXL
+    lease already has: its host reaches them already)."""
     free = {node.id: node.capacity_mb - node.reserved_mb - node.allocated_mb
             for node in nodes}
     by_id = {node.id: node for node in nodes}
@@ -129,6 +131,8 @@ def _plan_extents(nodes, count, step, policy):
         fitting = [nid for nid, mb in free.items() if mb >= step]
         if not fitting:
             return None
+        preferred = [nid for nid in fitting if nid in prefer]
+        fitting = preferred or fitting
         if policy == 'pack':
             # Least free first; ties by id so the plan is stable.
             chosen = min(fitting, key=lambda nid: (free[nid], nid))
@@ -1070,15 +1074,20 @@ def _grow_once(context, lease_id, amount_mb):
                        'for' % (pool.name, _free(pool), amount_mb))
         nodes = session.execute(statements.LOCK_NODES,
                                 {'b_pool': pool.id}).all()
+        existing = session.execute(_LEASE_EXTENTS,
+                                   {'b_lease': lease_id}).all()
+        # CXL chunks go on the devices the lease has first: its host
+        # reaches them already, and one region of a device grows the
+        # guest's device with no other device to make reachable.
+        prefer = ({e.memory_node_id for e in existing}
+                  if pool.medium == media.CXL else ())
         plan = _plan_extents(nodes, amount_mb // step, step,
-                             CONF.allocator.memory_placement)
+                             CONF.allocator.memory_placement, prefer=prefer)
         if plan is None:
             raise exception.InsufficientCapacity(
                 reason='pool %s has memory free but not %d whole extents '
                        'of %d MiB on its nodes' % (pool.name,
                                                    amount_mb // step, step))
-        existing = session.execute(_LEASE_EXTENTS,
-                                   {'b_lease': lease_id}).all()
         index = max([e.index for e in existing], default=-1) + 1
         extents = []
         for node, n in plan.items():

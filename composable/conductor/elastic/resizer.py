@@ -40,6 +40,22 @@ and decided for again as it is then.
   free memory is refused there, and the lease keeps its size), unexported,
   scrubbed, and only then given back to the pool.
 
+A lease of CXL memory (API 1.7: attach mode virtio-mem, a fabric whose
+back end is ``local``) is resized through its guest's virtio-mem device
+(agent RPC 1.4, a *partial* attach or detach of some of its chunks):
+
+* grow: whole chunks claimed as above (on the devices the lease has
+  first), a device it had none of made reachable from the host by the
+  bind's fabric step, nothing exported; the agent makes the new regions
+  and raises the device's requested size; only then does the compute
+  node's MEMORY_MB (and the guest's hold) grow (host_memory.follow).
+  A failure is undone in reverse; chunks the host may still map (it did
+  not answer the undo) stay with the lease, marked, until it does.
+* shrink: the agent lowers the requested size first (the guest gives the
+  memory back, or refuses and keeps it) and destroys only those regions;
+  then MEMORY_MB and the hold are lowered and the chunks given back (the
+  host erased them: nothing to unexport or scrub).
+
 Every resize is an action of the lease's log whose message carries the
 prediction that caused it.
 """
@@ -52,12 +68,15 @@ import numpy as np
 from oslo_log import log as logging
 
 from composable.common import exception
+from composable.common import media
 from composable.common import states
 from composable.common import utils
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.elastic import predictor as ar
 from composable.conductor import flows as lease_flows
 from composable.conductor.placement import claims as placement_claims
+from composable.conductor.placement import host_memory
+from composable.conductor import rules
 from composable.conductor import task as lease_task
 from composable import conf
 from composable.db import api as db_api
@@ -212,6 +231,30 @@ def _mark(context, lease, key, uuids):
     db_api.attachment_update(context, row.id, {'details': details})
 
 
+def _cxl(lease):
+    """The memory pool of ``lease`` when it is a CXL pool, else None."""
+    pool = lease.memory_pool
+    return pool if pool is not None and media.is_cxl(pool) else None
+
+
+def _cxl_refusal(lease):
+    """Why CXL ``lease`` cannot be resized as it is bound (not in
+    virtio-mem mode, or its fabric composes its chunks now), in words for
+    its action; None when it can."""
+    refusal = rules.elastic_cxl_refusal(lease.memory_pool,
+                                        lease.attach_mode)
+    if refusal is None:
+        return None
+    # The rule speaks of a request; here the lease is as it was made.
+    return 'it cannot be resized: %s.' % refusal.split(': ', 1)[-1]
+
+
+def _partial(lease):
+    """The keyword of an agent call that attaches or detaches some of
+    the chunks of a CXL lease in virtio-mem mode (agent RPC 1.4)."""
+    return {'partial': True} if _cxl(lease) else {}
+
+
 class ElasticResizer(object):
 
     def __init__(self, manager):
@@ -363,8 +406,11 @@ class ElasticResizer(object):
                         if what))
         problems = []
         if grow:
-            problems += self._undo_grow(context, lease_id, grow)
-            _mark(context, lease, PENDING_GROW, None)
+            undo_problems, settled = self._undo_grow(context, lease_id,
+                                                     grow)
+            problems += undo_problems
+            if settled:
+                _mark(context, lease, PENDING_GROW, None)
         if shrink:
             victims = [e for e in lease.extents if e.uuid in set(shrink)]
             try:
@@ -375,7 +421,8 @@ class ElasticResizer(object):
                     self.flows.agents.detach_memory,
                     lease_flows.lease_view(lease),
                     [lease_flows.extent_view(lease, e) for e in victims],
-                    lease.attach_mode, lease.instance_uuid)
+                    lease.attach_mode, lease.instance_uuid,
+                    **_partial(lease))
             except lease_flows.StepFailed as exc:
                 problems.append(exc.message)
                 if not exc.unreachable:
@@ -426,6 +473,12 @@ class ElasticResizer(object):
 
     def _grow(self, context, lease_id, decision):
         """None when grown, else the message of a refused grow."""
+        before = db_api.lease_get_by_id(context, lease_id)
+        cxl = _cxl(before)
+        if cxl:
+            refusal = _cxl_refusal(before)
+            if refusal:
+                return self._kept(decision, refusal)
         try:
             new = allocator.grow_memory(context, lease_id,
                                         decision.amount_mb)
@@ -447,6 +500,8 @@ class ElasticResizer(object):
                                         'the lease\'s pool.')
         lease = db_api.lease_get_by_id(context, lease_id)
         _mark(context, lease, PENDING_GROW, new)
+        if cxl:
+            return self._grow_cxl(context, lease, new, decision)
         extents = [e for e in lease.extents if e.uuid in set(new)]
         host = lease.host
         try:
@@ -466,7 +521,7 @@ class ElasticResizer(object):
                 lease_flows.lease_view(lease), views,
                 lease.attach_mode, lease.instance_uuid) or {}
         except lease_flows.StepFailed as exc:
-            problems = self._undo_grow(context, lease_id, new)
+            problems, _settled = self._undo_grow(context, lease_id, new)
             _mark(context, lease, PENDING_GROW, None)
             why = '%s.' % exc.message
             if problems:
@@ -478,11 +533,111 @@ class ElasticResizer(object):
                               clear=PENDING_GROW)
         return None
 
+    def _grow_cxl(self, context, lease, new, decision):
+        """The rest of a grow of a CXL lease in virtio-mem mode, once its
+        new chunks are claimed (in the database and in Placement) and
+        marked: make the devices of chunks on a device the lease had none
+        of reachable from the host (the same fabric step as a bind), have
+        the agent make their regions and raise the guest device's
+        requested size by their total (nothing is exported: the host
+        reaches CXL memory itself), then count them on the host's
+        MEMORY_MB and in the guest's hold. Any failure is undone in the
+        reverse order."""
+        extents = [e for e in lease.extents if e.uuid in set(new)]
+        host = lease.host
+        added = sum(e.size_mb for e in extents)
+        try:
+            locators = self._reach(context, lease, extents)
+            views = self.flows.cxl_extent_views(lease, extents, locators)
+            attached = self.flows.call_agent(
+                context, host.name,
+                'plugging %d more MiB into instance %s on host %s' % (
+                    added, lease.instance_uuid, host.name),
+                self.flows.agents.attach_memory,
+                lease_flows.lease_view(lease), views, lease.attach_mode,
+                lease.instance_uuid, partial=True) or {}
+            try:
+                # Only now is the memory online on the host (and the
+                # guest's): count it there, and hold it for the guest.
+                host_memory.follow(context, lease, lease.memory_mb)
+            except exception.ComposableException as exc:
+                raise lease_flows.StepFailed(
+                    'counting the new memory on compute node %s: %s' % (
+                        host.name, exc.message))
+        except lease_flows.StepFailed as exc:
+            problems, settled = self._undo_grow(context, lease.id, new)
+            why = '%s.' % exc.message
+            if not settled:
+                why += (' The host has not confirmed that it let the new '
+                        'chunks go (%s): the lease holds them, and the '
+                        'next pass asks it again before they go back to '
+                        'the pool.' % '; '.join(problems))
+            else:
+                _mark(context, lease, PENDING_GROW, None)
+                if problems:
+                    why += (' Taken back, but: %s.' % '; '.join(problems))
+            return self._kept(decision, why)
+        self._record_attached(context, lease, attached, add=True,
+                              clear=PENDING_GROW)
+        return None
+
+    def _reach(self, context, lease, extents):
+        """{device: locator} reaching the devices of ``extents`` (new
+        chunks of CXL ``lease``) from its host: the attachment's, plus
+        those made reachable now for devices it had no chunk of. Recorded
+        in the attachment before the host is asked (as a bind does), so
+        that an unbind takes them back."""
+        att = _live_attachment(context, lease)
+        details = dict((att.details or {}) if att is not None else {})
+        locators = dict(details.get('cxl_locators') or {})
+        missing = [e for e in extents
+                   if e.memory_node.name not in locators]
+        if missing:
+            locators.update(self.flows.cxl_reach(lease, lease.host,
+                                                 missing))
+            if att is not None:
+                details['cxl_locators'] = locators
+                db_api.attachment_update(context, att.id,
+                                         {'details': details})
+        return locators
+
+    def _let_go_of_devices(self, context, lease, gone, problems):
+        """After the host destroyed the regions of chunks ``gone`` (uuids)
+        of CXL ``lease``: the devices the lease keeps no chunk on are
+        taken from the host by the fabric (nothing to do on a local
+        back end) and dropped from the attachment's locators."""
+        gone = set(gone)
+        kept = {e.memory_node.name for e in lease.extents
+                if e.uuid not in gone}
+        devices = {e.memory_node.name for e in lease.extents
+                   if e.uuid in gone} - kept
+        att = _live_attachment(context, lease)
+        if not devices or att is None:
+            return
+        try:
+            self.flows._unbind_cxl_memory(lease, lease.host, att.details,
+                                          devices=devices)
+        except lease_flows.StepFailed as exc:
+            problems.append(exc.message)
+            return
+        details = dict(att.details or {})
+        locators = dict(details.get('cxl_locators') or {})
+        for name in devices:
+            locators.pop(name, None)
+        details['cxl_locators'] = locators
+        db_api.attachment_update(context, att.id, {'details': details})
+
     def _undo_grow(self, context, lease_id, new):
-        """Take back extents of a failed grow; what could not be undone.
-        The agent is asked to detach them first: a call that timed out may
-        still have attached them."""
+        """Take back extents of a failed grow: (what could not be undone,
+        whether it is settled). The agent is asked to detach them first: a
+        call that timed out may still have attached them. A network
+        lease's extents are then unexported, which cuts the host off
+        whatever it did; a CXL lease's chunks stay with the lease (not
+        settled) until the host confirms that it destroyed their
+        regions."""
         lease = db_api.lease_get_by_id(context, lease_id)
+        if _cxl(lease):
+            return self._undo_grow_cxl(context, lease, new)
         extents = [e for e in lease.extents if e.uuid in set(new)]
         problems = []
         host = lease.host
@@ -504,7 +659,46 @@ class ElasticResizer(object):
         if given_back:
             allocator.shrink_memory(context, lease_id, given_back)
             self._rewrite_placement(lease_id)
-        return problems
+        return problems, True
+
+    def _undo_grow_cxl(self, context, lease, new):
+        extents = [e for e in lease.extents if e.uuid in set(new)]
+        host = lease.host
+        if not extents:
+            return [], True
+        try:
+            self.flows.call_agent(
+                context, host.name,
+                'taking the new chunks out of instance %s on host %s' % (
+                    lease.instance_uuid, host.name),
+                self.flows.agents.detach_memory,
+                lease_flows.lease_view(lease),
+                [lease_flows.extent_view(lease, e) for e in extents],
+                lease.attach_mode, lease.instance_uuid, partial=True)
+        except lease_flows.StepFailed as exc:
+            # Its regions may map the chunks: they must not go to anyone
+            # else before the host destroyed them.
+            LOG.warning('Lease %(lease)s: %(err)s', {
+                'lease': lease.uuid, 'err': exc.message})
+            return [exc.message], False
+        problems = []
+        self._record_attached(context, lease, {e.uuid: None
+                                               for e in extents}, add=False)
+        try:
+            # Back to what the host counted before the grow (nothing
+            # changes when the grow did not get that far).
+            host_memory.follow(context, lease, lease.memory_mb - sum(
+                e.size_mb for e in extents))
+        except exception.ComposableException as exc:
+            LOG.warning('Lease %(lease)s: %(err)s', {
+                'lease': lease.uuid, 'err': exc.message})
+            problems.append(exc.message)
+        self._let_go_of_devices(context, lease, new, problems)
+        # Nothing to unexport or scrub: the host erased the chunks when
+        # it destroyed their regions.
+        allocator.shrink_memory(context, lease.id, [e.uuid for e in extents])
+        self._rewrite_placement(lease.id)
+        return problems, True
 
     def _release_extents(self, context, lease, extents, problems):
         """Unexport and scrub ``extents``; the uuids of those done (the
@@ -558,16 +752,29 @@ class ElasticResizer(object):
         victims = sorted(lease.extents, key=lambda e: e.index)[-count:]
         if not count or len(victims) >= len(lease.extents):
             return self._kept(decision, 'a lease keeps at least one extent.')
+        cxl = _cxl(lease)
+        if cxl:
+            refusal = _cxl_refusal(lease)
+            if refusal:
+                return self._kept(decision, refusal)
         host = lease.host
         _mark(context, lease, PENDING_SHRINK, [e.uuid for e in victims])
         try:
+            # CXL in virtio-mem mode: the guest gives the memory back
+            # first (its device's requested size lowered, a bounded
+            # wait), then the host offlines, erases and destroys only
+            # those regions. The host's MEMORY_MB and the guest's hold
+            # are lowered only once that is done (_finish_shrink).
             self.flows.call_agent(
                 context, host.name,
+                ('taking %d MiB out of instance %s on host %s' % (
+                    decision.amount_mb, lease.instance_uuid, host.name))
+                if cxl else
                 'detaching %d MiB on host %s' % (decision.amount_mb,
                                                  host.name),
                 self.flows.agents.detach_memory, lease_flows.lease_view(lease),
                 [lease_flows.extent_view(lease, e) for e in victims],
-                lease.attach_mode, lease.instance_uuid)
+                lease.attach_mode, lease.instance_uuid, **_partial(lease))
         except lease_flows.StepFailed as exc:
             if exc.unreachable:
                 # It may have let them go all the same: the next pass
@@ -580,6 +787,9 @@ class ElasticResizer(object):
             return self._kept(decision, '%s.' % exc.message)
         problems = self._finish_shrink(context, lease_id,
                                        [e.uuid for e in victims])
+        if problems and cxl:
+            return ('%s The guest and the host let the memory go, but: %s.'
+                    % (decision.describe(), '; '.join(problems)))
         if problems:
             return ('%s Detached, but not every extent could be unexported '
                     'or scrubbed (%s); the lease holds those until its '
@@ -595,6 +805,20 @@ class ElasticResizer(object):
         self._record_attached(context, lease, {e.uuid: None
                                                for e in victims}, add=False)
         problems = []
+        if _cxl(lease):
+            try:
+                host_memory.follow(context, lease, lease.memory_mb - sum(
+                    e.size_mb for e in victims))
+            except exception.ComposableException as exc:
+                # The memory has left the host: nova-compute's periodic
+                # run sets the total from MemTotal.
+                LOG.warning('Lease %(lease)s: %(err)s', {
+                    'lease': lease.uuid, 'err': exc.message})
+                problems.append(exc.message)
+            self._let_go_of_devices(context, lease, uuids, problems)
+        # A CXL chunk has nothing to unexport or scrub (never exported:
+        # the host erased it when it destroyed its region): given back
+        # as it is.
         given_back = self._release_extents(context, lease, victims, problems)
         if given_back:
             allocator.shrink_memory(context, lease_id, given_back)

@@ -188,9 +188,11 @@ def _held(client, uuid, lease):
     return int(got.get(uuid, {}).get('resources', {}).get(MEMORY_MB, 0))
 
 
-def _hold(client, uuid, lease):
+def _hold(client, uuid, lease, size_mb=None):
     client.put_allocations(hold_consumer(lease),
-                           {uuid: {MEMORY_MB: lease.memory_mb}},
+                           {uuid: {MEMORY_MB: (lease.memory_mb
+                                               if size_mb is None
+                                               else size_mb)}},
                            lease.project_id, lease.user_id)
 
 
@@ -262,6 +264,128 @@ def grow(context, lease):
                  'from %(old)d to %(new)d MiB',
                  {'lease': lease.uuid, 'host': att.host.name,
                   'old': moved[0], 'new': moved[1]})
+
+
+def _live_counted(context, lease):
+    """The live attachment of ``lease`` whose memory a bind counted on
+    its host (attached, in a mode that onlines it there), or None."""
+    for row in db_api.attachment_list(context, lease.id,
+                                      states_=[states.ATT_ATTACHED]):
+        if row.mode in HOST_MEMORY_MODES and row.host_id == lease.host_id:
+            return row
+    return None
+
+
+def follow(context, lease, size_mb):
+    """An elastic CXL lease was resized on its host: make the host's
+    MEMORY_MB, and in virtio-mem mode the hold of the lease's guest,
+    count ``size_mb`` MiB of it (what the attachment says was counted,
+    ``COUNTED``, is the starting point, so a second call with the same
+    size changes nothing; a settle that undoes a grow calls it with the
+    old size whether or not the grow got this far).
+
+    In the safe order, as at bind and unbind: more memory (after the
+    host's agent onlined it) is held first and counted after (total
+    first on a node too full for the hold); less (after the agent took
+    it out of the guest and off the host) is uncounted first, and the
+    hold lowered after. Each total is written with the provider's
+    generation (_change). Raises ServiceUnavailable when Placement does
+    not take it, after putting back what it changed; COUNTED then keeps
+    the size it had."""
+    att = _live_counted(context, lease)
+    if att is None or not media.is_cxl(lease.memory_pool):
+        return None
+    counted = (att.details or {}).get(COUNTED)
+    if counted is None:
+        # Counted by nova-compute only (a bind older than COUNTED): the
+        # host's total follows MemTotal at its next periodic run.
+        counted = size_mb
+    delta = int(size_mb) - int(counted)
+    if not delta:
+        return None
+    virtio = att.mode == states.ATTACH_VIRTIO_MEM
+    moved = None
+    if placement_claims.enabled():
+        client = placement_claims.get_client()
+        name = sync.compute_node_name(att.host)
+        try:
+            provider = _compute_node(client, att.host)
+        except exception.ComposableException as exc:
+            raise _unavailable(lease, name, delta, exc)
+        if provider is not None:
+            moved = _follow(client, provider, lease, name, virtio,
+                            int(counted), int(size_mb))
+    _mark(context, att, **{COUNTED: int(size_mb)})
+    if moved:
+        LOG.info('Lease %(lease)s resized: MEMORY_MB of compute node '
+                 '%(host)s from %(old)d to %(new)d MiB',
+                 {'lease': lease.uuid, 'host': att.host.name,
+                  'old': moved[0], 'new': moved[1]})
+    return moved
+
+
+def _unavailable(lease, name, delta, exc):
+    return exception.ServiceUnavailable(
+        reason='could not %s the MEMORY_MB of compute node %s by the %d '
+               'MiB lease %s %s: %s' % (
+                   'raise' if delta > 0 else 'lower', name, abs(delta),
+                   lease.uuid, 'grew by' if delta > 0 else 'shrank by',
+                   exc))
+
+
+def _follow(client, provider, lease, name, virtio, old_mb, new_mb):
+    uuid = provider['uuid']
+    delta = new_mb - old_mb
+    if delta > 0:
+        if not virtio:
+            try:
+                return _change(client, provider, delta)
+            except exception.ComposableException as exc:
+                raise _unavailable(lease, name, delta, exc)
+        held_first = True
+        try:
+            _hold(client, uuid, lease, new_mb)
+        except exception.ComposableException as exc:
+            if getattr(exc, 'status', None) != 409 or isinstance(
+                    exc, pclient.GenerationConflict):
+                raise _unavailable(lease, name, delta, exc)
+            held_first = False
+        try:
+            moved = _change(client, provider, delta)
+            if not held_first:
+                _hold(client, uuid, lease, new_mb)
+            return moved
+        except exception.ComposableException as exc:
+            # Put back what was changed: the hold (and the total, when
+            # it moved) as they were.
+            try:
+                if not held_first:
+                    _change(client, provider, -delta)
+                _hold(client, uuid, lease, old_mb)
+            except exception.ComposableException as undo:
+                LOG.warning('Lease %(lease)s: could not put the hold of '
+                            'its guest on compute node %(host)s back to '
+                            '%(mb)d MiB (%(exc)s)',
+                            {'lease': lease.uuid, 'host': name,
+                             'mb': old_mb, 'exc': undo})
+            raise _unavailable(lease, name, delta, exc)
+    # Less: the memory has left the guest and the host already.
+    try:
+        moved = _change(client, provider, delta)
+    except exception.ComposableException as exc:
+        raise _unavailable(lease, name, delta, exc)
+    if virtio:
+        try:
+            _hold(client, uuid, lease, new_mb)
+        except exception.ComposableException as exc:
+            # Holds more than the guest has: nobody else gets that
+            # memory until the hold is written again (the next resize,
+            # or the unbind, which deletes it).
+            LOG.warning('Lease %(lease)s: could not lower the hold of its '
+                        'guest on compute node %(host)s to %(mb)d MiB '
+                        '(%(exc)s)', {'lease': lease.uuid, 'host': name,
+                                      'mb': new_mb, 'exc': exc})
+    return moved
 
 
 def take_back(context, lease):

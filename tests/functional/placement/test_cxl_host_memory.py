@@ -582,3 +582,84 @@ def test_virtio_mem_hold_goes_with_a_gone_host(harness, client, cxl_host):
         host_gone=True) == states.RESERVED
     assert held(client, node, uuid) == 0
     assert used(client, node) == 3584
+
+
+# Elastic leases in virtio-mem mode: the compute node's MEMORY_MB and
+# the guest's hold follow each resize, the hold first on a grow (after
+# the guest got the memory), the total first on a shrink (after the
+# guest gave it back).
+
+ELASTIC = {'min_mb': 512, 'max_mb': 3072, 'observation_window': 300,
+           'prediction_window': 60, 'headroom': 0.2}
+
+
+def _decision(kind, size_mb, target_mb):
+    from composable.conductor.elastic import resizer
+
+    return resizer.Decision(kind=kind, size_mb=size_mb, target_mb=target_mb,
+                            peak_mb=target_mb, order=1, samples=10,
+                            prediction_window=60, headroom=0.2)
+
+
+def test_elastic_virtio_mem_lease_resizes_the_count_and_the_hold(
+        harness, client, cxl_host, monkeypatch):
+    from tests.unit.conductor.elastic import fake_vmem_agent
+
+    node = cxl_host['node']
+    fake = fake_vmem_agent.FakeVirtioMemAgent(
+        harness.agents[HOST].compute).install(monkeypatch)
+    uuid = harness.create(memory_mb=1024, elastic=dict(ELASTIC),
+                          requested_pools=[cxl_host['pool'].uuid],
+                          attach_mode='virtio-mem')
+    harness.api.bind_lease(h_mod.user_context(), uuid, cxl_host['host'].uuid,
+                           instance_uuid=GUEST, attach_mode='virtio-mem')
+    lease = harness.wait(uuid, ['bound', 'bind_failed'])
+    assert lease.status == 'bound', lease.fault
+    instance(client, node, 2000)
+    before = free(client, node)
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        5120, 1024)
+    resizer = harness.conductor.resizer
+    ctx = h_mod.admin()
+
+    assert resizer.resize(ctx, lease.id, _decision('grow', 1024, 2048)) \
+        == 2048
+    assert fake.requested[uuid] == 2048
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        6144, 2048)
+    assert memory(client, node)['max_unit'] == 6144
+    # What instances see free is unchanged: the guest holds its memory.
+    assert free(client, node) == before
+
+    # A full node: no room for the larger hold before the total grows;
+    # the total first, the hold at once after it.
+    instance(client, node, int(before))
+    assert free(client, node) == 0
+    assert resizer.resize(ctx, lease.id, _decision('grow', 2048, 2560)) \
+        == 2560
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        6656, 2560)
+    assert free(client, node) == 0
+
+    assert resizer.resize(ctx, lease.id, _decision('shrink', 2560, 1024)) \
+        == 1024
+    assert fake.requested[uuid] == 1024
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        5120, 1024)
+    assert free(client, node) == 0
+    assert [a.result for a in dbapi.action_list(ctx, lease.id)
+            if a.action == 'resize'] == ['success'] * 3
+
+    # A guest that does not give the memory back: nothing moves.
+    fake.floor_mb = 1024
+    assert resizer.resize(ctx, lease.id, _decision('shrink', 1024, 512)) \
+        == 1024
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        5120, 1024)
+
+    # The unbind takes back what the lease holds now.
+    fake.floor_mb = 0
+    harness.api.unbind_lease(h_mod.user_context(), uuid)
+    assert harness.wait(uuid, ['reserved', 'error']).status == 'reserved'
+    assert (memory(client, node)['total'], held(client, node, uuid)) == (
+        4096, 0)

@@ -692,3 +692,102 @@ def test_virtio_mem_bind_plugs_the_node_into_the_guest(
     assert kernel.regions == {}
     assert member.delete(url).status == 204
     _wait(member, lease['uuid'], ['released'])
+
+
+# ------------------------------------------------------- elastic (1.7)
+
+V17 = {'OpenStack-API-Version': 'composable 1.7'}
+ELASTIC = {'min_mb': 256, 'max_mb': 1024, 'observation_window': 60,
+           'prediction_window': 60}
+
+
+def test_elastic_cxl_leases_from_api_1_7_in_virtio_mem_mode(
+        client, cxl_pool, network, conductor):
+    member = client.as_('member')
+    body = {'memory_mb': 512, 'pools': ['cxl-mem'],
+            'attach_mode': 'virtio-mem', 'elastic': ELASTIC}
+    # Before 1.7 the old refusal stays.
+    resp = member.post('/v1/leases', body, headers=V16)
+    assert resp.status == 400, resp
+    assert ('leases of CXL memory (pool cxl-mem) have a fixed size before '
+            'API version 1.7' in resp.error['detail'])
+    assert member.get('/v1/leases').json['leases'] == []
+    resp = member.post('/v1/leases', body, headers=V17)
+    assert resp.status == 201, resp
+    lease = resp.json
+    assert lease['attach_mode'] == 'virtio-mem'
+    assert lease['elastic']['min_mb'] == 256
+    assert lease['elastic']['max_mb'] == 1024
+    assert lease['status'] == 'reserved'
+    assert sorted(e['size_mb'] for e in lease['extents']) == [256, 256]
+    # Bound in another mode: refused by the conductor's rule.
+    resp = member.post('/v1/leases/%s/bind' % lease['uuid'],
+                       {'host': 'compute-1', 'attach_mode': 'host'},
+                       headers=V17)
+    assert resp.status == 400, resp
+    assert ('elastic CXL leases resize through virtio-mem: give '
+            'attach_mode virtio-mem' in resp.error['detail'])
+    assert member.get('/v1/leases/%s' % lease['uuid']).json[
+        'status'] == 'reserved'
+
+
+@pytest.mark.parametrize('body, words', [
+    ({}, "Invalid input for field 'attach_mode': elastic CXL leases "
+         "resize through virtio-mem: give attach_mode virtio-mem (the "
+         "lease is then bound to a server), not host (pool cxl-mem)"),
+    ({'attach_mode': 'virtio-mem',
+      'elastic': dict(ELASTIC, min_mb=300)},
+     "Invalid input for field 'elastic/min_mb': pool cxl-mem gives CXL "
+     "memory in whole chunks of 256 MiB; 300 is not a multiple of it "
+     "(256 or 512)"),
+    ({'attach_mode': 'virtio-mem',
+      'elastic': dict(ELASTIC, max_mb=1000)},
+     "Invalid input for field 'elastic/max_mb': pool cxl-mem gives CXL "
+     "memory in whole chunks of 256 MiB; 1000 is not a multiple of it "
+     "(768 or 1024)"),
+])
+def test_elastic_cxl_leases_refused(client, cxl_pool, network, conductor,
+                                    body, words):
+    member = client.as_('member')
+    request = dict({'memory_mb': 512, 'pools': ['cxl-mem'],
+                    'elastic': ELASTIC}, **body)
+    resp = member.post('/v1/leases', request, headers=V17)
+    assert resp.status == 400, resp
+    assert words in resp.error['detail']
+    assert member.get('/v1/leases').json['leases'] == []
+
+
+def test_elastic_cxl_leases_refused_on_a_composing_fabric(
+        client, api_env, conductor):
+    api_env.set_override('enabled_drivers', ['fake', 'cxl'], 'fabric')
+    fabric_drivers._DRIVERS['cxl'] = cxl.CxlFabricDriver()
+    try:
+        resp = client.post('/v1/fabrics', {
+            'name': 'cxl-rf', 'driver': 'cxl', 'driver_info': {
+                'backend': 'redfish', 'address': 'https://fm.example.net',
+                'username': 'admin', 'password': 'not-used-here'}})
+        assert resp.status == 201, resp
+        resp = client.post('/v1/pools', {'name': 'cxl-rf-mem',
+                                         'kind': 'memory',
+                                         'fabric': 'cxl-rf',
+                                         'medium': 'cxl'}, headers=V15)
+        assert resp.status == 201, resp
+        member = client.as_('member')
+        resp = member.post('/v1/leases', {
+            'memory_mb': 512, 'pools': ['cxl-rf-mem'],
+            'attach_mode': 'virtio-mem', 'elastic': ELASTIC}, headers=V17)
+        assert resp.status == 400, resp
+        detail = resp.error['detail']
+        for words in ("Invalid input for field 'elastic': pool cxl-rf-mem "
+                      "is on fabric cxl-rf, whose CXL back end redfish "
+                      "composes memory",
+                      'makes one chunk per lease and device',
+                      'a Redfish MemoryChunk does not change size',
+                      'dynamic capacity devices are not supported by '
+                      'Linux yet',
+                      'Use a pool of a fabric with back end local'):
+            assert words in detail, detail
+        assert member.get('/v1/leases').json['leases'] == []
+    finally:
+        fabric_drivers.reset()
+        api_env.clear_override('enabled_drivers', 'fabric')

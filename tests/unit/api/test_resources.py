@@ -24,7 +24,7 @@ def test_versions(client):
     version = resp.json['versions'][0]
     assert version['id'] == 'v1'
     assert version['min_version'] == '1.0'
-    assert version['max_version'] == '1.6'
+    assert version['max_version'] == '1.7'
     assert version['links'][0]['href'] == 'http://localhost/v1/'
     resp = client.get('/v1/')
     assert resp.json['version'] == version

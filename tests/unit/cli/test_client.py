@@ -288,3 +288,9 @@ def test_virtio_mem_mode_asks_for_1_6(api):
     client.leases.bind('l1', server='s1', attach_mode='guest')
     assert api.requests[-1].headers['openstack-api-version'] == (
         'composable 1.0')
+    # An elastic virtio-mem lease (of a CXL pool) needs 1.7.
+    client.leases.create(memory_mb=256, pools=['cxl'],
+                         attach_mode='virtio-mem',
+                         elastic={'min_mb': 256, 'max_mb': 1024})
+    assert api.requests[-1].headers['openstack-api-version'] == (
+        'composable 1.7')

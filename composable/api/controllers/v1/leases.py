@@ -51,6 +51,8 @@ DEFAULT_DEVICE_KIND = 'gpu'
 # Usage samples (1.1).
 USAGE_VERSION = (1, 1)
 ELASTIC_VERSION = (1, 2)
+# Elastic leases of CXL pools, resized through virtio-mem (1.7).
+ELASTIC_CXL_VERSION = (1, 7)
 
 # Released leases are history: listed only when asked for by status.
 DEFAULT_LIST_STATES = sorted(states.ALL_STATES - {states.RELEASED})
@@ -232,12 +234,15 @@ def _check_memory_pools(memory_mb, given):
             "pool, and the lease asks for memory_mb")
 
 
-def _check_cxl_pools(memory_mb, given, attach_mode, elastic):
+def _check_cxl_pools(memory_mb, given, attach_mode, elastic,
+                     version=ELASTIC_CXL_VERSION):
     """A lease on a cxl pool holds whole chunks of the device and is
     bound to a host. A size that is not a whole number of chunks is
     refused rather than rounded up: the lease's memory_mb is what
     Placement claims and what the host gets, and an owner who asked for
-    1000 MiB must not be charged for 1024 without being told."""
+    1000 MiB must not be charged for 1024 without being told. From 1.7
+    such a lease may be elastic when it is attached in virtio-mem mode
+    on a fabric that composes nothing (rules.elastic_cxl_refusal)."""
     memory = [p for p in given or [] if p.kind == 'memory']
     cxl = [p for p in memory if media.is_cxl(p)]
     if attach_mode == states.ATTACH_VIRTIO_MEM:
@@ -264,10 +269,16 @@ def _check_cxl_pools(memory_mb, given, attach_mode, elastic):
     refusal = rules.attach_medium_refusal(attach_mode, cxl[0])
     if refusal:
         raise exception.Invalid(refusal)
-    if elastic:
+    if elastic and tuple(version) < ELASTIC_CXL_VERSION:
         raise exception.Invalid(
             "Invalid input for field 'elastic': leases of CXL memory (pool "
-            "%s) have a fixed size" % cxl[0].name)
+            "%s) have a fixed size before API version 1.7, which resizes "
+            "them through virtio-mem" % cxl[0].name)
+    if elastic:
+        for pool in cxl:
+            refusal = rules.elastic_cxl_refusal(pool, attach_mode, elastic)
+            if refusal:
+                raise exception.Invalid(refusal)
     for pool in cxl:
         step = pool.step_size or media.CXL_GRANULE_MB
         if memory_mb % step:
@@ -390,7 +401,7 @@ def create_lease(request):
     _check_memory_pools(memory_mb, given)
     _check_cxl_pools(memory_mb, given,
                      body.get('attach_mode', states.ATTACH_HOST),
-                     body.get('elastic'))
+                     body.get('elastic'), version=utils.version(request))
     elastic = _elastic_policy(body.get('elastic'), memory_mb, device_count,
                               given)
 
