@@ -255,6 +255,44 @@ def _partial(lease):
     return {'partial': True} if _cxl(lease) else {}
 
 
+class _ShrankLess(object):
+    """A shrink that gave back fewer chunks than predicted (whole CXL
+    regions only): done, with a note for its action."""
+
+    def __init__(self, note):
+        self.note = note
+
+
+def _shrink_victims(lease, count, memory_details):
+    """The extents a shrink of ``count`` extents gives back: the newest.
+
+    A CXL lease's host holds its chunks as regions, one per device per
+    attach (the bind, then each grow), and gives a region back whole
+    only. So for CXL the victims are whole regions, newest first, as many
+    as fit in ``count`` (fewer extents than asked, or none, when the
+    newest region is larger); ``memory_details`` ({extent uuid: what the
+    host answered}, from the live attachment) names each chunk's region.
+    A chunk the host named no region for counts as a region of its own.
+    """
+    ordered = sorted(lease.extents, key=lambda e: e.index)
+    if not _cxl(lease):
+        return ordered[-count:] if count else []
+    regions = {}
+    for extent in ordered:
+        facts = (memory_details or {}).get(extent.uuid) or {}
+        key = ((facts.get('cxl_device'), facts.get('region'))
+               if facts.get('region') else ('extent', extent.uuid))
+        regions.setdefault(key, []).append(extent)
+    victims = []
+    # Newest region first: the one holding the newest chunk.
+    for chunks in sorted(regions.values(),
+                         key=lambda group: -max(e.index for e in group)):
+        if len(victims) + len(chunks) > count:
+            break
+        victims.extend(chunks)
+    return sorted(victims, key=lambda e: e.index)
+
+
 class ElasticResizer(object):
 
     def __init__(self, manager):
@@ -456,11 +494,15 @@ class ElasticResizer(object):
                        'internal error (%s); see the conductor log.' % (
                            decision.describe(), decision.size_mb,
                            type(exc).__name__))
+        done = None
+        if isinstance(message, _ShrankLess):
+            done, message = message.note, None
         failed = message is not None
         db_api.action_finish(
             context, lease_id, ACTION, 'error' if failed else 'success',
-            message=message or '%s Done in %.1f s.' % (
-                decision.describe(), time.monotonic() - started))
+            message=message or '%s Done in %.1f s.%s' % (
+                decision.describe(), time.monotonic() - started,
+                ' ' + done if done else ''))
         lease = db_api.lease_get_by_id(context, lease_id)
         if not failed:
             db_api.lease_set_low_since(context, lease_id, None,
@@ -747,16 +789,36 @@ class ElasticResizer(object):
         lease = db_api.lease_get_by_id(context, lease_id)
         step = lease.memory_pool.step_size or 1
         count = decision.amount_mb // step
-        # The newest extents go first: the oldest were attached first and
-        # Linux fills swap devices of equal priority round-robin anyway.
-        victims = sorted(lease.extents, key=lambda e: e.index)[-count:]
-        if not count or len(victims) >= len(lease.extents):
-            return self._kept(decision, 'a lease keeps at least one extent.')
         cxl = _cxl(lease)
         if cxl:
             refusal = _cxl_refusal(lease)
             if refusal:
                 return self._kept(decision, refusal)
+        # The newest extents go first: the oldest were attached first and
+        # Linux fills swap devices of equal priority round-robin anyway.
+        live = _live_attachment(context, lease)
+        victims = _shrink_victims(
+            lease, count, ((live.details or {}).get('memory')
+                           if live is not None else None))
+        if count and not victims:
+            return self._kept(
+                decision, 'the host gives CXL memory back a region at a '
+                          'time, and the newest region of the lease is '
+                          'larger than %d MiB.' % decision.amount_mb)
+        if not count or len(victims) >= len(lease.extents):
+            return self._kept(decision, 'a lease keeps at least one extent.')
+        shrank_less = None
+        if len(victims) < count:
+            # Whole regions only: the shrink is smaller than predicted,
+            # and the next pass predicts again from what is left.
+            shrank_less = _ShrankLess(
+                'Only %d MiB went, to %d MiB: the host gives CXL memory '
+                'back a region at a time.' % (
+                    len(victims) * step,
+                    decision.size_mb - len(victims) * step))
+            decision = dataclasses.replace(
+                decision,
+                target_mb=decision.size_mb - len(victims) * step)
         host = lease.host
         _mark(context, lease, PENDING_SHRINK, [e.uuid for e in victims])
         try:
@@ -795,7 +857,7 @@ class ElasticResizer(object):
                     'or scrubbed (%s); the lease holds those until its '
                     'delete finishes them.' % (decision.describe(),
                                                '; '.join(problems)))
-        return None
+        return shrank_less
 
     def _finish_shrink(self, context, lease_id, uuids):
         """Unexport, scrub and give back extents the host let go of;

@@ -20,7 +20,11 @@ state the tests read.
   mode: each new chunk gets a "region", and the guest device's requested
   size grows by their total (never past the address space the device was
   plugged with at the first bind: the lease view's ``max_mb``).
-* detach_memory of some of a lease's chunks: the requested size is
+  As the real agent, it makes one region per device per call and names
+  it in each chunk's details (``cxl_device``, ``region``).
+* detach_memory of some of a lease's chunks: a region is given back
+  whole only (a call naming part of one is refused before the guest is
+  touched, as the real agent refuses it); the requested size is
   lowered first; a guest that cannot give that much back (its
   ``floor_mb``) refuses with DriverError and nothing changes; otherwise
   only those regions go (erased). Chunks it does not have are no error
@@ -48,6 +52,9 @@ class FakeVirtioMemAgent(object):
         self.lock = threading.Lock()
         # lease uuid -> {chunk uuid: size_mb}
         self.regions = {}
+        # chunk uuid -> the region the fake made it part of (grows only)
+        self.region_of = {}
+        self._made = 0
         # lease uuid -> the guest device's requested size, MiB
         self.requested = {}
         # lease uuid -> the device's size when plugged (address space)
@@ -69,12 +76,15 @@ class FakeVirtioMemAgent(object):
         return self
 
     def attach_memory(self, context, lease, extents, mode,
-                      instance_uuid=None):
+                      instance_uuid=None, partial=False):
         uuid = lease['uuid']
         sizes = {e['uuid']: int(e['size_mb']) for e in extents}
         with self.lock:
+            told = partial
             partial = (mode == states.ATTACH_VIRTIO_MEM and
                        bool(self.regions.get(uuid)))
+            # A partial attach comes only for a lease the host has.
+            assert partial or not told, (uuid, sorted(sizes))
             self.calls.append(('attach_memory', sorted(sizes), partial))
             if not partial:
                 details = self._attach(context, lease, extents, mode,
@@ -101,8 +111,16 @@ class FakeVirtioMemAgent(object):
                                uuid, self.plugged_mb[uuid], want))
             self.regions[uuid].update(fresh)
             self.requested[uuid] = want
+            device_of = {e['uuid']: e['device'] for e in extents}
+            for device in sorted({device_of[k] for k in fresh}):
+                self._made += 1
+                for key in fresh:
+                    if device_of[key] == device:
+                        self.region_of[key] = 'region%d' % self._made
             details = {k: {'mode': states.ATTACH_VIRTIO_MEM,
                            'medium': 'cxl', 'size_mb': v,
+                           'cxl_device': device_of[k],
+                           'region': self.region_of.get(k),
                            'instance_uuid': instance_uuid,
                            'requested_mb': want}
                        for k, v in sizes.items()}
@@ -110,7 +128,7 @@ class FakeVirtioMemAgent(object):
             return details
 
     def detach_memory(self, context, lease, extents, mode,
-                      instance_uuid=None):
+                      instance_uuid=None, partial=False):
         uuid = lease['uuid']
         asked = {e['uuid'] for e in extents}
         with self.lock:
@@ -126,6 +144,15 @@ class FakeVirtioMemAgent(object):
                 self.plugged_mb.pop(uuid, None)
                 return None
             going = {k: v for k, v in have.items() if k in asked}
+            for key in going:
+                region = self.region_of.get(key)
+                rest = [k for k in have if k not in asked and
+                        self.region_of.get(k) == region]
+                if region is not None and rest:
+                    raise exception.DriverError(
+                        reason='chunk %s is part of region %s with %s; a '
+                               'region is given back whole' % (
+                                   key, region, ', '.join(rest)))
             want = self.requested[uuid] - sum(going.values())
             if want < self.floor_mb:
                 raise exception.DriverError(

@@ -95,8 +95,9 @@ def env(harness, monkeypatch):
 
     def spy(self, context, node, method, version=None, **kwargs):
         if node == HOST:
-            # The flag is said by the version, never sent itself.
-            assert 'partial' not in kwargs
+            # Sent only with the version that knows it (1.4).
+            assert kwargs.get('partial') in (None, True)
+            assert (kwargs.get('partial') is True) == (version == '1.4')
             sent.append((method, version))
         return original(self, context, node, method, version=version,
                         **kwargs)
@@ -473,3 +474,85 @@ def test_the_conductor_refuses_an_elastic_cxl_lease_in_host_mode(harness,
                        requested_pools=[env.pool.uuid])
     assert 'elastic CXL leases resize through virtio-mem' in str(err.value)
     assert db_api.lease_list(admin()) == []
+
+
+def _chunks(*spec):
+    """Extents (index, uuid) of a CXL lease and the host's details:
+    spec items are (index, region or None)."""
+    extents = [types.SimpleNamespace(index=i, uuid='chunk-%d' % i)
+               for i, _ in spec]
+    details = {'chunk-%d' % i: ({'cxl_device': 'cmm0', 'region': r}
+                                if r else {}) for i, r in spec}
+    return extents, details
+
+
+def _victims(monkeypatch, spec, count):
+    extents, details = _chunks(*spec)
+    lease = types.SimpleNamespace(extents=extents)
+    monkeypatch.setattr(resizer_mod, '_cxl', lambda lease_: True)
+    return [e.index for e in resizer_mod._shrink_victims(lease, count,
+                                                         details)]
+
+
+def test_a_cxl_shrink_gives_back_whole_regions_newest_first(monkeypatch):
+    # The bind made region0 of two chunks, a grow region1 of three.
+    spec = [(0, 'region0'), (1, 'region0'), (2, 'region1'), (3, 'region1'),
+            (4, 'region1')]
+    assert _victims(monkeypatch, spec, 3) == [2, 3, 4]
+    # Four asked: region1 and not half of region0.
+    assert _victims(monkeypatch, spec, 4) == [2, 3, 4]
+    # Fewer than the newest region holds: nothing can go.
+    assert _victims(monkeypatch, spec, 2) == []
+    assert _victims(monkeypatch, spec, 5) == [0, 1, 2, 3, 4]
+    # Chunks the host named no region for go one by one.
+    assert _victims(monkeypatch, [(0, None), (1, None), (2, None)], 2) == [
+        1, 2]
+    # A network lease: the newest extents, as many as asked.
+    lease = types.SimpleNamespace(extents=_chunks((0, None), (1, None),
+                                                  (2, None))[0])
+    monkeypatch.setattr(resizer_mod, '_cxl', lambda lease_: False)
+    assert [e.index for e in resizer_mod._shrink_victims(lease, 2, {})] == [
+        1, 2]
+
+
+def _shrink_to(harness, lease, target_mb):
+    decision = resizer_mod.Decision(
+        kind=resizer_mod.SHRINK, size_mb=harness.lease(lease.uuid).memory_mb,
+        target_mb=target_mb, peak_mb=100.0, order=1, samples=10,
+        prediction_window=60, headroom=0.2)
+    return harness.conductor.resizer.resize(admin(), lease.id, decision)
+
+
+def test_a_shrink_smaller_than_the_newest_region_keeps_it(harness, env):
+    """The grow made one region per device (cmm0: one chunk, cmm1: two);
+    the host gives a region back whole only, so a shrink by one chunk
+    keeps the lease as it is, and a shrink by two takes cmm1's region."""
+    lease = _bound(harness, env)
+    now = utils.utcnow()
+    _samples(lease, [2000] * 6, now)
+    _run(harness, now)
+    grown = harness.lease(lease.uuid)
+    assert grown.memory_mb == 2048
+    details = _details(harness, lease.uuid)['memory']
+    regions = {}
+    for extent in _by_index(grown)[1:]:
+        regions.setdefault(details[extent.uuid]['region'], []).append(
+            extent.memory_node.name)
+    assert sorted(regions.values()) == [['cmm0'], ['cmm1', 'cmm1']]
+    del env.fake.calls[:]
+
+    assert _shrink_to(harness, lease, 1536) == 2048
+    assert env.fake.calls == []
+    last = _resizes(harness, lease.uuid)[-1]
+    assert last.result == 'error'
+    assert 'a region at a time' in last.message, last.message
+    assert env.fake.requested[lease.uuid] == 2048
+
+    assert _shrink_to(harness, lease, 1024) == 1024
+    shrunk = harness.lease(lease.uuid)
+    assert [e.memory_node.name for e in _by_index(shrunk)] == ['cmm0',
+                                                               'cmm0']
+    assert env.fake.requested[lease.uuid] == 1024
+    assert _resizes(harness, lease.uuid)[-1].result == 'success'
+    assert _details(harness, lease.uuid)[host_memory.COUNTED] == 1024
+    _consistent(harness, lease.uuid)
