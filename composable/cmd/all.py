@@ -40,8 +40,8 @@ from composable.common import rpc
 from composable.common import service
 from composable import conf
 from composable.conductor import manager as conductor_manager
-from composable.conf import database as conf_database
 from composable.db import api as db_api
+from composable.db import location as db_location
 from composable import fabric as fabric_drivers
 from composable import notifications
 
@@ -334,8 +334,8 @@ def main(argv=None):
               file=sys.stderr)
         return 1
     try:
-        conf_database.ensure_state_dir(CONF)
-        LOG.info('State: %s', conf_database.describe(CONF))
+        db_location.ensure_state_dir(CONF)
+        LOG.info('State: %s', db_location.describe(CONF))
         prepare_database()
     except Exception:
         api.wait()

@@ -34,7 +34,7 @@ from oslo_db import exception as db_exc
 from composable.common import exception
 from composable.common import service
 from composable import conf
-from composable.conf import database as conf_database
+from composable.db import location as db_location
 from composable.db import migration
 
 CONF = conf.CONF
@@ -87,7 +87,7 @@ def main(argv=None):
     # Only the commands that write make the default SQLite file's
     # directory (the user's state directory).
     if CONF.command.name in ('upgrade', 'stamp'):
-        conf_database.ensure_state_dir(CONF)
+        db_location.ensure_state_dir(CONF)
     try:
         CONF.command.func()
     except exception.ComposableException as exc:
@@ -98,7 +98,7 @@ def main(argv=None):
         return 1
     except db_exc.DBError as exc:
         print('ERROR: cannot use the database of [database]connection, '
-              '%s: %s' % (conf_database.describe(CONF), _first_line(exc)),
+              '%s: %s' % (db_location.describe(CONF), _first_line(exc)),
               file=sys.stderr)
         return 1
     return 0

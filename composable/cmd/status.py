@@ -32,6 +32,7 @@ from composable.common import service
 from composable import conf
 from composable.conf import database as conf_database
 from composable.db import api as db_api
+from composable.db import location as db_location
 from composable.db import migration
 
 CONF = conf.CONF
@@ -120,7 +121,7 @@ class Checks(upgradecheck.UpgradeCommands):
 def _missing_sqlite_file():
     """The one-line refusal when [database]connection names a SQLite file
     that does not exist, else None."""
-    path = conf_database.sqlite_path(CONF.database.connection)
+    path = db_location.sqlite_path(CONF.database.connection)
     if path is None or os.path.exists(path):
         return None
     return ('composable-status: no database at %s (%s); create it with '

@@ -56,6 +56,7 @@ from composable.conductor import reconciler
 from composable.conductor import rules
 from composable.conductor import task as lease_task
 from composable import conf
+from composable.db import allocation
 from composable.db import api as db_api
 from composable.db import views
 
@@ -275,7 +276,7 @@ class ConductorManager(object):
                                         pool)
         devices = values.get('requested_devices') or []
         if devices:
-            allocator.check_requested_devices(
+            allocation.check_requested_devices(
                 admin, devices, project_id=values.get('project_id'))
         return pools
 
@@ -395,7 +396,7 @@ class ConductorManager(object):
             # Lost a race for a device picked by uuid: the same answer as
             # when it was taken before the request, and nothing created.
             try:
-                allocator.check_requested_devices(
+                allocation.check_requested_devices(
                     self._admin(), values['requested_devices'],
                     project_id=values.get('project_id'))
             except (exception.Invalid, exception.NotFound,

@@ -50,27 +50,12 @@ from composable.common import states as lease_states
 from composable.conductor import flows
 from composable.conductor import reservations
 from composable.db import api as db_api
-from composable.db import models
 
 LOG = logging.getLogger(__name__)
 
 # The lease action of the repairs made here: the reconciler's
 # (reconciler.RECONCILE), which runs this check too.
 RECONCILE = 'reconcile'
-
-
-def _extents(context, uuids):
-    """{uuid: (export_state, memory_node_id, lease_id)} of the extents
-    the database knows among ``uuids``."""
-    if not uuids:
-        return {}
-    with db_api.reader(context) as session:
-        rows = session.query(models.MemoryExtent.uuid,
-                             models.MemoryExtent.export_state,
-                             models.MemoryExtent.memory_node_id,
-                             models.MemoryExtent.lease_id).filter(
-            models.MemoryExtent.uuid.in_(list(uuids))).all()
-    return {row[0]: tuple(row[1:]) for row in rows}
 
 
 def _message(exc):
@@ -188,7 +173,7 @@ def check_memory_node(context, node, agents, host=None):
     simulated = report.get('simulated')
     files = [] if simulated else report.get('extent_uuids') or []
     exported = report.get('exported_extent_uuids') or []
-    known = _extents(context, set(files) | set(exported))
+    known = db_api.extent_states(context, set(files) | set(exported))
     orphan_files = [u for u in files
                     if known.get(u, (lease_states.EXTENT_SCRUBBED,))[0] ==
                     lease_states.EXTENT_SCRUBBED]

@@ -64,18 +64,6 @@ def set_defaults(conf=None):
     _set_defaults(conf or cfg.CONF)
 
 
-def sqlite_path(connection):
-    """The absolute path of the SQLite file ``connection`` names, or None
-    (not SQLite, or an in-memory database)."""
-    if not connection or not connection.startswith('sqlite'):
-        return None
-    from sqlalchemy.engine import url as sa_url
-    path = sa_url.make_url(connection).database
-    if not path or path == ':memory:' or path.startswith('file:'):
-        return None
-    return os.path.abspath(path)
-
-
 def source(conf):
     """Where [database]connection's value comes from, in words."""
     location = conf.get_location('connection', 'database')
@@ -85,29 +73,3 @@ def source(conf):
     if location.detail:
         return '[database]connection in %s' % location.detail
     return '[database]connection'
-
-
-def describe(conf):
-    """Where the state lives, for the log: the SQLite file's absolute
-    path, or the URL without its password; and where that comes from."""
-    connection = conf.database.connection or ''
-    path = sqlite_path(connection)
-    if path:
-        where = 'SQLite database %s' % path
-    else:
-        try:
-            from sqlalchemy.engine import url as sa_url
-            where = sa_url.make_url(connection).render_as_string(
-                hide_password=True)
-        except Exception:
-            where = connection.split('://', 1)[0] + '://...'
-    return '%s (%s)' % (where, source(conf))
-
-
-def ensure_state_dir(conf):
-    """Create the directory of the SQLite file ``[database]connection``
-    names (owner only), for the commands that create the database."""
-    path = sqlite_path(conf.database.connection)
-    if path:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    return path

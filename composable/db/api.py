@@ -519,6 +519,15 @@ def pool_summaries(context, kind=None):
         return query.order_by(models.Pool.id).all()
 
 
+def pool_uuids_by_provider(context):
+    """{resource provider uuid: pool uuid} of every pool that has a
+    provider in Placement."""
+    with reader(context) as session:
+        return dict(session.query(models.Pool.provider_uuid,
+                                  models.Pool.uuid).filter(
+            models.Pool.provider_uuid.isnot(None)).all())
+
+
 def pool_create(context, values):
     if values.get('kind') == 'memory' and not values.get('medium'):
         values = dict(values, medium=media.NETWORK)
@@ -557,6 +566,24 @@ def pool_update(context, ident, values):
         pool = _update(context, models.Pool, ident, values)
         record_event(session, EVENT_POOL_CHANGED, context, pool.id)
         return pool
+
+
+def pool_update_checked(context, ident, values):
+    """pool_update, refusing (Conflict) a ``reserved`` that would leave
+    less than the pool has in use. The pool's counters are row-locked
+    for the check, so a concurrent claim cannot slip in between the
+    check and the update. The pool as read before the update."""
+    with writer(context) as session:
+        pool = pool_get(context, ident)
+        locked = lock_pool(session, pool.id)
+        reserved = values.get('reserved', locked.reserved)
+        if locked.total - reserved < locked.used:
+            raise exception.Conflict(
+                reason='pool %s has %d in use of %d; reserved may be at '
+                       'most %d' % (locked.name, locked.used, locked.total,
+                                    max(0, locked.total - locked.used)))
+        pool_update(context, pool.uuid, values)
+    return pool
 
 
 def pool_get_by_id(context, pool_id):
@@ -1337,6 +1364,20 @@ def extent_update(context, extent_id, values):
                 values, synchronize_session=False)
 
 
+def extent_states(context, uuids):
+    """{uuid: (export_state, memory_node_id, lease_id)} of the extents
+    the database knows among ``uuids``."""
+    if not uuids:
+        return {}
+    with reader(context) as session:
+        rows = session.query(models.MemoryExtent.uuid,
+                             models.MemoryExtent.export_state,
+                             models.MemoryExtent.memory_node_id,
+                             models.MemoryExtent.lease_id).filter(
+            models.MemoryExtent.uuid.in_(list(uuids))).all()
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
 def extent_list(context, lease_id):
     with reader(context) as session:
         return session.query(models.MemoryExtent).filter(
@@ -1698,6 +1739,100 @@ def leases_holding(context, lease_ids):
                 found.update(row[0] for row in
                              session.execute(query.distinct()))
     return found
+
+
+def live_lease_holdings(context):
+    """What the Placement pass compares with Placement, in four queries
+    whatever the number of leases: (every pool in id order, the live
+    leases' id, uuid, status, instance_uuid, placement_consumer and
+    memory_pool_id in id order, {lease id: the size of its extents
+    summed}, {lease id: [(pool id, device count), ...]}). A released
+    lease holds nothing and is left out. The sums are the database's
+    (SUM is a DECIMAL on MariaDB); loading every live lease with its
+    pools, host, extents and devices took most of a pass."""
+    leases_t = models.Lease.__table__
+    extents_t = models.MemoryExtent.__table__
+    devices_t = models.Device.__table__
+    live = leases_t.c.status != states.RELEASED
+    with reader(context) as session:
+        pools = session.query(models.Pool).order_by(models.Pool.id).all()
+        rows = session.execute(
+            sa.select(leases_t.c.id, leases_t.c.uuid, leases_t.c.status,
+                      leases_t.c.instance_uuid,
+                      leases_t.c.placement_consumer,
+                      leases_t.c.memory_pool_id).where(live).order_by(
+                leases_t.c.id)).all()
+        memory = dict(session.execute(
+            sa.select(extents_t.c.lease_id,
+                      sa.func.sum(extents_t.c.size_mb)).select_from(
+                extents_t.join(leases_t,
+                               leases_t.c.id == extents_t.c.lease_id)).where(
+                live).group_by(extents_t.c.lease_id)).all())
+        devices = {}
+        for lease_id, pool_id, count in session.execute(
+                sa.select(devices_t.c.lease_id, devices_t.c.pool_id,
+                          sa.func.count()).where(
+                    devices_t.c.lease_id.isnot(None)).group_by(
+                    devices_t.c.lease_id, devices_t.c.pool_id).order_by(
+                    devices_t.c.lease_id, devices_t.c.pool_id)):
+            devices.setdefault(lease_id, []).append((pool_id, int(count)))
+    return pools, rows, memory, devices
+
+
+def lease_nova_consumers(context):
+    """The uuids of every instance a lease was ever bound to or claimed
+    by, released leases' included: Nova's consumers in Placement. Two
+    columns, read from their indexes, not the leases."""
+    lease = models.Lease
+    with reader(context) as session:
+        found = {row[0] for row in session.query(
+            lease.instance_uuid).filter(
+            lease.instance_uuid.isnot(None)).distinct()}
+        found.update(row[0] for row in session.query(
+            lease.placement_consumer).filter(
+            lease.placement_consumer.isnot(None),
+            lease.placement_consumer != lease.uuid).distinct())
+    return found
+
+
+def lease_find(context, lease_id=None, uuid=None):
+    """The lease of id ``lease_id`` (or of ``uuid``), not scoped to a
+    project, or None when there is none."""
+    column = models.Lease.id if uuid is None else models.Lease.uuid
+    with reader(context) as session:
+        return session.query(models.Lease).filter(
+            column == (lease_id if uuid is None else uuid)).first()
+
+
+def lease_list_for_instance(context, instance_uuid,
+                            include_released=False):
+    """The leases of an instance: made from its flavor
+    (placement_consumer) or bound to it (instance_uuid), oldest first."""
+    with reader(context) as session:
+        query = session.query(models.Lease).filter(sa.or_(
+            models.Lease.placement_consumer == instance_uuid,
+            models.Lease.instance_uuid == instance_uuid))
+        if not include_released:
+            query = query.filter(models.Lease.status != states.RELEASED)
+        return query.order_by(models.Lease.id).all()
+
+
+def instance_lease_uuids(context, fabric_id, statuses):
+    """(instance uuid, lease uuid) of every lease in ``statuses`` linked
+    to an instance whose pools are on fabric ``fabric_id``, or that has
+    no pool (requested, alloc_failed)."""
+    lease = models.Lease
+    with reader(context) as session:
+        pools = [row.id for row in session.query(models.Pool.id).filter(
+            models.Pool.fabric_id == fabric_id)]
+        reachable = (lease.memory_pool_id.is_(None) &
+                     lease.device_pool_id.is_(None))
+        if pools:
+            reachable = (reachable | lease.memory_pool_id.in_(pools) |
+                         lease.device_pool_id.in_(pools))
+        return session.query(lease.instance_uuid, lease.uuid).filter(
+            lease.instance_uuid.isnot(None),
+            lease.status.in_(statuses), reachable).all()
 
 
 def lease_refs_due(context, statuses, column, now):

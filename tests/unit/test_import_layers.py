@@ -14,6 +14,10 @@
 their source (every import statement, those inside functions included).
 
 * No import circle.
+* Only the database layer (composable/db/) touches the tables: no module
+  outside it imports sqlalchemy (any of its modules), oslo_db.sqlalchemy
+  or composable.db.models. Queries, locks and transactions are functions
+  of composable.db; the rest calls them.
 * The privileged modules (composable/privsep/) are leaves: besides the
   standard library and third-party packages they import only each other,
   composable.conf (the option declarations the privsep daemon reads
@@ -155,6 +159,82 @@ def test_no_import_circle():
 def _outside(module, allowed):
     return not any(module == a or module.startswith(a + '.')
                    for a in allowed)
+
+
+# What only the database layer may import: the SQL toolkit, oslo.db's
+# engine and session machinery, and the models (the tables).
+DB_LAYER = ('composable.db',)
+DB_ONLY = ('sqlalchemy', 'oslo_db.sqlalchemy', 'composable.db.models')
+
+
+def db_only_imports(module, path):
+    """(line, imported name) of every import in the source at ``path``
+    (module ``module``) that only the database layer may make: a module
+    of DB_ONLY or anything under one, however it is spelled (import a.b,
+    from a import b, from a.b import c, relative imports, inside
+    functions too)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                package = _package_of(module, path)
+                for _ in range(node.level - 1):
+                    package = package.rpartition('.')[0]
+                base = '.'.join(p for p in (package, base) if p)
+            names = [base] + ['%s.%s' % (base, alias.name)
+                              for alias in node.names]
+        else:
+            continue
+        wrong = sorted({n for n in names if not _outside(n, DB_ONLY)})
+        if wrong:
+            found.append((node.lineno, wrong[0]))
+    return found
+
+
+def test_the_db_import_finder_finds_them(tmp_path):
+    path = tmp_path / 'm.py'
+    path.write_text('import os\n'
+                    'import sqlalchemy.orm\n'
+                    'from sqlalchemy import orm\n'
+                    'from oslo_db.sqlalchemy import enginefacade\n'
+                    'from oslo_db import sqlalchemy\n'
+                    'from oslo_db import exception\n'
+                    'def f():\n'
+                    '    from composable.db import models\n'
+                    '    from composable.db import api\n'
+                    '    from ..db import models as m\n'
+                    '    import composable.db.models\n'
+                    'import sqlalchemy_utils\n')
+    assert db_only_imports('composable.conductor.x', str(path)) == [
+        (2, 'sqlalchemy.orm'), (3, 'sqlalchemy'),
+        (4, 'oslo_db.sqlalchemy'), (5, 'oslo_db.sqlalchemy'),
+        (8, 'composable.db.models'), (10, 'composable.db.models'),
+        (11, 'composable.db.models')]
+
+
+def test_only_the_database_layer_imports_sqlalchemy_or_the_models():
+    # Every query, lock and transaction is a function of composable.db
+    # (the allocator's claims are composable.db.allocation); a module
+    # elsewhere that needs rows calls one, or a new one is added there.
+    modules = _modules()
+    assert 'composable.db.allocation' in modules
+    assert 'composable.conductor.allocator.claims' in modules
+    wrong = {}
+    for module, path in sorted(modules.items()):
+        if not _outside(module, DB_LAYER):
+            continue
+        found = db_only_imports(module, path)
+        if found:
+            wrong[module] = found
+    assert wrong == {}
+    # And the database layer itself does import them (the check looks).
+    assert db_only_imports('composable.db.allocation',
+                           modules['composable.db.allocation'])
 
 
 # Below the privileged modules: leaves of the standard library only.

@@ -55,7 +55,6 @@ overlap. On SQLite, which locks the whole database, there is one lane.
 """
 
 import collections
-import contextlib
 import queue
 import threading
 
@@ -65,6 +64,7 @@ from composable.common import context as composable_context
 from composable.common import exception
 from composable.conductor.allocator import claims as allocator
 from composable import conf
+from composable.db import allocation
 from composable.db import api as db_api
 
 CONF = conf.CONF
@@ -277,7 +277,7 @@ class ClaimLane(object):
         if request.kind == RELEASE:
             ident, action = request.args
             try:
-                request.pending = allocator.release_unbound_ident_in(
+                request.pending = allocation.release_unbound_ident_in(
                     session, context, ident, action)
             except (exception.NotFound, exception.Conflict):
                 # Refused before it changed anything: its own answer
@@ -290,18 +290,17 @@ class ClaimLane(object):
         try:
             # Memory claimed, then the devices found wanting: that memory
             # claim is undone by rolling back to the savepoint.
-            with (session.begin_nested() if both else
-                  contextlib.nullcontext()):
-                request.pending = allocator.create_in(
+            with allocation.savepoint(session, needed=both):
+                request.pending = allocation.create_in(
                     session, context, values, action, check_fit=check_fit)
         except exception.InsufficientCapacity as exc:
-            request.pending = allocator.create_failed_in(
+            request.pending = allocation.create_failed_in(
                 session, context, values, action, exc.message)
         except exception.Invalid:
             # Refused before anything was claimed: its 400 is given to it
             # alone.
             request.alone = True
-        except allocator.LostRace:
+        except allocation.LostRace:
             if not both:
                 # Part of a claim may stand: the whole transaction goes.
                 raise

@@ -50,7 +50,6 @@ from composable.conductor.nova import flavor_leases
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor import task as lease_task
 from composable.db import api as db_api
-from composable.db import models
 
 LOG = logging.getLogger(__name__)
 
@@ -121,18 +120,8 @@ class InstanceBinding(object):
         the start of its instance is where the user learns why it is not
         there."""
         host = self._host(host_name)
-        lease = models.Lease
-        with db_api.reader(self._admin()) as session:
-            pools = [row.id for row in session.query(models.Pool.id).filter(
-                models.Pool.fabric_id == host.fabric_id)]
-            reachable = (lease.memory_pool_id.is_(None) &
-                         lease.device_pool_id.is_(None))
-            if pools:
-                reachable = (reachable | lease.memory_pool_id.in_(pools) |
-                             lease.device_pool_id.in_(pools))
-            rows = session.query(lease.instance_uuid, lease.uuid).filter(
-                lease.instance_uuid.isnot(None),
-                lease.status.in_(LIVE_STATES), reachable).all()
+        rows = db_api.instance_lease_uuids(self._admin(), host.fabric_id,
+                                           LIVE_STATES)
         mapping = {}
         for instance_uuid, lease_uuid in rows:
             mapping.setdefault(instance_uuid, []).append(lease_uuid)

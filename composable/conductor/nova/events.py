@@ -207,7 +207,7 @@ def live_migration_allowed(context, instance_uuid):
     handler can only record why.
     """
     reasons = []
-    for lease in instance_leases.instance_leases(context, instance_uuid):
+    for lease in db_api.lease_list_for_instance(context, instance_uuid):
         why = _cannot_follow(lease)
         if why:
             reasons.append('%s (lease %s)' % (why, lease.uuid))
@@ -285,7 +285,7 @@ class NovaEventHandler(object):
             LOG.warning('A notification about server %s names no project; '
                         'its leases are left alone.', instance)
             return []
-        leases = instance_leases.instance_leases(context, instance)
+        leases = db_api.lease_list_for_instance(context, instance)
         foreign = [lease.uuid for lease in leases
                    if lease.project_id != project]
         if foreign:

@@ -40,7 +40,6 @@ import uuid as uuid_mod
 
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
-import sqlalchemy as sa
 
 from composable.common import context as ctx_mod
 from composable.common import exception
@@ -50,7 +49,6 @@ from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.placement import claims as placement_claims
 from composable.db import api as db_api
-from composable.db import models
 
 LOG = logging.getLogger(__name__)
 
@@ -72,18 +70,6 @@ def is_flavor_lease(lease):
     """True for a lease made from Nova's allocation of an instance."""
     consumer = getattr(lease, 'placement_consumer', None)
     return bool(consumer) and consumer != lease.uuid
-
-
-def instance_leases(context, instance_uuid, include_released=False):
-    """The leases of an instance: made from its flavor (placement_consumer)
-    or bound to it (instance_uuid), oldest first."""
-    with db_api.reader(context) as session:
-        query = session.query(models.Lease).filter(sa.or_(
-            models.Lease.placement_consumer == instance_uuid,
-            models.Lease.instance_uuid == instance_uuid))
-        if not include_released:
-            query = query.filter(models.Lease.status != states.RELEASED)
-        return query.order_by(models.Lease.id).all()
 
 
 def _lease_values(pool, amount, instance_uuid, project_id, user_id,
@@ -142,8 +128,8 @@ def ensure_instance_leases(context, instance_uuid, host_name, project_id,
         allocations = instance_pool_allocations(context, instance_uuid, client)
     if not allocations:
         return []
-    existing = instance_leases(context, instance_uuid,
-                               include_released=True)
+    existing = db_api.lease_list_for_instance(context, instance_uuid,
+                                              include_released=True)
     base_name = (extra_specs.get(EXTRA_LEASE_NAME) or
                  'server-%s' % instance_uuid)
     result = []

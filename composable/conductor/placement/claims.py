@@ -87,15 +87,14 @@ from oslo_utils import uuidutils
 from composable.common import context as ctx_mod
 from composable.common import exception
 from composable.common import states
-from composable.conductor.allocator import claims as allocator
 from composable.conductor.placement import batch
 from composable.conductor.placement import client as pclient
 from composable.conductor.placement import sync
 from composable.conductor import reservations
 from composable import conf
 from composable.conf import placement as placement_conf
+from composable.db import allocation
 from composable.db import api as db_api
-from composable.db import models
 
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
@@ -454,36 +453,12 @@ def _fault(context, lease, exc):
             _ADVICE % '; tell your cloud operator')
 
 
-def _roll_back_once(context, lease_id, fault, action):
-    with db_api.writer(context) as session:
-        # Same lock order as every claim and release: the lease's pools
-        # first.
-        memory_pool_id = allocator.lock_lease_pools(session, lease_id)
-        # The Placement claim is the last step of allocate; the lease is
-        # reserved only because the allocator commits the database claim
-        # and that status together. Undoing the database claim takes the
-        # lease back to where allocate started, so it ends where a failed
-        # allocate ends: alloc_failed, holding nothing.
-        if db_api.lease_transition(
-                context, lease_id, states.RESERVED, states.FAIL,
-                values={'fault': fault, 'memory_pool_id': None,
-                        'device_pool_id': None},
-                session=session) is None:
-            return False
-        allocator.return_capacity(session, lease_id, memory_pool_id)
-        # The action ended already when the claim was created with the
-        # lease (create): it is the newest one of that name either way.
-        db_api.action_finish(context, lease_id, action, 'error',
-                             message=fault, session=session, latest=True)
-        return True
-
-
 def roll_back(context, lease_id, fault, action):
     """Return a reserved lease's capacity and make it alloc_failed with
     ``fault``, its newest ``action`` ending in error; one transaction.
     False when the lease is no longer reserved (nothing changed)."""
-    return db_api.retry_on_deadlock(_roll_back_once)(context, lease_id,
-                                                     fault, action)
+    return db_api.retry_on_deadlock(allocation.roll_back_once)(
+        context, lease_id, fault, action)
 
 
 def release(lease_uuid):
@@ -552,10 +527,7 @@ def instance_pool_allocations(client, instance_uuid, context=None):
     ``placement_consumer`` = ``instance_uuid``.
     """
     context = context or ctx_mod.get_admin_context()
-    with db_api.reader(context) as session:
-        pools = dict(session.query(models.Pool.provider_uuid,
-                                   models.Pool.uuid).filter(
-            models.Pool.provider_uuid.isnot(None)).all())
+    pools = db_api.pool_uuids_by_provider(context)
     held = client.get_allocations(instance_uuid)['allocations']
     return {pools[rp]: dict(alloc['resources'])
             for rp, alloc in held.items()

@@ -57,15 +57,12 @@ import dataclasses
 
 from oslo_log import log as logging
 from oslo_utils import uuidutils
-import sqlalchemy as sa
 
 from composable.common import context as ctx_mod
 from composable.common import resource_classes
 from composable.common import sriov
-from composable.common import states
 from composable.conductor.placement import client as pclient
 from composable.db import api as dbapi
-from composable.db import models
 
 LOG = logging.getLogger(__name__)
 
@@ -347,36 +344,11 @@ def _load(context):
     the providers' side (reading the whole history would make the pass
     grow with it).
 
-    Three queries whatever the number of leases: the live leases' few
-    columns, the size of their extents summed per lease, and their
-    devices counted per lease and pool; loading every live lease with
-    its pools, host, extents and devices took most of a pass."""
-    leases_t = models.Lease.__table__
-    extents_t = models.MemoryExtent.__table__
-    devices_t = models.Device.__table__
-    live = leases_t.c.status != states.RELEASED
-    with dbapi.reader(context) as session:
-        pools = session.query(models.Pool).order_by(models.Pool.id).all()
-        rows = session.execute(
-            sa.select(leases_t.c.id, leases_t.c.uuid, leases_t.c.status,
-                      leases_t.c.instance_uuid,
-                      leases_t.c.placement_consumer,
-                      leases_t.c.memory_pool_id).where(live).order_by(
-                leases_t.c.id)).all()
-        memory = dict(session.execute(
-            sa.select(extents_t.c.lease_id,
-                      sa.func.sum(extents_t.c.size_mb)).select_from(
-                extents_t.join(leases_t,
-                               leases_t.c.id == extents_t.c.lease_id)).where(
-                live).group_by(extents_t.c.lease_id)).all())
-        devices = collections.defaultdict(list)
-        for lease_id, pool_id, count in session.execute(
-                sa.select(devices_t.c.lease_id, devices_t.c.pool_id,
-                          sa.func.count()).where(
-                    devices_t.c.lease_id.isnot(None)).group_by(
-                    devices_t.c.lease_id, devices_t.c.pool_id).order_by(
-                    devices_t.c.lease_id, devices_t.c.pool_id)):
-            devices[lease_id].append((pool_id, int(count)))
+    Read by db_api.live_lease_holdings in a fixed number of queries
+    whatever the number of leases: the live leases' few columns, the
+    size of their extents summed per lease, and their devices counted
+    per lease and pool."""
+    pools, rows, memory, devices = dbapi.live_lease_holdings(context)
     by_id = {pool.id: pool for pool in pools}
     leases = []
     for row in rows:
@@ -391,35 +363,6 @@ def _load(context):
         lease.resolve(by_id)
         leases.append(lease)
     return pools, leases
-
-
-def _nova_consumers(context):
-    """The uuids of every instance a lease was ever bound to or claimed
-    by, released leases' included: Nova's consumers, whose allocations
-    in the pools the pass never deletes. Two columns, read from their
-    indexes, not the leases."""
-    lease = models.Lease
-    with dbapi.reader(context) as session:
-        found = {row[0] for row in session.query(
-            lease.instance_uuid).filter(
-            lease.instance_uuid.isnot(None)).distinct()}
-        found.update(row[0] for row in session.query(
-            lease.placement_consumer).filter(
-            lease.placement_consumer.isnot(None),
-            lease.placement_consumer != lease.uuid).distinct())
-    return found
-
-
-def _reread_lease(context, lease_id):
-    with dbapi.reader(context) as session:
-        return session.query(models.Lease).filter(
-            models.Lease.id == lease_id).first()
-
-
-def _lease_by_uuid(context, uuid):
-    with dbapi.reader(context) as session:
-        return session.query(models.Lease).filter(
-            models.Lease.uuid == uuid).first()
 
 
 def _fmt(resources):
@@ -507,7 +450,7 @@ def reconcile(context=None, client=None, delete_orphans=None):
             held[consumer][uuid] = resources
 
     by_uuid = {lease.uuid: lease for lease in leases}
-    instances = _nova_consumers(context)
+    instances = dbapi.lease_nova_consumers(context)
     instances.update(lease.instance_uuid for lease in leases
                      if lease.instance_uuid)
     instances.update(lease.placement_consumer for lease in leases
@@ -523,7 +466,7 @@ def reconcile(context=None, client=None, delete_orphans=None):
             if have == wanted:
                 continue
             # The lease may have moved on since the database was read.
-            fresh = _reread_lease(context, lease.id)
+            fresh = dbapi.lease_find(context, lease.id)
             if fresh is None or fresh.reservation:
                 # A conductor holds the lease (creating it: its claim may
                 # be queued in that conductor's batch right now). Writing
@@ -562,7 +505,7 @@ def reconcile(context=None, client=None, delete_orphans=None):
                 if lease is None and uuidutils.is_uuid_like(consumer):
                     # Created since the leases were read (its claim may
                     # have been written meanwhile): not an orphan.
-                    lease = _lease_by_uuid(context, consumer)
+                    lease = dbapi.lease_find(context, uuid=consumer)
                 if lease is not None and _wanted(lease).get(uuid):
                     # It held its share here when the pass read it: no
                     # orphan. (Released since, it removed its own
@@ -571,7 +514,7 @@ def reconcile(context=None, client=None, delete_orphans=None):
                     # live lease one query each.
                     continue
                 if lease is not None:
-                    fresh = _reread_lease(context, lease.id)
+                    fresh = dbapi.lease_find(context, lease.id)
                     if fresh is not None and claimed_resources(fresh):
                         continue
                     if fresh is not None and nova_claimed(fresh):

@@ -21,6 +21,7 @@ import threading
 from composable.common import exception
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
+from composable.db import allocation
 from composable.db import api as dbapi
 from tests.unit.allocator import inventory as inv
 
@@ -60,7 +61,7 @@ def test_memory_claims_race(db_backend):
     results = _race(leases, inv.allocate)
     assert sum(1 for ok in results.values() if ok) == 20
     assert dbapi.pool_get(inv.admin(), 'mem').used == 10240
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_device_claims_race_never_share_a_device(db_backend):
@@ -80,7 +81,7 @@ def test_device_claims_race_never_share_a_device(db_backend):
     assert len(taken) == len(set(taken)), 'a device is in two leases'
     assert granted == len(taken) <= 6
     assert dbapi.pool_get(inv.admin(), 'gpu').used == granted
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_claims_and_releases_interleaved(db_backend):
@@ -99,7 +100,7 @@ def test_claims_and_releases_interleaved(db_backend):
         return inv.allocate(lease)
 
     _race(first + second, act, workers=8)
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
     live = [dbapi.lease_get(inv.admin(), lease.uuid) for lease in second]
     granted = [lease for lease in live if lease.status == states.RESERVED]
     assert len(granted) <= 4
@@ -120,7 +121,7 @@ def _churn_values(n, i):
 def _assert_pools_hold_what_leases_hold(made):
     """``made``: (uuid, status) of leases created on 8 GiB of memory and
     4 GPUs: never more given out, counters equal to the live leases."""
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
     held = [dbapi.lease_get(inv.admin(), uuid) for uuid, _ in made]
     memory = sum(lease.memory_mb for lease in held
                  if lease.status == states.RESERVED)
@@ -244,4 +245,4 @@ def test_binds_race_for_the_devices_a_host_reaches(db_backend):
             holders[device.uuid] = lease.uuid
     assert reachable <= set(holders)
     assert dbapi.pool_get(ctx, 'gpu').used == 8 + len(claimed)
-    assert allocator.check_consistency(ctx) == []
+    assert allocation.check_consistency(ctx) == []

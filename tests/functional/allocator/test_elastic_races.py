@@ -20,6 +20,7 @@ import threading
 from composable.common import exception
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
+from composable.db import allocation
 from composable.db import api as dbapi
 from tests import lease_rows
 from tests.unit.allocator import inventory as inv
@@ -72,7 +73,7 @@ def test_grows_and_creates_race_for_the_last_extents(db_backend):
                   states.RESERVED)
     assert grown + created == 8, results
     assert dbapi.pool_get(inv.admin(), 'mem').used == 8192
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
     for lease in bound:
         got = dbapi.lease_get(inv.admin(), lease.uuid)
         assert got.memory_mb == sum(e.size_mb for e in got.extents)
@@ -100,4 +101,4 @@ def test_grows_race_shrinks_of_other_leases(db_backend):
     assert grown <= 2
     used = dbapi.pool_get(inv.admin(), 'mem').used
     assert used == 8192 - 2048 + 1024 * grown
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []

@@ -20,8 +20,8 @@ import pytest
 
 from composable.common import exception
 from composable.common import states
-from composable.conductor.allocator import claims as allocator
 from composable.conductor import reservations
+from composable.db import allocation
 from composable.db import api as db_api
 from tests import concurrency
 from tests import lease_rows
@@ -45,14 +45,14 @@ def test_concurrent_creates_never_over_commit(harness):
     assert statuses.count(states.RESERVED) == 8
     assert statuses.count(states.ALLOC_FAILED) == 4
     assert harness.pool(harness.memory_pool).used == 8192
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
     gpu_results = concurrency.run_concurrently(
         6, lambda i: harness.create(device_count=1))
     statuses = [harness.lease(uuid).status for uuid in gpu_results]
     assert statuses.count(states.RESERVED) == 2
     assert harness.pool(harness.gpu_pool).used == 2
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
 
 def test_one_device_picked_by_many_is_given_once(harness):
@@ -67,7 +67,7 @@ def test_one_device_picked_by_many_is_given_once(harness):
     assert harness.lease(created[0]).status == states.RESERVED
     # Nothing was created for the refused requests.
     assert len(db_api.lease_list(h_mod.admin())) == 1
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
 
 def test_reservation_keeps_two_conductors_apart(harness):
@@ -103,4 +103,4 @@ def test_dead_conductor_is_taken_over(harness):
     harness.wait(uuid, states.RELEASED)
     harness.idle()
     harness.assert_nothing_live()
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []

@@ -107,3 +107,24 @@ def test_disabling_a_node_sees_a_claim_made_before_the_lock(server_db,
         dbapi.memory_node_update(_admin(), 'n2', {'enabled': False})
     monkeypatch.undo()
     assert dbapi.pool_get(_admin(), 'mem').total == 8192
+
+
+def test_reserving_sees_a_claim_made_before_the_lock(server_db, monkeypatch):
+    # PATCH /v1/pools/{pool} with reserved: the check against what is in
+    # use is made on the pool's row as locked, not as read before.
+    pool, node = _inventory()
+    real_lock_pool = dbapi.lock_pool
+
+    def lock_pool_after_a_claim(session, pool_id):
+        _claim_elsewhere(node.id, pool.id, 3072)
+        return real_lock_pool(session, pool_id)
+
+    monkeypatch.setattr(dbapi, 'lock_pool', lock_pool_after_a_claim)
+    with pytest.raises(exception.Conflict, match='has 3072 in use of 4096'):
+        dbapi.pool_update_checked(_admin(), 'mem', {'reserved': 2048})
+    monkeypatch.undo()
+    got = dbapi.pool_get(_admin(), 'mem')
+    assert (got.reserved, got.used) == (0, 3072)
+    # Within what is free, it is set.
+    dbapi.pool_update_checked(_admin(), 'mem', {'reserved': 1024})
+    assert dbapi.pool_get(_admin(), 'mem').reserved == 1024

@@ -59,7 +59,6 @@ from composable.common import service
 from composable.common import states
 from composable.conductor import manager as conductor_manager
 from composable.conductor.nova import client as nova_api
-from composable.conductor.nova import flavor_leases as instance_leases
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor.placement import sync
 from composable.conductor import reservations
@@ -297,8 +296,8 @@ class Composable(fixtures.Fixture):
         return db_api.pool_get(admin(), self.pool.uuid).used
 
     def leases(self, instance):
-        return instance_leases.instance_leases(admin(), instance,
-                                               include_released=True)
+        return db_api.lease_list_for_instance(
+            admin(), instance, include_released=True)
 
     def wait(self, what, condition, timeout=300):
         deadline = time.monotonic() + timeout

@@ -30,11 +30,11 @@ import pytest
 import requests
 
 from composable.common import states
-from composable.conductor.allocator import claims as allocator
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor.placement import client as pclient
 from composable.conductor.placement import sync
 from composable import conf
+from composable.db import allocation
 from tests.functional import fixtures as db_fixtures
 from tests.functional.placement import base
 from tests.functional import stack as stack_mod
@@ -128,7 +128,7 @@ def _equal(harness, client):
     gpu = harness.pool(harness.gpu_pool)
     assert client.get_usages(mem.provider_uuid).get(MEM, 0) == mem.used
     assert client.get_usages(gpu.provider_uuid).get(GPU, 0) == gpu.used
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
     assert sync.reconcile(h_mod.admin(), client) == []
 
 

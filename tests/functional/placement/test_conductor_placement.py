@@ -39,6 +39,7 @@ from composable.conductor.placement import claims as placement_claims
 from composable.conductor.placement import client as pclient
 from composable.conductor.placement import sync
 from composable import conf
+from composable.db import allocation
 from composable.db import api as dbapi
 from composable import policies
 from tests.functional import fixtures as db_fixtures
@@ -150,7 +151,7 @@ def test_placement_short_of_capacity_rolls_the_claim_back(harness, client):
     assert harness.node_allocated() == before
     assert lease.extents == [] and lease.devices == []
     assert lease.memory_pool_id is None and lease.device_pool_id is None
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
     # Nothing in Placement for the lease; Nova's instance untouched.
     assert _held(client, uuid) == {}
     assert client.get_usages(mem.provider_uuid) == {MEM: 7168}
@@ -218,7 +219,7 @@ def test_claim_withdrawn_when_placement_is_over_capacity(harness, placement,
     assert _held(client, uuid) == {}
     assert _held(client, other)[mem.provider_uuid] == {MEM: 4096}
     assert harness.pool(harness.memory_pool).used == 0
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
 
 class _AfterBatch(object):
@@ -268,7 +269,7 @@ def test_batch_withdrawn_when_placement_is_over_capacity(harness, placement,
     assert _held(client, other)[mem.provider_uuid] == {MEM: 4096}
     assert _held(client, racing[0])[mem.provider_uuid] == {MEM: 4096}
     assert harness.pool(harness.memory_pool).used == 0
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
 
 def test_placement_unreachable_at_create(harness, client):
@@ -279,7 +280,7 @@ def test_placement_unreachable_at_create(harness, client):
     assert lease.fault.startswith('The Placement service could not be '
                                   'reached')
     assert harness.pool(harness.memory_pool).used == 0
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
 
 def test_delete_deletes_the_allocation(harness, client):
@@ -575,7 +576,7 @@ def test_creates_race_for_the_last_capacity(server_stack, limit):
     assert client.get_usages(mem.provider_uuid) == {MEM: 8192}
     used = 2048 + (6144 if limit == 'database' else 0)
     assert harness.pool(harness.memory_pool).used == used
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
     # Placement and the database agree on who holds what.
     held = {c for c in client.get_provider_allocations(mem.provider_uuid)
             if c in set(statuses) | others}
@@ -605,7 +606,7 @@ def test_conductors_race_never_over_commit(server_stack, monkeypatch):
         assert holders == {instance} | winners
         assert harness.pool(harness.memory_pool).used == 2048 * len(
             winners)
-        assert allocator.check_consistency(h_mod.admin()) == []
+        assert allocation.check_consistency(h_mod.admin()) == []
         for uuid in winners:
             harness.api.delete_lease(h_mod.user_context(), uuid)
         assert client.get_usages(mem.provider_uuid)[MEM] == 6144

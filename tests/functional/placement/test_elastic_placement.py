@@ -19,7 +19,7 @@ import datetime
 from composable.common import states
 from composable.common import utils
 from composable import conf
-from composable.conductor.allocator import claims as allocator
+from composable.db import allocation
 from composable.db import api as dbapi
 from tests.functional.placement import test_conductor_placement as base
 from tests.unit.conductor import harness as h_mod
@@ -80,7 +80,7 @@ def test_grow_and_shrink_follow_in_placement(harness, client):
         CONF.clear_override('shrink_hysteresis', 'elastic')
     assert harness.lease(lease.uuid).memory_mb == 1024
     assert base._held(client, lease.uuid) == {mem.provider_uuid: {MEM: 1024}}
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
 
 def test_grow_placement_has_no_room_for_is_rolled_back(harness, client):
@@ -102,4 +102,4 @@ def test_grow_placement_has_no_room_for_is_rolled_back(harness, client):
               if a.action == 'resize']
     assert [a.result for a in resize] == ['error']
     assert 'Placement has no room' in resize[0].message
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []

@@ -20,6 +20,7 @@ from composable.common import exception
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable import conf
+from composable.db import allocation
 from composable.db import api as dbapi
 from tests import lease_rows
 from tests.unit.allocator import inventory as inv
@@ -59,7 +60,7 @@ def test_memory_lease_is_carved_into_extents_spread_over_nodes():
     assert _extents_per_node(lease) == {'mem-node-0': 1024,
                                         'mem-node-1': 1024}
     assert dbapi.pool_get(inv.admin(), 'mem').used == 2048
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_pack_policy_fills_one_node_first():
@@ -83,7 +84,7 @@ def test_not_enough_free_memory_claims_nothing_and_says_what_is_free():
         states.ALLOCATING
     assert dbapi.extent_list(inv.admin(), second.id) == []
     assert dbapi.pool_get(inv.admin(), 'mem').used == 1024
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_pool_headroom_is_never_leased():
@@ -152,7 +153,7 @@ def test_memory_and_gpus_in_one_lease_are_all_or_nothing():
     # The memory part was claimed first and rolled back with the rest.
     assert dbapi.pool_get(inv.admin(), 'mem').used == 0
     assert dbapi.extent_list(inv.admin(), lease.id) == []
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_requested_devices_checked_before_a_lease_exists():
@@ -162,12 +163,12 @@ def test_requested_devices_checked_before_a_lease_exists():
                           device_count=1, device_kind='gpu')
     inv.allocate(lease)
     with pytest.raises(exception.DeviceAlreadyLeased) as err:
-        allocator.check_requested_devices(inv.admin(), [devices[0].uuid])
+        allocation.check_requested_devices(inv.admin(), [devices[0].uuid])
     assert lease.uuid in err.value.message
     with pytest.raises(exception.DeviceNotFound):
-        allocator.check_requested_devices(
+        allocation.check_requested_devices(
             inv.admin(), ['6f1c1f0e-0000-4000-8000-000000000000'])
-    assert allocator.check_requested_devices(
+    assert allocation.check_requested_devices(
         inv.admin(), [devices[1].uuid]) is not None
 
 
@@ -185,7 +186,7 @@ def test_release_returns_everything_and_is_idempotent():
     assert dbapi.pool_get(inv.admin(), 'gpu').used == 0
     assert all(d.state == 'available'
                for d in dbapi.device_list(inv.admin()))
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_allocate_only_runs_from_allocating():
@@ -206,7 +207,7 @@ def test_consistency_check_reports_drift():
     inv.allocate(lease)
     with dbapi.writer(inv.admin()) as session:
         session.execute(dbapi.sa.text('UPDATE pools SET used = 0'))
-    problems = allocator.check_consistency(inv.admin())
+    problems = allocation.check_consistency(inv.admin())
     assert problems == ['pool mem: used 0 but leases hold 1024']
 
 
@@ -232,7 +233,7 @@ def test_racing_claims_never_overcommit_sqlite():
         thread.join()
     assert results.count(True) == 8
     assert dbapi.pool_get(inv.admin(), 'mem').used == 8192
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def _actions(lease_uuid):
@@ -263,7 +264,7 @@ def test_create_and_allocate_keeps_a_failed_lease_with_its_fault():
     assert lease.memory_pool_id is None and lease.extents == []
     assert _actions(uuid) == [('create', 'error', lease.fault)]
     assert dbapi.pool_get(inv.admin(), 'mem').used == 0
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_racing_one_step_creates_never_overcommit():
@@ -283,7 +284,7 @@ def test_racing_one_step_creates_never_overcommit():
         thread.join()
     assert results.count(states.RESERVED) == 8
     assert results.count(states.ALLOC_FAILED) == 12
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_release_unbound_returns_capacity_in_one_step():
@@ -301,7 +302,7 @@ def test_release_unbound_returns_capacity_in_one_step():
                                                ('delete', 'success')]
     assert dbapi.pool_get(inv.admin(), 'mem').used == 0
     assert dbapi.pool_get(inv.admin(), 'gpu').used == 0
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_release_unbound_refuses_anything_live_or_busy():

@@ -25,6 +25,7 @@ from composable.common import states
 from composable.conductor.allocator import batches as claim_batches
 from composable.conductor.allocator import claims as allocator
 from composable import conf
+from composable.db import allocation
 from composable.db import api as dbapi
 from tests import lease_rows
 from tests.unit.allocator import inventory as inv
@@ -100,7 +101,7 @@ def _assert_used(mem, gpu=None):
     assert dbapi.pool_get(inv.admin(), 'mem').used == mem
     if gpu is not None:
         assert dbapi.pool_get(inv.admin(), 'gpu').used == gpu
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 @pytest.fixture
@@ -151,7 +152,7 @@ def test_one_batch_one_commit_each_request_its_own_answer(batcher):
     # 4096: 1024 (p2) + 1024 + 1024 held; the released one came back.
     assert dbapi.pool_get(inv.admin(), 'mem').used == 3072
     assert dbapi.lease_get(inv.admin(), other).status == states.RESERVED
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_racing_batched_creates_never_overcommit(batcher):
@@ -181,13 +182,13 @@ def test_racing_batched_creates_never_overcommit(batcher):
     assert results.count(states.ALLOC_FAILED) == 12
     assert dbapi.pool_get(inv.admin(), 'mem').used == 8192
     assert dbapi.pool_get(inv.admin(), 'gpu').used == 4
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
     assert commits['n'] < 24
 
 
 def test_a_failing_batch_runs_its_requests_alone(batcher, monkeypatch):
     inv.memory_inventory(nodes=(4096,))
-    real = allocator.create_in
+    real = allocation.create_in
     calls = {'n': 0}
 
     def create_in(session, context, values, action, **kwargs):
@@ -196,7 +197,7 @@ def test_a_failing_batch_runs_its_requests_alone(batcher, monkeypatch):
             raise exception.ServiceUnavailable(reason='database went away')
         return real(session, context, values, action, **kwargs)
 
-    monkeypatch.setattr(allocator, 'create_in', create_in)
+    monkeypatch.setattr(allocation, 'create_in', create_in)
     outcomes = _run_together(batcher.lane(claim_batches.MEMORY_LANE), [
         lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
         lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024,
@@ -212,7 +213,7 @@ def test_a_failing_batch_runs_its_requests_alone(batcher, monkeypatch):
     leases = dbapi.lease_list(inv.admin(), filters={'project_id': 'p1'})
     assert sorted(lease.name or '' for lease in leases) == [
         '', 'fine', 'poison']
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_not_started_means_no_thread():
@@ -353,7 +354,7 @@ def test_a_request_no_pool_can_hold_is_refused_alone(batcher):
     assert dbapi.pool_get(inv.admin(), 'gpu').used == 0
     assert len(dbapi.lease_list(inv.admin(),
                                 filters={'project_id': 'p1'})) == 3
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_memory_and_devices_that_do_not_fit_leave_nothing(batcher):
@@ -381,17 +382,17 @@ def test_a_lost_race_rolls_the_batch_back(batcher, monkeypatch):
     part of it may stand, so the whole transaction is rolled back and
     every request runs again alone. Nothing is lost, nothing twice."""
     inv.memory_inventory(nodes=(4096, 4096))
-    real = allocator.create_in
+    real = allocation.create_in
     lost = {'n': 0}
 
     def create_in(session, context, values, action, **kwargs):
         result = real(session, context, values, action, **kwargs)
         if values.get('name') == 'unlucky' and not lost['n']:
             lost['n'] += 1
-            raise allocator.LostRace('memory node mem-node-0')
+            raise allocation.LostRace('memory node mem-node-0')
         return result
 
-    monkeypatch.setattr(allocator, 'create_in', create_in)
+    monkeypatch.setattr(allocation, 'create_in', create_in)
     outcomes = _run_together(batcher.lane(claim_batches.MEMORY_LANE), [
         lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024}),
         lambda b: b.create(user(), {'project_id': 'p1', 'memory_mb': 1024,
@@ -407,7 +408,7 @@ def test_a_lost_race_rolls_the_batch_back(batcher, monkeypatch):
     leases = dbapi.lease_list(inv.admin(), filters={'project_id': 'p1'})
     assert sorted(lease.name or '' for lease in leases) == [
         '', 'after', 'fine', 'unlucky']
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_a_busy_lease_is_not_released_in_a_batch(batcher):

@@ -23,6 +23,7 @@ from composable.common import exception
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable import conf
+from composable.db import allocation
 from composable.db import api as dbapi
 from tests.unit.allocator import inventory as inv
 
@@ -88,7 +89,7 @@ def test_claim_for_a_host_takes_only_devices_it_reaches():
     assert ('gpu has 2 matching free, 0 of them reachable from host '
             'compute-a') in err.value.message
     assert dbapi.pool_get(ctx, pool.uuid).used == 2
-    assert allocator.check_consistency(ctx) == []
+    assert allocation.check_consistency(ctx) == []
 
 
 def test_create_and_allocate_for_a_host_and_requested_devices():
@@ -122,7 +123,7 @@ def test_bind_trades_unreachable_devices_for_reachable_ones():
     back = dbapi.device_get(inv.admin(), devices[0].uuid)
     assert (back.state, back.lease_id) == (states.DEVICE_AVAILABLE, None)
     assert dbapi.pool_get(inv.admin(), pool.uuid).used == 1
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []
 
 
 def test_bind_with_no_reachable_free_device_is_a_409_that_changes_nothing():
@@ -209,4 +210,4 @@ def test_two_binds_racing_for_the_last_reachable_device():
     holdings = sorted(a for lease in leases for a in _held(lease))
     assert holdings == ['gpu-0', 'gpu-2'] or holdings == ['gpu-1', 'gpu-2']
     assert dbapi.pool_get(inv.admin(), pool.uuid).used == 2
-    assert allocator.check_consistency(inv.admin()) == []
+    assert allocation.check_consistency(inv.admin()) == []

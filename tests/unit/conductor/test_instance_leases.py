@@ -144,7 +144,7 @@ def test_an_instance_gets_its_leases_once(world):
     first = ensure(world, instance)
     assert ensure(world, instance) == first
     assert world.h.pool(world.memory_pool).used == 1024
-    assert [lease.uuid for lease in instance_leases.instance_leases(
+    assert [lease.uuid for lease in db_api.lease_list_for_instance(
         h_mod.admin(), instance)] == first
 
 
@@ -171,8 +171,8 @@ def test_concurrent_callers_make_one_lease(world):
     assert not errors, errors
     assert len(set(results)) == 1, results
     assert world.h.pool(world.memory_pool).used == 1024
-    assert len(instance_leases.instance_leases(h_mod.admin(), instance,
-                                               include_released=True)) == 1
+    assert len(db_api.lease_list_for_instance(
+        h_mod.admin(), instance, include_released=True)) == 1
 
 
 def test_memory_and_gpu_make_one_lease_per_pool(world):
@@ -223,7 +223,7 @@ def test_no_successor_while_a_lease_of_the_pool_is_being_released(world):
     lease_rows.write(h_mod.admin(), lease.id,
                      {'status': states.RELEASING})
     assert ensure(world, instance) == []
-    assert [lease.uuid for lease in instance_leases.instance_leases(
+    assert [lease.uuid for lease in db_api.lease_list_for_instance(
         h_mod.admin(), instance, include_released=True)] == [first]
     lease_rows.write(h_mod.admin(), lease.id,
                      {'status': states.RESERVED})
@@ -237,7 +237,7 @@ def test_no_successor_while_a_lease_of_the_pool_is_being_released(world):
 def test_stale_flavor_leases_compare_amount_pool_and_extra_specs(world):
     instance = world.boot(memory_mb=2048, gpus=1)
     made = ensure(world, instance)
-    leases = instance_leases.instance_leases(h_mod.admin(), instance)
+    leases = db_api.lease_list_for_instance(h_mod.admin(), instance)
     by_pool = {lease.requested_pools[0]: lease.uuid for lease in leases}
     memory = by_pool[world.memory_pool.uuid]
     gpu = by_pool[world.gpu_pool.uuid]

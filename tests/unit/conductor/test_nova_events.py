@@ -31,11 +31,11 @@ import pytest
 
 from composable.common import live_migration
 from composable.common import states
-from composable.conductor.allocator import claims as allocator
 from composable.conductor.nova import events as nova_events
 from composable.conductor.nova import flavor_leases as instance_leases
 from composable.conductor import task as lease_task
 from composable import conf
+from composable.db import allocation
 from composable.db import api as db_api
 from tests import lease_rows
 from tests.unit.conductor import harness as h_mod
@@ -92,8 +92,8 @@ class Events(object):
         return done
 
     def leases(self, instance):
-        return instance_leases.instance_leases(h_mod.admin(), instance,
-                                               include_released=True)
+        return db_api.lease_list_for_instance(
+            h_mod.admin(), instance, include_released=True)
 
     def boot(self, host='compute-0', **kwargs):
         instance = self.world.boot(**kwargs)
@@ -235,7 +235,7 @@ def test_resize_to_more_memory_replaces_the_flavor_lease(events):
     assert events.h.actions(second.uuid) == actions
     assert events.h.pool(events.h.memory_pool).used == 2048
     assert events.world.usage(events.world.memory_pool) == {MEM: 2048}
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
 
 def test_resize_revert_gives_back_the_old_flavors_lease(events):

@@ -25,7 +25,7 @@ import pytest
 from composable.common import exception
 from composable.common import sriov
 from composable.common import states
-from composable.conductor.allocator import claims as allocator
+from composable.db import allocation
 from composable.db import api as db_api
 from composable.fabric import fake as fake_fabric
 from tests import concurrency
@@ -95,7 +95,7 @@ def check_lease_life_on_demand(h):
             'available'}
     assert h.pf_untouched()
     h.assert_nothing_live()
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
 
 def check_one_vf_per_lease_under_races(h):
@@ -113,7 +113,7 @@ def check_one_vf_per_lease_under_races(h):
     taken = [d.uuid for lease in reserved for d in lease.devices]
     assert len(taken) == len(set(taken)) == 2
     assert h.pool(h.sriov_pool).used == 2
-    assert allocator.check_consistency(h_mod.admin()) == []
+    assert allocation.check_consistency(h_mod.admin()) == []
 
     # Both bound at once: the VFs are made once, each lease has its own.
     for lease in reserved:

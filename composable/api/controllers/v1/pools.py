@@ -255,18 +255,7 @@ def update_pool(request, ident):
     if 'name' in body:
         utils.check_name('pool', body['name'])
     utils.validate_traits('traits', body.get('traits'))
-    with db_api.writer(ctx) as session:
-        pool = db_api.pool_get(ctx, ident)
-        # Lock the counters so a concurrent claim cannot slip in between
-        # the check and the update.
-        locked = db_api.lock_pool(session, pool.id)
-        reserved = body.get('reserved', locked.reserved)
-        if locked.total - reserved < locked.used:
-            raise exception.Conflict(
-                reason='pool %s has %d in use of %d; reserved may be at '
-                       'most %d' % (locked.name, locked.used, locked.total,
-                                    max(0, locked.total - locked.used)))
-        db_api.pool_update(ctx, pool.uuid, body)
+    pool = db_api.pool_update_checked(ctx, ident, body)
     report_to_placement(request, ctx, pool.uuid)
     return utils.json_response(render(request,
                                       db_api.pool_get(ctx, pool.uuid)))

@@ -26,6 +26,7 @@ from composable import conf
 from composable.conductor.allocator import claims as allocator
 from composable.conductor.elastic import resizer as resizer_mod
 from composable.conductor import task as lease_task
+from composable.db import allocation
 from composable.db import api as db_api
 from tests.unit.conductor import harness as harness_mod
 
@@ -111,7 +112,7 @@ def _extent_uuids(harness, uuid):
 def _consistent(harness, uuid):
     lease = harness.lease(uuid)
     assert lease.memory_mb == sum(e.size_mb for e in lease.extents)
-    assert allocator.check_consistency(admin()) == []
+    assert allocation.check_consistency(admin()) == []
 
 
 def test_grows_ahead_of_a_rising_workload(harness, calls):
@@ -278,7 +279,7 @@ def test_a_delete_waits_for_a_running_grow(harness, calls, monkeypatch):
     harness.idle(DEADLINE)
     harness.assert_nothing_live()
     assert harness.pool(harness.memory_pool).used == 0
-    assert allocator.check_consistency(admin()) == []
+    assert allocation.check_consistency(admin()) == []
 
 
 def test_a_lease_being_unbound_is_not_resized(harness, calls):
@@ -325,7 +326,7 @@ def test_grow_races_a_create_for_the_last_extent(harness):
     created = outcome['create'].status == states.RESERVED
     assert grew != created, outcome
     assert harness.pool(harness.memory_pool).used == 8192
-    assert allocator.check_consistency(admin()) == []
+    assert allocation.check_consistency(admin()) == []
 
 
 def test_no_prediction_without_enough_samples(harness, calls):
@@ -537,7 +538,7 @@ def test_a_lease_unbound_or_deleted_after_the_listing_is_passed_by(
     after = harness.lease(lease.uuid)
     assert after.status == (states.RESERVED if request_ == 'unbind'
                             else states.RELEASED)
-    assert allocator.check_consistency(admin()) == []
+    assert allocation.check_consistency(admin()) == []
 
 
 def test_a_resize_cut_short_is_settled_without_samples(harness, calls):
