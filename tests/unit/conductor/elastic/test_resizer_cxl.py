@@ -36,6 +36,7 @@ from composable.conductor.elastic import resizer as resizer_mod
 from composable.conductor.placement import claims as placement_claims
 from composable.conductor.placement import client as pclient
 from composable.conductor.placement import host_memory
+from composable.db import allocation
 from composable.db import api as db_api
 from composable import fabric as fabric_drivers
 from composable.fabric import cxl as cxl_driver
@@ -160,7 +161,7 @@ def _by_index(lease):
 def _consistent(harness, uuid):
     lease = harness.lease(uuid)
     assert lease.memory_mb == sum(e.size_mb for e in lease.extents)
-    assert allocator.check_consistency(admin()) == []
+    assert allocation.check_consistency(admin()) == []
 
 
 def test_grows_and_shrinks_through_the_guest_device(harness, env):
