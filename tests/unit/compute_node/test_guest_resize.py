@@ -144,6 +144,7 @@ def test_a_disk_the_guest_made_swap_itself_is_left_alone(attacher, domain,
 def test_shrink_takes_only_the_named_extents(attacher, domain):
     first, second = _extent(1), _extent(2)
     attacher.attach(INSTANCE, [first, second], INITIATOR)
+    _settled(attacher)
     domain.agent.used_kb[_serial(second)] = 10 * 1024
 
     attacher.detach(INSTANCE, [second])
@@ -158,6 +159,7 @@ def test_shrink_refused_when_the_pages_do_not_fit(attacher, domain, conn,
     option('swapoff_headroom_mb', 16)
     first, second, third = _extent(1), _extent(2), _extent(3)
     attacher.attach(INSTANCE, [first, second, third], INITIATOR)
+    _settled(attacher)
     # 40 + 50 MiB on the two disks to go, 100 MiB available, 16 spare:
     # each alone would fit, both together do not.
     domain.agent.used_kb[_serial(second)] = 40 * 1024
@@ -192,6 +194,7 @@ def test_a_swapoff_failing_halfway_turns_the_first_back_on(attacher,
                                                            domain):
     first, second = _extent(1), _extent(2)
     attacher.attach(INSTANCE, [first, second], INITIATOR)
+    _settled(attacher)
     agent = domain.agent
     real_swapoff = agent._composable_swapoff
     calls = []
@@ -270,6 +273,7 @@ def test_a_swapon_the_guest_refuses_is_reported_in_best_effort(
 def test_guest_swaps_reads_disks_and_swap(attacher, domain):
     first, second = _extent(1), _extent(2)
     attacher.attach(INSTANCE, [first, second], INITIATOR)
+    _settled(attacher)
     domain.agent.used_kb[_serial(first)] = 3000
     swaps = attacher.guest_swaps(INSTANCE, timeout=5)
     assert swaps.mem_available_kb == 200 * 1024
