@@ -193,6 +193,20 @@ NO_DISK_EXIT = 3
 SWAPON_WORKERS = 4
 
 
+# The background swap-ons of this process, shared by its attachers (the
+# agent has one; tests and tools may make several): the (instance,
+# extent) pairs whose script runs in a guest now, and those a detach is
+# taking away (a swap-on of theirs that has not started is skipped).
+_SWAP_COND = threading.Condition()
+_SWAP_RUNNING = collections.Counter()
+_SWAP_BLOCKED = collections.Counter()
+
+
+def _drop_zeros(counter):
+    for key in [k for k, n in counter.items() if n <= 0]:
+        del counter[key]
+
+
 class _Cancelled(Exception):
     """A background swap-on given up before it started in the guest: its
     disk is being detached."""
@@ -417,15 +431,14 @@ class GuestMemoryAttacher(object):
         self.poll_interval = poll_interval
         self.detach_retry_interval = detach_retry_interval
         self.swap_reporter = swap_reporter
-        # Background swap-ons: the pool (made when first needed), the
-        # jobs queued or running, the (instance, extent) pairs whose
-        # script runs in a guest now, and those a detach is taking away
-        # (a swap-on of theirs that has not started is skipped).
+        # Background swap-ons: the pool (made when first needed), this
+        # attacher's jobs queued or running, and the process's running
+        # and blocked (instance, extent) pairs.
         self._swap_pool = None
-        self._swap_cond = threading.Condition()
         self._swap_jobs = 0
-        self._swap_running = collections.Counter()
-        self._swap_blocked = collections.Counter()
+        self._swap_cond = _SWAP_COND
+        self._swap_running = _SWAP_RUNNING
+        self._swap_blocked = _SWAP_BLOCKED
 
     # ---------------------------------------------------------- libvirt
 
@@ -670,7 +683,7 @@ class GuestMemoryAttacher(object):
             finally:
                 with self._swap_cond:
                     self._swap_blocked.subtract(keys)
-                    self._swap_blocked += collections.Counter()
+                    _drop_zeros(self._swap_blocked)
             if failed:
                 raise exception.DriverError(
                     reason='could not remove the libvirt secret of extent '
@@ -1043,7 +1056,7 @@ class GuestMemoryAttacher(object):
             finally:
                 with self._swap_cond:
                     self._swap_running[key] -= 1
-                    self._swap_running += collections.Counter()
+                    _drop_zeros(self._swap_running)
                     self._swap_cond.notify_all()
         return outcome
 

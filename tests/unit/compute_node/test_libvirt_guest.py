@@ -652,10 +652,12 @@ def test_disabled_swapon_never_asks_the_guest(conn, domain, swapon_mode):
     assert domain.agent.commands == [] and reports == []
 
 
-def test_a_detach_waits_for_a_running_swapon(conn, domain, caplog):
+@pytest.mark.parametrize('detacher', ['same', 'another'])
+def test_a_detach_waits_for_a_running_swapon(conn, domain, caplog,
+                                             detacher):
     """Never unplug a disk under a running mkswap: the detach of a disk
     whose swap-on runs in the guest waits for it to end, then turns the
-    swap off and unplugs."""
+    swap off and unplugs; also through another attacher of the process."""
     caplog.set_level(logging.INFO)
     reports = []
     attacher = _reporting_attacher(conn, reports)
@@ -673,9 +675,11 @@ def test_a_detach_waits_for_a_running_swapon(conn, domain, caplog):
     domain.detachDeviceAlias = unplug
     errors = []
 
+    detaching = attacher if detacher == 'same' else _attacher(conn)
+
     def detach():
         try:
-            attacher.detach(INSTANCE, [extent])
+            detaching.detach(INSTANCE, [extent])
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
     thread = threading.Thread(target=detach)
