@@ -18,10 +18,12 @@ grow) is done once the compute agent hot-plugged the disks; the guest's
 mkswap and swapon run afterwards, and the agent reports the outcome
 (ConductorAPI.report_guest_swap, a cast): {extent uuid: {'guest_device':
 '/dev/vdb'} or {'error': message}}. The lease's live attachment keeps
-each extent's ``guest_device`` (or ``guest_swap_error``), and the lease's
-action log gets a ``guest_swap`` action: ``success``, or ``error`` with
-the lease's ``fault`` saying which disk and why (the lease stays bound:
-the disk is plugged; unbind and bind again, or fix the guest).
+each extent's ``guest_device`` (or ``guest_swap_error``). When the guest
+failed, the lease's action log also gets a ``guest_swap`` action in
+``error`` and the lease's ``fault`` says which disk and why (the lease
+stays bound: the disk is plugged; unbind and bind again, or fix the
+guest). A success is what a bind is expected to bring: it is only
+logged, and kept in the attachment.
 
 A report for a lease that is no longer bound to that instance on that
 host is dropped. One that comes before the bind (or the grow) that

@@ -115,12 +115,11 @@ opts = [
                                         'is plugged; the guest agent is '
                                         'asked afterwards, in the '
                                         'background, and the outcome is '
-                                        'recorded on the lease (its guest '
-                                        'device, or a fault saying why '
-                                        'not); the disk stays plugged '
-                                        'either way, and without an agent '
-                                        'the image has to make it swap '
-                                        'itself'),
+                                        'recorded on the lease (a failure '
+                                        'as its fault); the disk stays '
+                                        'plugged either way, and without '
+                                        'an agent the image has to make '
+                                        'it swap itself'),
                         ('disabled', 'the guest is never asked: the image '
                                      'turns new disks into swap itself '
                                      '(e.g. a udev rule)')],

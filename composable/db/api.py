@@ -1500,9 +1500,10 @@ GUEST_SWAP_EARLY = 'early'
 
 def lease_guest_swap_noted(context, lease_uuid, host, instance_uuid, action,
                            result, message, memory, fault=None):
-    """lease_host_event for the lease ``lease_uuid`` once the guest of
-    ``instance_uuid`` on ``host`` made (or failed to make) its disks swap
-    after the bind had answered, and in the same transaction ``memory``
+    """Once the guest of ``instance_uuid`` on ``host`` made (or failed to
+    make) the disks of the lease ``lease_uuid`` swap after the bind had
+    answered: with a ``fault``, lease_host_event (``action``, ``result``,
+    ``message``), and in the same transaction ``memory``
     ({extent uuid: {detail: value, or None to remove it}}) merged into the
     details of the lease's live attachment to that instance on that host;
     extents that are not the lease's are left out. True when noted;
@@ -1540,9 +1541,9 @@ def lease_guest_swap_noted(context, lease_uuid, host, instance_uuid, action,
             return False
         if any(e not in known for e in memory):
             return GUEST_SWAP_EARLY
-        if not lease_host_event(context, lease.id, host, action=action,
-                                result=result, message=message,
-                                fault=fault):
+        if fault is not None and not lease_host_event(
+                context, lease.id, host, action=action, result=result,
+                message=message, fault=fault):
             return False
         for extent, values in memory.items():
             merged = dict(known[extent])
