@@ -985,7 +985,8 @@ class HookServer(object):
                 if self._stopped_since(instance, since):
                     return
                 try:
-                    details = attacher.attach(instance, extents, initiator)
+                    details = attacher.attach(instance, extents, initiator,
+                                              lease_uuid=lease_uuid)
                 except Exception as exc:
                     reason = getattr(exc, 'message', None) or \
                         type(exc).__name__

@@ -111,6 +111,7 @@ class AgentManager(object):
             simulate=simulate, memory_tuner=memory_tuner,
             host_pci=host_pci, device_attacher=device_attacher,
             cxl_memory=cxl_memory, virtio_mem_attacher=virtio_mem_attacher)
+        self.parts.swap_reporter = self.report_guest_swap
         self.memory = endpoints_mod.MemoryNodeEndpoint(
             host, self.roles, self.memory_node)
         self.compute = endpoints_mod.ComputeNodeEndpoint(
@@ -291,6 +292,30 @@ class AgentManager(object):
             results, 'which devices of leases bound on %s were bound to '
                      'vfio-pci again' % self.host)
 
+    def report_guest_swap(self, lease_uuid, instance_uuid, outcome):
+        """Tell the conductor how the guest of ``instance_uuid`` made the
+        disks of a guest-mode lease swap after the bind answered
+        (GuestMemoryAttacher.swapon_later), so that the lease says it.
+        A conductor too old to understand it is not told (logged)."""
+        try:
+            sent = self.conductor.report_guest_swap(
+                composable_context.get_admin_context(), self.host,
+                lease_uuid, instance_uuid, outcome)
+        except Exception as exc:
+            LOG.error('Could not tell the conductor how the guest of '
+                      'instance %(instance)s made the disks of lease '
+                      '%(lease)s swap (%(outcome)s): %(exc)s',
+                      {'instance': instance_uuid, 'lease': lease_uuid,
+                       'outcome': outcome, 'exc': exc})
+            return False
+        if sent is False:
+            LOG.info('The guest of instance %(instance)s made the disks of '
+                     'lease %(lease)s swap: %(outcome)s (not recorded: the '
+                     'conductor is older)',
+                     {'instance': instance_uuid, 'lease': lease_uuid,
+                      'outcome': outcome})
+        return sent is not False
+
     def _report_after_restart(self, cast, results, what):
         """Cast ``results`` to the conductor with ``cast`` (called with
         a context, this host and the results); False when
@@ -357,6 +382,12 @@ class AgentManager(object):
                          for extent in lease['extents']},
                         mode, instance):
                     learnt += 1
+                    if CONF.compute_node.guest_swapon == 'best_effort':
+                        # A swap-on the previous process left running (or
+                        # never reported): the script is idempotent, so
+                        # it runs again and its outcome is reported.
+                        self.guest_attacher.swapon_later(
+                            instance, lease['extents'], lease['uuid'])
         if learnt:
             LOG.info('Learnt %(n)d memory lease(s) attached on %(host)s '
                      'from the conductor', {'n': learnt, 'host': self.host})

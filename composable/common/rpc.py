@@ -88,11 +88,13 @@ def call_unwrapped(fn, *args, **kwargs):
         raise wrapped.exc_info[1]
 
 
-def get_client(topic, version, server=None, timeout=None):
+def get_client(topic, version, server=None, timeout=None,
+               version_cap=None):
     target = messaging.Target(topic=topic, version=version, server=server)
     return messaging.get_rpc_client(get_transport(), target,
                                     serializer=RequestContextSerializer(),
-                                    timeout=timeout)
+                                    timeout=timeout,
+                                    version_cap=version_cap)
 
 
 def get_server(topic, server, endpoints):

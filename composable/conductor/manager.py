@@ -45,6 +45,7 @@ from composable.conductor.elastic import usage as lease_usage
 from composable.conductor import device_reports
 from composable.conductor import fabric_sync
 from composable.conductor import flows as lease_flows
+from composable.conductor import guest_swap
 from composable.conductor import host_facts
 from composable.conductor import node_reports
 from composable.conductor.nova import client as nova_api
@@ -96,7 +97,9 @@ class ConductorManager(object):
     # 1.3: host_memory_leases
     # 1.4: report_host_facts
     # 1.5: update_lease changes name and description too
-    target = messaging.Target(version='1.6')
+    # 1.6: report_memory_restored
+    # 1.7: report_guest_swap
+    target = messaging.Target(version='1.7')
 
     def __init__(self, host, agent_api=None):
         self.host = host
@@ -581,6 +584,42 @@ class ConductorManager(object):
             LOG.exception('Could not note the memory report of host %s',
                           host)
             return []
+
+    def report_guest_swap(self, context, host, lease_uuid, instance_uuid,
+                          outcome):
+        """Note how the guest of ``instance_uuid`` made the disks of a
+        guest-mode lease swap after its bind answered (a cast from the
+        agent of ``host``); see composable.conductor.guest_swap. A report
+        that came before the bind recorded the disks is tried again a
+        few times, from a timer."""
+        return self._note_guest_swap(host, lease_uuid, instance_uuid,
+                                     outcome, 0)
+
+    def _note_guest_swap(self, host, lease_uuid, instance_uuid, outcome,
+                         attempt):
+        try:
+            noted = guest_swap.record(self._admin(), host, lease_uuid,
+                                      instance_uuid, outcome)
+        except Exception:
+            # A cast: nobody would see the error; the agent logged it.
+            LOG.exception('Could not note the guest swap report of lease '
+                          '%s', lease_uuid)
+            return None
+        if noted != guest_swap.EARLY:
+            return noted
+        if attempt >= len(guest_swap.RETRY_DELAYS) or \
+                self._stopping.is_set():
+            LOG.info('Dropped the guest swap report of lease %(lease)s '
+                     'from host %(host)s: the bind never recorded its '
+                     'disks', {'lease': lease_uuid, 'host': host})
+            return guest_swap.DROPPED
+        timer = threading.Timer(
+            guest_swap.RETRY_DELAYS[attempt], self._note_guest_swap,
+            args=(host, lease_uuid, instance_uuid, outcome, attempt + 1))
+        timer.daemon = True
+        timer.name = 'conductor-guest-swap-retry'
+        timer.start()
+        return noted
 
     def report_host_facts(self, context, host, facts):
         """Keep what the agent of ``host`` reported of its machine (a

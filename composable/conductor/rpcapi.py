@@ -20,17 +20,28 @@ Version history:
     1.4 - report_host_facts.
     1.5 - update_lease changes name and description too.
     1.6 - report_memory_restored.
+    1.7 - report_guest_swap.
+
+While conductors are upgraded, ``[upgrade_levels]conductor`` caps the
+version the other services send; a report a capped (older) conductor
+would not understand is not sent.
 """
 
+from oslo_log import log as logging
+
 from composable.common import rpc
+from composable import conf
+
+LOG = logging.getLogger(__name__)
 
 
 class ConductorAPI(object):
-    RPC_API_VERSION = '1.6'
+    RPC_API_VERSION = '1.7'
 
     def __init__(self, timeout=None):
-        self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC,
-                                     self.RPC_API_VERSION, timeout=timeout)
+        self.client = rpc.get_client(
+            rpc.CONDUCTOR_TOPIC, self.RPC_API_VERSION, timeout=timeout,
+            version_cap=conf.CONF.upgrade_levels.conductor)
 
     def create_lease(self, context, values, check_fit=True):
         """Insert a lease and allocate it (unless it starts later); the
@@ -119,6 +130,28 @@ class ConductorAPI(object):
         cctxt = self.client.prepare(version='1.6')
         cctxt.cast(context, 'report_memory_restored', host=host,
                    results=results)
+
+    def report_guest_swap(self, context, host, lease_uuid, instance_uuid,
+                          outcome):
+        """Report how the guest of ``instance_uuid`` on ``host`` made the
+        disks of a guest-mode lease swap after the bind (or grow) had
+        answered (a cast: the agent does not wait).
+
+        ``outcome``: {extent uuid: {'guest_device': '/dev/vdb'} or
+        {'error': message}}. A report for a lease no longer bound on that
+        host and instance is dropped. False, with nothing sent, when the
+        conductor is capped below 1.7 (it would not understand it).
+        """
+        if not self.client.can_send_version('1.7'):
+            LOG.info('Not reporting the guest swap of lease %(lease)s to '
+                     'the conductor: it is capped below RPC 1.7 '
+                     '([upgrade_levels]conductor)', {'lease': lease_uuid})
+            return False
+        cctxt = self.client.prepare(version='1.7')
+        cctxt.cast(context, 'report_guest_swap', host=host,
+                   lease_uuid=lease_uuid, instance_uuid=instance_uuid,
+                   outcome=outcome)
+        return True
 
     def report_host_facts(self, context, host, facts):
         """Report what the agent of ``host`` knows of its machine (a

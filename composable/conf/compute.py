@@ -106,12 +106,19 @@ opts = [
                     '(hw_qemu_guest_agent=yes, qemu-guest-agent running).'),
     cfg.StrOpt('guest_swapon',
                default='best_effort',
-               choices=[('required', 'a hot-plugged disk the guest agent '
-                                     'could not turn into swap is unplugged '
-                                     'again and the attach fails'),
-                        ('best_effort', 'the guest agent is asked when it '
-                                        'answers; without one the disk stays '
-                                        'plugged and the image has to make '
+               choices=[('required', 'the attach (bind, grow) waits for '
+                                     'the guest: a hot-plugged disk the '
+                                     'guest agent could not turn into swap '
+                                     'is unplugged again and the attach '
+                                     'fails'),
+                        ('best_effort', 'the attach answers once the disk '
+                                        'is plugged; the guest agent is '
+                                        'asked afterwards, in the '
+                                        'background, and the outcome is '
+                                        'recorded on the lease (a failure '
+                                        'as its fault); the disk stays '
+                                        'plugged either way, and without '
+                                        'an agent the image has to make '
                                         'it swap itself'),
                         ('disabled', 'the guest is never asked: the image '
                                      'turns new disks into swap itself '
@@ -122,7 +129,11 @@ opts = [
                     '(guest-exec of /bin/sh; the disk is found by its '
                     'serial). A disk that is swap already is left as it '
                     'is, so an image that makes new disks swap by itself '
-                    'works with every choice.'),
+                    'works with every choice. With best_effort a bind is '
+                    'done (bound) when the disk is plugged, as a volume '
+                    'attach is: the guest needs from milliseconds to '
+                    'seconds (an emulated guest) to see the disk. A detach '
+                    'of a disk whose swap-on still runs waits for it.'),
     cfg.IntOpt('usage_report_interval',
                default=60,
                min=0,

@@ -10,12 +10,28 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+from oslo_config import cfg
 import oslo_messaging as messaging
+
+upgrade_levels_group = cfg.OptGroup(
+    'upgrade_levels', title='RPC versions during a rolling upgrade')
+
+upgrade_levels_opts = [
+    cfg.StrOpt('conductor',
+               help='Highest conductor RPC API version that the other '
+                    'services (API, agents) send, e.g. 1.6 while some '
+                    'conductors still run the previous release. Unset: '
+                    'the newest this release knows. Reports an older '
+                    'conductor would not understand are then not sent '
+                    '(the agent logs them).'),
+]
 
 
 def register_opts(conf):
     messaging.set_transport_defaults(control_exchange='composable')
+    conf.register_group(upgrade_levels_group)
+    conf.register_opts(upgrade_levels_opts, group=upgrade_levels_group)
 
 
 def list_opts():
-    return {}
+    return {upgrade_levels_group.name: upgrade_levels_opts}

@@ -30,12 +30,13 @@ from composable.conf import default
 from composable.conf import elastic
 from composable.conf import fabric
 from composable.conf import memory
+from composable.conf import messaging
 from composable.conf import nova
 from composable.conf import placement
 
 _MODULES = (default, api, conductor, allocator, agent, compute,
             compute_pci, compute_devices, compute_cxl, fabric, memory,
-            database, placement, nova, elastic)
+            database, placement, nova, elastic, messaging)
 
 
 def list_opts():

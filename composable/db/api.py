@@ -1534,6 +1534,70 @@ def lease_host_memory_restored(context, lease_uuid, host, result, message,
 
 _RESTORE = 'restore'
 
+#: What lease_guest_swap_noted answers for a report that came before the
+#: bind (or grow) that plugged the disks recorded them: try again later.
+GUEST_SWAP_EARLY = 'early'
+
+
+def lease_guest_swap_noted(context, lease_uuid, host, instance_uuid, action,
+                           result, message, memory, fault=None):
+    """Once the guest of ``instance_uuid`` on ``host`` made (or failed to
+    make) the disks of the lease ``lease_uuid`` swap after the bind had
+    answered: with a ``fault``, lease_host_event (``action``, ``result``,
+    ``message``), and in the same transaction ``memory``
+    ({extent uuid: {detail: value, or None to remove it}}) merged into the
+    details of the lease's live attachment to that instance on that host;
+    extents that are not the lease's are left out. True when noted;
+    GUEST_SWAP_EARLY, with nothing written, while the lease is still
+    binding there or its attachment does not have these extents yet (a
+    grow that has not recorded them); False, with nothing written, when
+    the lease is not bound (or binding) to that instance on that host."""
+    with writer(context) as session:
+        lease = session.execute(sa.select(
+            _LEASES_T.c.id, _LEASES_T.c.status, _LEASES_T.c.host_id).where(
+            _LEASES_T.c.uuid == lease_uuid)).first()
+        host_id = session.execute(sa.select(_HOSTS_T.c.id).where(
+            _HOSTS_T.c.name == host)).scalar()
+        if lease is None or host_id is None or lease.host_id != host_id or \
+                lease.status not in (states.BINDING, states.BOUND):
+            return False
+        attachment = session.query(models.Attachment).filter(
+            models.Attachment.lease_id == lease.id,
+            models.Attachment.host_id == host_id,
+            models.Attachment.instance_uuid == instance_uuid,
+            models.Attachment.state.in_(
+                states.LIVE_ATTACHMENT_STATES)).order_by(
+            models.Attachment.id.desc()).first()
+        if attachment is None:
+            return False
+        if lease.status == states.BINDING:
+            return GUEST_SWAP_EARLY
+        extents = set(session.execute(
+            sa.select(models.MemoryExtent.uuid).where(
+                models.MemoryExtent.lease_id == lease.id)).scalars())
+        memory = {e: v for e, v in memory.items() if e in extents}
+        details = dict(attachment.details or {})
+        known = dict(details.get('memory') or {})
+        if not memory:
+            return False
+        if any(e not in known for e in memory):
+            return GUEST_SWAP_EARLY
+        if fault is not None and not lease_host_event(
+                context, lease.id, host, action=action, result=result,
+                message=message, fault=fault):
+            return False
+        for extent, values in memory.items():
+            merged = dict(known[extent])
+            for key, value in values.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            known[extent] = merged
+        details['memory'] = known
+        attachment.details = details
+    return True
+
 
 def elastic_lease_refs(context):
     """The bound elastic memory leases, as the resizing task looks at

@@ -25,6 +25,15 @@ in to it and the disk is plugged into the guest). Between binds, not
 timed, the guest shows on its serial console that it got a disk of the
 lease's size and swaps on it, and that the disk is gone after unbind.
 
+With ``[compute_node]guest_swapon = best_effort`` (the default) the bind
+answers once the disk is plugged: the guest agent's mkswap and swapon
+run after ``bound``, and are measured as their own phase, ``swap-on
+(after bound)``, from the conductor's ``bound`` to the compute agent's
+mark of the swap-on; it is not part of the bind's total. With a tree
+whose bind waits for the swap-on (``required``, or a tree before that
+change), the marks come before ``attach-ack`` and the phase is
+``guest-swap``, inside the bind.
+
 The first bind of a lease also reserves its memory in the tmpfs
 (fallocate); it is timed like the others.
 
@@ -44,22 +53,30 @@ log is merged into the next one. The phases, each ending at its mark:
   attach-rpc  until the compute node starts the attach
   attach-prep until the hot-plug starts (libvirt secret, live XML)
   hotplug     libvirt attachDeviceFlags: QEMU logs in to the target
-  guest-swap  the guest sees the disk and makes it swap (guest agent)
+  (guest-swap the guest sees the disk and makes it swap (guest agent),
+              only where the bind waits for it)
   attach-ack  until the conductor has the attach's answer
   bound       until the lease is bound in the database
   seen        until the benchmark's GET shows it bound
+
+and after the bind answered, not in its total:
+
+  swap-on (after bound)  from bound until the guest agent's mkswap and
+              swapon ended (the agent's mark)
 
 The table gives p50 and p99 of each phase and of the whole bind, and the
 load average at the start and the end of the run. Each phase has a
 budget for its p50 and the whole bind one for its p50 and p99, scaled
 by the machine's load (x (1 + 1-minute load average / CPUs), or
 --budget-scale); a phase past its budget is named and the run exits 1.
-The last line is the summary:
+The last lines are the summaries:
 
+  memory_bind: swap-on-after-bound p50_ms=... p99_ms=... budget=...
   memory_bind: p50_ms=... p99_ms=... load=... budget=ok|over:<phases>
 
-Targets: p50 <= 60 ms, p99 <= 150 ms on a quiet machine; with the TCG
-test guest, its guest-swap phase alone takes longer (see BUDGETS).
+Targets of the bind: p50 <= 60 ms, p99 <= 150 ms on a quiet machine
+(TOTAL_BUDGET). The TCG test guest's swap-on takes seconds (see
+BUDGETS); where the bind waits for it, the bind's budget cannot hold.
 
 Usage: tools/bench/memory_bind.py [--cycles 50] [--memory-mb 128]
        [--per-guest 16] [--budget-scale X | --no-budget] [--verbose]
@@ -87,6 +104,10 @@ from tests.functional.dataplane import env  # noqa: E402
 from tests.functional.guest import build  # noqa: E402
 
 
+# The guest agent's swap-on: a phase of the bind where the bind waits for
+# it, else measured after bound as AFTER_BOUND.
+GUEST_SWAP = 'guest-swap'
+AFTER_BOUND = 'swap-on (after bound)'
 # The phases of a bind, in order: (name, process whose log has the mark
 # that ends it, regex of the mark). The first starts at the POST, the
 # last ends when the benchmark sees the lease bound.
@@ -99,7 +120,7 @@ PHASES = (
     ('attach-rpc', env.COMPUTE, r'Attaching \d+ extent'),
     ('attach-prep', env.COMPUTE, r'Hot-plugging memory extent '),
     ('hotplug', env.COMPUTE, r'Hot-plugged extent '),
-    ('guest-swap', env.COMPUTE, r'Instance \S+: (swapon|already-swap) '),
+    (GUEST_SWAP, env.COMPUTE, r'Instance \S+: (swapon|already-swap) '),
     ('attach-ack', 'conductor-0', r'Lease \S+: memory attached on '),
     ('bound', 'conductor-0', r'Lease \S+: binding -done-> bound'),
     ('seen', None, None),
@@ -111,15 +132,17 @@ TIMING_LOGGERS = ('composable.db.api', 'composable.conductor.flows')
 # ms on a quiet machine, multiplied by the load scale (see
 # --budget-scale). From runs on a 2-core machine at load averages 10 to
 # 16 (scale 6 to 9), about twice what was measured there divided by the
-# scale. guest-swap is mostly the TCG guest's own time: the ACPI
-# interrupt link of the new PCI slot, the virtio disk's probe, mkswap and
-# swapon, every instruction emulated.
+# scale. The swap-on (guest-swap, or AFTER_BOUND) is mostly the TCG
+# guest's own time: the ACPI interrupt link of the new PCI slot, the
+# virtio disk's probe, mkswap and swapon, every instruction emulated.
 BUDGETS = {
     'api-call': 60, 'handoff': 40, 'prepare': 30, 'export': 40,
     'export-ack': 40, 'attach-rpc': 20, 'attach-prep': 20, 'hotplug': 60,
-    'guest-swap': 1200, 'attach-ack': 20, 'bound': 25, 'seen': 40,
+    GUEST_SWAP: 1200, 'attach-ack': 20, 'bound': 25, 'seen': 40,
+    AFTER_BOUND: 1200,
 }
-TOTAL_BUDGET = (1800, 4000)
+# The whole bind's p50 and p99: the issue's target on a quiet machine.
+TOTAL_BUDGET = (60, 150)
 _LOG_TIME = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ')
 
 
@@ -149,45 +172,59 @@ def log_marks(path):
 
 
 def phase_times(logs, windows):
-    """{phase: [ms per bind]} from the processes' logs ({name: log
-    marks}) and each bind's (posted, seen, end of its window) wall
-    times. A mark missing from any bind (a tree that does not log it)
-    merges its phase into the next one for every bind, so all binds have
-    the same phases and each bind's phases add up to its total."""
+    """({phase: [ms per bind]}, {after-bound phase: [ms per bind]}) from
+    the processes' logs ({name: log marks}) and each bind's (posted,
+    seen, end of its window, end of its unbind) wall times. A mark
+    missing from any bind (a tree that does not log it) merges its phase
+    into the next one for every bind, so all binds have the same phases
+    and each bind's phases add up to its total. The swap-on mark is a
+    phase of the bind when every bind's comes before its attach-ack (the
+    bind waited for it); otherwise it is measured from the bound mark,
+    looked for until the unbind ended (a detach waits for it)."""
     found = []
     regexes = {name: re.compile(pattern)
                for name, proc, pattern in PHASES[:-1]}
-    for posted, seen, end in windows:
+    for posted, seen, end, unbound in windows:
         when = {}
         for name, proc, pattern in PHASES[:-1]:
             marks = logs.get(proc, ())
+            limit = unbound if name == GUEST_SWAP else end
             first = bisect.bisect_left(marks, (posted - 0.002,))
             for at, line in marks[first:]:
-                if at >= end:
+                if at >= limit:
                     break
                 if regexes[name].search(line):
-                    # Marks logged after the benchmark saw the lease
-                    # bound (a log written after the commit) end there.
-                    when[name] = min(at, seen)
+                    when[name] = at
                     break
         found.append(when)
-    kept = [name for name, proc, pattern in PHASES[:-1]
+    waited = all(GUEST_SWAP in when and 'attach-ack' in when and
+                 when[GUEST_SWAP] <= when['attach-ack'] for when in found)
+    chain = [p for p in PHASES if p[0] != GUEST_SWAP or waited]
+    kept = [name for name, proc, pattern in chain[:-1]
             if all(name in when for when in found)] + ['seen']
     merged = {}
     pending = []
-    for name, proc, pattern in PHASES:
+    for name, proc, pattern in chain:
         pending.append(name)
         if name in kept:
             merged[name] = '+'.join(pending)
             pending = []
     times = {merged[name]: [] for name in kept}
-    for (posted, seen, end), when in zip(windows, found):
+    for (posted, seen, end, unbound), when in zip(windows, found):
         previous = posted
         for name in kept:
-            at = seen if name == 'seen' else max(when[name], previous)
+            # Marks logged after the benchmark saw the lease bound (a
+            # log written after the commit) end there.
+            at = seen if name == 'seen' else max(min(when[name], seen),
+                                                 previous)
             times[merged[name]].append((at - previous) * 1000.0)
             previous = at
-    return times
+    after = {}
+    if not waited and all(GUEST_SWAP in when for when in found):
+        after[AFTER_BOUND] = [
+            (when[GUEST_SWAP] - min(when.get('bound', seen), seen)) * 1000.0
+            for (posted, seen, end, unbound), when in zip(windows, found)]
+    return times, after
 
 
 def budget_of(phase):
@@ -249,7 +286,7 @@ def run(args):
         if files_left:
             raise RuntimeError('extent files left after release: %s' %
                                files_left)
-        return times, phase_times(logs, windows)
+        return (times,) + phase_times(logs, windows)
     finally:
         dp.stop()
         conn.close()
@@ -290,7 +327,7 @@ def cycles(dp, guest, args, lease, count, first, windows):
         guest.wait_for_line(r'^swap-on %s ok$' % seen.group(1), 60,
                             since=since)
         since = guest.mark()
-        windows.append((posted, seen_at, time.time()))
+        unbind_at = time.time()
         resp = session.post(url + '/unbind', json={}, headers=headers,
                             timeout=60)
         if resp.status_code != 202:
@@ -300,6 +337,7 @@ def cycles(dp, guest, args, lease, count, first, windows):
                            poll=0.05)
         if done['status'] != 'reserved':
             raise RuntimeError('unbind %d failed: %s' % (i, done['fault']))
+        windows.append((posted, seen_at, unbind_at, time.time()))
         guest.wait_for_line(r'^disk-gone %s$' % seen.group(1), 60,
                             since=since)
         if args.verbose:
@@ -308,9 +346,9 @@ def cycles(dp, guest, args, lease, count, first, windows):
     return times
 
 
-def report(times, phases, loads, scale):
-    """Print the table and the summary line; the phases over budget
-    (None without budgets)."""
+def report(times, phases, loads, scale, after=None):
+    """Print the table and the summary lines; the phases over budget
+    (None without budgets). ``after``: the phases after bound."""
     over = []
     print('%-26s %9s %9s %9s' % ('phase', 'p50_ms', 'p99_ms', 'budget'))
     for phase, values in phases.items():
@@ -331,6 +369,22 @@ def report(times, phases, loads, scale):
     print('%-26s %9.1f %9.1f %9s' % (
         'total', p50, p99, '-' if scale is None else '%.0f/%.0f' % (
             TOTAL_BUDGET[0] * scale, TOTAL_BUDGET[1] * scale)))
+    after_lines = []
+    for phase, values in (after or {}).items():
+        a50, a99 = percentile(values, 50), percentile(values, 99)
+        limit = None if scale is None else budget_of(phase) * scale
+        # One word in the summary line: swap-on-after-bound.
+        token = re.sub(r'[^a-z0-9+]+', '-', phase).strip('-')
+        late = limit is not None and a50 > limit
+        if late:
+            over.append(token)
+        print('%-26s %9.1f %9.1f %9s%s  (after bound, not in the total)' % (
+            phase, a50, a99, '-' if limit is None else '%.0f' % limit,
+            '  OVER BUDGET' if late else ''))
+        after_lines.append(
+            'memory_bind: %s p50_ms=%.1f p99_ms=%.1f budget=%s' % (
+                token, a50, a99, 'off' if limit is None else
+                ('over' if late else 'ok')))
     print('binds: %d, min %.1f ms, mean %.1f ms, max %.1f ms' % (
         len(times), min(times), statistics.mean(times), max(times)))
     print('load average: start %s, end %s (%d CPUs); budget scale %s' % (
@@ -340,6 +394,8 @@ def report(times, phases, loads, scale):
     for phase in over:
         print('memory_bind: %s is over its budget' % phase,
               file=sys.stderr)
+    for line in after_lines:
+        print(line)
     print('memory_bind: p50_ms=%.1f p99_ms=%.1f load=%.2f budget=%s' % (
         p50, p99, max(loads[0][0], loads[1][0]),
         'off' if scale is None else
@@ -361,7 +417,7 @@ def main(argv=None):
     parser.add_argument('--verbose', action='store_true')
     args = parser.parse_args(argv)
     start_load = os.getloadavg()
-    times, phases = run(args)
+    times, phases, after = run(args)
     end_load = os.getloadavg()
     if args.no_budget:
         scale = None
@@ -369,7 +425,7 @@ def main(argv=None):
         scale = args.budget_scale
     else:
         scale = 1 + max(start_load[0], end_load[0]) / (os.cpu_count() or 1)
-    over = report(times, phases, (start_load, end_load), scale)
+    over = report(times, phases, (start_load, end_load), scale, after)
     return 1 if over else 0
 
 

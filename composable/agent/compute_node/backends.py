@@ -139,7 +139,8 @@ class IscsiMemory(object):
                                                   instance_uuid)
             if details is None:
                 details = self.parts.guest_attacher.attach(
-                    instance_uuid, extents, initiator)
+                    instance_uuid, extents, initiator,
+                    lease_uuid=lease['uuid'])
             return details
         details = self.parts.host_swap.attach(extents, initiator)
         if instance_uuid:

@@ -48,13 +48,26 @@ host's kernel initiator is not involved.
   disks (a shrink) touches only those.
 - After a hot-plug, the guest agent makes the new disk swap
   (GUEST_SWAPON_SCRIPT: mkswap + swapon, unless it is swap already);
-  ``[compute_node] guest_swapon`` says what happens without an agent. An
-  attach of more extents of a lease (a grow) plugs only the new ones.
+  ``[compute_node] guest_swapon`` says when and what a failure means.
+  With ``required`` attach() waits for it and a failure unplugs the
+  disks again. With ``best_effort`` (default) attach() returns once the
+  disks are plugged (like a volume attach, done when the device is
+  there, not when the guest formatted it): a small pool of named
+  threads (``guest-swapon-N``) runs the script afterwards and hands the
+  outcome, {extent uuid: {'guest_device': '/dev/vdb'} or {'error':
+  message}}, to ``swap_reporter`` (the agent casts it to the conductor,
+  which records it on the lease). A detach of extents whose swap-on is
+  still running waits for it (never unplugs under a running mkswap),
+  and one not yet started is skipped. An attach of more extents of a
+  lease (a grow) plugs only the new ones.
 - guest_swaps() reads a guest's swap for the usage reports
   (composable.agent.compute_node.usage).
 """
 
 import base64
+import collections
+from concurrent import futures
+import threading
 import time
 from xml.etree import ElementTree
 
@@ -174,6 +187,36 @@ cat /proc/swaps
 """
 # Exit status of the swapon script when the disk never showed up.
 NO_DISK_EXIT = 3
+# Threads that run the swap-on of plugged disks in the background
+# (guest_swapon = best_effort): each waits on one guest at a time, mostly
+# idle (polling its guest agent).
+SWAPON_WORKERS = 4
+
+
+# The background swap-ons of this process, shared by its attachers (the
+# agent has one; tests and tools may make several): the (instance,
+# extent) pairs whose script runs in a guest now, and those a detach is
+# taking away (a swap-on of theirs that has not started is skipped).
+_SWAP_COND = threading.Condition()
+_SWAP_RUNNING = collections.Counter()
+_SWAP_BLOCKED = collections.Counter()
+
+
+def _drop_zeros(counter):
+    for key in [k for k, n in counter.items() if n <= 0]:
+        del counter[key]
+
+
+class _Cancelled(Exception):
+    """A background swap-on given up before it started in the guest: its
+    disk is being detached."""
+
+
+def _still_active(domain):
+    try:
+        return bool(domain.isActive())
+    except Exception:
+        return False
 
 
 class GuestSwaps(object):
@@ -372,13 +415,15 @@ class GuestMemoryAttacher(object):
     shared with the device attacher; without it one is made from ``uri``
     and ``connect`` (a callable taking the URI and returning a libvirt
     connection). The timeouts can be injected; by default they come from
-    the [compute_node] options.
+    the [compute_node] options. ``swap_reporter``, when set, is called
+    with (lease uuid, instance uuid, outcome) when a background swap-on
+    ends (see swapon_later).
     """
 
     def __init__(self, uri=None, connect=None, attach_timeout=None,
                  detach_timeout=None, poll_interval=POLL_INTERVAL,
                  detach_retry_interval=DETACH_RETRY_INTERVAL,
-                 connection=None):
+                 connection=None, swap_reporter=None):
         if connection is None:
             connection = libvirt_connection.LibvirtConnection(
                 uri, connect=connect)
@@ -390,6 +435,15 @@ class GuestMemoryAttacher(object):
                                else CONF.compute_node.detach_timeout)
         self.poll_interval = poll_interval
         self.detach_retry_interval = detach_retry_interval
+        self.swap_reporter = swap_reporter
+        # Background swap-ons: the pool (made when first needed), this
+        # attacher's jobs queued or running, and the process's running
+        # and blocked (instance, extent) pairs.
+        self._swap_pool = None
+        self._swap_jobs = 0
+        self._swap_cond = _SWAP_COND
+        self._swap_running = _SWAP_RUNNING
+        self._swap_blocked = _SWAP_BLOCKED
 
     # ---------------------------------------------------------- libvirt
 
@@ -466,17 +520,29 @@ class GuestMemoryAttacher(object):
 
     # ----------------------------------------------------------- attach
 
-    def attach(self, instance_uuid, extents, initiator_iqn=None):
+    def attach(self, instance_uuid, extents, initiator_iqn=None,
+               lease_uuid=None):
         """Hot-plug the extents into the running domain instance_uuid.
 
         Returns {extent_uuid: {"target_dev": "vdb", ...}}. Extents whose
         disk is already there are reported as they are. If one extent
         fails, the disks and secrets this call added are removed and
         DriverError (DriverTimeout) is raised.
+
+        The guest then makes the disks swap: with guest_swapon =
+        required before this returns (the details say ``guest_device``;
+        a failure unplugs the disks again and raises), with best_effort
+        afterwards in the background (swapon_later: the outcome goes to
+        ``swap_reporter`` with ``lease_uuid``).
         """
         initiator_iqn = initiator_iqn or CONF.compute_node.initiator_iqn
         with lockutils.lock('composable-guest-%s' % instance_uuid):
-            return self._attach(instance_uuid, extents, initiator_iqn)
+            details = self._attach(instance_uuid, extents, initiator_iqn)
+            if CONF.compute_node.guest_swapon == 'best_effort':
+                # Queued under the lock: a detach that comes next sees it.
+                self.swapon_later(instance_uuid,
+                                  [e['uuid'] for e in extents], lease_uuid)
+            return details
 
     def _attach(self, instance_uuid, extents, initiator_iqn):
         domain = self._domain(instance_uuid)
@@ -515,7 +581,9 @@ class GuestMemoryAttacher(object):
                 used.add(dev)
                 details[extent['uuid']] = self._details(extent,
                                                         instance_uuid, dev)
-            self._swapon_in_guest(domain, instance_uuid, extents, details)
+            if CONF.compute_node.guest_swapon == 'required':
+                self._swapon_in_guest(domain, instance_uuid, extents,
+                                      details)
         except Exception:
             self._roll_back(domain, instance_uuid, added, touched)
             raise
@@ -605,11 +673,22 @@ class GuestMemoryAttacher(object):
         not release a disk within the detach timeout, and DriverError if
         a secret could not be removed (a retry removes it).
         """
+        keys = [(instance_uuid, e['uuid']) for e in extents]
         with lockutils.lock('composable-guest-%s' % instance_uuid):
+            # A swap-on of these disks not started yet is skipped from
+            # now on; one running in the guest is waited for.
+            with self._swap_cond:
+                self._swap_blocked.update(keys)
             try:
-                self._unplug_from(instance_uuid, extents)
+                try:
+                    self._wait_for_swapons(instance_uuid, keys)
+                    self._unplug_from(instance_uuid, extents)
+                finally:
+                    failed = self._drop_secrets(extents)
             finally:
-                failed = self._drop_secrets(extents)
+                with self._swap_cond:
+                    self._swap_blocked.subtract(keys)
+                    _drop_zeros(self._swap_blocked)
             if failed:
                 raise exception.DriverError(
                     reason='could not remove the libvirt secret of extent '
@@ -854,16 +933,183 @@ class GuestMemoryAttacher(object):
                 return
             details[extent['uuid']]['guest_device'] = dev
 
-    def _swapon_one(self, domain, instance_uuid, extent_uuid, deadline):
+    # ------------------------------------------- swap-on in background
+
+    def swapon_later(self, instance_uuid, extent_uuids, lease_uuid=None):
+        """Have the guest of ``instance_uuid`` make the disks of
+        ``extent_uuids`` swap, in the background (guest_swapon =
+        best_effort): one job of the pool, the extents one after the
+        other within one attach_timeout. When it ends, ``swap_reporter``
+        gets (lease_uuid, instance_uuid, {extent uuid: {'guest_device':
+        '/dev/vdX'} or {'error': why}}); extents a detach took away
+        meanwhile are left out. The script is idempotent (a disk that is
+        swap already stays as it is), so running it again, after an agent
+        restart say, is harmless. The job's future."""
+        extent_uuids = list(extent_uuids)
+        if not extent_uuids:
+            return None
+        with self._swap_cond:
+            if self._swap_pool is None:
+                self._swap_pool = futures.ThreadPoolExecutor(
+                    max_workers=SWAPON_WORKERS,
+                    thread_name_prefix='guest-swapon')
+            self._swap_jobs += 1
+        try:
+            return self._swap_pool.submit(self._swapon_job, instance_uuid,
+                                          extent_uuids, lease_uuid)
+        except Exception:
+            self._swapon_job_done()
+            raise
+
+    def _swapon_job_done(self):
+        with self._swap_cond:
+            self._swap_jobs -= 1
+            self._swap_cond.notify_all()
+
+    def wait_for_swapons(self, timeout):
+        """Wait until no background swap-on is queued or running; False
+        when some still are after ``timeout`` seconds."""
+        with self._swap_cond:
+            return self._swap_cond.wait_for(lambda: self._swap_jobs == 0,
+                                            timeout)
+
+    def _swapon_job(self, instance_uuid, extent_uuids, lease_uuid):
+        try:
+            outcome = self._swapon_background(instance_uuid, extent_uuids)
+            if outcome and lease_uuid and self.swap_reporter is not None:
+                try:
+                    self.swap_reporter(lease_uuid, instance_uuid, outcome)
+                except Exception:
+                    LOG.exception('Could not report the swap-on of lease '
+                                  '%(lease)s in instance %(instance)s',
+                                  {'lease': lease_uuid,
+                                   'instance': instance_uuid})
+            return outcome
+        except Exception:
+            LOG.exception('The swap-on of extent(s) %(extents)s in instance '
+                          '%(instance)s failed',
+                          {'extents': ', '.join(extent_uuids),
+                           'instance': instance_uuid})
+            return None
+        finally:
+            self._swapon_job_done()
+
+    def _swapon_background(self, instance_uuid, extent_uuids):
+        """The swap-on of one job; its outcome."""
+        stopped = ('instance %s stopped before its guest made the disk '
+                   'swap; the disk is plugged again, and made swap, when '
+                   'it starts' % instance_uuid)
+        try:
+            domain = self._domain(instance_uuid, missing_ok=True)
+        except Exception as exc:
+            reason = getattr(exc, 'message', None) or str(exc)
+            return {u: {'error': reason} for u in extent_uuids}
+        if domain is None or not _still_active(domain):
+            return {u: {'error': stopped} for u in extent_uuids}
+        deadline = time.monotonic() + self.attach_timeout
+        outcome = {}
+        for i, extent_uuid in enumerate(extent_uuids):
+            key = (instance_uuid, extent_uuid)
+            if not self._still_plugged(domain, extent_uuid):
+                # A detach that came while the job was queued took it.
+                LOG.info('Instance %(instance)s: the disk of extent '
+                         '%(extent)s is no longer plugged; not made swap',
+                         {'instance': instance_uuid, 'extent': extent_uuid})
+                continue
+            with self._swap_cond:
+                if self._swap_blocked[key]:
+                    LOG.info('Instance %(instance)s: extent %(extent)s is '
+                             'being detached; its disk is not made swap',
+                             {'instance': instance_uuid,
+                              'extent': extent_uuid})
+                    continue
+                self._swap_running[key] += 1
+            try:
+                outcome[extent_uuid] = {'guest_device': self._swapon_one(
+                    domain, instance_uuid, extent_uuid, deadline,
+                    cancelled=lambda key=key: self._swap_blocked[key] > 0)}
+            except _Cancelled:
+                LOG.info('Instance %(instance)s: extent %(extent)s is '
+                         'being detached; its disk is not made swap',
+                         {'instance': instance_uuid, 'extent': extent_uuid})
+            except Exception as exc:
+                if not _still_active(domain):
+                    error = stopped
+                elif isinstance(exc, GuestAgentUnavailable):
+                    self._agent_unavailable(
+                        'best_effort', instance_uuid, exc,
+                        'make the leased disk(s) of extent(s) %s swap' %
+                        ', '.join(extent_uuids[i:]), '',
+                        'The disks stay plugged; unless the image makes '
+                        'them swap itself the guest does not use them '
+                        '(guest_swapon = best_effort).')
+                    error = ('the guest was not asked to make the disk '
+                             'swap: its QEMU guest agent %s. The disk stays '
+                             'plugged; unless the image makes it swap '
+                             'itself, the guest does not use it' % exc)
+                else:
+                    error = getattr(exc, 'message', None) or str(exc)
+                    LOG.warning('Instance %(instance)s: %(error)s',
+                                {'instance': instance_uuid,
+                                 'error': error})
+                    outcome[extent_uuid] = {'error': error}
+                    continue
+                for rest in extent_uuids[i:]:
+                    if not self._swap_blocked[(instance_uuid, rest)]:
+                        outcome[rest] = {'error': error}
+                break
+            finally:
+                with self._swap_cond:
+                    self._swap_running[key] -= 1
+                    _drop_zeros(self._swap_running)
+                    self._swap_cond.notify_all()
+        return outcome
+
+    def _still_plugged(self, domain, extent_uuid):
+        try:
+            disks = self._live_disks(domain)
+        except Exception:
+            return True  # the swap-on says what is wrong
+        return find_disk(disks, {'uuid': extent_uuid}) is not None
+
+    def _wait_for_swapons(self, instance_uuid, keys):
+        """Wait for the background swap-ons running on the disks of
+        ``keys`` ((instance, extent) pairs) to end: a disk is never
+        unplugged while mkswap runs on it. They end within their
+        attach_timeout; DriverError, nothing unplugged, if one has not
+        after that."""
+        keys = set(keys)
+        with self._swap_cond:
+            busy = sorted(e for i, e in keys if self._swap_running[(i, e)])
+            if not busy:
+                return
+            LOG.info('Instance %(instance)s: waiting for the swap-on of '
+                     'extent(s) %(extents)s to end before unplugging',
+                     {'instance': instance_uuid,
+                      'extents': ', '.join(busy)})
+            timeout = self.attach_timeout + GUEST_AGENT_TIMEOUT
+            if self._swap_cond.wait_for(
+                    lambda: not any(self._swap_running[k] for k in keys),
+                    timeout):
+                return
+        raise exception.DriverError(
+            reason='the guest of instance %s is still making the leased '
+                   'disk(s) of extent(s) %s swap (mkswap and swapon through '
+                   'its guest agent) after %d s; the disks stay plugged. '
+                   'Try again.' % (instance_uuid, ', '.join(busy), timeout))
+
+    def _swapon_one(self, domain, instance_uuid, extent_uuid, deadline,
+                    cancelled=None):
         """mkswap + swapon of the extent's disk in the guest; the guest's
-        name of the device."""
+        name of the device. ``cancelled()`` true before the script
+        started: _Cancelled."""
         serial = disk_serial(extent_uuid)
         wait_tenths = max(1, int((deadline - time.monotonic()) * 10))
         status, out, err = self._guest_exec_when_connected(
             domain, instance_uuid, '/bin/sh',
             ['-c', GUEST_SWAPON_SCRIPT, 'composable-swapon', serial,
              str(CONF.compute_node.swap_priority), str(wait_tenths)],
-            deadline, what='swapon in the guest')
+            deadline, what='swapon in the guest', cancelled=cancelled)
         if status != 0:
             if status == NO_DISK_EXIT:
                 problem = ('the guest does not see a disk with serial %s '
@@ -905,7 +1151,8 @@ class GuestMemoryAttacher(object):
         return self._read_guest_swaps(domain, instance_uuid, deadline)
 
     def _guest_exec_when_connected(self, domain, instance_uuid, path, args,
-                                   deadline, what='swapoff in the guest'):
+                                   deadline, what='swapoff in the guest',
+                                   cancelled=None):
         """_guest_exec, waiting until ``deadline`` for a guest agent that
         is configured but not connected: a guest that has just booted
         opens its agent port a moment after its disks are usable, and
@@ -913,6 +1160,8 @@ class GuestMemoryAttacher(object):
         it again after a lost answer is harmless."""
         waited = False
         while True:
+            if cancelled is not None and cancelled():
+                raise _Cancelled()
             try:
                 return self._guest_exec(domain, path, args, deadline,
                                         what=what)

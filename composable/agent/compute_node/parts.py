@@ -63,6 +63,13 @@ class ComputeNodeParts(object):
         self._host_pci = host_pci
         self._cxl = cxl_memory
         self._virtio_mem = virtio_mem_attacher
+        # Called with (lease uuid, instance uuid, outcome) when the guest
+        # made the disks of a guest-mode lease swap in the background
+        # (the agent sets it: it casts the outcome to the conductor).
+        self.swap_reporter = None
+        if guest_attacher is not None and \
+                getattr(guest_attacher, 'swap_reporter', False) is None:
+            guest_attacher.swap_reporter = self._report_guest_swap
         self.attachments = attachments_mod.LiveAttachments()
         if simulate is None:
             simulate = (backends.memory_simulated() and
@@ -101,7 +108,12 @@ class ComputeNodeParts(object):
     @property
     def guest_attacher(self):
         return self._made('_guest', lambda: libvirt_guest.GuestMemoryAttacher(
-            connection=self.connection))
+            connection=self.connection,
+            swap_reporter=self._report_guest_swap))
+
+    def _report_guest_swap(self, lease_uuid, instance_uuid, outcome):
+        if self.swap_reporter is not None:
+            self.swap_reporter(lease_uuid, instance_uuid, outcome)
 
     @property
     def memory_tuner(self):

@@ -16,7 +16,9 @@ The compute agent's AgentManager drives a real GuestMemoryAttacher:
 extents are tmpfs LUNs of a private tgtd, hot-plugged into the tiny guest
 under the system libvirtd. The guest here does not make new disks swap
 by itself (``composable_autoswap=0``): the agent does, through the QEMU
-guest agent (``[compute_node]guest_swapon = required``). The usage
+guest agent, after the attach answered (``[compute_node]guest_swapon =
+best_effort``, the default), and reports how it went; the tests wait for
+it. A detach that comes while it runs waits for it. The usage
 sampler reads the guest's swap through the same agent. A shrink whose
 pages would not fit back into the guest's memory is refused with
 everything left in place; memhog, a program in the guest, makes the
@@ -34,6 +36,7 @@ from composable import conf
 from tests.functional.compute_node import dataplane
 from tests.functional.guest import build
 from tests.functional.guest import programs
+from tests import waiting
 
 INITIATOR = 'iqn.2010-10.org.openstack.composable.test:compute-resize'
 GUEST_TIMEOUT = 240
@@ -52,7 +55,7 @@ def guest(libvirt_conn):
 
 @pytest.fixture
 def options():
-    values = {'initiator_iqn': INITIATOR, 'guest_swapon': 'required',
+    values = {'initiator_iqn': INITIATOR, 'guest_swapon': 'best_effort',
               'guest_swapoff': 'required', 'swapoff_headroom_mb': 16}
     for name, value in values.items():
         conf.CONF.set_override(name, value, 'compute_node')
@@ -64,9 +67,21 @@ def options():
 class _Recorder(object):
     def __init__(self):
         self.casts = []
+        self.swaps = []
 
     def report_lease_usage(self, context, host, samples):
         self.casts.append((host, samples))
+
+    def report_guest_swap(self, context, host, lease, instance, outcome):
+        self.swaps.append((lease, instance, outcome))
+        return True
+
+    def swapped(self, lease_uuid, extent):
+        """What the agent reported of the extent's swap-on, or None."""
+        for lease, _instance, outcome in self.swaps:
+            if lease == lease_uuid and extent['uuid'] in outcome:
+                return outcome[extent['uuid']]
+        return None
 
 
 @pytest.fixture
@@ -75,8 +90,10 @@ def agent(options, guest):
         uri=dataplane.LIBVIRT_URI, attach_timeout=180, detach_timeout=180)
     agent = manager.AgentManager('compute-resize', ['compute_node'],
                                  guest_attacher=attacher,
-                                 host_swap=object())
+                                 host_swap=object(),
+                                 conductor_api=_Recorder())
     yield agent
+    attacher.wait_for_swapons(GUEST_TIMEOUT)
     # Whatever a failed test left attached goes.
     for lease_uuid, details in list(agent.memory_attachments.items()):
         extents = [{'uuid': e} for e in details]
@@ -116,6 +133,19 @@ def _swap_of(agent, guest, extent):
     return swaps.entry_of(libvirt_guest.disk_serial(extent['uuid']))
 
 
+def _swapped_on(agent, guest, lease, extent):
+    """Wait until the agent reported that the guest made the extent's
+    disk swap (after the attach answered); its swap entry."""
+    reported = waiting.wait_until(
+        lambda: agent.conductor.swapped(lease['uuid'], extent),
+        GUEST_TIMEOUT, 'the swap-on of extent %s' % extent['uuid'],
+        interval=0.5)
+    assert reported.get('guest_device', '').startswith('/dev/vd'), reported
+    entry = _swap_of(agent, guest, extent)
+    assert entry is not None and entry[0] == reported['guest_device']
+    return entry
+
+
 def _sampler(agent):
     return usage.UsageSampler(agent, conductor=_Recorder(), interval=1,
                               timeout=60)
@@ -135,17 +165,19 @@ def test_grow_then_shrink_in_the_guest(agent, guest, tgt, libvirt_conn):
     first, second = _extent(tgt, 0), _extent(tgt, 1)
     since = guest.mark()
 
-    _attach(agent, guest, lease, [first])
+    details = _attach(agent, guest, lease, [first])
 
+    # Answered once plugged: the guest device comes with the report.
+    assert 'guest_device' not in details[first['uuid']]
     # The guest saw the disk and did not make it swap itself; the agent
     # did, through the guest agent.
     guest.wait_for_line(r'^new-disk vd[a-z]+ bytes=%d serial=%s$' % (
         EXTENT_MB * dataplane.MiB, libvirt_guest.disk_serial(first['uuid'])),
         GUEST_TIMEOUT, since=since)
+    entry = _swapped_on(agent, guest, lease, first)
+    assert entry[2] == EXTENT_MB * 1024 - 4
     assert [line for line in guest.marker_lines()[since:]
             if line.startswith('swap-on')] == []
-    entry = _swap_of(agent, guest, first)
-    assert entry is not None and entry[2] == EXTENT_MB * 1024 - 4
     [sample] = _sampler(agent).sample()
     assert sample['lease_uuid'] == lease['uuid']
     assert sample['size_mb'] == EXTENT_MB
@@ -155,8 +187,8 @@ def test_grow_then_shrink_in_the_guest(agent, guest, tgt, libvirt_conn):
 
     assert list(grown) == [second['uuid']]
     assert len(dataplane.domblklist(guest.uuid)) == 2
+    assert _swapped_on(agent, guest, lease, second) is not None
     assert _swap_of(agent, guest, first) is not None
-    assert _swap_of(agent, guest, second) is not None
     assert set(agent.memory_attachments[lease['uuid']]) == {
         first['uuid'], second['uuid']}
     [sample] = _sampler(agent).sample()
@@ -192,7 +224,8 @@ def test_shrink_refused_while_the_guest_needs_the_pages(agent, guest, tgt,
     lease = {'uuid': str(uuid.uuid4())}
     extents = [_extent(tgt, 0), _extent(tgt, 1)]
     _attach(agent, guest, lease, extents)
-    assert all(_swap_of(agent, guest, e) is not None for e in extents)
+    for extent in extents:
+        _swapped_on(agent, guest, lease, extent)
     since = guest.mark()
 
     # More than the guest's RAM: part of it has to go to the lease.
@@ -223,3 +256,24 @@ def test_shrink_refused_while_the_guest_needs_the_pages(agent, guest, tgt,
     _detach(agent, guest, lease, extents)
     assert dataplane.domblklist(guest.uuid) == []
     assert shell.oom_lines() == []
+
+
+def test_a_detach_right_after_the_attach_waits_for_the_swapon(agent, guest,
+                                                              tgt):
+    """The disk is not pulled from under a running mkswap: a detach that
+    comes while the guest still makes the disk swap waits for it, then
+    turns the swap off and unplugs."""
+    lease = {'uuid': str(uuid.uuid4())}
+    extent = _extent(tgt, 0)
+
+    _attach(agent, guest, lease, [extent])
+    _detach(agent, guest, lease, [extent])
+
+    assert dataplane.domblklist(guest.uuid) == []
+    assert _swap_of(agent, guest, extent) is None
+    assert agent.guest_attacher.wait_for_swapons(GUEST_TIMEOUT)
+    # The swap-on ended before the unplug: it made the disk swap (then
+    # the detach turned that off) or, if the detach came first, never
+    # ran; it did not fail under an unplug.
+    reported = agent.conductor.swapped(lease['uuid'], extent)
+    assert reported is None or 'guest_device' in reported, reported

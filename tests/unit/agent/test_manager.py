@@ -90,8 +90,9 @@ class FakeAttacher(object):
     def __init__(self):
         self.calls = []
 
-    def attach(self, *args):
-        self.calls.append(('attach',) + args)
+    def attach(self, *args, **kwargs):
+        self.calls.append(('attach',) + args +
+                          ((kwargs,) if kwargs else ()))
         extents = args[1] if len(args) == 3 else args[0]
         return {e['uuid']: {'dev': 'x'} for e in extents}
 
@@ -147,7 +148,8 @@ def test_guest_mode_goes_to_the_guest_attacher(real_conf):
     details = agent.compute.attach_memory(None, lease, [extent], 'guest',
                                           'dom-1')
     assert details == {'e1': {'dev': 'x'}}
-    assert guest.calls == [('attach', 'dom-1', [extent], 'iqn.x:compute-0')]
+    assert guest.calls == [('attach', 'dom-1', [extent], 'iqn.x:compute-0',
+                            {'lease_uuid': 'l1'})]
     assert agent.memory_attachments == {'l1': details}
     agent.compute.detach_memory(None, lease, [extent], 'guest', 'dom-1')
     assert guest.calls[-1] == ('detach', 'dom-1', [extent])
@@ -299,3 +301,109 @@ def test_without_a_readable_dmi_uuid_nothing_is_reported(tmp_path,
     assert not agent.report_host_facts()
     assert agent._conductor.reports == []
     assert 'DMI UUID of compute-0 cannot be read' in caplog.text
+
+
+class _Conductor(object):
+    """A ConductorAPI that records report_guest_swap and answers
+    ``sent`` (False: a conductor capped below 1.7)."""
+
+    def __init__(self, sent=True):
+        self.sent = sent
+        self.reports = []
+
+    def report_guest_swap(self, context, host, lease, instance, outcome):
+        self.reports.append((host, lease, instance, outcome))
+        return self.sent
+
+
+def test_the_guest_attacher_reports_its_swapons_to_the_conductor(
+        real_conf, monkeypatch):
+    from composable.agent.compute_node import libvirt_guest
+    from tests.unit.compute_node import fakes
+
+    monkeypatch.setattr(libvirt_guest, 'libvirt_qemu', fakes.FakeLibvirtQemu)
+    conn = fakes.FakeConnection()
+    domain = conn.add_domain(fakes.FakeDomain('dom-1'))
+    guest = libvirt_guest.GuestMemoryAttacher(
+        uri='qemu:///system', connect=lambda uri: conn, attach_timeout=5,
+        poll_interval=0.01)
+    conductor = _Conductor()
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 guest_attacher=guest,
+                                 host_swap=FakeAttacher(),
+                                 conductor_api=conductor)
+    extent = dict(EXTENT, uuid='0c8c6c2e-1f0e-4a35-9b8e-000000000001',
+                  target_iqn='iqn.t:e1', lun=1, portal='192.0.2.1:3260')
+    lease = dict(LEASE, initiator_iqn='iqn.x:compute-0')
+    details = agent.compute.attach_memory(None, lease, [extent], 'guest',
+                                          'dom-1')
+    assert 'guest_device' not in details[extent['uuid']]
+    assert guest.wait_for_swapons(30)
+    assert conductor.reports == [
+        ('compute-0', 'l1', 'dom-1',
+         {extent['uuid']: {'guest_device': '/dev/vdb'}})]
+    assert domain.agent.scripts == ['composable-swapon']
+
+
+def test_an_older_conductor_is_not_told_of_the_swapon(caplog):
+    caplog.set_level(logging.INFO)
+    conductor = _Conductor(sent=False)
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 conductor_api=conductor)
+    outcome = {'e1': {'guest_device': '/dev/vdb'}}
+    assert agent.report_guest_swap('l1', 'dom-1', outcome) is False
+    assert conductor.reports == [('compute-0', 'l1', 'dom-1', outcome)]
+    assert 'not recorded: the conductor is older' in caplog.text
+    # A conductor that cannot be reached: logged, the agent goes on.
+    conductor.report_guest_swap = None
+    assert agent.report_guest_swap('l1', 'dom-1', outcome) is False
+    assert 'Could not tell the conductor' in caplog.text
+
+
+def test_after_a_restart_the_guest_swapon_runs_again(real_conf,
+                                                     monkeypatch):
+    """A swap-on the previous process left running, or never reported:
+    the restarted agent learns the guest-mode leases bound here from the
+    conductor and runs the idempotent script again, and reports."""
+    from composable.agent.compute_node import libvirt_guest
+    from tests.unit.compute_node import fakes
+
+    monkeypatch.setattr(libvirt_guest, 'libvirt_qemu', fakes.FakeLibvirtQemu)
+    conn = fakes.FakeConnection()
+    domain = conn.add_domain(fakes.FakeDomain('dom-1'))
+    extent = dict(EXTENT, uuid='0c8c6c2e-1f0e-4a35-9b8e-000000000001',
+                  target_iqn='iqn.t:e1', lun=1, portal='192.0.2.1:3260')
+    before = libvirt_guest.GuestMemoryAttacher(
+        uri='qemu:///system', connect=lambda uri: conn, attach_timeout=5,
+        poll_interval=0.01)
+    before.attach('dom-1', [extent], 'iqn.x:compute-0')
+    assert before.wait_for_swapons(30)
+    guest = libvirt_guest.GuestMemoryAttacher(
+        uri='qemu:///system', connect=lambda uri: conn, attach_timeout=5,
+        poll_interval=0.01)
+
+    class Conductor(_Conductor):
+        def host_memory_leases(self, ctx, host):
+            return []
+
+        def instance_leases(self, ctx, host):
+            return {'dom-1': ['l1']}
+
+        def instance_status(self, ctx, instance, host):
+            return [{'uuid': 'l1', 'status': 'bound', 'host': 'compute-0',
+                     'attach_mode': 'guest', 'extents': [extent['uuid']]}]
+    conductor = Conductor()
+    agent = manager.AgentManager('compute-0', ['compute_node'],
+                                 guest_attacher=guest,
+                                 host_swap=FakeAttacher(),
+                                 conductor_api=conductor)
+    assert agent.recover_memory_leases(conductor) == 1
+    assert guest.wait_for_swapons(30)
+    assert conductor.reports == [
+        ('compute-0', 'l1', 'dom-1',
+         {extent['uuid']: {'guest_device': '/dev/vdb'}})]
+    assert domain.agent.scripts == ['composable-swapon'] * 2
+    # Learnt once: a second recovery runs nothing again.
+    assert agent.recover_memory_leases(conductor) == 0
+    assert guest.wait_for_swapons(30)
+    assert len(conductor.reports) == 1

@@ -202,7 +202,9 @@ class FakeGuestAgent(object):
     ``refuse`` an exit status for swapoff (the guest lacks memory);
     ``running_polls`` how many guest-exec-status calls answer "not
     exited" first; ``refuse_swapon`` makes mkswap/swapon fail; ``hang``
-    seconds each guest-exec takes.
+    seconds each guest-exec takes; ``swapon_gate`` (a threading.Event)
+    keeps the swapon script running until it is set. ``events`` records
+    ('swapon-started' | 'swapon-exited', serial) in order.
     """
 
     def __init__(self, domain):
@@ -226,6 +228,8 @@ class FakeGuestAgent(object):
         self.mem_total_kb = 1024 * 1024
         # Seconds each guest-exec takes (a guest that hangs).
         self.hang = 0
+        self.swapon_gate = None
+        self.events = []
 
     SCRIPTS = {'composable-swapoff': libvirt_guest.GUEST_SWAPOFF_SCRIPT,
                'composable-swapon': libvirt_guest.GUEST_SWAPON_SCRIPT,
@@ -301,13 +305,22 @@ class FakeGuestAgent(object):
             result = getattr(self, '_' + name.replace('-', '_'))(
                 *args['arg'][3:])
             pid = 1000 + len(self.commands)
-            self._results[pid] = [self.running_polls, result]
+            self._results[pid] = [self.running_polls, result, name,
+                                  (args['arg'][3:] or [None])[0]]
+            if name == 'composable-swapon':
+                self.events.append(('swapon-started', args['arg'][3]))
             return json.dumps({'return': {'pid': pid}})
         assert request['execute'] == 'guest-exec-status'
         pending = self._results[args['pid']]
         if pending[0] > 0:
             pending[0] -= 1
             return json.dumps({'return': {'exited': False}})
+        if pending[2] == 'composable-swapon':
+            if self.swapon_gate is not None and \
+                    not self.swapon_gate.is_set():
+                return json.dumps({'return': {'exited': False}})
+            if pending[1] is not None:
+                self.events.append(('swapon-exited', pending[3]))
         status, out, err = pending[1]
         return json.dumps({'return': {
             'exited': True, 'exitcode': status,

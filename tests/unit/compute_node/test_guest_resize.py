@@ -52,10 +52,24 @@ def domain(conn):
 
 
 @pytest.fixture
-def attacher(conn):
-    return libvirt_guest.GuestMemoryAttacher(
+def reports():
+    """What the attacher reports of its background swap-ons."""
+    return []
+
+
+@pytest.fixture
+def attacher(conn, reports):
+    attacher = libvirt_guest.GuestMemoryAttacher(
         uri='qemu:///system', connect=lambda uri: conn, attach_timeout=5,
-        detach_timeout=5, poll_interval=0.01)
+        detach_timeout=5, poll_interval=0.01,
+        swap_reporter=lambda *args: reports.append(args))
+    yield attacher
+    assert attacher.wait_for_swapons(30)
+
+
+def _settled(attacher):
+    """Wait for the background swap-ons (guest_swapon = best_effort)."""
+    assert attacher.wait_for_swapons(30)
 
 
 @pytest.fixture
@@ -70,15 +84,21 @@ def option():
         conf.CONF.clear_override(name, 'compute_node')
 
 
-def test_grow_plugs_and_swaps_only_the_new_extent(attacher, domain, option):
+def test_grow_plugs_and_swaps_only_the_new_extent(attacher, domain, option,
+                                                  reports):
     option('swap_priority', 7)
     first, second = _extent(1), _extent(2)
-    details = attacher.attach(INSTANCE, [first], INITIATOR)
-    assert details[first['uuid']]['guest_device'] == '/dev/vdb'
+    details = attacher.attach(INSTANCE, [first], INITIATOR, lease_uuid='L')
+    # Answered once plugged; the guest makes it swap afterwards.
+    assert 'guest_device' not in details[first['uuid']]
+    _settled(attacher)
+    assert reports == [('L', INSTANCE,
+                        {first['uuid']: {'guest_device': '/dev/vdb'}})]
     assert domain.agent.swaps == {_serial(first)}
     plugged = len(domain.attach_calls)
 
-    grown = attacher.attach(INSTANCE, [second], INITIATOR)
+    grown = attacher.attach(INSTANCE, [second], INITIATOR, lease_uuid='L')
+    _settled(attacher)
 
     # One more disk, made swap at the lease's priority; the first one is
     # neither plugged nor touched again.
@@ -91,20 +111,40 @@ def test_grow_plugs_and_swaps_only_the_new_extent(attacher, domain, option):
                if c['execute'] == 'guest-exec' and
                c['arguments']['arg'][2] == 'composable-swapon']
     assert swapons == [_serial(first), _serial(second)]
+    assert reports[-1] == ('L', INSTANCE,
+                           {second['uuid']: {'guest_device': '/dev/vdc'}})
 
 
-def test_a_disk_the_guest_made_swap_itself_is_left_alone(attacher, domain):
+def test_a_grow_in_required_mode_answers_with_the_guest_device(
+        attacher, domain, option, reports):
+    option('guest_swapon', 'required')
+    first, second = _extent(1), _extent(2)
+    details = attacher.attach(INSTANCE, [first], INITIATOR, lease_uuid='L')
+    assert details[first['uuid']]['guest_device'] == '/dev/vdb'
+    grown = attacher.attach(INSTANCE, [second], INITIATOR, lease_uuid='L')
+    assert grown[second['uuid']]['guest_device'] == '/dev/vdc'
+    assert domain.agent.swaps == {_serial(first), _serial(second)}
+    # Nothing in the background, nothing reported.
+    _settled(attacher)
+    assert reports == []
+
+
+def test_a_disk_the_guest_made_swap_itself_is_left_alone(attacher, domain,
+                                                         reports):
     extent = _extent(1)
     # The image's own rule was quicker.
     domain.agent.swaps.add(_serial(extent))
-    details = attacher.attach(INSTANCE, [extent], INITIATOR)
-    assert details[extent['uuid']]['guest_device'] == '/dev/vdb'
+    attacher.attach(INSTANCE, [extent], INITIATOR, lease_uuid='L')
+    _settled(attacher)
+    assert reports == [('L', INSTANCE,
+                        {extent['uuid']: {'guest_device': '/dev/vdb'}})]
     assert _serial(extent) not in domain.agent.priorities
 
 
 def test_shrink_takes_only_the_named_extents(attacher, domain):
     first, second = _extent(1), _extent(2)
     attacher.attach(INSTANCE, [first, second], INITIATOR)
+    _settled(attacher)
     domain.agent.used_kb[_serial(second)] = 10 * 1024
 
     attacher.detach(INSTANCE, [second])
@@ -119,6 +159,7 @@ def test_shrink_refused_when_the_pages_do_not_fit(attacher, domain, conn,
     option('swapoff_headroom_mb', 16)
     first, second, third = _extent(1), _extent(2), _extent(3)
     attacher.attach(INSTANCE, [first, second, third], INITIATOR)
+    _settled(attacher)
     # 40 + 50 MiB on the two disks to go, 100 MiB available, 16 spare:
     # each alone would fit, both together do not.
     domain.agent.used_kb[_serial(second)] = 40 * 1024
@@ -153,6 +194,7 @@ def test_a_swapoff_failing_halfway_turns_the_first_back_on(attacher,
                                                            domain):
     first, second = _extent(1), _extent(2)
     attacher.attach(INSTANCE, [first, second], INITIATOR)
+    _settled(attacher)
     agent = domain.agent
     real_swapoff = agent._composable_swapoff
     calls = []
@@ -186,17 +228,25 @@ def test_required_swapon_without_agent_unplugs_what_it_plugged(
 
 
 def test_best_effort_swapon_without_agent_keeps_the_disk(attacher, domain,
-                                                         caplog):
+                                                         caplog, reports):
     caplog.set_level(logging.WARNING)
     domain.agent.configured = False
     extent = _extent(1)
-    details = attacher.attach(INSTANCE, [extent], INITIATOR)
+    details = attacher.attach(INSTANCE, [extent], INITIATOR, lease_uuid='L')
     assert 'guest_device' not in details[extent['uuid']]
+    _settled(attacher)
     assert libvirt_guest.disk_alias(extent['uuid']) in domain.disk_aliases()
     assert 'guest_swapon = best_effort' in caplog.text
+    [(lease, instance, outcome)] = reports
+    assert (lease, instance, list(outcome)) == ('L', INSTANCE,
+                                                [extent['uuid']])
+    assert 'not configured' in outcome[extent['uuid']]['error']
+    assert 'stays plugged' in outcome[extent['uuid']]['error']
 
 
-def test_a_swapon_the_guest_refuses_fails_the_attach(attacher, domain):
+def test_a_swapon_the_guest_refuses_fails_a_required_attach(attacher,
+                                                            domain, option):
+    option('guest_swapon', 'required')
     domain.agent.refuse_swapon = True
     extent = _extent(1)
     with pytest.raises(exception.DriverError) as raised:
@@ -206,9 +256,24 @@ def test_a_swapon_the_guest_refuses_fails_the_attach(attacher, domain):
     assert domain.disk_aliases() == ['virtio-disk0']
 
 
+def test_a_swapon_the_guest_refuses_is_reported_in_best_effort(
+        attacher, domain, reports):
+    domain.agent.refuse_swapon = True
+    extent = _extent(1)
+    attacher.attach(INSTANCE, [extent], INITIATOR, lease_uuid='L')
+    _settled(attacher)
+    # The bind stands: the disk stays plugged, the error is reported.
+    assert libvirt_guest.disk_alias(extent['uuid']) in domain.disk_aliases()
+    [(_lease, _instance, outcome)] = reports
+    assert 'could not make the leased disk of extent %s swap' % (
+        extent['uuid']) in outcome[extent['uuid']]['error']
+    assert 'mkswap/swapon exited with 1' in outcome[extent['uuid']]['error']
+
+
 def test_guest_swaps_reads_disks_and_swap(attacher, domain):
     first, second = _extent(1), _extent(2)
     attacher.attach(INSTANCE, [first, second], INITIATOR)
+    _settled(attacher)
     domain.agent.used_kb[_serial(first)] = 3000
     swaps = attacher.guest_swaps(INSTANCE, timeout=5)
     assert swaps.mem_available_kb == 200 * 1024
@@ -230,7 +295,7 @@ def test_guest_swaps_parse_rejects_garbage():
                                      -2)
 
 
-def test_a_swapon_that_never_ends_keeps_the_disk(conn, domain):
+def test_a_swapon_that_never_ends_keeps_the_disk(conn, domain, option):
     """The guest may still turn the disk into swap after the time-out:
     while it does not answer, the disk is not pulled from under it. The
     conductor's detach of the failed grow takes it once the guest
@@ -238,6 +303,7 @@ def test_a_swapon_that_never_ends_keeps_the_disk(conn, domain):
     attacher = libvirt_guest.GuestMemoryAttacher(
         uri='qemu:///system', connect=lambda uri: conn, attach_timeout=0.3,
         detach_timeout=5, poll_interval=0.01)
+    option('guest_swapon', 'required')
     domain.agent.running_polls = 10 ** 6  # the guest never finishes
     extent = _extent(1)
     with pytest.raises(exception.DriverTimeout) as raised:

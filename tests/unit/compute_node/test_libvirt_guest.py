@@ -15,6 +15,7 @@ hot-plug into a TCG guest is in
 tests/functional/compute_node/test_guest_attach_real.py."""
 
 import logging
+import threading
 import uuid
 from xml.etree import ElementTree
 
@@ -24,6 +25,7 @@ from composable.agent.compute_node import libvirt_guest
 from composable.agent.compute_node import portal as iscsi_portal
 from composable.common import exception
 from tests.unit.compute_node import fakes
+from tests import waiting
 
 INITIATOR = 'iqn.2010-10.org.openstack.composable:c1'
 INSTANCE = '7f6c9e2a-3d8b-4a57-9a51-2f1f5f3b7c11'
@@ -415,6 +417,7 @@ def _swap_extent(n=1):
 def _plugged_swap(conn, domain, *extents):
     attacher = _attacher(conn)
     attacher.attach(INSTANCE, list(extents), INITIATOR)
+    assert attacher.wait_for_swapons(30)
     domain.agent.swaps.update(libvirt_guest.disk_serial(e['uuid'])
                               for e in extents)
     return attacher
@@ -557,11 +560,12 @@ def test_a_swapoff_that_never_ends_times_out_and_keeps_the_disk(conn,
 
 
 def test_the_guest_exec_status_is_polled_soon_then_less_often(
-        conn, domain, monkeypatch):
-    """A bind waits for the swapon in the guest: the first polls of its
-    status come within milliseconds (a fixed poll_interval / 5 added up
-    to 100 ms to every bind), and the polls slow down to poll_interval
-    / 5 for a command that runs long."""
+        conn, domain, monkeypatch, swapon_mode):
+    """A bind in required mode waits for the swapon in the guest: the
+    first polls of its status come within milliseconds (a fixed
+    poll_interval / 5 added up to 100 ms to every bind), and the polls
+    slow down to poll_interval / 5 for a command that runs long."""
+    swapon_mode('required')
     extent = _swap_extent()
     attacher = _attacher(conn, poll_interval=0.5)
     domain.agent.running_polls = 8
@@ -582,3 +586,242 @@ def test_a_stopped_guest_is_not_asked(conn, domain):
     domain.agent.connected = False
     attacher.detach(INSTANCE, [extent])
     assert domain.agent.commands[asked:] == []
+
+
+# ------------------------------------ swap-on after the attach answered
+
+
+def _reporting_attacher(conn, reports, **kw):
+    return _attacher(conn, swap_reporter=lambda *args: reports.append(args),
+                     **kw)
+
+
+def _swapon_started(domain, extent):
+    return waiting.wait_until(
+        lambda: ('swapon-started', libvirt_guest.disk_serial(
+            extent['uuid'])) in domain.agent.events, 30,
+        'the swapon script starting in the guest')
+
+
+def test_best_effort_attach_answers_before_the_guest_swaps(conn, domain,
+                                                           caplog):
+    caplog.set_level(logging.INFO)
+    reports = []
+    attacher = _reporting_attacher(conn, reports)
+    gate = domain.agent.swapon_gate = threading.Event()
+    extent = _swap_extent()
+
+    details = attacher.attach(INSTANCE, [extent], INITIATOR,
+                              lease_uuid='lease-1')
+
+    # Plugged and answered; the guest has not made it swap yet.
+    assert details[extent['uuid']]['target_dev'] == 'vdb'
+    assert 'guest_device' not in details[extent['uuid']]
+    _swapon_started(domain, extent)
+    assert reports == []
+    assert not attacher.wait_for_swapons(0.05)
+    assert any(t.name.startswith('guest-swapon')
+               for t in threading.enumerate())
+    gate.set()
+    assert attacher.wait_for_swapons(30)
+    assert reports == [('lease-1', INSTANCE,
+                        {extent['uuid']: {'guest_device': '/dev/vdb'}})]
+    assert 'swapon /dev/vdb (extent %s)' % extent['uuid'] in caplog.text
+
+
+def test_required_attach_waits_for_the_guest_and_reports_nothing(
+        conn, domain, swapon_mode):
+    swapon_mode('required')
+    reports = []
+    attacher = _reporting_attacher(conn, reports)
+    extent = _swap_extent()
+    details = attacher.attach(INSTANCE, [extent], INITIATOR,
+                              lease_uuid='lease-1')
+    assert details[extent['uuid']]['guest_device'] == '/dev/vdb'
+    assert attacher.wait_for_swapons(0)
+    assert reports == []
+
+
+def test_disabled_swapon_never_asks_the_guest(conn, domain, swapon_mode):
+    swapon_mode('disabled')
+    reports = []
+    attacher = _reporting_attacher(conn, reports)
+    attacher.attach(INSTANCE, [_swap_extent()], INITIATOR,
+                    lease_uuid='lease-1')
+    assert attacher.wait_for_swapons(0)
+    assert domain.agent.commands == [] and reports == []
+
+
+@pytest.mark.parametrize('detacher', ['same', 'another'])
+def test_a_detach_waits_for_a_running_swapon(conn, domain, caplog,
+                                             detacher):
+    """Never unplug a disk under a running mkswap: the detach of a disk
+    whose swap-on runs in the guest waits for it to end, then turns the
+    swap off and unplugs; also through another attacher of the process."""
+    caplog.set_level(logging.INFO)
+    reports = []
+    attacher = _reporting_attacher(conn, reports)
+    gate = domain.agent.swapon_gate = threading.Event()
+    extent = _swap_extent()
+    serial = libvirt_guest.disk_serial(extent['uuid'])
+    attacher.attach(INSTANCE, [extent], INITIATOR, lease_uuid='lease-1')
+    _swapon_started(domain, extent)
+    events = domain.agent.events
+    real_unplug = domain.detachDeviceAlias
+
+    def unplug(alias, flags):
+        events.append(('unplug', alias))
+        return real_unplug(alias, flags)
+    domain.detachDeviceAlias = unplug
+    errors = []
+
+    detaching = attacher if detacher == 'same' else _attacher(conn)
+
+    def detach():
+        try:
+            detaching.detach(INSTANCE, [extent])
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+    thread = threading.Thread(target=detach)
+    thread.start()
+    try:
+        waiting.wait_until(lambda: 'waiting for the swap-on' in caplog.text,
+                           30, 'the detach waiting for the swap-on')
+        assert thread.is_alive()
+        assert domain.detach_calls == []
+        assert 'composable-swapoff' not in domain.agent.scripts
+    finally:
+        gate.set()
+        thread.join(60)
+    assert not thread.is_alive() and errors == []
+    assert events == [('swapon-started', serial), ('swapon-exited', serial),
+                      ('unplug', libvirt_guest.disk_alias(extent['uuid']))]
+    assert domain.agent.scripts[-2:] == ['composable-swaps',
+                                         'composable-swapoff']
+    assert domain.disk_aliases() == ['virtio-disk0']
+    # The swap-on finished, so its outcome was reported (the conductor
+    # drops it if the lease is gone meanwhile).
+    assert reports == [('lease-1', INSTANCE,
+                        {extent['uuid']: {'guest_device': '/dev/vdb'}})]
+
+
+def test_a_detach_gives_up_on_a_swapon_that_does_not_end(conn, domain,
+                                                         monkeypatch):
+    attacher = _attacher(conn, attach_timeout=30)
+    gate = domain.agent.swapon_gate = threading.Event()
+    extent = _swap_extent()
+    attacher.attach(INSTANCE, [extent], INITIATOR)
+    _swapon_started(domain, extent)
+    # The job waits for its guest (30 s) longer than the detach may.
+    attacher.attach_timeout = 0
+    monkeypatch.setattr(libvirt_guest, 'GUEST_AGENT_TIMEOUT', 0.1)
+    try:
+        with pytest.raises(exception.DriverError) as raised:
+            attacher.detach(INSTANCE, [extent])
+    finally:
+        gate.set()
+    assert 'still making the leased disk(s)' in str(raised.value)
+    assert domain.detach_calls == []
+    assert attacher.wait_for_swapons(30)
+    attacher.detach(INSTANCE, [extent])
+    assert domain.disk_aliases() == ['virtio-disk0']
+
+
+def test_a_swapon_not_started_is_skipped_by_a_detach(conn, domain,
+                                                     swapoff_mode):
+    """The guest agent is not connected yet: the swap-on waits for it;
+    a detach of that disk cancels it before anything runs in the
+    guest, and nothing is reported."""
+    swapoff_mode('best_effort')
+    reports = []
+    attacher = _reporting_attacher(conn, reports, detach_timeout=0.2)
+    domain.agent.connected = False
+    extent = _swap_extent()
+    attacher.attach(INSTANCE, [extent], INITIATOR, lease_uuid='lease-1')
+    waiting.wait_until(lambda: domain.agent.refused > 0, 30,
+                       'the swap-on asking the guest agent')
+    attacher.detach(INSTANCE, [extent])
+    assert attacher.wait_for_swapons(30)
+    assert 'composable-swapon' not in domain.agent.scripts
+    assert domain.disk_aliases() == ['virtio-disk0']
+    assert reports == []
+
+
+def test_a_guest_that_stops_during_the_swapon_is_reported(conn, domain):
+    reports = []
+    attacher = _reporting_attacher(conn, reports)
+    gate = domain.agent.swapon_gate = threading.Event()
+    one, two = _swap_extent(1), _swap_extent(2)
+    attacher.attach(INSTANCE, [one, two], INITIATOR, lease_uuid='lease-1')
+    _swapon_started(domain, one)
+    # Destroyed: its agent answers no more.
+    domain.active = False
+    domain.agent.connected = False
+    assert attacher.wait_for_swapons(30)
+    gate.set()
+    [(lease, instance, outcome)] = reports
+    assert sorted(outcome) == sorted([one['uuid'], two['uuid']])
+    for result in outcome.values():
+        assert 'stopped before its guest made the disk swap' in \
+            result['error']
+
+
+def test_a_reporter_that_fails_does_not_stop_the_pool(conn, domain, caplog):
+    def broken(*args):
+        raise RuntimeError('no conductor')
+    attacher = _attacher(conn, swap_reporter=broken)
+    one, two = _swap_extent(1), _swap_extent(2)
+    attacher.attach(INSTANCE, [one], INITIATOR, lease_uuid='lease-1')
+    attacher.attach(INSTANCE, [two], INITIATOR, lease_uuid='lease-1')
+    assert attacher.wait_for_swapons(30)
+    assert domain.agent.swaps == {libvirt_guest.disk_serial(e['uuid'])
+                                  for e in (one, two)}
+    assert 'Could not report the swap-on of lease lease-1' in caplog.text
+
+
+def test_swapon_later_reruns_the_idempotent_script(conn, domain):
+    """What the agent does after a restart for the disks of the guest-mode
+    leases it learns from the conductor: the script runs again, and
+    reports the device of a disk that is swap already."""
+    reports = []
+    attacher = _reporting_attacher(conn, reports)
+    extent = _swap_extent()
+    attacher.attach(INSTANCE, [extent], INITIATOR, lease_uuid='lease-1')
+    assert attacher.wait_for_swapons(30)
+    restarted = _reporting_attacher(conn, reports)
+    restarted.swapon_later(INSTANCE, [extent['uuid']], 'lease-1')
+    assert restarted.wait_for_swapons(30)
+    assert reports[-1] == ('lease-1', INSTANCE,
+                           {extent['uuid']: {'guest_device': '/dev/vdb'}})
+    assert domain.agent.scripts.count('composable-swapon') == 2
+
+
+def test_a_queued_swapon_of_a_disk_detached_meanwhile_runs_nothing(
+        conn, domain):
+    """All the pool's threads wait on slow guests; a detach comes and
+    goes before the queued job starts: it finds the disk gone and runs
+    nothing in the guest."""
+    reports = []
+    attacher = _reporting_attacher(conn, reports)
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def blocker():
+        started.release()
+        release.wait(30)
+    attacher.swapon_later(INSTANCE, ['x'])  # makes the pool
+    pool = attacher._swap_pool
+    for _ in range(libvirt_guest.SWAPON_WORKERS):
+        pool.submit(blocker)
+    for _ in range(libvirt_guest.SWAPON_WORKERS):
+        assert started.acquire(timeout=30)
+    extent = _swap_extent()
+    try:
+        attacher.attach(INSTANCE, [extent], INITIATOR, lease_uuid='lease-1')
+        attacher.detach(INSTANCE, [extent])
+    finally:
+        release.set()
+    assert attacher.wait_for_swapons(30)
+    assert 'composable-swapon' not in domain.agent.scripts
+    assert reports == []
+    assert domain.disk_aliases() == ['virtio-disk0']
