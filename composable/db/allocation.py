@@ -309,8 +309,9 @@ def _pools_by_free(session, query):
                   key=lambda p: (-_free(p), p.id))
 
 
-def _memory_candidates(session, lease, fabric_id=None):
-    query = MEMORY_POOLS
+def _candidates(session, query, lease, fabric_id):
+    """The pools of ``query`` the lease may take, most free first: those
+    it names, else any but CXL ones; on ``fabric_id`` when given."""
     if lease.requested_pools:
         query = query.where(POOLS.c.uuid.in_(lease.requested_pools))
     else:
@@ -321,6 +322,10 @@ def _memory_candidates(session, lease, fabric_id=None):
     if fabric_id is not None:
         query = query.where(POOLS.c.fabric_id == fabric_id)
     return _pools_by_free(session, query)
+
+
+def _memory_candidates(session, lease, fabric_id=None):
+    return _candidates(session, MEMORY_POOLS, lease, fabric_id)
 
 
 def _claim_memory(session, lease, check_fit=False):
@@ -387,18 +392,9 @@ def _claim_memory(session, lease, check_fit=False):
 def _device_candidates(session, lease, fabric_id):
     kind, resource_class = resource_classes.for_device_kind(
         lease.device_kind)
-    query = sa.select(*POOL_COLUMNS).where(
-        POOLS.c.kind == kind, POOLS.c.resource_class == resource_class)
-    if lease.requested_pools:
-        query = query.where(POOLS.c.uuid.in_(lease.requested_pools))
-    else:
-        # CXL memory is another tier, bound as a NUMA node: a lease gets
-        # it only by naming its pool (composable.common.media).
-        query = query.where(sa.or_(POOLS.c.medium.is_(None),
-                                   POOLS.c.medium != media.CXL))
-    if fabric_id is not None:
-        query = query.where(POOLS.c.fabric_id == fabric_id)
-    return _pools_by_free(session, query)
+    return _candidates(session, sa.select(*POOL_COLUMNS).where(
+        POOLS.c.kind == kind, POOLS.c.resource_class == resource_class),
+        lease, fabric_id)
 
 
 def _take_devices(session, lease_id, devices):

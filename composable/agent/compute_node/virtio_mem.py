@@ -418,20 +418,28 @@ class VirtioMemAttacher(object):
 
     # ------------------------------------------------------ grow/shrink
 
+    def _live_device(self, instance_uuid, lease_uuid, what):
+        """(domain, the lease's device in the running domain); DriverError
+        when the domain is not running or has no such device. Called
+        under the guest's lock."""
+        domain = self._domain(instance_uuid)
+        device = self._memory(domain).devices.get(
+            device_alias(lease_uuid)) if domain.isActive() else None
+        if device is None:
+            raise exception.DriverError(
+                reason='instance %s has no virtio-mem device of lease %s '
+                       'to %s (is it running, and is the lease bound to '
+                       'it?)' % (instance_uuid, lease_uuid, what))
+        return domain, device
+
     def grow(self, instance_uuid, lease_uuid, nodes, add_mib):
         """An elastic lease got chunks (online on host NUMA node(s)
         ``nodes``): the guest is asked for ``add_mib`` more of its
         device. Raises DriverError, changing nothing, when the device is
         not there, is pinned to other nodes, or is too small."""
         with lockutils.lock('composable-guest-%s' % instance_uuid):
-            domain = self._domain(instance_uuid)
-            device = self._memory(domain).devices.get(
-                device_alias(lease_uuid)) if domain.isActive() else None
-            if device is None:
-                raise exception.DriverError(
-                    reason='instance %s has no virtio-mem device of lease '
-                           '%s to grow (is it running, and is the lease '
-                           'bound to it?)' % (instance_uuid, lease_uuid))
+            domain, device = self._live_device(instance_uuid, lease_uuid,
+                                               'grow')
             pinned = parse_nodemask(device.nodemask)
             for node in sorted(set(int(n) for n in nodes)):
                 if node not in pinned:
@@ -491,14 +499,8 @@ class VirtioMemAttacher(object):
         module's doc); a grow returns at once. Returns the MiB the guest
         has of the device afterwards."""
         with lockutils.lock('composable-guest-%s' % instance_uuid):
-            domain = self._domain(instance_uuid)
-            device = self._memory(domain).devices.get(
-                device_alias(lease_uuid)) if domain.isActive() else None
-            if device is None:
-                raise exception.DriverError(
-                    reason='instance %s has no virtio-mem device of lease '
-                           '%s to resize (is it running, and is the lease '
-                           'bound to it?)' % (instance_uuid, lease_uuid))
+            domain, device = self._live_device(instance_uuid, lease_uuid,
+                                               'resize')
             return self._set_requested(domain, instance_uuid, lease_uuid,
                                        device, requested_mib)
 

@@ -724,17 +724,9 @@ class ElasticResizer(object):
                 'lease': lease.uuid, 'err': exc.message})
             return [exc.message], False
         problems = []
-        self._record_attached(context, lease, {e.uuid: None
-                                               for e in extents}, add=False)
-        try:
-            # Back to what the host counted before the grow (nothing
-            # changes when the grow did not get that far).
-            host_memory.follow(context, lease, lease.memory_mb - sum(
-                e.size_mb for e in extents))
-        except exception.ComposableException as exc:
-            LOG.warning('Lease %(lease)s: %(err)s', {
-                'lease': lease.uuid, 'err': exc.message})
-            problems.append(exc.message)
+        # Back to what the host counted before the grow (nothing changes
+        # when the grow did not get that far).
+        self._host_lets_go(context, lease, extents, problems)
         self._let_go_of_devices(context, lease, new, problems)
         # Nothing to unexport or scrub: the host erased the chunks when
         # it destroyed their regions.
@@ -859,25 +851,37 @@ class ElasticResizer(object):
                                                '; '.join(problems)))
         return shrank_less
 
+    def _host_lets_go(self, context, lease, extents, problems):
+        """Drop ``extents`` (CXL chunks the host no longer has) from the
+        live attachment and lower the host's MEMORY_MB and the guest's
+        hold by their size; a failure of the latter is logged and added
+        to ``problems``."""
+        self._record_attached(context, lease, {e.uuid: None
+                                               for e in extents}, add=False)
+        try:
+            host_memory.follow(context, lease, lease.memory_mb - sum(
+                e.size_mb for e in extents))
+        except exception.ComposableException as exc:
+            LOG.warning('Lease %(lease)s: %(err)s', {
+                'lease': lease.uuid, 'err': exc.message})
+            problems.append(exc.message)
+
     def _finish_shrink(self, context, lease_id, uuids):
         """Unexport, scrub and give back extents the host let go of;
         what could not be done."""
         lease = db_api.lease_get_by_id(context, lease_id)
         victims = [e for e in lease.extents if e.uuid in set(uuids)]
-        self._record_attached(context, lease, {e.uuid: None
-                                               for e in victims}, add=False)
         problems = []
         if _cxl(lease):
-            try:
-                host_memory.follow(context, lease, lease.memory_mb - sum(
-                    e.size_mb for e in victims))
-            except exception.ComposableException as exc:
-                # The memory has left the host: nova-compute's periodic
-                # run sets the total from MemTotal.
-                LOG.warning('Lease %(lease)s: %(err)s', {
-                    'lease': lease.uuid, 'err': exc.message})
-                problems.append(exc.message)
+            # If the host's count cannot follow, the memory has left the
+            # host all the same: nova-compute's periodic run sets the
+            # total from MemTotal.
+            self._host_lets_go(context, lease, victims, problems)
             self._let_go_of_devices(context, lease, uuids, problems)
+        else:
+            self._record_attached(context, lease, {e.uuid: None
+                                                   for e in victims},
+                                  add=False)
         # A CXL chunk has nothing to unexport or scrub (never exported:
         # the host erased it when it destroyed its region): given back
         # as it is.
