@@ -385,3 +385,13 @@ def test_bind_benchmark_runs(guest, capsys):
     assert int(fields['calls_per_bind']) >= 3
     assert status == (0 if fields['target'] == 'ok' else 1)
     assert _regions(guest.ops) == []
+    # Through composable's REST API, conductor and agent: the lease is
+    # bound (its node online, checked by the tool) and unbound.
+    status = cxl_bind.run(1, 1, guest=guest, api=True)
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith('cxl_bind_api: bind_p50_ms=')
+    fields = dict(item.split('=') for item in summary.split()[1:])
+    assert float(fields['bind_p50_ms']) > 0
+    assert float(fields['unbind_p50_ms']) > 0
+    assert status == (0 if fields['target'] == 'ok' else 1)
+    assert _regions(guest.ops) == []
