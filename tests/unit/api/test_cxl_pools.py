@@ -16,6 +16,7 @@ allocator's no-over-commit guarantee and the pool's Placement inventory.
 The compute agent's CXL side is simulated here ([agent]memory_exporter
 noop); tests/unit/compute_node/test_cxl_memory.py runs it."""
 
+import datetime
 import time
 
 import pytest
@@ -329,6 +330,8 @@ def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     conductor.start()
     for server in servers:
         server.start()
+    # The tests of elastic leases run its resizer's passes themselves.
+    kernel.conductor = conductor
     try:
         yield kernel
     finally:
@@ -791,3 +794,87 @@ def test_elastic_cxl_leases_refused_on_a_composing_fabric(
     finally:
         fabric_drivers.reset()
         api_env.clear_override('enabled_drivers', 'fabric')
+
+
+def _usage(lease_uuid, used_mb, size_mb, now, count=6, interval=10):
+    stored, _ = db_api.usage_record(context.get_admin_context(), 'compute-1', [
+        {'lease_uuid': lease_uuid, 'used_mb': used_mb, 'size_mb': size_mb,
+         'taken_at': now - datetime.timedelta(
+             seconds=(count - 1 - i) * interval)}
+        for i in range(count)])
+    assert stored == count
+
+
+def _resize_pass(conductor, now):
+    for future in conductor.resizer.run(context.get_admin_context(),
+                                        now=now):
+        future.result(timeout=60)
+
+
+def test_an_elastic_virtio_mem_lease_resizes_end_to_end(
+        client, api_env, cxl_fabric, network, cxl_host, vmem_domain):
+    """API 1.7, the conductor's resizer and the real compute agent (its
+    CXL side on the emulated kernel, its virtio-mem side on the MOCK
+    domain): the device is plugged with the policy's max_mb of address
+    space; a busy guest gets three more chunks as one more region and
+    the device's requested size follows; an idle one gives them back,
+    the guest first, then the region."""
+    kernel = cxl_host
+    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                              'fabric': 'cxl1', 'medium': 'cxl'},
+                headers=V15)
+    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
+                                     'capacity_mb': 1024})
+    member = client.as_('member')
+    resp = member.post('/v1/leases', {
+        'memory_mb': 256, 'pools': ['cxl-mem'],
+        'attach_mode': 'virtio-mem', 'elastic': ELASTIC}, headers=V17)
+    assert resp.status == 201, resp
+    lease = resp.json
+    url = '/v1/leases/%s' % lease['uuid']
+    assert member.post(url + '/bind', {'host': 'compute-1',
+                                       'server': SERVER},
+                       headers=V17).status == 202
+    bound = _wait(member, lease['uuid'], ['bound', 'bind_failed'])
+    assert bound['status'] == 'bound', bound['fault']
+    [device] = vmem_domain.devices.values()
+    assert int(device['xml'].findtext('target/size')) == 1024 * 1024
+    assert device['requested'] == 256 * 1024
+    assert len(kernel.regions) == 1
+
+    now = datetime.datetime.utcnow()
+    _usage(lease['uuid'], 900, 256, now)
+    _resize_pass(kernel.conductor, now)
+    grown = member.get(url, headers=V17).json
+    assert grown['memory_mb'] == 1024, grown
+    assert device['requested'] == 1024 * 1024
+    # One more region: the three chunks of the grow, on the one device.
+    assert len(kernel.regions) == 2
+    assert sorted(r['size'] for r in kernel.regions.values()) == [
+        256 << 20, 768 << 20]
+
+    later = now + datetime.timedelta(seconds=120)
+    _usage(lease['uuid'], 10, 1024, later, count=10)
+    # Low from the first pass on; shrunk on the next one.
+    api_env.set_override('shrink_hysteresis', 0, 'elastic')
+    try:
+        _resize_pass(kernel.conductor, later)
+        _resize_pass(kernel.conductor,
+                     later + datetime.timedelta(seconds=1))
+    finally:
+        api_env.clear_override('shrink_hysteresis', 'elastic')
+    shrunk = member.get(url, headers=V17).json
+    assert shrunk['memory_mb'] == 256, [
+        (a['action'], a['result'], a.get('message'))
+        for a in member.get(url + '/actions').json['actions']]
+    assert device['requested'] == 256 * 1024
+    assert device['current'] <= 256 * 1024
+    assert [r['size'] for r in kernel.regions.values()] == [256 << 20]
+    actions = [a for a in member.get(url + '/actions').json['actions']
+               if a['action'] == 'resize']
+    assert [a['result'] for a in actions] == ['success', 'success'], actions
+
+    assert member.post(url + '/unbind').status == 202
+    assert _wait(member, lease['uuid'], ['reserved', 'error'])[
+        'status'] == 'reserved'
+    assert kernel.regions == {}
