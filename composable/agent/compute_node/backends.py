@@ -47,7 +47,6 @@ never hold it.
 from oslo_log import log as logging
 
 from composable.agent.compute_node import virtio_mem as virtio_mem_mod
-
 from composable.common import exception
 from composable.common import locator as locator_mod
 from composable.common import media
