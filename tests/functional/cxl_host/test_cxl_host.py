@@ -24,6 +24,7 @@ real device would be.
 import json
 import shutil
 import tempfile
+import time
 
 import pytest
 
@@ -385,3 +386,87 @@ def test_bind_benchmark_runs(guest, capsys):
     assert int(fields['calls_per_bind']) >= 3
     assert status == (0 if fields['target'] == 'ok' else 1)
     assert _regions(guest.ops) == []
+
+
+def test_unbind_of_memory_whose_pages_cannot_move_fails_in_bounded_time(
+        guest, state_file):
+    """What Linux 6.12 does with ``offline`` written to a memory block
+    whose pages cannot be migrated now: the write does not return. Its
+    offline_pages() retries the migration, with no time limit, until the
+    writer has a signal pending; meanwhile the block reads
+    ``going-offline``. A signal ends the write at once with EINTR (seen:
+    within 0.03 s, for SIGTERM and for a handled SIGUSR1) and the block
+    is online again; what had already been migrated stays where it went.
+    Seen blocking for 20 s, until the signal, in both cases:
+
+    * the host's other memory full (a process holding 240 MiB on the
+      region's node and all but 24 MiB of node 0): the migration moves
+      pages into node 0 until it reaches its minimum watermark and then
+      retries for ever; the next allocation anywhere in the guest then
+      needs the OOM killer (there, with the runner and that process
+      exempt from it, the kernel panicked: "System is deadlocked on
+      memory");
+    * pages with an extra reference (here one page in every 2 MiB of a
+      200 MiB fill spliced into a pipe, as I/O in flight holds them):
+      all other pages are migrated, the write then blocks. This test
+      uses this case, which leaves the guest usable.
+
+    Before the fix the agent's unbind blocked for ever in that write.
+    Now each block's write is killed after ``offline_block_timeout``,
+    counted busy, and the unbind fails after its attempts naming the
+    region, the blocks and the process holding the pages; the memory
+    stays online and the process keeps it. Once the process ends, the
+    unbind goes through and the device is erased.
+    """
+    ops = guest.ops
+    memory = cxl_memory.CxlHostMemory(
+        ops=ops, state_file=state_file, offline_attempts=2,
+        offline_interval=1, sanitize_timeout=300, offline_block_timeout=5)
+    memory.start()
+    details = memory.attach({'uuid': 'lease-h'}, chunks('lease-h', 1))
+    node = details['lease-h-chunk-0']['numa_node']
+    region = details['lease-h-chunk-0']['region']
+    blocks = ops.memory_blocks(ops.dax_of(region))
+    assert len(blocks) >= 2
+    guest.call('numa_fill', node, 16 * MIB, SECRET.hex())
+    pid, pinned = guest.call('hog_start', node, 200, 2, -1)
+    try:
+        assert pinned == 100
+        # The kernel itself: a plain write blocks until a signal.
+        seen = guest.call('offline_probe', blocks[0], 5)
+        assert seen['blocked'], seen
+        assert seen['state_while_blocked'] == 'going-offline', seen
+        assert (seen['result'], seen['errno']) == (-1, 'EINTR'), seen
+        assert seen['ended_after_signal'] < 5, seen
+        assert seen['state'] == 'online', seen
+
+        started = time.monotonic()
+        with pytest.raises(exception.DriverError) as error:
+            memory.detach({'uuid': 'lease-h'}, chunks('lease-h', 1))
+        took = time.monotonic() - started
+        message = error.value.message
+        # 2 attempts x 2 blocks x 5 s, and the calls around them.
+        assert took < 20 + 120, took
+        assert 'CXL region %s (NUMA node %s)' % (region, node) in message
+        assert 'after 2 attempts' in message
+        assert any(block in message for block in blocks), message
+        assert 'python3.11 (pid %d,' % pid in message, message
+        # Nothing taken from under the process.
+        assert {ops.block_state(b) for b in blocks} == {'online'}
+        assert {ops.block_zone(b) for b in blocks} == {'Movable'}
+        assert guest.call('node_memory_mib', node) == CHUNK_MB
+        assert guest.call('hog_alive', pid)
+        with open(state_file) as f:
+            assert json.load(f)['regions']['lease-h/cxl-device-0'][
+                'step'] == 'online'
+    finally:
+        assert guest.call('hog_stop', pid) == 0
+
+    memory.detach({'uuid': 'lease-h'}, chunks('lease-h', 1))
+    assert guest.call('node_memory_mib', node) == 0
+    assert _regions(ops) == []
+    made, dax = _scratch_region(ops, 0, CHUNK_MB * MIB)
+    try:
+        assert guest.call('dax_find', dax, SECRET.hex()) == -1
+    finally:
+        _destroy(ops, made)
