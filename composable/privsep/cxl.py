@@ -32,7 +32,7 @@ give it back
     every block ``offline``: the kernel migrates the pages. A page that
     is unmovable gets EBUSY at once, but a movable page that cannot move
     now (no room for it on any other node, a short-lived extra
-    reference) makes Linux (5.7 and later; seen on 6.12) retry the
+    reference) makes Linux (seen on 6.12) retry the
     migration for as long as the writer has no signal pending: the
     write blocks until it is interrupted (then EINTR). So each block's
     write is done by a child process, killed after a deadline; a block

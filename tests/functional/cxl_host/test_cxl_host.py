@@ -394,22 +394,26 @@ def test_unbind_of_memory_whose_pages_cannot_move_fails_in_bounded_time(
     whose pages cannot be migrated now: the write does not return. Its
     offline_pages() retries the migration, with no time limit, until the
     writer has a signal pending; meanwhile the block reads
-    ``going-offline``. A signal ends the write at once with EINTR (seen:
-    within 0.03 s, for SIGTERM and for a handled SIGUSR1) and the block
-    is online again; what had already been migrated stays where it went.
-    Seen blocking for 20 s, until the signal, in both cases:
+    ``going-offline``. A signal ends the write with EINTR once the
+    migration pass under way is over, and the block is online again;
+    what had already been migrated stays where it went. Seen in this
+    guest (TCG): a handled SIGUSR1 5 s into the write: write() returned
+    -1, EINTR, 7.5 s later (the pass was still moving the other pages);
+    SIGTERM 20 s in, when only unmovable pages were left: the writer
+    was gone within 0.03 s. The cases seen:
 
-    * the host's other memory full (a process holding 240 MiB on the
-      region's node and all but 24 MiB of node 0): the migration moves
-      pages into node 0 until it reaches its minimum watermark and then
-      retries for ever; the next allocation anywhere in the guest then
-      needs the OOM killer (there, with the runner and that process
-      exempt from it, the kernel panicked: "System is deadlocked on
-      memory");
-    * pages with an extra reference (here one page in every 2 MiB of a
+    * pages with an extra reference (one page in every 2 MiB of a
       200 MiB fill spliced into a pipe, as I/O in flight holds them):
-      all other pages are migrated, the write then blocks. This test
-      uses this case, which leaves the guest usable.
+      every other page is migrated to node 0, then the write blocks (20
+      s, until the signal). This test uses this case;
+    * the host's other memory full (a process holding 240 MiB on the
+      region's node and all but 24 MiB of node 0): the write had not
+      returned after 20 s either; the migration had filled node 0 down
+      to its minimum watermark, so the next allocation in the guest (the
+      runner opening a sysfs file) needed the OOM killer, found nothing
+      it may kill (the runner and that process exempt) and the kernel
+      panicked ("System is deadlocked on memory"). On a host, an offline
+      on a full host pushes it to the OOM killer; that is the kernel's.
 
     Before the fix the agent's unbind blocked for ever in that write.
     Now each block's write is killed after ``offline_block_timeout``,
@@ -437,7 +441,7 @@ def test_unbind_of_memory_whose_pages_cannot_move_fails_in_bounded_time(
         assert seen['blocked'], seen
         assert seen['state_while_blocked'] == 'going-offline', seen
         assert (seen['result'], seen['errno']) == (-1, 'EINTR'), seen
-        assert seen['ended_after_signal'] < 5, seen
+        assert seen['ended_after_signal'] < 60, seen
         assert seen['state'] == 'online', seen
 
         started = time.monotonic()
@@ -445,7 +449,8 @@ def test_unbind_of_memory_whose_pages_cannot_move_fails_in_bounded_time(
             memory.detach({'uuid': 'lease-h'}, chunks('lease-h', 1))
         took = time.monotonic() - started
         message = error.value.message
-        # 2 attempts x 2 blocks x 5 s, and the calls around them.
+        # 2 attempts x 2 blocks x 5 s, and the calls around them (seen:
+        # 26 s).
         assert took < 20 + 120, took
         assert 'CXL region %s (NUMA node %s)' % (region, node) in message
         assert 'after 2 attempts' in message
