@@ -68,8 +68,8 @@ opts = [
                       'until the writer is interrupted. After this time '
                       'the write is interrupted and the block counts as '
                       'busy for this attempt; it stays online. One '
-                      'attempt takes at most this times the number of '
-                      'blocks of the region.'),
+                      'attempt takes at most about this times the '
+                      'number of blocks of the region.'),
     cfg.IntOpt('cxl_sanitize_timeout',
                default=600,
                min=1,

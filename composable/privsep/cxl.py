@@ -84,9 +84,11 @@ def _write_with_deadline(path, value, timeout):
     A child process rather than a thread or an alarm: the privsep daemon
     is multi-threaded, a signal set to interrupt the write would reach
     its main thread only, and Python retries a write interrupted by a
-    signal whose handler returns. The child starts before the write
-    migrates any page, so it needs no memory once the host has none to
-    spare."""
+    signal whose handler returns. The kernel sees the kill at the end of
+    the migration pass under way (seconds on a slow host): the wait for
+    the child to end is bounded too. Note that a write whose pages had
+    nowhere to go may have filled the rest of the host's memory first;
+    that (and the OOM killer it may call on) is the kernel's doing."""
     child = subprocess.Popen(
         [sys.executable or 'python3', '-I', '-S', '-c', _CHILD_WRITER,
          path, value], stdin=subprocess.DEVNULL,
