@@ -54,8 +54,22 @@ opts = [
                  min=0.0,
                  max=60.0,
                  help='Seconds between two attempts to offline the memory '
-                      'of a CXL region (the kernel migrates what it can '
-                      'meanwhile).'),
+                      'of a CXL region (the processes holding its pages '
+                      'may end or free them meanwhile).'),
+    cfg.FloatOpt('cxl_offline_block_timeout',
+                 default=10.0,
+                 min=0.1,
+                 max=600.0,
+                 help='Seconds the kernel is given to offline one memory '
+                      'block of a CXL region (to migrate its pages to '
+                      'other memory). Linux does not give up on pages '
+                      'that cannot move for now (for instance when the '
+                      'rest of the host\'s memory is full): it retries '
+                      'until the writer is interrupted. After this time '
+                      'the write is interrupted and the block counts as '
+                      'busy for this attempt; it stays online. One '
+                      'attempt takes at most about this times the '
+                      'number of blocks of the region.'),
     cfg.IntOpt('cxl_sanitize_timeout',
                default=600,
                min=1,

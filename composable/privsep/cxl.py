@@ -29,8 +29,15 @@ online it
     ZONE_MOVABLE only can the pages be migrated away again when the
     memory goes back); its ``target_node`` is the new NUMA node.
 give it back
-    every block ``offline`` (the kernel migrates the pages; refused with
-    EBUSY while some cannot move), the DAX device back to ``device_dax``,
+    every block ``offline``: the kernel migrates the pages. A page that
+    is unmovable gets EBUSY at once, but a movable page that cannot move
+    now (no room for it on any other node, a short-lived extra
+    reference) makes Linux (seen on 6.12) retry the
+    migration for as long as the writer has no signal pending: the
+    write blocks until it is interrupted (then EINTR). So each block's
+    write is done by a child process, killed after a deadline; a block
+    whose write was interrupted, or refused with EBUSY, is reported busy
+    and stays online. Then the DAX device back to ``device_dax``,
     the region's contents erased (overwritten through the DAX device, or
     the device's sanitize once no region maps it), the region unbound,
     decommitted, its target and decoder cleared, and deleted.
@@ -50,6 +57,8 @@ import glob
 import mmap
 import os
 import re
+import subprocess
+import sys
 import time
 
 from composable import privsep
@@ -64,6 +73,47 @@ def _write(path, value):
 
 
 WRITER = _write
+
+
+def _write_with_deadline(path, value, timeout):
+    """One write of ``value`` to a sysfs file by a child process, which
+    is killed if the write has not returned after ``timeout`` seconds:
+    OSError(EINTR) then (the kill is the signal that ends the kernel's
+    retries), the write's own error otherwise.
+
+    A child process rather than a thread or an alarm: the privsep daemon
+    is multi-threaded, a signal set to interrupt the write would reach
+    its main thread only, and Python retries a write interrupted by a
+    signal whose handler returns. The kernel sees the kill at the end of
+    the migration pass under way (seconds on a slow host): the wait for
+    the child to end is bounded too. Note that a write whose pages had
+    nowhere to go may have filled the rest of the host's memory first;
+    that (and the OOM killer it may call on) is the kernel's doing."""
+    child = subprocess.Popen(
+        [sys.executable or 'python3', '-I', '-S', '-c', _CHILD_WRITER,
+         path, value], stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        close_fds=True)
+    try:
+        status = child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        try:
+            child.wait(60)
+        except subprocess.TimeoutExpired:
+            pass
+        raise OSError(errno.EINTR, 'writing %s to %s did not end in %s '
+                                   'seconds; interrupted' %
+                      (value, path, timeout))
+    if status < 0:
+        raise OSError(errno.EINTR, 'the writer of %s to %s got signal %d'
+                      % (value, path, -status))
+    if status:
+        raise OSError(status, os.strerror(status))
+
+
+# The offline of a block in use, which may block until interrupted.
+BOUNDED_WRITER = _write_with_deadline
 
 CXL = 'sys/bus/cxl'
 DAX = 'sys/bus/dax'
@@ -97,6 +147,20 @@ WINDOW = 1 << 30
 SLICE = 64 << 20
 MAX_SIZE = 1 << 50
 SANITIZE_DEFAULT_TIMEOUT = 600
+OFFLINE_DEFAULT_TIMEOUT = 10
+# A block's offline write, run by a child process: its exit status is
+# the write's errno (0 when it was done).
+_CHILD_WRITER = '''
+import os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY)
+    try:
+        os.write(fd, sys.argv[2].encode())
+    finally:
+        os.close(fd)
+except OSError as exc:
+    sys.exit(exc.errno if 0 < (exc.errno or 0) < 256 else 255)
+'''
 
 
 def path(*parts):
@@ -375,7 +439,7 @@ def online_region(region):
     return _online_region(check_name(region))
 
 
-def _offline_region(region):
+def _offline_region(region, timeout):
     dax = dax_of(region)
     if dax is None or dax_driver(dax) != 'kmem':
         return []
@@ -384,20 +448,21 @@ def _offline_region(region):
         if block_state(block) == 'offline':
             continue
         try:
-            _put('offline', MEMORY, block, 'state')
+            BOUNDED_WRITER(path(MEMORY, block, 'state'), 'offline', timeout)
         except OSError as exc:
-            if exc.errno not in (errno.EBUSY, errno.EAGAIN):
+            if exc.errno not in (errno.EBUSY, errno.EAGAIN, errno.EINTR):
                 raise
             busy.append(block)
     return busy
 
 
 @privsep.sys_admin_pctxt.entrypoint
-def offline_region(region):
-    """Offline every memory block of the region; the blocks the kernel
-    could not offline (their pages could not be moved), [] when all
-    are."""
-    return _offline_region(check_name(region))
+def offline_region(region, timeout=None):
+    """Offline every memory block of the region, each given ``timeout``
+    seconds; the blocks the kernel could not offline (their pages could
+    not be moved, within the time), [] when all are."""
+    timeout = privsep.timeout_seconds(timeout, OFFLINE_DEFAULT_TIMEOUT)
+    return _offline_region(check_name(region), timeout)
 
 
 @privsep.sys_admin_pctxt.entrypoint

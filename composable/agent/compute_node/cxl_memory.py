@@ -128,7 +128,8 @@ def record_key(lease_uuid, device):
 class CxlHostMemory(object):
 
     def __init__(self, ops=None, state_file=None, offline_attempts=None,
-                 offline_interval=None, sanitize_timeout=None):
+                 offline_interval=None, sanitize_timeout=None,
+                 offline_block_timeout=None):
         self.ops = ops or priv_cxl
         self.records = RegionRecords(state_file or
                                      CONF.compute_node.cxl_state_file)
@@ -139,6 +140,9 @@ class CxlHostMemory(object):
             if offline_interval is None else offline_interval)
         self.sanitize_timeout = (sanitize_timeout or
                                  CONF.compute_node.cxl_sanitize_timeout)
+        self.offline_block_timeout = (
+            offline_block_timeout or
+            CONF.compute_node.cxl_offline_block_timeout)
         self._lock = threading.RLock()
         # Why this host cannot take CXL memory (set by start), or None.
         self.refusal = None
@@ -315,7 +319,7 @@ class CxlHostMemory(object):
         """Overwrite a region that is not in use: its memory offline (the
         kernel may have onlined it), its DAX device with device_dax."""
         region = record['region']
-        if self.ops.offline_region(region):
+        if self.ops.offline_region(region, self.offline_block_timeout):
             raise _error('CXL region %s, made again after the host '
                          'restarted, could not be taken offline to be '
                          'erased' % region)
@@ -550,7 +554,8 @@ class CxlHostMemory(object):
         region = record['region']
         busy = []
         for attempt in range(self.offline_attempts):
-            busy = self.ops.offline_region(region)
+            busy = self.ops.offline_region(region,
+                                           self.offline_block_timeout)
             if not busy:
                 return
             if attempt + 1 < self.offline_attempts:
@@ -573,10 +578,11 @@ class CxlHostMemory(object):
         raise _error(
             'the memory of CXL region %s (NUMA node %s) could not be '
             'offlined after %d attempts: %d memory block(s) hold pages the '
-            'kernel cannot move (%s); %s. The memory stays online; stop or '
+            'kernel cannot move (%s; refused, or still migrating after '
+            '%s seconds each); %s. The memory stays online; stop or '
             'move those processes and unbind again' % (
                 region, node, self.offline_attempts, len(busy),
-                ', '.join(busy[:8]),
+                ', '.join(busy[:8]), self.offline_block_timeout,
                 'pages on the node are held by ' + ', '.join(holders)
                 if holders else 'no process shows pages on the node, so '
                 'the kernel itself holds them (e.g. pinned or unmovable '

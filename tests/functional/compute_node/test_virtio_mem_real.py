@@ -99,6 +99,7 @@ def kernel(tmp_path, monkeypatch):
     privsep.sys_admin_pctxt.set_client_mode(False)
     monkeypatch.setattr(priv_cxl, 'ROOT', k.root)
     monkeypatch.setattr(priv_cxl, 'WRITER', k.write)
+    monkeypatch.setattr(priv_cxl, 'BOUNDED_WRITER', k.bounded_write)
     yield k
     privsep.sys_admin_pctxt.set_client_mode(True)
 

@@ -24,6 +24,7 @@ real device would be.
 import json
 import shutil
 import tempfile
+import time
 
 import pytest
 
@@ -395,3 +396,92 @@ def test_bind_benchmark_runs(guest, capsys):
     assert float(fields['unbind_p50_ms']) > 0
     assert status == (0 if fields['target'] == 'ok' else 1)
     assert _regions(guest.ops) == []
+
+
+def test_unbind_of_memory_whose_pages_cannot_move_fails_in_bounded_time(
+        guest, state_file):
+    """What Linux 6.12 does with ``offline`` written to a memory block
+    whose pages cannot be migrated now: the write does not return. Its
+    offline_pages() retries the migration, with no time limit, until the
+    writer has a signal pending; meanwhile the block reads
+    ``going-offline``. A signal ends the write with EINTR once the
+    migration pass under way is over, and the block is online again;
+    what had already been migrated stays where it went. Seen in this
+    guest (TCG): a handled SIGUSR1 5 s into the write: write() returned
+    -1, EINTR, 7.5 s later (the pass was still moving the other pages);
+    SIGTERM 20 s in, when only unmovable pages were left: the writer
+    was gone within 0.03 s. The cases seen:
+
+    * pages with an extra reference (one page in every 2 MiB of a
+      200 MiB fill spliced into a pipe, as I/O in flight holds them):
+      every other page is migrated to node 0, then the write blocks (20
+      s, until the signal). This test uses this case;
+    * the host's other memory full (a process holding 240 MiB on the
+      region's node and all but 24 MiB of node 0): the write had not
+      returned after 20 s either; the migration had filled node 0 down
+      to its minimum watermark, so the next allocation in the guest (the
+      runner opening a sysfs file) needed the OOM killer, found nothing
+      it may kill (the runner and that process exempt) and the kernel
+      panicked ("System is deadlocked on memory"). On a host, an offline
+      on a full host pushes it to the OOM killer; that is the kernel's.
+
+    Before the fix the agent's unbind blocked for ever in that write.
+    Now each block's write is killed after ``offline_block_timeout``,
+    counted busy, and the unbind fails after its attempts naming the
+    region, the blocks and the process holding the pages; the memory
+    stays online and the process keeps it. Once the process ends, the
+    unbind goes through and the device is erased.
+    """
+    ops = guest.ops
+    memory = cxl_memory.CxlHostMemory(
+        ops=ops, state_file=state_file, offline_attempts=2,
+        offline_interval=1, sanitize_timeout=300, offline_block_timeout=5)
+    memory.start()
+    details = memory.attach({'uuid': 'lease-h'}, chunks('lease-h', 1))
+    node = details['lease-h-chunk-0']['numa_node']
+    region = details['lease-h-chunk-0']['region']
+    blocks = ops.memory_blocks(ops.dax_of(region))
+    assert len(blocks) >= 2
+    guest.call('numa_fill', node, 16 * MIB, SECRET.hex())
+    pid, pinned = guest.call('hog_start', node, 200, 2, -1)
+    try:
+        assert pinned == 100
+        # The kernel itself: a plain write blocks until a signal.
+        seen = guest.call('offline_probe', blocks[0], 5)
+        assert seen['blocked'], seen
+        assert seen['state_while_blocked'] == 'going-offline', seen
+        assert (seen['result'], seen['errno']) == (-1, 'EINTR'), seen
+        assert seen['ended_after_signal'] < 60, seen
+        assert seen['state'] == 'online', seen
+
+        started = time.monotonic()
+        with pytest.raises(exception.DriverError) as error:
+            memory.detach({'uuid': 'lease-h'}, chunks('lease-h', 1))
+        took = time.monotonic() - started
+        message = error.value.message
+        # 2 attempts x 2 blocks x 5 s, and the calls around them (seen:
+        # 26 s).
+        assert took < 20 + 120, took
+        assert 'CXL region %s (NUMA node %s)' % (region, node) in message
+        assert 'after 2 attempts' in message
+        assert any(block in message for block in blocks), message
+        assert 'python3.11 (pid %d,' % pid in message, message
+        # Nothing taken from under the process.
+        assert {ops.block_state(b) for b in blocks} == {'online'}
+        assert {ops.block_zone(b) for b in blocks} == {'Movable'}
+        assert guest.call('node_memory_mib', node) == CHUNK_MB
+        assert guest.call('hog_alive', pid)
+        with open(state_file) as f:
+            assert json.load(f)['regions']['lease-h/cxl-device-0'][
+                'step'] == 'online'
+    finally:
+        assert guest.call('hog_stop', pid) == 0
+
+    memory.detach({'uuid': 'lease-h'}, chunks('lease-h', 1))
+    assert guest.call('node_memory_mib', node) == 0
+    assert _regions(ops) == []
+    made, dax = _scratch_region(ops, 0, CHUNK_MB * MIB)
+    try:
+        assert guest.call('dax_find', dax, SECRET.hex()) == -1
+    finally:
+        _destroy(ops, made)

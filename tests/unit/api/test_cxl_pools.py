@@ -316,6 +316,7 @@ def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     privsep.sys_admin_pctxt.set_client_mode(False)
     monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
     monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    monkeypatch.setattr(priv_cxl, 'BOUNDED_WRITER', kernel.bounded_write)
     memory = cxl_memory.CxlHostMemory(
         ops=priv_cxl, state_file=str(tmp_path / 'cxl.json'),
         offline_interval=0)

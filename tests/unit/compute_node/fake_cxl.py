@@ -31,7 +31,14 @@ sysfs-bus-dax, memory-hotplug.rst):
   physical range in the window and ``target_node``;
 * ``kmem`` bind adds the range's memory blocks, offline or online in
   ZONE_NORMAL as ``auto_online_blocks`` says; blocks go online movable or
-  normal, and offline unless they are ``pinned``;
+  normal, and offline unless they are ``pinned`` (unmovable pages: EBUSY
+  at once) or ``stuck`` (movable pages with nowhere to go, e.g. the rest
+  of the host's memory is full): as Linux 6.12 does, the offline of a
+  stuck block does not return until the writer gets a signal. ``write``
+  (no deadline) raises ``Hung`` there, since the write would never
+  return; ``bounded_write`` (what ``cxl.BOUNDED_WRITER`` is in the
+  tests) is the writer killed after its deadline: EINTR, the block
+  still online;
 * the device's media is a sparse file: what a region held is written
   back at region unbind and read again by the next region on the same
   capacity, so a test can see whether it was erased; ``sanitize`` zeroes
@@ -55,6 +62,10 @@ NODE = 1
 
 class Killed(BaseException):
     """The agent process dies here."""
+
+
+class Hung(BaseException):
+    """A write that would block for ever: nothing interrupts it."""
 
 
 def _fail(code, what):
@@ -81,6 +92,10 @@ class FakeCxlKernel(object):
         # DAX devices named in a DAX driver's new_id: {driver: {dax}}.
         self.named_ids = {}
         self.pinned = set()
+        self.stuck = set()
+        # (block, seconds) of each offline write interrupted after its
+        # deadline.
+        self.interrupted = []
         self.next_region = 0
         self.next_hpa = WINDOW_BASE
         self.writes = []
@@ -203,7 +218,7 @@ class FakeCxlKernel(object):
         for block in self.blocks:
             _rmtree(self.p('sys/devices/system/memory/' + block))
         self.regions, self.dax, self.blocks = {}, {}, {}
-        self.named_ids, self.pinned = {}, set()
+        self.named_ids, self.pinned, self.stuck = {}, set(), set()
         for name, decoder in self.decoders.items():
             decoder.update(mode='none', size=0, dpa=None)
             self._sync_decoder(name)
@@ -265,6 +280,21 @@ class FakeCxlKernel(object):
         if rel.endswith('/security/sanitize'):
             return self._sanitize(parts[4])
         _fail(errno.EACCES, rel)
+
+    def bounded_write(self, path, value, timeout):
+        """``write`` by a writer that is killed after ``timeout``
+        seconds (cxl.BOUNDED_WRITER)."""
+        rel = os.path.relpath(path, self.root)
+        parts = rel.split('/')
+        if rel.startswith('sys/devices/system/memory/memory') and \
+                value.strip() == 'offline' and parts[4] in self.stuck and \
+                self.blocks.get(parts[4], {}).get('state') == 'online':
+            self.writes.append((rel, value.strip()))
+            self.interrupted.append((parts[4], timeout))
+            # The kernel gives the isolated range back and the write
+            # returns EINTR; the block stays online.
+            _fail(errno.EINTR, parts[4] + ' interrupted while migrating')
+        return self.write(path, value)
 
     def _decoder(self, name, attr, value):
         d = self.decoders.get(name) or _fail(errno.ENOENT, name)
@@ -501,6 +531,10 @@ class FakeCxlKernel(object):
                 _fail(errno.EINVAL, block + ' is offline')
             if block in self.pinned:
                 _fail(errno.EBUSY, block + ' has unmovable pages')
+            if block in self.stuck:
+                raise Hung('offline of %s: its pages have nowhere to go, '
+                           'so the kernel retries until the writer is '
+                           'interrupted, and nothing interrupts it' % block)
             s['state'] = 'offline'
             s['zone'] = None
         else:

@@ -19,7 +19,10 @@ emulated sysfs in a temporary directory, scaled down: 4 MiB chunks on a
 functions run in-process on it.
 """
 
+import errno
 import json
+import os
+import time
 
 import pytest
 
@@ -53,6 +56,8 @@ def privileged(kernel, monkeypatch):
     privsep.sys_admin_pctxt.set_client_mode(False)
     monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
     monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    monkeypatch.setattr(priv_cxl, 'BOUNDED_WRITER', kernel.bounded_write,
+                        raising=False)
     yield priv_cxl
     privsep.sys_admin_pctxt.set_client_mode(True)
 
@@ -124,6 +129,8 @@ def test_overwrite_when_the_device_cannot_sanitize_or_is_shared(
     privsep.sys_admin_pctxt.set_client_mode(False)
     monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
     monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    monkeypatch.setattr(priv_cxl, 'BOUNDED_WRITER', kernel.bounded_write,
+                        raising=False)
     try:
         memory = host(priv_cxl, state_file)
         region = memory.attach(LEASE, chunks())['lease-1-chunk-0']['region']
@@ -155,6 +162,8 @@ def test_memory_onlined_normal_by_the_kernel_is_made_movable(
     privsep.sys_admin_pctxt.set_client_mode(False)
     monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
     monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    monkeypatch.setattr(priv_cxl, 'BOUNDED_WRITER', kernel.bounded_write,
+                        raising=False)
     try:
         memory = host(priv_cxl, state_file)
         memory.attach(LEASE, chunks())
@@ -165,30 +174,68 @@ def test_memory_onlined_normal_by_the_kernel_is_made_movable(
         privsep.sys_admin_pctxt.set_client_mode(True)
 
 
+@pytest.mark.parametrize('why', ['stuck', 'pinned'],
+                         ids=['no-room-elsewhere-write-blocks',
+                              'unmovable-pages-ebusy'])
 def test_unbind_refused_while_pages_cannot_move(kernel, privileged,
-                                                state_file):
-    memory = host(privileged, state_file, offline_attempts=3)
+                                                state_file, why):
+    """Pages that cannot move: unmovable ones (EBUSY at once), or, what
+    a real kernel (6.12) does when the rest of the host's memory is full,
+    an offline write that blocks until its writer is interrupted. Each
+    attempt's write is interrupted after the block deadline, the unbind
+    fails after its attempts naming the blocks and the holders, nothing
+    is taken from under the host."""
+    memory = host(privileged, state_file, offline_attempts=3,
+                  offline_block_timeout=7.5)
     memory.attach(LEASE, chunks())
-    pinned = sorted(kernel.blocks)[1]
-    kernel.pinned.add(pinned)
+    held = sorted(kernel.blocks)[1]
+    getattr(kernel, why).add(held)
     kernel.add_process(4242, 'qemu-system-x86', 20480)
     with pytest.raises(exception.DriverError) as caught:
         memory.detach(LEASE, chunks())
     message = caught.value.message
-    assert 'after 3 attempts' in message and pinned in message
+    assert 'after 3 attempts' in message and held in message
     assert 'qemu-system-x86 (pid 4242, 80 MiB)' in message
     assert 'NUMA node 1' in message
+    assert '7.5 seconds' in message
     # Nothing taken from under the host: all of it online again.
     assert kernel.online_blocks() == sorted(kernel.blocks)
     assert records(state_file)['lease-1/cmm0']['step'] == 'online'
     offline_tries = [w for w in kernel.writes
-                     if w == ('sys/devices/system/memory/%s/state' % pinned,
+                     if w == ('sys/devices/system/memory/%s/state' % held,
                               'offline')]
     assert len(offline_tries) == 3
+    if why == 'stuck':
+        # Every write to that block was given the deadline and cut.
+        assert kernel.interrupted == [(held, 7.5)] * 3
     # Once the pages can move, the unbind goes through.
-    kernel.pinned.clear()
+    getattr(kernel, why).clear()
     memory.detach(LEASE, chunks())
     assert_nothing_left(kernel, state_file)
+
+
+def test_offline_write_that_blocks_is_interrupted_at_its_deadline(
+        tmp_path):
+    """The real writer (a child process): a write that blocks (here to a
+    FIFO no one reads, as the kernel's offline of a block whose pages
+    cannot move) ends with EINTR soon after the deadline, and its child
+    is gone."""
+    fifo = str(tmp_path / 'state')
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(OSError) as caught:
+        priv_cxl._write_with_deadline(fifo, 'offline', 1.5)
+    assert caught.value.errno == errno.EINTR
+    assert 1.5 <= time.monotonic() - started < 60
+    # A write that the kernel does: done; one it refuses: its errno.
+    done = tmp_path / 'done'
+    done.write_text('')
+    priv_cxl._write_with_deadline(str(done), 'offline', 60)
+    assert done.read_text() == 'offline'
+    with pytest.raises(OSError) as caught:
+        priv_cxl._write_with_deadline(str(tmp_path / 'no' / 'such'),
+                                      'offline', 60)
+    assert caught.value.errno == errno.ENOENT
 
 
 def test_device_not_on_this_host(kernel, privileged, state_file):
@@ -280,6 +327,8 @@ def kernel_online(tmp_path, monkeypatch):
     privsep.sys_admin_pctxt.set_client_mode(False)
     monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
     monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    monkeypatch.setattr(priv_cxl, 'BOUNDED_WRITER', kernel.bounded_write,
+                        raising=False)
     yield kernel
     privsep.sys_admin_pctxt.set_client_mode(True)
 
