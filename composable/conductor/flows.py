@@ -160,6 +160,14 @@ def _row(obj):
     return obj.as_dict() if obj is not None else None
 
 
+def _mirror(row, values):
+    """Set on ``row`` (read before, detached) the ``values`` just written
+    to its database row, so the flow goes on with the row as it is now
+    without reading it again."""
+    for key, value in values.items():
+        setattr(row, key, value)
+
+
 class LeaseFlows(object):
     """The flows, for one conductor (``host``)."""
 
@@ -347,14 +355,15 @@ class LeaseFlows(object):
             raise StepFailed('preparing: the lease has no host to bind to')
         # A previous bind to another host that was never fully undone is
         # torn down first, so no export stays open to the old initiator.
-        stale = [a for a in db_api.attachment_list(
+        live = db_api.attachment_list(
             context, lease.id, states_=states.LIVE_ATTACHMENT_STATES)
-            if a.host_id != host.id]
+        stale = [a for a in live if a.host_id != host.id]
         if stale:
             LOG.info('Lease %s has live attachments to other hosts; tearing '
                      'them down before binding to %s', lease.uuid, host.name)
             self.teardown(context, lease)
             lease = self._lease(context, lease.id)
+            live = None
 
         cxl = media.is_cxl(lease.memory_pool)
         if lease.extents and not cxl and not host.initiator_iqn:
@@ -373,8 +382,10 @@ class LeaseFlows(object):
             for extent in lease.extents:
                 portals[extent.uuid] = self._export(context, lease, extent,
                                                     host)
-        lease = self._lease(context, lease.id)
-        attachment = self._attachment(context, lease, host)
+        # The exports' marks were written to the database and to the
+        # extents read at the start (_export): no need to read the lease
+        # again, nothing else changes it under its reservation.
+        attachment = self._attachment(context, lease, host, live)
         details = dict(attachment.details or {})
         if locators:
             # What the fabric composed, before the host is asked: an
@@ -580,6 +591,8 @@ class LeaseFlows(object):
             db_api.extent_update(context, extent.id,
                                  {'chap_username': username,
                                   'chap_secret': secret})
+            _mirror(extent, {'chap_username': username,
+                             'chap_secret': secret})
         node = extent.memory_node.name
         result = self.call_agent(
             context, node,
@@ -587,15 +600,21 @@ class LeaseFlows(object):
             (extent.index, node),
             self.agents.export_extent, extent_view(lease, extent),
             host.initiator_iqn, username, secret) or {}
-        db_api.extent_update(context, extent.id,
-                             {'export_state': states.EXTENT_EXPORTED,
-                              'target_iqn': result.get('target_iqn'),
-                              'lun': result.get('lun')})
+        values = {'export_state': states.EXTENT_EXPORTED,
+                  'target_iqn': result.get('target_iqn'),
+                  'lun': result.get('lun')}
+        db_api.extent_update(context, extent.id, values)
+        _mirror(extent, values)
         return result.get('portal')
 
-    def _attachment(self, context, lease, host):
-        for row in db_api.attachment_list(
-                context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
+    def _attachment(self, context, lease, host, live=None):
+        """The lease's attachment on ``host``, made attaching. ``live``:
+        the lease's live attachments as the caller listed them under the
+        reservation (None: list them)."""
+        if live is None:
+            live = db_api.attachment_list(
+                context, lease.id, states_=states.LIVE_ATTACHMENT_STATES)
+        for row in live:
             if row.host_id == host.id:
                 db_api.attachment_update(
                     context, row.id,

@@ -449,8 +449,11 @@ class ConductorManager(object):
             rules.check_sriov_host(task.lease, host)
             # Devices the host cannot reach (the fabric's zones) are
             # traded for ones it can, or the bind is refused (409) here,
-            # not when the fabric refuses it minutes later.
-            traded = allocator.reach_host(context, lease.id, host.name)
+            # not when the fabric refuses it minutes later. A lease
+            # without devices (read under its reservation, where they do
+            # not change) has none to trade: no transaction for it.
+            traded = (allocator.reach_host(context, lease.id, host.name)
+                      if task.lease.devices else {})
             if traded:
                 LOG.info('Lease %(lease)s: devices %(old)s cannot be '
                          'reached from host %(host)s; the lease now holds '

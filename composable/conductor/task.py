@@ -104,9 +104,21 @@ class LeaseTask(object):
     def __init__(self, context, reservation, lease):
         self.context = context
         self.reservation = reservation
-        self.lease = lease
+        self._lease = lease
+        # After a transition the row is read again only when someone
+        # looks at it: a task that hands its reservation to a flow (which
+        # reads the lease itself) answers the RPC call without a read.
+        self._stale = False
         self.future = None
         self._spawn = None
+
+    @property
+    def lease(self):
+        """The lease as it is under the reservation (read again on the
+        first look after a transition)."""
+        if self._stale:
+            self.reload()
+        return self._lease
 
     @property
     def lease_id(self):
@@ -128,8 +140,9 @@ class LeaseTask(object):
         return False
 
     def reload(self):
-        self.lease = db_api.lease_get_by_id(self.context, self.lease_id)
-        return self.lease
+        self._lease = db_api.lease_get_by_id(self.context, self.lease_id)
+        self._stale = False
+        return self._lease
 
     def process_event(self, event, action=None, values=None, message=None,
                       request=None):
@@ -158,7 +171,7 @@ class LeaseTask(object):
             raise exception.InvalidState(
                 lease=lease.uuid, status=current.status, action=request,
                 hint=states.hint(current.status, event))
-        self.reload()
+        self._stale = True
         return target
 
     def edit(self, **fields):

@@ -153,8 +153,10 @@ def create_extent_file(directory, name, size_bytes, reserve=True):
     ``reserve``: allocate every page now (posix_fallocate), failing with
     ENOSPC when the area does not have them; otherwise a sparse file.
     An existing file keeps its contents (fallocate only fills holes); one
-    of another size is refused. Returns the file's stat dict and whether
-    it was created.
+    of another size is refused, and one whose every page is already
+    allocated (a bind after an unbind) is not passed to fallocate again,
+    which would walk each of its pages for nothing. Returns the file's
+    stat dict and whether it was created.
     """
     _check_name(name)
     size_bytes = int(size_bytes)
@@ -181,7 +183,8 @@ def create_extent_file(directory, name, size_bytes, reserve=True):
                               '%s/%s exists with %d bytes, not %d' %
                               (directory, name, st.st_size, size_bytes))
             try:
-                if reserve:
+                if reserve and (created or
+                                st.st_blocks * 512 < size_bytes):
                     os.posix_fallocate(fd, 0, size_bytes)
                 else:
                     os.ftruncate(fd, size_bytes)

@@ -162,3 +162,20 @@ def test_the_swapon_after_bound_has_its_own_budget(bench, capsys):
     assert bench.TOTAL_BUDGET == (60, 150)
     assert bench.report([70.0, 70.0], quick, ((0.5,) * 3, (0.5,) * 3),
                         1.0) == ['total-p50']
+
+
+def test_the_wait_for_bound_follows_the_log_from_its_end(bench, tmp_path):
+    path = tmp_path / 'conductor-0.log'
+    path.write_text(_line(T0, 'Lease 7: binding -done-> bound'))
+    log = bench.LogFollower(str(path))
+    # What was logged before (the previous bind) does not count, nor an
+    # unbind's transition, nor half a line.
+    with open(path, 'a') as f:
+        f.write(_line(T0 + 1, 'Lease 7: unbinding -done-> reserved'))
+        f.write(_line(T0 + 2, 'Lease 7: reserved -bind-> binding'))
+        f.write('2026-11-27 11:00:03.000 4752 DEBUG composable.x [-] '
+                'Lease 7: binding -do')
+    assert not log.wait_for(bench._BIND_ENDED, 0.05)
+    with open(path, 'a') as f:
+        f.write('ne-> bound\n')
+    assert log.wait_for(bench._BIND_ENDED, 5)

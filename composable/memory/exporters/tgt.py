@@ -21,7 +21,12 @@ or iSCSI over TCP (``--lld iscsi``), from the memory node's transport.
 
 tgtd identifies targets by small integers (tids) that the caller picks:
 a free one is taken from ``tgtadm --op show``, under a lock, and picked
-again when another process took it first.
+again when another process took it first. Tids and target names are
+shared by all of tgtd's drivers, so the look shows every driver; one
+that tgtd said it does not have (no iSER support) is left out of an
+export's first look, which saves a tgtadm run per export. tgtd refuses a
+tid or a name taken under any driver, so a refused target creation looks
+at every driver again.
 
 Order matters, so that no step ever leaves a target open: a new target
 gets its CHAP account, then its initiator rule (a target without any rule
@@ -150,6 +155,8 @@ class TgtExporter(base.MemoryExporter):
         super().__init__(node_name)
         self._runner = runner or priv_memory.tgtadm
         self.area = area or tmpfs.TmpfsArea(node_name=node_name)
+        # The drivers tgtd last answered it does not have.
+        self._absent = set()
 
     # ------------------------------------------------------------ tgtadm
 
@@ -191,16 +198,19 @@ class TgtExporter(base.MemoryExporter):
         err = (err or '').strip()
         if rc != 0:
             if lld != 'iscsi' and NO_DRIVER in err:
+                self._absent.add(lld)
                 return []
             raise exception.DriverError(reason=self._failure(shown, rc, err))
+        self._absent.discard(lld)
         return parse_show(out)
 
-    def _targets(self, lld):
+    def _targets(self, lld, every=True):
         """Targets of ``lld``, and also of the other driver when it is
-        loaded (tids are shared by all drivers)."""
+        loaded (tids are shared by all drivers). Without ``every``, a
+        driver tgtd last said it does not have is not asked again."""
         found = {t['tid']: t for t in self._show(lld)}
         for other in LLDS:
-            if other != lld:
+            if other != lld and (every or other not in self._absent):
                 for target in self._show(other):
                     found.setdefault(target['tid'], target)
         return sorted(found.values(), key=lambda t: t['tid'])
@@ -235,8 +245,10 @@ class TgtExporter(base.MemoryExporter):
         """The target named ``iqn`` (created if needed) and whether it
         was created now."""
         tried = set()
-        for _attempt in range(TID_ATTEMPTS):
-            targets = self._targets(lld)
+        for attempt in range(TID_ATTEMPTS):
+            # After a refusal (a tid or the name taken, perhaps under a
+            # driver tgtd did not have before), every driver is shown.
+            targets = self._targets(lld, every=attempt > 0)
             mine = self._named(targets, iqn)
             wrong = [t for t in mine if t['driver'] and t['driver'] != lld]
             if wrong:

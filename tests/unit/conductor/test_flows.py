@@ -15,6 +15,7 @@ RPC servers (noop exporter, no-op attach), fake fabric, SQLite file DB."""
 
 from composable.common import exception
 from composable.common import states
+from composable.conductor.allocator import claims as allocator
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 
@@ -115,6 +116,25 @@ def test_bind_unbind_release(harness):
                                      ('bind', 'success'),
                                      ('unbind', 'success'),
                                      ('delete', 'success')]
+
+
+def test_bind_trades_devices_only_for_a_lease_that_has_some(
+        harness, monkeypatch):
+    asked = []
+    real = allocator.reach_host
+
+    def reach_host(context, lease_id, host_name):
+        asked.append(lease_id)
+        return real(context, lease_id, host_name)
+
+    monkeypatch.setattr(allocator, 'reach_host', reach_host)
+    host = harness.hosts['compute-0']
+    memory_only = harness.create(memory_mb=1024)
+    with_devices = harness.create(memory_mb=1024, device_count=1)
+    for uuid in (memory_only, with_devices):
+        harness.api.bind_lease(h_mod.user_context(), uuid, host.uuid)
+        harness.wait(uuid, states.BOUND)
+    assert asked == [harness.lease(with_devices).id]
 
 
 def test_delete_bound_lease_tears_everything_down(harness):

@@ -81,6 +81,70 @@ def test_first_export_command_contract(exporter, fake_tgtadm, area):
     assert os.path.getsize(path) == 4 * MiB
 
 
+SHOW_ISCSI = ['--lld', 'iscsi', '--op', 'show', '--mode', 'target']
+SHOW_ISER = ['--lld', 'iser', '--op', 'show', '--mode', 'target']
+
+
+def test_export_does_not_ask_again_for_a_driver_tgtd_lacks(
+        exporter, fake_tgtadm, area):
+    # tgtd said once it has no iser driver: the next export's look shows
+    # only its own driver (one tgtadm run less), and builds the target
+    # with every step all the same.
+    _export(exporter, make_extent())
+    assert SHOW_ISER in fake_tgtadm.calls
+    fake_tgtadm.calls.clear()
+
+    extent = make_extent()
+    _export(exporter, extent, user='chap-2')
+
+    shows = [c for c in fake_tgtadm.calls if c[3] == 'show']
+    assert shows == [SHOW_ISCSI]
+    assert [c[2:6] for c in fake_tgtadm.commands()] == [
+        ['--op', 'new', '--mode', 'target'],
+        ['--op', 'new', '--mode', 'account'],
+        ['--op', 'bind', '--mode', 'account'],
+        ['--op', 'bind', '--mode', 'target'],
+        ['--op', 'new', '--mode', 'logicalunit']]
+    target = fake_tgtadm.targets[2]
+    assert target['name'] == base.target_iqn(extent)
+    assert target['accounts'] == ['chap-2']
+    assert target['acls'] == [INITIATOR]
+    assert target['luns'] == {1: area.file_path(extent)}
+
+
+def test_export_still_shows_a_driver_tgtd_has(area, memory_conf):
+    fake = fakes.FakeTgtadm(iser=True)
+    exporter = tgt.TgtExporter('mem-1', runner=fake, area=area)
+    _export(exporter, make_extent())
+    fake.calls.clear()
+    _export(exporter, make_extent())
+    assert [c for c in fake.calls if c[3] == 'show'] == [SHOW_ISCSI,
+                                                         SHOW_ISER]
+
+
+def test_a_refused_target_looks_at_every_driver_again(
+        exporter, fake_tgtadm, area):
+    # tgtd came back with an iser driver and a target of this extent's
+    # name under it (and on the tid the first look would pick): tgtd
+    # refuses the new target, and the exporter then finds the one under
+    # iser and rebuilds it under the extent's driver.
+    _export(exporter, make_extent())
+    extent = make_extent()
+    fake_tgtadm.iser = True
+    fake_tgtadm.add_target(2, base.target_iqn(extent), lld='iser')
+    fake_tgtadm.calls.clear()
+
+    _export(exporter, extent, user='chap-2')
+
+    assert fake_tgtadm.calls[0] == SHOW_ISCSI
+    assert SHOW_ISER in fake_tgtadm.calls
+    mine = [t for t in fake_tgtadm.targets.values()
+            if t['name'] == base.target_iqn(extent)]
+    assert len(mine) == 1 and mine[0]['lld'] == 'iscsi'
+    assert mine[0]['acls'] == [INITIATOR]
+    assert mine[0]['luns'] == {1: area.file_path(extent)}
+
+
 def test_iser_uses_the_iser_driver(area, memory_conf):
     fake = fakes.FakeTgtadm(iser=True)
     exporter = tgt.TgtExporter('mem-1', runner=fake, area=area)

@@ -66,6 +66,37 @@ def test_create_again_keeps_the_contents(area):
     assert os.path.getsize(path) == 2 * MiB
 
 
+def _count_fallocate(monkeypatch):
+    calls = []
+    real = priv_memory.os.posix_fallocate
+
+    def counting(fd, offset, length):
+        calls.append(length)
+        return real(fd, offset, length)
+
+    monkeypatch.setattr(priv_memory.os, 'posix_fallocate', counting)
+    return calls
+
+
+def test_create_again_skips_fallocate_only_when_all_is_reserved(
+        area, monkeypatch):
+    calls = _count_fallocate(monkeypatch)
+    extent = make_extent(size_mb=2)
+    path = area.create(extent)
+    assert calls == [2 * MiB]
+    # Every page is there: nothing to reserve again.
+    area.create(extent)
+    assert calls == [2 * MiB]
+    # A hole (punched here, as a sparse file of another origin has): the
+    # file is reserved again, whole.
+    os.truncate(path, MiB)
+    os.truncate(path, 2 * MiB)
+    assert os.stat(path).st_blocks * 512 < 2 * MiB
+    area.create(extent)
+    assert calls == [2 * MiB, 2 * MiB]
+    assert os.stat(path).st_blocks * 512 >= 2 * MiB
+
+
 def test_create_with_another_size_is_refused(area):
     extent = make_extent(size_mb=2)
     area.create(extent)
