@@ -345,14 +345,19 @@ def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
         api_env.set_override('rpc_response_timeout_bind', 5)
 
 
+def _one_device_pool(client):
+    """The cxl pool cxl-mem of one 1 GiB device (cmm0) on fabric cxl1."""
+    assert client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
+                                     'fabric': 'cxl1', 'medium': 'cxl'},
+                       headers=V15).status == 201
+    assert client.post('/v1/memory_nodes', {
+        'name': 'cmm0', 'pool': 'cxl-mem', 'capacity_mb': 1024}).status == 201
+
+
 def _bind_a_cxl_lease(client):
     """A cxl pool of one 1 GiB device, and a member's 256 MiB lease of it
     asked to bind to compute-1: (member client, lease, lease URL)."""
-    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
-                              'fabric': 'cxl1', 'medium': 'cxl'},
-                headers=V15)
-    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
-                                     'capacity_mb': 1024})
+    _one_device_pool(client)
     member = client.as_('member')
     lease = member.post('/v1/leases', {'memory_mb': 256,
                                        'pools': ['cxl-mem']}).json
@@ -659,11 +664,7 @@ def test_virtio_mem_bind_plugs_the_node_into_the_guest(
     before the region goes; a domain without <maxMemory> fails the bind
     and the region is given back."""
     kernel = cxl_host
-    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
-                              'fabric': 'cxl1', 'medium': 'cxl'},
-                headers=V15)
-    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
-                                     'capacity_mb': 1024})
+    _one_device_pool(client)
     member = client.as_('member')
     lease = member.post('/v1/leases', {'memory_mb': 256, 'pools': ['cxl-mem'],
                                        'attach_mode': 'virtio-mem'},
@@ -821,11 +822,7 @@ def test_an_elastic_virtio_mem_lease_resizes_end_to_end(
     the device's requested size follows; an idle one gives them back,
     the guest first, then the region."""
     kernel = cxl_host
-    client.post('/v1/pools', {'name': 'cxl-mem', 'kind': 'memory',
-                              'fabric': 'cxl1', 'medium': 'cxl'},
-                headers=V15)
-    client.post('/v1/memory_nodes', {'name': 'cmm0', 'pool': 'cxl-mem',
-                                     'capacity_mb': 1024})
+    _one_device_pool(client)
     member = client.as_('member')
     resp = member.post('/v1/leases', {
         'memory_mb': 256, 'pools': ['cxl-mem'],

@@ -28,6 +28,7 @@ from composable.conductor.elastic import resizer as resizer_mod
 from composable.conductor import task as lease_task
 from composable.db import allocation
 from composable.db import api as db_api
+from tests.unit.conductor.elastic import passes
 from tests.unit.conductor import harness as harness_mod
 
 CONF = conf.CONF
@@ -91,20 +92,6 @@ def _samples(harness, lease, values, now, interval=10):
     assert (stored, dropped) == (count, [])
 
 
-def _run(harness, now):
-    futures = harness.conductor.resizer.run(admin(), now=now)
-    for future in futures:
-        future.result(timeout=DEADLINE)
-    harness.idle(DEADLINE)
-    return futures
-
-
-def _resizes(harness, uuid):
-    lease = harness.lease(uuid)
-    return [a for a in db_api.action_list(admin(), lease.id)
-            if a.action == 'resize']
-
-
 def _extent_uuids(harness, uuid):
     return sorted(e.uuid for e in harness.lease(uuid).extents)
 
@@ -120,7 +107,7 @@ def test_grows_ahead_of_a_rising_workload(harness, calls):
     before = _extent_uuids(harness, lease.uuid)
     now = utils.utcnow()
     _samples(harness, lease, [100, 300, 500, 700, 900, 1000], now)
-    assert len(_run(harness, now)) == 1
+    assert len(passes.run(harness, now)) == 1
     grown = harness.lease(lease.uuid)
     assert grown.status == states.BOUND and grown.reservation is None
     # A peak of at least the newest sample, plus 20 %: more than 1024,
@@ -137,7 +124,7 @@ def test_grows_ahead_of_a_rising_workload(harness, calls):
     attached = db_api.attachment_list(
         admin(), grown.id, states_=states.LIVE_ATTACHMENT_STATES)
     assert set(attached[0].details['memory']) == set(before) | set(new)
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'success'
     assert 'Growing from 1024 to %d MiB: predicted peak' % (
         grown.memory_mb) in action.message
@@ -152,12 +139,12 @@ def test_full_pool_keeps_the_lease_at_its_size(harness, calls):
     assert harness.lease(other).status == states.RESERVED
     now = utils.utcnow()
     _samples(harness, lease, [1024] * 6, now)
-    _run(harness, now)
+    passes.run(harness, now)
     kept = harness.lease(lease.uuid)
     assert kept.memory_mb == 1024 and len(kept.extents) == 1
     assert kept.status == states.BOUND and kept.fault is None
     assert calls == []
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'error'
     assert 'Kept at 1024 MiB' in action.message
     assert 'has 0 MiB free' in action.message
@@ -173,14 +160,14 @@ def test_shrinks_only_after_the_hysteresis(harness, calls):
         t0 = utils.utcnow()
         _samples(harness, lease, [200] * 30, t0)
         # Low for the first time: only noted.
-        assert _run(harness, t0) == []
+        assert passes.run(harness, t0) == []
         assert harness.lease(lease.uuid).elastic_low_since is not None
-        assert _run(harness, t0 + datetime.timedelta(seconds=10)) == []
+        assert passes.run(harness, t0 + datetime.timedelta(seconds=10)) == []
         assert harness.lease(lease.uuid).memory_mb == 3072
         assert calls == []
         # Low for longer than the hysteresis: shrunk to what the
         # prediction needs (200 MiB + 20 % = one extent = min_mb).
-        _run(harness, t0 + datetime.timedelta(seconds=31))
+        passes.run(harness, t0 + datetime.timedelta(seconds=31))
         shrunk = harness.lease(lease.uuid)
         assert shrunk.memory_mb == 1024
         assert [e.uuid for e in shrunk.extents] == [extents[0].uuid]
@@ -197,7 +184,7 @@ def test_shrinks_only_after_the_hysteresis(harness, calls):
         backed = set().union(*harness.backed().values())
         for extent in extents[1:]:
             assert not any(extent.uuid in str(x) for x in live | backed)
-        [action] = _resizes(harness, lease.uuid)
+        [action] = passes.resizes(harness, lease.uuid)
         assert action.result == 'success'
         assert 'Shrinking from 3072 to 1024 MiB' in action.message
     finally:
@@ -208,12 +195,12 @@ def test_a_rising_prediction_resets_the_hysteresis(harness, calls):
     lease = _bound(harness, memory_mb=2048, calls=calls)
     t0 = utils.utcnow()
     _samples(harness, lease, [100] * 10, t0)
-    _run(harness, t0)
+    passes.run(harness, t0)
     assert harness.lease(lease.uuid).elastic_low_since is not None
     # Back to what the lease holds: no longer low.
     t1 = t0 + datetime.timedelta(seconds=10)
     _samples(harness, lease, [1600], t1)
-    _run(harness, t1)
+    passes.run(harness, t1)
     assert harness.lease(lease.uuid).elastic_low_since is None
     assert harness.lease(lease.uuid).memory_mb == 2048
 
@@ -228,7 +215,7 @@ def test_agent_timeout_during_a_grow_rolls_it_back(harness, calls):
     harness.stop_agent(HOST)
     now = utils.utcnow()
     _samples(harness, lease, [1024] * 6, now)
-    _run(harness, now)
+    passes.run(harness, now)
     kept = harness.lease(lease.uuid)
     assert kept.memory_mb == 1024 and len(kept.extents) == 1
     assert kept.status == states.BOUND
@@ -239,7 +226,7 @@ def test_agent_timeout_during_a_grow_rolls_it_back(harness, calls):
             if exports} == before
     _consistent(harness, lease.uuid)
     assert harness.pool(harness.memory_pool).used == 1024
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'error'
     assert 'did not answer' in action.message
     assert 'Kept at 1024 MiB' in action.message
@@ -295,7 +282,7 @@ def test_a_lease_being_unbound_is_not_resized(harness, calls):
     harness.api.unbind_lease(harness_mod.user_context(), lease.uuid)
     harness.wait(lease.uuid, states.RESERVED)
     assert harness.conductor.resizer.run(admin(), now=now) == []
-    assert _resizes(harness, lease.uuid) == []
+    assert passes.resizes(harness, lease.uuid) == []
 
 
 def test_grow_races_a_create_for_the_last_extent(harness):
@@ -376,7 +363,7 @@ def test_a_grow_cut_short_by_a_dead_conductor_is_rolled_back(
     now = utils.utcnow()
     _samples(harness, lease, [1024] * 6, now)
     # The next pass settles it before predicting anything.
-    assert len(_run(harness, now)) == 1
+    assert len(passes.run(harness, now)) == 1
     settled = harness.lease(lease.uuid)
     assert settled.memory_mb == 1024 and len(settled.extents) == 1
     assert {node: exports
@@ -385,11 +372,11 @@ def test_a_grow_cut_short_by_a_dead_conductor_is_rolled_back(
     assert calls == [('detach_memory', sorted(new))]
     assert resizer_mod._pending(admin(), settled) == {}
     _consistent(harness, lease.uuid)
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'success'
     assert 'taking back 2 extent(s) of a grow' in action.message
     # And the pass after that predicts again (and grows).
-    _run(harness, now)
+    passes.run(harness, now)
     assert harness.lease(lease.uuid).memory_mb > 1024
 
 
@@ -408,12 +395,12 @@ def test_a_shrink_the_host_refuses_keeps_the_extents(harness, calls,
         monkeypatch.setattr(agent, 'detach_memory', refuse)
         t0 = utils.utcnow()
         _samples(harness, lease, [100] * 10, t0)
-        _run(harness, t0)
-        _run(harness, t0 + datetime.timedelta(seconds=1))
+        passes.run(harness, t0)
+        passes.run(harness, t0 + datetime.timedelta(seconds=1))
         kept = harness.lease(lease.uuid)
         assert kept.memory_mb == 2048 and len(kept.extents) == 2
         assert [c[0] for c in calls] == ['detach_memory']
-        [action] = _resizes(harness, lease.uuid)
+        [action] = passes.resizes(harness, lease.uuid)
         assert action.result == 'error'
         assert 'Cannot allocate memory' in action.message
         assert resizer_mod._pending(admin(), kept) == {}
@@ -453,7 +440,8 @@ def test_two_conductors_resize_a_lease_once(harness, calls):
         other._executor.shutdown(wait=True)
     # However the two passes interleaved, the lease grew once.
     assert sum(len(f) for f in started.values()) == 1
-    assert [a.result for a in _resizes(harness, lease.uuid)] == ['success']
+    assert [a.result for a in passes.resizes(harness, lease.uuid)] == [
+        'success']
     assert len(calls) == 1
     _consistent(harness, lease.uuid)
 
@@ -487,20 +475,21 @@ def test_a_pass_reserves_only_the_leases_it_acts_on(
     _samples(harness, busy, [1024] * 6, now)
     _samples(harness, idle, [100] * 6, now)
 
-    assert len(_run(harness, now)) == 1
+    assert len(passes.run(harness, now)) == 1
     assert sorted(reserved_by_pass) == sorted([busy.id, idle.id])
     assert harness.lease(busy.uuid).memory_mb == 2048
-    assert [a.result for a in _resizes(harness, busy.uuid)] == ['success']
+    assert [a.result for a in passes.resizes(harness, busy.uuid)] == [
+        'success']
     assert harness.lease(idle.uuid).elastic_low_since is not None
     assert harness.lease(steady.uuid).memory_mb == 1024
-    assert _resizes(harness, steady.uuid) == []
+    assert passes.resizes(harness, steady.uuid) == []
     assert [name for name, _ in calls] == ['attach_memory']
 
     # Next pass: the busy lease has what it needs, the idle one waits for
     # the hysteresis (600 s by default): nobody's reservation is taken.
     del reserved_by_pass[:]
     later = now + datetime.timedelta(seconds=10)
-    assert _run(harness, later) == []
+    assert passes.run(harness, later) == []
     assert reserved_by_pass == []
     assert harness.lease(idle.uuid).memory_mb == 2048
     assert harness.lease(idle.uuid).elastic_low_since is not None
@@ -533,7 +522,7 @@ def test_a_lease_unbound_or_deleted_after_the_listing_is_passed_by(
     # lease is seen as it is now, and left alone.
     assert harness.conductor.resizer.run(admin(), now=now) == []
     harness.idle(DEADLINE)
-    assert _resizes(harness, lease.uuid) == []
+    assert passes.resizes(harness, lease.uuid) == []
     assert [name for name, _ in calls] == ['detach_memory']  # the unbind's
     after = harness.lease(lease.uuid)
     assert after.status == (states.RESERVED if request_ == 'unbind'
@@ -549,10 +538,10 @@ def test_a_resize_cut_short_is_settled_without_samples(harness, calls):
     new = allocator.grow_memory(admin(), lease.id, 1024)
     resizer_mod._mark(admin(), harness.lease(lease.uuid),
                       resizer_mod.PENDING_GROW, new)
-    assert len(_run(harness, utils.utcnow())) == 1
+    assert len(passes.run(harness, utils.utcnow())) == 1
     settled = harness.lease(lease.uuid)
     assert settled.memory_mb == 1024 and len(settled.extents) == 1
     assert resizer_mod._pending(admin(), settled) == {}
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert 'taking back 1 extent(s) of a grow' in action.message
     _consistent(harness, lease.uuid)

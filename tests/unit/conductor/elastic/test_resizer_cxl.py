@@ -41,6 +41,7 @@ from composable.db import api as db_api
 from composable import fabric as fabric_drivers
 from composable.fabric import cxl as cxl_driver
 from tests.unit.conductor.elastic import fake_vmem_agent
+from tests.unit.conductor.elastic import passes
 from tests.unit.conductor import harness as harness_mod
 
 CONF = conf.CONF
@@ -135,19 +136,6 @@ def _samples(lease, values, now, interval=10):
     assert stored == count
 
 
-def _run(harness, now):
-    futures = harness.conductor.resizer.run(admin(), now=now)
-    for future in futures:
-        future.result(timeout=DEADLINE)
-    harness.idle(DEADLINE)
-    return futures
-
-
-def _resizes(harness, uuid):
-    return [a for a in db_api.action_list(admin(), harness.lease(uuid).id)
-            if a.action == 'resize']
-
-
 def _details(harness, uuid):
     [att] = db_api.attachment_list(admin(), harness.lease(uuid).id,
                                    states_=states.LIVE_ATTACHMENT_STATES)
@@ -174,7 +162,7 @@ def test_grows_and_shrinks_through_the_guest_device(harness, env):
 
     now = utils.utcnow()
     _samples(lease, [2000] * 6, now)
-    assert len(_run(harness, now)) == 1
+    assert len(passes.run(harness, now)) == 1
     grown = harness.lease(lease.uuid)
     assert grown.memory_mb == 2048 and grown.status == states.BOUND
     new = [e for e in _by_index(grown) if e.uuid != first.uuid]
@@ -196,7 +184,7 @@ def test_grows_and_shrinks_through_the_guest_device(harness, env):
     assert set(details['memory']) == {e.uuid for e in grown.extents}
     assert details[host_memory.COUNTED] == 2048
     assert resizer_mod._pending(admin(), grown) == {}
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'success', action.message
     assert harness.pool(env.pool).used == 2048
     _consistent(harness, lease.uuid)
@@ -206,8 +194,8 @@ def test_grows_and_shrinks_through_the_guest_device(harness, env):
     del env.sent[:]
     later = now + datetime.timedelta(seconds=60)
     _samples(grown, [100] * 10, later)
-    _run(harness, later)
-    _run(harness, later + datetime.timedelta(seconds=1))
+    passes.run(harness, later)
+    passes.run(harness, later + datetime.timedelta(seconds=1))
     shrunk = harness.lease(lease.uuid)
     assert shrunk.memory_mb == 512
     assert [e.uuid for e in shrunk.extents] == [first.uuid]
@@ -222,7 +210,7 @@ def test_grows_and_shrinks_through_the_guest_device(harness, env):
     assert set(details['memory']) == {first.uuid}
     assert details[host_memory.COUNTED] == 512
     assert harness.pool(env.pool).used == 512
-    assert [a.result for a in _resizes(harness, lease.uuid)] == [
+    assert [a.result for a in passes.resizes(harness, lease.uuid)] == [
         'success', 'success']
     _consistent(harness, lease.uuid)
 
@@ -232,8 +220,8 @@ def test_a_guest_that_keeps_its_memory_keeps_the_lease(harness, env):
     env.fake.floor_mb = 1024
     now = utils.utcnow()
     _samples(lease, [100] * 10, now)
-    _run(harness, now)
-    _run(harness, now + datetime.timedelta(seconds=1))
+    passes.run(harness, now)
+    passes.run(harness, now + datetime.timedelta(seconds=1))
     kept = harness.lease(lease.uuid)
     assert kept.memory_mb == 1024 and len(kept.extents) == 2
     assert kept.status == states.BOUND and kept.fault is None
@@ -244,7 +232,7 @@ def test_a_guest_that_keeps_its_memory_keeps_the_lease(harness, env):
     assert len(env.fake.regions[lease.uuid]) == 2
     assert _details(harness, lease.uuid)[host_memory.COUNTED] == 1024
     assert resizer_mod._pending(admin(), kept) == {}
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'error'
     assert 'Kept at 1024 MiB' in action.message
     assert 'did not give the memory back in time' in action.message
@@ -260,7 +248,7 @@ def test_an_agent_that_stops_answering_mid_grow(harness, env, monkeypatch):
     harness.stop_agent(HOST)
     now = utils.utcnow()
     _samples(lease, [2000] * 6, now)
-    _run(harness, now)
+    passes.run(harness, now)
     held = harness.lease(lease.uuid)
     assert held.status == states.BOUND
     new = sorted(e.uuid for e in held.extents
@@ -270,7 +258,7 @@ def test_an_agent_that_stops_answering_mid_grow(harness, env, monkeypatch):
         resizer_mod.PENDING_GROW: new}
     # Never counted on the host.
     assert _details(harness, lease.uuid)[host_memory.COUNTED] == 512
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'error'
     assert 'did not answer' in action.message
     assert 'asks it again before they go back to the pool' in \
@@ -281,14 +269,14 @@ def test_an_agent_that_stops_answering_mid_grow(harness, env, monkeypatch):
     agent = harness.start_agent(HOST)
     fake = fake_vmem_agent.FakeVirtioMemAgent(agent.compute).install(
         monkeypatch)
-    assert len(_run(harness, now)) == 1
+    assert len(passes.run(harness, now)) == 1
     settled = harness.lease(lease.uuid)
     assert settled.memory_mb == 512
     assert [e.uuid for e in settled.extents] == [lease.extents[0].uuid]
     assert ('detach_memory', new) in [c[:2] for c in fake.calls]
     assert resizer_mod._pending(admin(), settled) == {}
     assert _details(harness, lease.uuid)[host_memory.COUNTED] == 512
-    assert [a.result for a in _resizes(harness, lease.uuid)] == [
+    assert [a.result for a in passes.resizes(harness, lease.uuid)] == [
         'error', 'success']
     assert harness.pool(env.pool).used == 512
     _consistent(harness, lease.uuid)
@@ -305,12 +293,12 @@ def test_placement_refusing_the_claim_keeps_the_lease(harness, env,
     monkeypatch.setattr(placement_claims, 'update_claim', refuse)
     now = utils.utcnow()
     _samples(lease, [2000] * 6, now)
-    _run(harness, now)
+    passes.run(harness, now)
     kept = harness.lease(lease.uuid)
     assert kept.memory_mb == 512 and len(kept.extents) == 1
     # The host was never asked.
     assert env.fake.calls == [] and env.sent == []
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'error'
     assert 'Placement has no room' in action.message
     assert harness.pool(env.pool).used == 512
@@ -333,7 +321,7 @@ def test_placement_refusing_the_host_count_undoes_the_grow(harness, env,
     monkeypatch.setattr(host_memory, 'follow', refuse_more)
     now = utils.utcnow()
     _samples(lease, [2000] * 6, now)
-    _run(harness, now)
+    passes.run(harness, now)
     kept = harness.lease(lease.uuid)
     assert kept.memory_mb == 512 and len(kept.extents) == 1
     [(_, attached, _), (_, detached, partial)] = env.fake.calls
@@ -345,7 +333,7 @@ def test_placement_refusing_the_host_count_undoes_the_grow(harness, env,
     assert sorted(details['cxl_locators']) == ['cmm0']
     assert set(details['memory']) == {kept.extents[0].uuid}
     assert resizer_mod._pending(admin(), kept) == {}
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'error'
     assert 'counting the new memory on compute node cxl-host' in \
         action.message
@@ -419,7 +407,7 @@ def test_a_grow_cut_short_after_the_host_counted_it_is_undone(harness,
     host_memory.follow(admin(), grown, grown.memory_mb)
     assert _details(harness, lease.uuid)[host_memory.COUNTED] == 1536
     assert env.fake.requested[lease.uuid] == 1536
-    assert len(_run(harness, utils.utcnow())) == 1
+    assert len(passes.run(harness, utils.utcnow())) == 1
     settled = harness.lease(lease.uuid)
     assert settled.memory_mb == 512
     assert env.fake.requested[lease.uuid] == 512
@@ -428,7 +416,7 @@ def test_a_grow_cut_short_after_the_host_counted_it_is_undone(harness,
     assert details[host_memory.COUNTED] == 512
     assert sorted(details['cxl_locators']) == ['cmm0']
     assert resizer_mod._pending(admin(), settled) == {}
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'success'
     assert 'taking back 2 extent(s) of a grow' in action.message
     _consistent(harness, lease.uuid)
@@ -456,11 +444,11 @@ def test_a_fabric_that_composes_now_keeps_the_lease(harness, env):
     db_api.fabric_update(admin(), env.fabric.uuid, {'driver_info': info})
     now = utils.utcnow()
     _samples(lease, [2000] * 6, now)
-    _run(harness, now)
+    passes.run(harness, now)
     kept = harness.lease(lease.uuid)
     assert kept.memory_mb == 512
     assert env.fake.calls == []
-    [action] = _resizes(harness, lease.uuid)
+    [action] = passes.resizes(harness, lease.uuid)
     assert action.result == 'error'
     assert 'whose CXL back end redfish composes memory' in action.message
     assert harness.pool(env.pool).used == 512
@@ -531,7 +519,7 @@ def test_a_shrink_smaller_than_the_newest_region_keeps_it(harness, env):
     lease = _bound(harness, env)
     now = utils.utcnow()
     _samples(lease, [2000] * 6, now)
-    _run(harness, now)
+    passes.run(harness, now)
     grown = harness.lease(lease.uuid)
     assert grown.memory_mb == 2048
     details = _details(harness, lease.uuid)['memory']
@@ -544,7 +532,7 @@ def test_a_shrink_smaller_than_the_newest_region_keeps_it(harness, env):
 
     assert _shrink_to(harness, lease, 1536) == 2048
     assert env.fake.calls == []
-    last = _resizes(harness, lease.uuid)[-1]
+    last = passes.resizes(harness, lease.uuid)[-1]
     assert last.result == 'error'
     assert 'a region at a time' in last.message, last.message
     assert env.fake.requested[lease.uuid] == 2048
@@ -554,6 +542,6 @@ def test_a_shrink_smaller_than_the_newest_region_keeps_it(harness, env):
     assert [e.memory_node.name for e in _by_index(shrunk)] == ['cmm0',
                                                                'cmm0']
     assert env.fake.requested[lease.uuid] == 1024
-    assert _resizes(harness, lease.uuid)[-1].result == 'success'
+    assert passes.resizes(harness, lease.uuid)[-1].result == 'success'
     assert _details(harness, lease.uuid)[host_memory.COUNTED] == 1024
     _consistent(harness, lease.uuid)
