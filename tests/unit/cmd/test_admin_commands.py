@@ -86,6 +86,27 @@ def test_help_prints_no_warning(tmp_path, name):
     assert 'eventlet' not in (result.stdout + result.stderr).lower()
 
 
+def test_only_dnssec_dsa_deprecations_are_silenced(tmp_path):
+    """cryptography 51 deprecates DSA, and dnspython (imported through
+    eventlet by oslo.messaging) reads its DSA classes at import: four
+    warnings at every start of every service. Once composable.cmd is
+    imported those are hidden, and the same text from any other module is
+    still shown."""
+    code = (
+        'import warnings, composable.cmd\n'
+        'for module in ("dns.dnssecalgs.dsa", "composable.elsewhere"):\n'
+        '    warnings.warn_explicit("DSA is deprecated and support will be '
+        'removed", UserWarning, module.replace(".", "/") + ".py", 14, '
+        'module=module)\n')
+    result = subprocess.run(
+        [sys.executable, '-c', code], capture_output=True, text=True,
+        env=_env(tmp_path), timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert 'dns/dnssecalgs/dsa.py' not in result.stderr, result.stderr
+    assert 'composable/elsewhere.py:14: UserWarning: DSA' in result.stderr, \
+        result.stderr
+
+
 def test_dbsync_and_status_on_the_default_state(tmp_path):
     """The database is in the state directory whatever the current
     directory; dbsync makes it, status reads it, neither warns."""
