@@ -50,7 +50,7 @@ from composable.privsep import cxl as priv_cxl
 from tests.functional.compute_node import dataplane
 from tests.functional.guest import build
 from tests.functional.guest import programs
-from tests.unit.compute_node import fake_cxl
+from tests.unit.agent.compute_node import fake_cxl
 
 MIB = fake_cxl.MIB
 BOOT_MIB = 256

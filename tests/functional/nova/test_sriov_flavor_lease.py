@@ -60,7 +60,7 @@ from composable.privsep import pci_sysfs as pci
 from tests.functional.hooks import nova_domain
 from tests.functional.nova import base
 from tests.functional.nova import test_nova_events as events
-from tests.unit.compute_node import test_pci
+from tests.unit.privsep import test_pci_sysfs as test_pci
 
 NIC = 'CUSTOM_COMPOSABLE_PCI_NIC'
 PF = '0000:41:00.0'

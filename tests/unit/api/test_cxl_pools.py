@@ -289,7 +289,7 @@ def vmem_domain():
     """The MOCK libvirt domain of tests/unit/compute_node/
     fake_virtio_mem.py, which the agent's virtio-mem attacher plugs into
     whatever instance it is asked for."""
-    from tests.unit.compute_node import fake_virtio_mem
+    from tests.unit.agent.compute_node import fake_virtio_mem
     return fake_virtio_mem.FakeVmemDomain(unpluggable=True)
 
 
@@ -305,7 +305,7 @@ def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     from composable.conductor import manager as conductor_manager
     from composable import privsep
     from composable.privsep import cxl as priv_cxl
-    from tests.unit.compute_node import fake_cxl
+    from tests.unit.agent.compute_node import fake_cxl
 
     kernel = fake_cxl.FakeCxlKernel(
         tmp_path / 'host',
@@ -320,7 +320,7 @@ def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     memory = cxl_memory.CxlHostMemory(
         ops=priv_cxl, state_file=str(tmp_path / 'cxl.json'),
         offline_interval=0)
-    from tests.unit.compute_node import fake_virtio_mem
+    from tests.unit.agent.compute_node import fake_virtio_mem
     agent = agent_manager.AgentManager(
         'compute-1', roles=['compute_node'], cxl_memory=memory,
         virtio_mem_attacher=fake_virtio_mem.attacher(vmem_domain))

@@ -28,7 +28,7 @@ from composable.db import api as db_api
 from composable import privsep
 from composable.privsep import pci as priv_pci
 from composable.privsep import pci_sysfs as pci
-from tests.unit.compute_node import test_pci
+from tests.unit.privsep import test_pci_sysfs as test_pci
 from tests.unit.conductor import harness as h_mod
 
 PF = '0000:41:00.0'
