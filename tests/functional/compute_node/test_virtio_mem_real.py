@@ -25,7 +25,7 @@ hook server, and the memory the guest sees (MemTotal, read through its
 guest agent).
 
 FAKES: this machine has no CXL memory device, so the CXL side runs on the
-emulated kernel sysfs of tests/unit/compute_node/fake_cxl.py, set to give
+emulated kernel sysfs of tests/unit/agent/compute_node/fake_cxl.py, set to give
 the regions' memory NUMA node 0, a node the host has: the virtio-mem
 device's backend is pinned (``<nodemask>``) to the node the CXL layer
 reports, as it would be to the CXL node on a CXL host. The conductor the

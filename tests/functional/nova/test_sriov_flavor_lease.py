@@ -20,7 +20,7 @@ RabbitMQ virtual host of the test's own, as in test_nova_events; the
 libvirt hook (composable.hooks.libvirt.run, what libvirtd runs) talking
 to host1's agent on its unix socket (composable.agent.hook_server); the
 agent's PCI work (making the VFs, binding one to vfio-pci) on the fake
-sysfs of tests/unit/compute_node/test_pci, the same code a real kernel's
+sysfs of tests/unit/privsep/test_pci_sysfs, the same code a real kernel's
 sysfs gets.
 
 Where it stops: the fake virt driver starts no libvirt domain, so the

@@ -14,7 +14,7 @@
 ``started``, re-applied at every start, nothing touched while libvirtd
 holds the domain, refusals of live migration. A real AgentManager,
 HookServer and GuestDeviceAttacher; the guest is the VFIO stand-in of
-tests/unit/compute_node/fake_vfio.py (VFIO cannot run on this machine),
+tests/unit/agent/compute_node/fake_vfio.py (VFIO cannot run on this machine),
 the conductor the recording one of test_hook_server."""
 
 import logging

@@ -14,7 +14,7 @@
 medium, its checks, leases in whole chunks bound in host mode, the
 allocator's no-over-commit guarantee and the pool's Placement inventory.
 The compute agent's CXL side is simulated here ([agent]memory_exporter
-noop); tests/unit/compute_node/test_cxl_memory.py runs it."""
+noop); tests/unit/agent/compute_node/test_cxl_memory.py runs it."""
 
 import datetime
 import time
@@ -286,7 +286,7 @@ def test_cxl_fabric_driver_info_checked(client, api_env):
 
 @pytest.fixture
 def vmem_domain():
-    """The MOCK libvirt domain of tests/unit/compute_node/
+    """The MOCK libvirt domain of tests/unit/agent/compute_node/
     fake_virtio_mem.py, which the agent's virtio-mem attacher plugs into
     whatever instance it is asked for."""
     from tests.unit.agent.compute_node import fake_virtio_mem
@@ -296,7 +296,7 @@ def vmem_domain():
 @pytest.fixture
 def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     """A conductor, and the compute agent of compute-1 with its CXL side
-    on the emulated kernel (the MOCK of tests/unit/compute_node/
+    on the emulated kernel (the MOCK of tests/unit/agent/compute_node/
     fake_cxl.py) and its virtio-mem side on a MOCK libvirt domain,
     serving RPC on the fake transport."""
     from composable.agent.compute_node import cxl_memory

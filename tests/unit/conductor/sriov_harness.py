@@ -13,7 +13,7 @@
 """The conductor harness (harness.Harness) with a compute agent whose PCI
 work is real code on a fake sysfs: HostPciDevices and the privileged
 functions of composable.privsep.pci run in this process on the fake
-kernel of tests/unit/compute_node/test_pci, which holds one physical
+kernel of tests/unit/privsep/test_pci_sysfs, which holds one physical
 function offering SR-IOV virtual functions. The unit tests run it on
 SQLite, the functional ones on MariaDB and PostgreSQL."""
 

@@ -13,7 +13,7 @@
 """CXL memory on a compute host: region, kmem, movable NUMA node, and back
 with the memory erased; restarts that finish or undo; a host that cannot.
 
-The kernel is the MOCK of tests/unit/compute_node/fake_cxl.py (an
+The kernel is the MOCK of tests/unit/agent/compute_node/fake_cxl.py (an
 emulated sysfs in a temporary directory, scaled down: 4 MiB chunks on a
 16 MiB device): no CXL hardware or 6.3+ kernel runs here. The privileged
 functions run in-process on it.

@@ -12,7 +12,7 @@
 
 """Leased PCI devices hot-plugged into guests, at the libvirt API
 contract: VFIO assignment cannot run on this machine, so the domains are
-the stand-in of tests/unit/compute_node/fake_vfio.py (libvirt's error
+the stand-in of tests/unit/agent/compute_node/fake_vfio.py (libvirt's error
 codes and its device-removed events through the registered callbacks)."""
 
 import time

@@ -17,7 +17,7 @@ serves.
 The conductor, the agents' RPC servers and the database are real (the
 harness: in-process message transport, SQLite); the compute agent is
 composable's real one with its real host-swap and usage code, on a
-pretend host (tests/unit/compute_node/fakes: iscsiadm, mkswap, swapon
+pretend host (tests/unit/agent/compute_node/fakes: iscsiadm, mkswap, swapon
 simulated against a temporary directory whose ``swaps`` file is the
 host's /proc/swaps). The memory nodes' exports are simulated.
 """
