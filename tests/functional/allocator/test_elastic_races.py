@@ -23,7 +23,7 @@ from composable.conductor.allocator import claims as allocator
 from composable.db import allocation
 from composable.db import api as dbapi
 from tests import lease_rows
-from tests.unit.allocator import inventory as inv
+from tests.unit.conductor.allocator import inventory as inv
 
 
 def _bound_lease(memory_mb=1024):

@@ -32,7 +32,7 @@ from composable.agent import manager
 from composable import conf
 from tests.functional.compute_node import dataplane
 from tests.functional.compute_node import conftest as node_conftest
-from tests.unit.compute_node import fakes
+from tests.unit.agent.compute_node import fakes
 
 INITIATOR = 'iqn.2010-10.org.openstack.composable:c1'
 PRIORITY = 6

@@ -31,7 +31,7 @@ import pytest
 from composable.agent.compute_node import host_swap
 from composable.common import exception
 from tests.functional.compute_node import conftest as node_conftest
-from tests.unit.compute_node import fakes
+from tests.unit.agent.compute_node import fakes
 
 SIZE_MB = 16
 PRIORITY = 5

@@ -25,7 +25,7 @@ hook server, and the memory the guest sees (MemTotal, read through its
 guest agent).
 
 FAKES: this machine has no CXL memory device, so the CXL side runs on the
-emulated kernel sysfs of tests/unit/compute_node/fake_cxl.py, set to give
+emulated kernel sysfs of tests/unit/agent/compute_node/fake_cxl.py, set to give
 the regions' memory NUMA node 0, a node the host has: the virtio-mem
 device's backend is pinned (``<nodemask>``) to the node the CXL layer
 reports, as it would be to the CXL node on a CXL host. The conductor the
@@ -50,7 +50,7 @@ from composable.privsep import cxl as priv_cxl
 from tests.functional.compute_node import dataplane
 from tests.functional.guest import build
 from tests.functional.guest import programs
-from tests.unit.compute_node import fake_cxl
+from tests.unit.agent.compute_node import fake_cxl
 
 MIB = fake_cxl.MIB
 BOOT_MIB = 256

@@ -22,7 +22,7 @@ from composable.common import exception
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
 from tests.unit.conductor import sriov_harness
-from tests.unit.conductor import test_sriov_flows as cases
+from tests.unit.scenarios.lease_flows import test_sriov_flows as cases
 
 
 @pytest.fixture

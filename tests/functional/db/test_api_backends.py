@@ -17,8 +17,8 @@ pagination must not depend on the database."""
 import pytest
 
 from tests.functional import fixtures as db_fixtures
-from tests.unit.db import test_inventory
-from tests.unit.db import test_leases
+from tests.unit.db import test_api_inventory as test_inventory
+from tests.unit.db import test_api_leases as test_leases
 
 
 @pytest.fixture(autouse=True,

@@ -25,7 +25,7 @@ from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.db import api as dbapi
 from tests.functional import fixtures as db_fixtures
-from tests.unit.allocator import inventory as inv
+from tests.unit.conductor.allocator import inventory as inv
 
 
 @pytest.fixture

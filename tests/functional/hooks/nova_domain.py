@@ -16,7 +16,7 @@ LibvirtConfigGuestMetaNovaInstance and the classes it contains): the
 ``<nova:instance>`` element in ``<metadata>`` with package, name,
 creationTime, flavor (with its extraSpecs), image, owner, root and ports.
 
-tests/unit/hooks/test_nova_metadata.py checks this text against what
+tests/unit/hooks/test_libvirt_nova_metadata.py checks this text against what
 Nova's own classes produce, so the hook is tested on what Nova writes.
 """
 

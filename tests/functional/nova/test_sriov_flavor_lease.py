@@ -20,7 +20,7 @@ RabbitMQ virtual host of the test's own, as in test_nova_events; the
 libvirt hook (composable.hooks.libvirt.run, what libvirtd runs) talking
 to host1's agent on its unix socket (composable.agent.hook_server); the
 agent's PCI work (making the VFs, binding one to vfio-pci) on the fake
-sysfs of tests/unit/compute_node/test_pci, the same code a real kernel's
+sysfs of tests/unit/privsep/test_pci_sysfs, the same code a real kernel's
 sysfs gets.
 
 Where it stops: the fake virt driver starts no libvirt domain, so the
@@ -60,7 +60,7 @@ from composable.privsep import pci_sysfs as pci
 from tests.functional.hooks import nova_domain
 from tests.functional.nova import base
 from tests.functional.nova import test_nova_events as events
-from tests.unit.compute_node import test_pci
+from tests.unit.privsep import test_pci_sysfs as test_pci
 
 NIC = 'CUSTOM_COMPOSABLE_PCI_NIC'
 PF = '0000:41:00.0'

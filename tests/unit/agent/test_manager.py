@@ -319,7 +319,7 @@ class _Conductor(object):
 def test_the_guest_attacher_reports_its_swapons_to_the_conductor(
         real_conf, monkeypatch):
     from composable.agent.compute_node import libvirt_guest
-    from tests.unit.compute_node import fakes
+    from tests.unit.agent.compute_node import fakes
 
     monkeypatch.setattr(libvirt_guest, 'libvirt_qemu', fakes.FakeLibvirtQemu)
     conn = fakes.FakeConnection()
@@ -366,7 +366,7 @@ def test_after_a_restart_the_guest_swapon_runs_again(real_conf,
     the restarted agent learns the guest-mode leases bound here from the
     conductor and runs the idempotent script again, and reports."""
     from composable.agent.compute_node import libvirt_guest
-    from tests.unit.compute_node import fakes
+    from tests.unit.agent.compute_node import fakes
 
     monkeypatch.setattr(libvirt_guest, 'libvirt_qemu', fakes.FakeLibvirtQemu)
     conn = fakes.FakeConnection()

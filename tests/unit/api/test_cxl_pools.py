@@ -14,7 +14,7 @@
 medium, its checks, leases in whole chunks bound in host mode, the
 allocator's no-over-commit guarantee and the pool's Placement inventory.
 The compute agent's CXL side is simulated here ([agent]memory_exporter
-noop); tests/unit/compute_node/test_cxl_memory.py runs it."""
+noop); tests/unit/agent/compute_node/test_cxl_memory.py runs it."""
 
 import datetime
 import time
@@ -286,17 +286,17 @@ def test_cxl_fabric_driver_info_checked(client, api_env):
 
 @pytest.fixture
 def vmem_domain():
-    """The MOCK libvirt domain of tests/unit/compute_node/
+    """The MOCK libvirt domain of tests/unit/agent/compute_node/
     fake_virtio_mem.py, which the agent's virtio-mem attacher plugs into
     whatever instance it is asked for."""
-    from tests.unit.compute_node import fake_virtio_mem
+    from tests.unit.agent.compute_node import fake_virtio_mem
     return fake_virtio_mem.FakeVmemDomain(unpluggable=True)
 
 
 @pytest.fixture
 def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     """A conductor, and the compute agent of compute-1 with its CXL side
-    on the emulated kernel (the MOCK of tests/unit/compute_node/
+    on the emulated kernel (the MOCK of tests/unit/agent/compute_node/
     fake_cxl.py) and its virtio-mem side on a MOCK libvirt domain,
     serving RPC on the fake transport."""
     from composable.agent.compute_node import cxl_memory
@@ -305,7 +305,7 @@ def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     from composable.conductor import manager as conductor_manager
     from composable import privsep
     from composable.privsep import cxl as priv_cxl
-    from tests.unit.compute_node import fake_cxl
+    from tests.unit.agent.compute_node import fake_cxl
 
     kernel = fake_cxl.FakeCxlKernel(
         tmp_path / 'host',
@@ -320,7 +320,7 @@ def cxl_host(api_env, tmp_path, monkeypatch, vmem_domain):
     memory = cxl_memory.CxlHostMemory(
         ops=priv_cxl, state_file=str(tmp_path / 'cxl.json'),
         offline_interval=0)
-    from tests.unit.compute_node import fake_virtio_mem
+    from tests.unit.agent.compute_node import fake_virtio_mem
     agent = agent_manager.AgentManager(
         'compute-1', roles=['compute_node'], cxl_memory=memory,
         virtio_mem_attacher=fake_virtio_mem.attacher(vmem_domain))

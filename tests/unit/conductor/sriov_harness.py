@@ -13,7 +13,7 @@
 """The conductor harness (harness.Harness) with a compute agent whose PCI
 work is real code on a fake sysfs: HostPciDevices and the privileged
 functions of composable.privsep.pci run in this process on the fake
-kernel of tests/unit/compute_node/test_pci, which holds one physical
+kernel of tests/unit/privsep/test_pci_sysfs, which holds one physical
 function offering SR-IOV virtual functions. The unit tests run it on
 SQLite, the functional ones on MariaDB and PostgreSQL."""
 
@@ -28,7 +28,7 @@ from composable.db import api as db_api
 from composable import privsep
 from composable.privsep import pci as priv_pci
 from composable.privsep import pci_sysfs as pci
-from tests.unit.compute_node import test_pci
+from tests.unit.privsep import test_pci_sysfs as test_pci
 from tests.unit.conductor import harness as h_mod
 
 PF = '0000:41:00.0'

@@ -22,7 +22,7 @@ from composable.conductor import fabric_sync
 from composable import conf
 from composable.db import api as dbapi
 from composable import fabric as fabric_drivers
-from tests.unit.allocator import inventory as inv
+from tests.unit.conductor.allocator import inventory as inv
 
 CONF = conf.CONF
 

@@ -28,7 +28,7 @@ from composable.db import models
 from composable import fabric as fabric_drivers
 from composable.fabric import fake
 from tests import lease_rows
-from tests.unit.allocator import inventory as inv
+from tests.unit.conductor.allocator import inventory as inv
 from tests.unit.db import inventory as db_inv
 
 CONF = conf.CONF

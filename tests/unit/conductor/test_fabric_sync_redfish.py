@@ -22,7 +22,7 @@ from composable.db import api as dbapi
 from composable import fabric as fabric_drivers
 from composable import notifications
 from tests.functional.fabric import redfish_emulator as emu
-from tests.unit.allocator import inventory as inv
+from tests.unit.conductor.allocator import inventory as inv
 
 CONF = conf.CONF
 

@@ -1,0 +1,23 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import pytest
+
+from composable.agent.compute_node import libvirt_guest
+from tests.unit.agent.compute_node import fakes
+
+
+@pytest.fixture(autouse=True)
+def fake_guest_agents(monkeypatch):
+    """Guest agent commands reach the fake domains' agents (the libvirt
+    binding's libvirt_qemu cannot talk to a FakeDomain)."""
+    monkeypatch.setattr(libvirt_guest, 'libvirt_qemu', fakes.FakeLibvirtQemu)

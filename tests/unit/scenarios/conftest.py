@@ -1,0 +1,18 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+
+"""The conductor harness's fixtures, for every scenario."""
+
+from tests.unit.conductor.conftest import bare_harness  # noqa: F401
+from tests.unit.conductor.conftest import harness  # noqa: F401
+from tests.unit.conductor.conftest import sqlite_db  # noqa: F401
