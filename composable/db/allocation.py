@@ -15,9 +15,10 @@ transactions.
 
 Only this module writes the capacity counters (``pools.used``,
 ``memory_nodes.allocated_mb``), the extents a claim makes and the
-devices' ``lease_id``. Each ``*_once`` function (and create_in,
-create_failed_in, release_unbound_ident_in for a caller's transaction)
-is one attempt in one transaction; the allocator
+devices' ``lease_id``. Each ``*_once`` function is one attempt in one
+transaction (claim_batch_once runs several creates and quick releases in
+one: create_in, create_failed_in and release_unbound_ident_in are the
+parts of a transaction they share); the allocator
 (composable.conductor.allocator.claims) retries them when they lose a
 race (LostRace) or a deadlock, and decides what to do when they refuse.
 
@@ -107,6 +108,7 @@ import types
 from oslo_utils import uuidutils
 import sqlalchemy as sa
 
+from composable.common import context as composable_context
 from composable.common import exception
 from composable.common import media
 from composable.common import pool_fit
@@ -747,13 +749,6 @@ def create_in(session, context, values, action, check_fit=False,
         types.SimpleNamespace(**row), **parts)
 
 
-def savepoint(session, needed=True):
-    """A savepoint in ``session``'s transaction when ``needed`` (else a
-    context that does nothing): what runs inside it is undone alone when
-    it raises (the claim batches' leases of memory and devices)."""
-    return session.begin_nested() if needed else contextlib.nullcontext()
-
-
 def create_failed_in(session, context, values, action, fault):
     """Record a lease that could not be placed: alloc_failed, with
     ``fault``; (uuid, status, document)."""
@@ -973,6 +968,85 @@ def release_unbound_ident_once(context, ident, action):
     """release_unbound_ident_in in a transaction of its own."""
     with dbapi.writer(context) as session:
         return release_unbound_ident_in(session, context, ident, action)
+
+
+# ---------------------------------------------------------- claim batches
+# The claim lanes of a conductor (composable.conductor.allocator.batches)
+# run the creates and quick releases that arrived together in one
+# transaction, here.
+
+BATCH_CREATE = 'create'
+BATCH_RELEASE = 'release'
+
+
+class _RunAlone(object):
+    def __repr__(self):
+        return 'RUN_ALONE'
+
+
+# What claim_batch_once gives a member that is to be run again alone, in
+# a transaction of its own, to get its own answer.
+RUN_ALONE = _RunAlone()
+
+
+def _savepoint(session, needed=True):
+    """A savepoint in ``session``'s transaction when ``needed`` (else a
+    context that does nothing): what runs inside it is undone alone when
+    it raises (a batch's leases of memory and devices)."""
+    return session.begin_nested() if needed else contextlib.nullcontext()
+
+
+def _batch_member_in(session, kind, context, args):
+    """One member of a claim batch in ``session``'s transaction: its
+    result, or RUN_ALONE when it was refused before it changed anything.
+    Raises (LostRace, anything unexpected) when the whole transaction
+    must be rolled back."""
+    if kind == BATCH_RELEASE:
+        ident, action = args
+        try:
+            return release_unbound_ident_in(session, context, ident, action)
+        except (exception.NotFound, exception.Conflict):
+            # Refused before it changed anything: its own answer (404,
+            # 409) is given to it alone.
+            return RUN_ALONE
+    values, action, check_fit = args
+    both = bool(values.get('memory_mb') and (
+        values.get('device_count') or values.get('requested_devices')))
+    try:
+        # Memory claimed, then the devices found wanting: that memory
+        # claim is undone by rolling back to the savepoint.
+        with _savepoint(session, needed=both):
+            return create_in(session, context, values, action,
+                             check_fit=check_fit)
+    except exception.InsufficientCapacity as exc:
+        return create_failed_in(session, context, values, action,
+                                exc.message)
+    except exception.Invalid:
+        # Refused before anything was claimed: its 400 is given to it
+        # alone.
+        return RUN_ALONE
+    except LostRace:
+        if not both:
+            # Part of a claim may stand: the whole transaction goes.
+            raise
+        return RUN_ALONE
+
+
+def claim_batch_once(members):
+    """Run the claim batch ``members``, each (kind, context, args): kind
+    BATCH_CREATE with args (values, action, check_fit) as create_in
+    takes them, or BATCH_RELEASE with (ident, action) as
+    release_unbound_ident_in does, in one transaction. What each member
+    got, in order: create_in's, create_failed_in's (InsufficientCapacity)
+    or release_unbound_ident_in's result, or RUN_ALONE (a refusal, for
+    the member alone to hear). Raises, having committed nothing, on a
+    lost race of a claim part of which may stand, a deadlock (the caller
+    retries) or anything unexpected."""
+    # A context of its own: the members' contexts are the callers', and
+    # a context already in a transaction would join it.
+    with dbapi.writer(composable_context.get_admin_context()) as session:
+        return [_batch_member_in(session, kind, context, args)
+                for kind, context, args in members]
 
 
 def release_once(context, lease_id):

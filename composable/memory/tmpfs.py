@@ -47,7 +47,6 @@ deletes its target first) tmpfs frees the pages, and a new file -- the
 next lease's extent -- reads as zeros. There is nothing to overwrite.
 """
 
-import errno
 import os
 
 from oslo_log import log as logging
@@ -180,13 +179,13 @@ class TmpfsArea(object):
         try:
             result = self.ops.create_extent_file(self.path, name, size,
                                                  reserve)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
+        except priv_memory.MemoryNodeError as exc:
+            if exc.code is priv_memory.ErrorCode.NO_SPACE:
                 raise exception.DriverError(
                     reason='memory node %s cannot hold extent %s: %s' %
                            (self.node_name, extent['uuid'],
                             self._room_text(size)))
-            if exc.errno == errno.EEXIST:
+            if exc.code is priv_memory.ErrorCode.EXISTS:
                 raise exception.DriverError(
                     reason='memory node %s: the file of extent %s exists '
                            'with another size than %s MiB; scrub the '

@@ -37,6 +37,7 @@ import subprocess
 from oslo_log import log as logging
 
 from composable import privsep
+from composable.privsep import errors
 
 LOG = logging.getLogger(__name__)
 
@@ -53,6 +54,18 @@ PROC_SWAPS = '/proc/swaps'
 PROC_MOUNTS = '/proc/self/mounts'
 # swapon(8) accepts priorities from -1 to 32767.
 PRIORITY_RANGE = (-1, 32767)
+
+
+class ComputeError(errors.PrivilegedError):
+    """A privileged host-mode command was refused before it ran:
+    ``code`` (an ErrorCode, INVALID_ARGUMENT for a device or command
+    these functions do not take) says why, ``message`` in words. A
+    command that ran and failed is not an error: its exit code and
+    output are returned."""
+
+
+ErrorCode = errors.ErrorCode
+_typed = errors.typed(ComputeError)
 
 
 def secrets_of(argv):
@@ -139,6 +152,7 @@ def _block_device(device):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def iscsiadm(args, timeout=None):
     """Run ``iscsiadm -m node ...``."""
     _check_args(args)
@@ -149,6 +163,7 @@ def iscsiadm(args, timeout=None):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def mkswap(device, timeout=None):
     """Write a swap signature on a block device that is neither mounted
     nor swap already."""
@@ -161,6 +176,7 @@ def mkswap(device, timeout=None):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def swapon(device, priority, timeout=None):
     """``swapon -p priority device``."""
     real = _block_device(device)
@@ -172,6 +188,7 @@ def swapon(device, priority, timeout=None):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def swapoff(device, timeout=None):
     """``swapoff device``: it may take long, the pages come back into
     RAM."""

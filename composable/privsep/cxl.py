@@ -43,10 +43,13 @@ give it back
     decommitted, its target and decoder cleared, and deleted.
 
 Every name is checked before it becomes part of a path written to as
-root. Reading sysfs needs no privilege: the agent reads through the plain
-functions here; the writes, the overwrite and the read of other
-processes' ``numa_maps`` are ``@entrypoint`` functions run in the privsep
-daemon.
+root. Every ``@entrypoint`` function fails with one error type, CxlError,
+whose code (composable.privsep.errors.ErrorCode) the agent decides by: a
+kernel's refusal (an OSError) and a bad argument (ValueError) become one,
+code BUSY for EBUSY and so on. Reading sysfs needs no privilege: the
+agent reads through the plain functions here; the writes, the overwrite
+and the read of other processes' ``numa_maps`` are ``@entrypoint``
+functions run in the privsep daemon.
 
 ``ROOT`` and ``WRITER`` are fixed here; tests run these functions
 in-process against a fake sysfs tree whose writer emulates the kernel.
@@ -62,8 +65,19 @@ import sys
 import time
 
 from composable import privsep
+from composable.privsep import errors
 
 ROOT = '/'
+
+
+class CxlError(errors.PrivilegedError):
+    """A privileged CXL function failed: ``code`` (an
+    composable.privsep.errors.ErrorCode) says why, ``message`` in words.
+    Every ``@entrypoint`` function here raises only this."""
+
+
+ErrorCode = errors.ErrorCode
+_typed = errors.typed(CxlError)
 
 
 def _write(path, value):
@@ -359,8 +373,8 @@ def can_sanitize(memdev):
 
 def _dax_driver_name(driver):
     if driver not in ('device_dax', 'kmem'):
-        raise OSError(errno.EBUSY, 'the DAX device is held by driver %s, '
-                                   'not device_dax or kmem' % driver)
+        raise CxlError(ErrorCode.BUSY, 'the DAX device is held by driver '
+                       '%s, not device_dax or kmem' % driver)
     return driver
 
 
@@ -377,13 +391,13 @@ def _make_region(memdev, size):
     check_size(size)
     roots = root_decoders()
     if not roots:
-        raise OSError(errno.ENODEV, 'no root decoder can make RAM regions '
-                                    '(no create_ram_region file)')
+        raise CxlError(ErrorCode.NO_DEVICE, 'no root decoder can make RAM '
+                       'regions (no create_ram_region file)')
     free = [d for d in endpoint_decoders(memdev)
             if _int(_read(CXL, 'devices', d, 'dpa_size'), 0) == 0]
     if not free:
-        raise OSError(errno.ENOSPC, 'memory device %s has no free '
-                                    'endpoint decoder' % memdev)
+        raise CxlError(ErrorCode.NO_SPACE, 'memory device %s has no free '
+                       'endpoint decoder' % memdev)
     decoder, root = free[0], roots[0]
     _put('ram', CXL, 'devices', decoder, 'mode')
     _put(str(size), CXL, 'devices', decoder, 'dpa_size')
@@ -402,6 +416,7 @@ def _make_region(memdev, size):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def make_region(memdev, size):
     """Make and enable a RAM region of ``size`` bytes on ``memdev``;
     ``{'region', 'decoder', 'root_decoder'}``."""
@@ -411,8 +426,8 @@ def make_region(memdev, size):
 def _online_region(region):
     dax = dax_of(region)
     if dax is None:
-        raise OSError(errno.ENODEV, 'region %s has no DAX device (is it '
-                                    'enabled?)' % region)
+        raise CxlError(ErrorCode.NO_DEVICE, 'region %s has no DAX device '
+                       '(is it enabled?)' % region)
     driver = dax_driver(dax)
     if driver != 'kmem':
         if driver is not None:
@@ -433,6 +448,7 @@ def _online_region(region):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def online_region(region):
     """Put the region's DAX device in kmem and online its memory
     movable; ``{'dax', 'numa_node', 'blocks'}``."""
@@ -457,6 +473,7 @@ def _offline_region(region, timeout):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def offline_region(region, timeout=None):
     """Offline every memory block of the region, each given ``timeout``
     seconds; the blocks the kernel could not offline (their pages could
@@ -466,6 +483,7 @@ def offline_region(region, timeout=None):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def online_blocks(blocks):
     """Online ``blocks`` movable again (an offline that could not finish
     gives back what it took)."""
@@ -493,6 +511,7 @@ def _release_dax(region):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def release_dax(region):
     """Take the region's DAX device from kmem (its blocks offline) back
     to device_dax, so it can be overwritten."""
@@ -502,7 +521,8 @@ def release_dax(region):
 def _overwrite(dax):
     size = _int(_read(DAX, 'devices', dax, 'size'), 0)
     if not size:
-        raise OSError(errno.ENODEV, 'DAX device %s has no size' % dax)
+        raise CxlError(ErrorCode.NO_DEVICE, 'DAX device %s has no size'
+                       % dax)
     zeros = bytes(SLICE)
     fd = os.open(path('dev', dax), os.O_RDWR)
     try:
@@ -524,16 +544,18 @@ def _overwrite(dax):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def overwrite(region):
     """Write zeros over all of the region's memory through its DAX
     device (bound to device_dax); the bytes written."""
     dax = dax_of(check_name(region))
     if dax is None:
-        raise OSError(errno.ENODEV, 'region %s has no DAX device' % region)
+        raise CxlError(ErrorCode.NO_DEVICE, 'region %s has no DAX device'
+                       % region)
     if dax_driver(dax) != 'device_dax':
-        raise OSError(errno.EBUSY, 'DAX device %s of region %s is not '
-                                   'with device_dax (%s)' %
-                      (dax, region, dax_driver(dax)))
+        raise CxlError(ErrorCode.BUSY, 'DAX device %s of region %s is not '
+                                       'with device_dax (%s)' %
+                       (dax, region, dax_driver(dax)))
     return _overwrite(dax)
 
 
@@ -555,6 +577,7 @@ def _destroy_region(region, decoder, root_decoder):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def destroy_region(region, decoder, root_decoder):
     """Disable and delete the region and free its decoder's capacity;
     what is already gone is skipped."""
@@ -562,6 +585,7 @@ def destroy_region(region, decoder, root_decoder):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def release_idle_decoders(memdev):
     """Free the capacity of the endpoint decoders of ``memdev`` that
     hold some (``dpa_size``) but are no region's target: left by a region
@@ -581,6 +605,7 @@ def release_idle_decoders(memdev):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def sanitize(memdev, timeout=None):
     """Run the device's sanitize (every byte of its media erased) and
     wait until it is over; refused by the kernel while a region maps the
@@ -591,13 +616,14 @@ def sanitize(memdev, timeout=None):
     deadline = time.monotonic() + timeout
     while _read(CXL, 'devices', memdev, 'security', 'state') == 'sanitize':
         if time.monotonic() > deadline:
-            raise OSError(errno.ETIMEDOUT, 'the sanitize of %s did not end '
-                                           'in %d seconds' %
-                          (memdev, timeout))
+            raise CxlError(ErrorCode.TIMED_OUT, 'the sanitize of %s did '
+                                                'not end in %d seconds' %
+                           (memdev, timeout))
         time.sleep(0.1)
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def page_holders(node, limit=10):
     """The processes holding the most pages on NUMA node ``node``, from
     /proc/*/numa_maps: [(pid, command, pages)], most pages first."""

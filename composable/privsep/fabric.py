@@ -46,6 +46,7 @@ from oslo_log import log as logging
 
 from composable import conf
 from composable import privsep
+from composable.privsep import errors
 
 LOG = logging.getLogger(__name__)
 
@@ -86,6 +87,17 @@ COMMANDS = {
     ('port_unbind',): {'-p': _INT, '-l': _INT},
     ('port_bind_info',): {'-f': _INT},
 }
+
+
+class FabricError(errors.PrivilegedError):
+    """The privileged switchtec command was refused before it ran:
+    ``code`` (an ErrorCode, INVALID_ARGUMENT for a command it does not
+    run) says why, ``message`` in words. A command that ran and failed
+    is not an error: its exit code and output are returned."""
+
+
+ErrorCode = errors.ErrorCode
+_typed = errors.typed(FabricError)
 
 
 def configured_command():
@@ -183,6 +195,7 @@ def run_switchtec(argv, timeout=None):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def switchtec(argv, timeout=None):
     """Run one switchtec CLI command; ``(exit_code, stdout, stderr)``."""
     return run_switchtec(argv, timeout)

@@ -14,15 +14,18 @@
 ``composable.privsep.memory.lio_*`` functions run inside the privsep
 daemon (composable.memory.exporters.lio describes the targets it builds).
 
-A helper of the privileged side: it imports nothing of composable, and
-its failures are :class:`LioError`, which crosses the privsep channel as
-it is (rtslib's own exceptions may not exist on the other side) and which
-the exporter turns into a DriverError.
+A helper of the privileged side: it imports nothing of composable but
+composable.privsep.errors, and its failures are :class:`LioError`, with
+a code (composable.privsep.errors.ErrorCode), which crosses the privsep
+channel as it is (rtslib's own exceptions may not exist on the other
+side) and which the exporter turns into a DriverError.
 """
 
 import importlib
 
 from oslo_log import log as logging
+
+from composable.privsep import errors
 
 LOG = logging.getLogger(__name__)
 
@@ -31,8 +34,12 @@ TPG_TAG = 1
 BACKSTORE_PREFIX = 'composable-'
 
 
-class LioError(Exception):
-    """LIO refused or failed; the message says why, never a secret."""
+class LioError(errors.PrivilegedError):
+    """LIO refused or failed: ``code`` says why, the message says it in
+    words, never with a secret."""
+
+
+ErrorCode = errors.ErrorCode
 
 
 def load_rtslib():
@@ -40,7 +47,8 @@ def load_rtslib():
     try:
         return importlib.import_module('rtslib_fb')
     except ImportError:
-        raise LioError('the lio memory exporter needs rtslib-fb (python3-'
+        raise LioError(ErrorCode.NOT_INSTALLED,
+                       'the lio memory exporter needs rtslib-fb (python3-'
                        'rtslib-fb or "pip install rtslib-fb") on the memory '
                        'node')
 
@@ -129,6 +137,7 @@ class LioConfig(object):
                 portal.iser = bool(iser)
             except rts.RTSLibError as exc:
                 raise LioError(
+                    ErrorCode.REFUSED,
                     'cannot %s iSER on portal %s:%s (%s); load the '
                     'ib_isert module and check the RDMA NIC' %
                     ('enable' if iser else 'disable', ip, port, exc))
@@ -147,8 +156,8 @@ class LioConfig(object):
             so.delete()
             found = True
         if self._find_target(root, iqn) is not None:
-            raise LioError('LIO target %s is still there after its removal'
-                           % iqn)
+            raise LioError(ErrorCode.BUSY, 'LIO target %s is still there '
+                           'after its removal' % iqn)
         return found
 
     def holders(self, path):

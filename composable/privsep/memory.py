@@ -20,9 +20,14 @@ separator, or a symlink in place of a file, is refused.
 CHAP passwords reach ``tgtadm`` only as arguments; every command that is
 logged, or that appears in an error, has the value after ``--password``
 masked.
+
+The ``@entrypoint`` functions fail with one error type each, with a code
+(composable.privsep.errors.ErrorCode) the callers decide by: the tmpfs
+and extent file ones with MemoryNodeError (NO_SPACE when the area cannot
+hold a file's pages, EXISTS for a file of another size, ...), the LIO
+ones with composable.privsep.lio.LioError.
 """
 
-import errno
 import os
 import re
 import stat
@@ -31,6 +36,7 @@ import subprocess
 from oslo_log import log as logging
 
 from composable import privsep
+from composable.privsep import errors
 from composable.privsep import lio as priv_lio
 
 LOG = logging.getLogger(__name__)
@@ -42,6 +48,16 @@ TGTADM_TIMEOUT = 60
 MOUNT_TIMEOUT = 60
 
 _NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,200}')
+
+
+class MemoryNodeError(errors.PrivilegedError):
+    """A privileged tmpfs or extent file function failed: ``code`` (an
+    ErrorCode) says why, ``message`` in words."""
+
+
+ErrorCode = errors.ErrorCode
+_typed = errors.typed(MemoryNodeError)
+_lio_typed = errors.typed(priv_lio.LioError)
 
 
 def masked_command(argv):
@@ -73,6 +89,7 @@ def _check_args(args):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def tgtadm(args):
     """Run ``tgtadm *args``; return ``(exit_code, stdout, stderr)``.
 
@@ -124,6 +141,7 @@ def _stat_dict(name, st):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def mount_tmpfs(path, size_mb):
     """Mount a tmpfs of ``size_mb`` MiB (0: the kernel's default) on
     ``path`` unless one is already there. Returns True if it mounted."""
@@ -140,12 +158,14 @@ def mount_tmpfs(path, size_mb):
     rc, _out, err = _run(['mount', '-t', 'tmpfs', '-o', options,
                           'composable-memory', path], MOUNT_TIMEOUT)
     if rc != 0:
-        raise OSError(errno.EIO, 'mount of a tmpfs on %s failed (exit %s): '
-                      '%s' % (path, rc, err.strip()))
+        raise MemoryNodeError(ErrorCode.REFUSED,
+                              'mount of a tmpfs on %s failed (exit %s): '
+                              '%s' % (path, rc, err.strip()))
     return True
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def create_extent_file(directory, name, size_bytes, reserve=True):
     """Create (or find) the extent file ``directory/name`` of exactly
     ``size_bytes``.
@@ -175,13 +195,14 @@ def create_extent_file(directory, name, size_bytes, reserve=True):
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise OSError(errno.EINVAL,
-                              '%s/%s is not a regular file' %
-                              (directory, name))
+                raise MemoryNodeError(ErrorCode.WRONG_TYPE,
+                                      '%s/%s is not a regular file' %
+                                      (directory, name))
             if not created and st.st_size != size_bytes:
-                raise OSError(errno.EEXIST,
-                              '%s/%s exists with %d bytes, not %d' %
-                              (directory, name, st.st_size, size_bytes))
+                raise MemoryNodeError(ErrorCode.EXISTS,
+                                      '%s/%s exists with %d bytes, not %d' %
+                                      (directory, name, st.st_size,
+                                       size_bytes))
             try:
                 if reserve and (created or
                                 st.st_blocks * 512 < size_bytes):
@@ -201,6 +222,7 @@ def create_extent_file(directory, name, size_bytes, reserve=True):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def remove_extent_file(directory, name):
     """Remove ``directory/name``; True if it was there. tmpfs frees the
     pages as soon as nobody holds the file open."""
@@ -212,8 +234,8 @@ def remove_extent_file(directory, name):
         except FileNotFoundError:
             return False
         if stat.S_ISDIR(st.st_mode):
-            raise OSError(errno.EISDIR, '%s/%s is a directory' %
-                          (directory, name))
+            raise MemoryNodeError(ErrorCode.WRONG_TYPE,
+                                  '%s/%s is a directory' % (directory, name))
         try:
             os.unlink(name, dir_fd=dfd)
         except FileNotFoundError:
@@ -224,6 +246,7 @@ def remove_extent_file(directory, name):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def stat_extent_file(directory, name):
     """The stat dict of ``directory/name``, or None if it is absent."""
     _check_name(name)
@@ -239,6 +262,7 @@ def stat_extent_file(directory, name):
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_typed
 def list_extent_files(directory, prefix):
     """Stat dicts of the regular files in ``directory`` whose names start
     with ``prefix``."""
@@ -268,10 +292,11 @@ def _lio(call, *args):
     except rtslib.RTSLibError as exc:
         # rtslib's exceptions may not exist on the other side of the
         # privsep channel, and their text never carries CHAP secrets.
-        raise priv_lio.LioError('LIO: %s' % exc)
+        raise priv_lio.LioError(ErrorCode.REFUSED, 'LIO: %s' % exc)
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_lio_typed
 def lio_export(iqn, path, size_bytes, initiator_iqn, user, password, ip,
                port, iser):
     """Create or update the LIO target of an extent (see
@@ -281,18 +306,21 @@ def lio_export(iqn, path, size_bytes, initiator_iqn, user, password, ip,
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_lio_typed
 def lio_unexport(iqn):
     """Remove the LIO target and backstore of an extent."""
     return _lio(priv_lio.LioConfig.unexport, iqn)
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_lio_typed
 def lio_holders(path):
     """Names of the LIO backstores serving ``path``."""
     return _lio(priv_lio.LioConfig.holders, path)
 
 
 @privsep.sys_admin_pctxt.entrypoint
+@_lio_typed
 def lio_target_names():
     """The IQNs of every LIO iSCSI target."""
     return _lio(priv_lio.LioConfig.target_names)

@@ -17,7 +17,8 @@ their source (every import statement, those inside functions included).
 * Only the database layer (composable/db/) touches the tables: no module
   outside it imports sqlalchemy (any of its modules), oslo_db.sqlalchemy
   or composable.db.models. Queries, locks and transactions are functions
-  of composable.db; the rest calls them.
+  of composable.db; the rest calls them, and neither opens a transaction
+  (writer, reader, the engine) nor hands a session to one of them.
 * The privileged modules (composable/privsep/) are leaves: besides the
   standard library and third-party packages they import only each other,
   composable.conf (the option declarations the privsep daemon reads
@@ -235,6 +236,140 @@ def test_only_the_database_layer_imports_sqlalchemy_or_the_models():
     # And the database layer itself does import them (the check looks).
     assert db_only_imports('composable.db.allocation',
                            modules['composable.db.allocation'])
+
+
+# The database layer's doors to a transaction: opening one (writer,
+# reader, the engine), and every function of composable.db that runs in
+# a transaction its caller holds (its first parameter is that session).
+# Outside composable/db/ none is used and no session is passed along: a
+# caller asks for what it needs and composable.db runs it in one
+# transaction (the claim batches: composable.db.allocation.
+# claim_batch_once).
+TRANSACTION_OPENERS = ('writer', 'reader', 'get_engine', 'reset_facade')
+
+
+def session_helpers(modules):
+    """{db module: names of its transaction helpers}: TRANSACTION_OPENERS
+    where it defines them, and its public functions whose first
+    parameter is ``session``."""
+    helpers = {}
+    for module, path in modules.items():
+        if _outside(module, DB_LAYER):
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        names = set()
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or \
+                    node.name.startswith('_'):
+                continue
+            first = node.args.args[0].arg if node.args.args else None
+            if node.name in TRANSACTION_OPENERS or first == 'session':
+                names.add(node.name)
+        helpers[module] = names
+    return helpers
+
+
+def session_helper_uses(module, path, helpers):
+    """(line, text) of every use, in the source at ``path`` (module
+    ``module``), of a transaction helper of ``helpers`` (see
+    session_helpers): ``db_api.writer``, ``from composable.db.api import
+    writer``, ``composable.db.allocation.create_in``, and any call of a
+    db module's function with a ``session`` argument."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    # Local name -> the db module it stands for.
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in helpers:
+                    if alias.asname:
+                        aliases[alias.asname] = alias.name
+                    else:
+                        # import composable.db.api: used by its full name.
+                        aliases[alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                package = _package_of(module, path)
+                for _ in range(node.level - 1):
+                    package = package.rpartition('.')[0]
+                base = '.'.join(p for p in (package, base) if p)
+            for alias in node.names:
+                full = '%s.%s' % (base, alias.name)
+                if full in helpers:
+                    aliases[alias.asname or alias.name] = full
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                package = _package_of(module, path)
+                for _ in range(node.level - 1):
+                    package = package.rpartition('.')[0]
+                base = '.'.join(p for p in (package, base) if p)
+            found.extend((node.lineno, '%s.%s' % (base, alias.name))
+                         for alias in node.names
+                         if alias.name in helpers.get(base, ()))
+        elif isinstance(node, ast.Attribute):
+            owner = aliases.get(ast.unparse(node.value))
+            if owner and node.attr in helpers[owner]:
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and \
+                isinstance(node.func, ast.Attribute) and \
+                aliases.get(ast.unparse(node.func.value)) and \
+                any(k.arg == 'session' for k in node.keywords):
+            found.append((node.lineno, ast.unparse(node.func) +
+                          '(session=...)'))
+    return sorted(set(found))
+
+
+def test_the_session_helper_finder_finds_them(tmp_path):
+    db_dir = tmp_path / 'db'
+    db_dir.mkdir()
+    (db_dir / 'api.py').write_text(
+        'def writer(context):\n    pass\n'
+        'def lease_get(context, ident, session=None):\n    pass\n'
+        'def lock_pool(session, pool_id):\n    pass\n'
+        'def _private(session):\n    pass\n')
+    helpers = session_helpers({'composable.db.api': str(db_dir / 'api.py'),
+                               'composable.other': str(db_dir / 'api.py')})
+    assert helpers == {'composable.db.api': {'writer', 'lock_pool'}}
+    path = tmp_path / 'm.py'
+    path.write_text('from composable.db import api as db_api\n'
+                    'from composable.db.api import writer\n'
+                    'import composable.db.api\n'
+                    'def f(context, s):\n'
+                    '    db_api.lease_get(context, "x")\n'
+                    '    with db_api.writer(context) as session:\n'
+                    '        db_api.lock_pool(session, 1)\n'
+                    '        db_api.lease_get(context, "x", session=s)\n'
+                    '    composable.db.api.writer(context)\n'
+                    '    other.writer(context)\n')
+    assert session_helper_uses('composable.conductor.x', str(path),
+                               helpers) == [
+        (2, 'composable.db.api.writer'),
+        (6, 'db_api.writer'), (7, 'db_api.lock_pool'),
+        (8, 'db_api.lease_get(session=...)'),
+        (9, 'composable.db.api.writer')]
+
+
+def test_only_the_database_layer_opens_or_shares_a_transaction():
+    modules = _modules()
+    helpers = session_helpers(modules)
+    # The finder knows the doors (the check looks).
+    assert {'writer', 'reader', 'get_engine'} <= helpers['composable.db.api']
+    assert {'create_in', 'release_unbound_ident_in'} <= helpers[
+        'composable.db.allocation']
+    wrong = {}
+    for module, path in sorted(modules.items()):
+        if not _outside(module, DB_LAYER):
+            continue
+        found = session_helper_uses(module, path, helpers)
+        if found:
+            wrong[module] = found
+    assert wrong == {}
 
 
 # Below the privileged modules: leaves of the standard library only.

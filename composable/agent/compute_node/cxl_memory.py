@@ -48,7 +48,6 @@ the next start (or the lease's next bind or unbind) tries again.
 The privileged side is composable.privsep.cxl.
 """
 
-import errno
 import json
 import os
 import threading
@@ -259,11 +258,11 @@ class CxlHostMemory(object):
             restore = record['step'] == ONLINE
             try:
                 made = self.ops.make_region(memdev, record['size'])
-            except (OSError, ValueError) as exc:
+            except priv_cxl.CxlError as exc:
                 reason = ('making region %d of %d again on CXL memory device '
                           '%s (%s) after the host restarted failed: %s' % (
                               position + 1, len(found), record['device'],
-                              memdev, getattr(exc, 'strerror', None) or exc))
+                              memdev, exc.message))
                 LOG.error(reason)
                 # The order decides what memory each region covers: the
                 # later ones wait for the next try.
@@ -481,7 +480,8 @@ class CxlHostMemory(object):
             node = online.get('numa_node')
             record.update(step=ONLINE, numa_node=node, dax=online['dax'])
             self.records.put(key, record)
-        except (OSError, ValueError, exception.DriverError) as exc:
+        except (priv_cxl.CxlError, OSError, exception.DriverError) as exc:
+            # OSError: the region records' file could not be written.
             reason = getattr(exc, 'message', None) or str(exc)
             LOG.error('Making a region of %(size)d MiB on CXL memory device '
                       '%(device)s (%(memdev)s) failed: %(reason)s',
@@ -564,7 +564,7 @@ class CxlHostMemory(object):
         # the node, and say who holds the pages.
         try:
             self.ops.online_blocks(busy)
-        except OSError:
+        except priv_cxl.CxlError:
             pass
         self.ops.online_region(region)
         node = record.get('numa_node')
@@ -593,8 +593,9 @@ class CxlHostMemory(object):
         online), erase, destroy; the record goes once it is all done."""
         try:
             self._teardown_steps(key, record)
-        except OSError as exc:
-            if exc.errno == errno.EBUSY and record['step'] == SCRUBBED:
+        except priv_cxl.CxlError as exc:
+            if exc.code is priv_cxl.ErrorCode.BUSY and \
+                    record['step'] == SCRUBBED:
                 # Linux resets a device's HDM decoders in the reverse of
                 # the order they were committed: a region made before
                 # another on the same device can only go after it.
@@ -603,8 +604,12 @@ class CxlHostMemory(object):
                     'the kernel frees a device\'s decoders last-made '
                     'first: it stays until the regions made after it on '
                     'that device are given back; unbind again then (%s)'
-                    % (record.get('region'), record['device'],
-                       exc.strerror or exc))
+                    % (record.get('region'), record['device'], exc.message))
+            raise _error('giving back CXL region %s of device %s failed: %s'
+                         % (record.get('region'), record['device'],
+                            exc.message))
+        except OSError as exc:
+            # The region records' file could not be written.
             raise _error('giving back CXL region %s of device %s failed: %s'
                          % (record.get('region'), record['device'],
                             exc.strerror or exc))

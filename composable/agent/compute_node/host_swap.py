@@ -155,7 +155,8 @@ class PrivsepRunner(object):
         LOG.debug('Running %s', shown)
         try:
             result = self._dispatch(argv, timeout)
-        except (ValueError, TypeError) as exc:
+        except (priv_compute.ComputeError, ValueError) as exc:
+            # ValueError: a swap priority that is not a number.
             raise exception.DriverError(
                 reason='refused to run %s as root: %s' % (
                     shown, _mask(exc, secrets)))

@@ -21,7 +21,8 @@ commits, and that caps how many leases a pool can give out per second
 whatever the CPUs could do.
 
 So each conductor hands its creates and quick releases to a claim
-thread, which runs those that arrived together in one transaction: a
+thread, which runs those that arrived together in one transaction
+(composable.db.allocation.claim_batch_once, the database layer's): a
 lease that cannot be placed (or a release refused) changes nothing and
 the others stand; one commit makes them all durable. A request that finds
 the thread idle runs at once, alone: under light load nothing waits for a
@@ -60,8 +61,6 @@ import threading
 
 from oslo_log import log as logging
 
-from composable.common import context as composable_context
-from composable.common import exception
 from composable.conductor.allocator import claims as allocator
 from composable import conf
 from composable.db import allocation
@@ -70,8 +69,8 @@ from composable.db import api as db_api
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
-CREATE = 'create'
-RELEASE = 'release'
+CREATE = allocation.BATCH_CREATE
+RELEASE = allocation.BATCH_RELEASE
 
 
 class _Request(object):
@@ -82,9 +81,6 @@ class _Request(object):
         self.done = threading.Event()
         self.result = None
         self.error = None
-        # Set while a batch transaction runs; kept only once it commits.
-        self.pending = None
-        self.alone = False
 
     def finish(self, result=None, error=None):
         self.result, self.error = result, error
@@ -247,64 +243,21 @@ class ClaimLane(object):
             self._alone(batch[0])
             return
         try:
-            db_api.retry_on_deadlock(self._once)(batch)
+            outcomes = db_api.retry_on_deadlock(allocation.claim_batch_once)(
+                [(request.kind, request.context, request.args)
+                 for request in batch])
         except Exception as exc:
             # The transaction is gone: every request runs again alone,
             # with the allocator's own retries, so that one request's
             # trouble is reported to that request only.
             LOG.warning('A batch of %(n)d claims failed (%(err)s); running '
                         'them one by one', {'n': len(batch), 'err': exc})
-            for request in batch:
-                request.pending = None
-                request.alone = True
-        for request in batch:
-            if request.alone:
+            outcomes = [allocation.RUN_ALONE] * len(batch)
+        for request, outcome in zip(batch, outcomes):
+            if outcome is allocation.RUN_ALONE:
                 self._alone(request)
             else:
-                request.finish(result=request.pending)
-
-    def _once(self, batch):
-        for request in batch:
-            request.pending = None
-            request.alone = False
-        admin = composable_context.get_admin_context()
-        with db_api.writer(admin) as session:
-            for request in batch:
-                self._in_batch(session, request)
-
-    def _in_batch(self, session, request):
-        context = request.context
-        if request.kind == RELEASE:
-            ident, action = request.args
-            try:
-                request.pending = allocation.release_unbound_ident_in(
-                    session, context, ident, action)
-            except (exception.NotFound, exception.Conflict):
-                # Refused before it changed anything: its own answer
-                # (404, 409) is given to it alone.
-                request.alone = True
-            return
-        values, action, check_fit = request.args
-        both = bool(values.get('memory_mb') and (
-            values.get('device_count') or values.get('requested_devices')))
-        try:
-            # Memory claimed, then the devices found wanting: that memory
-            # claim is undone by rolling back to the savepoint.
-            with allocation.savepoint(session, needed=both):
-                request.pending = allocation.create_in(
-                    session, context, values, action, check_fit=check_fit)
-        except exception.InsufficientCapacity as exc:
-            request.pending = allocation.create_failed_in(
-                session, context, values, action, exc.message)
-        except exception.Invalid:
-            # Refused before anything was claimed: its 400 is given to it
-            # alone.
-            request.alone = True
-        except allocation.LostRace:
-            if not both:
-                # Part of a claim may stand: the whole transaction goes.
-                raise
-            request.alone = True
+                request.finish(result=outcome)
 
     def _alone(self, request):
         try:

@@ -95,7 +95,7 @@ class SwitchtecCli(object):
         what = self._what(argv)
         try:
             rc, out, err = self._runner(full, self.timeout)
-        except (ValueError, TypeError) as exc:
+        except priv_fabric.FabricError as exc:
             # Refused by the privileged side before anything ran.
             raise exception.DriverError(
                 reason='%s was refused: %s' % (what, exc))

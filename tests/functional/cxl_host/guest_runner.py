@@ -14,15 +14,19 @@
 of ``composable/privsep/cxl.py`` over the guest's second serial port.
 
 The guest holds this file as ``/opt/composable/guest_runner.py`` and
-the module unchanged at ``/opt/composable/composable/privsep/cxl.py``;
-beside it, a stand-in
+the module unchanged at ``/opt/composable/composable/privsep/cxl.py``
+(and its errors.py); beside it, a stand-in
 ``composable/privsep/__init__.py`` whose ``entrypoint`` is the function
 itself (in the guest the caller is already root, as the privsep daemon
 is on a host). One JSON object a line each way::
 
     -> {"id": 1, "call": "make_region", "args": ["mem0", 268435456]}
     <- {"id": 1, "result": {"region": "region0", ...}}
-    <- {"id": 1, "error": {"type": "OSError", "errno": 16, "message": ...}}
+    <- {"id": 1, "error": {"type": "CxlError", "code": "busy",
+                           "message": ...}}
+
+(``type`` OSError with its ``errno``, or another exception's name, for
+the test's own functions below and the module's plain readers.)
 
 Besides the module's functions it answers ``dax_write`` and ``dax_find``
 (the test's own view of a DAX device's bytes), ``numa_fill`` (memory
@@ -279,6 +283,10 @@ def answer(request):
         if isinstance(result, tuple):
             result = list(result)
         return {'id': request['id'], 'result': result}
+    except cxl.CxlError as exc:
+        return {'id': request.get('id'),
+                'error': {'type': 'CxlError', 'code': exc.code.value,
+                          'errno': None, 'message': exc.message}}
     except OSError as exc:
         return {'id': request.get('id'),
                 'error': {'type': 'OSError', 'errno': exc.errno,

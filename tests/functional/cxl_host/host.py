@@ -27,8 +27,8 @@ plays no part).
 In the initramfs: busybox, the kernel's CXL and DAX modules (cxl_acpi,
 cxl_pci, cxl_mem, device_dax, dax_cxl, kmem), the host's Python with the
 standard library files the runner needs, ``composable/privsep/cxl.py``
-as it is in this tree and ``guest_runner.py``, which serves that
-module's calls on the second serial port. The host side is
+and ``errors.py`` as they are in this tree and ``guest_runner.py``,
+which serves that module's calls on the second serial port. The host side is
 ``CxlGuest.ops``: an object with the module's functions that run in the
 guest, given to the agent's ``CxlHostMemory`` in place of the privsep
 module, so the agent's own code drives the guest's real kernel.
@@ -53,6 +53,8 @@ from tests.functional.guest import build
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 CXL_MODULE = os.path.join(REPO, 'composable', 'privsep', 'cxl.py')
+# Its error type's base (standard library only, as cxl.py).
+ERRORS_MODULE = os.path.join(REPO, 'composable', 'privsep', 'errors.py')
 RUNNER = os.path.join(HERE, 'guest_runner.py')
 PREFIX_TOOL = os.path.join(REPO, 'tools', 'cxl-host-prefix.sh')
 DEFAULT_PREFIX = '/var/tmp/composable-cxl-host'
@@ -147,6 +149,7 @@ def _stage(where):
     with open(os.path.join(privsep, '__init__.py'), 'w') as f:
         f.write(PRIVSEP_STAND_IN)
     shutil.copy(CXL_MODULE, os.path.join(privsep, 'cxl.py'))
+    shutil.copy(ERRORS_MODULE, os.path.join(privsep, 'errors.py'))
     shutil.copy(RUNNER, os.path.join(where, 'guest_runner.py'))
 
 
@@ -190,7 +193,7 @@ def _initramfs(moddir, python_files):
 def _cache_key(vmlinuz, python_files):
     digest = hashlib.sha256(b'cxl-host\0')
     digest.update(INIT_SCRIPT.encode() + PRIVSEP_STAND_IN.encode())
-    for path in (CXL_MODULE, RUNNER):
+    for path in (CXL_MODULE, ERRORS_MODULE, RUNNER):
         with open(path, 'rb') as f:
             digest.update(f.read())
     for path in [vmlinuz, build.BUSYBOX, PYTHON] + list(python_files):
@@ -333,6 +336,10 @@ class CxlGuest(object):
                 break
         if 'error' in answer:
             error = answer['error']
+            if error.get('code') is not None:
+                # The module's own error: its code, as the privsep
+                # client raises it on a host.
+                raise priv_cxl.CxlError(error['code'], error['message'])
             if error['type'] == 'OSError':
                 raise OSError(error['errno'], error['message'])
             if error['type'] == 'ValueError':

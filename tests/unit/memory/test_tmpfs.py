@@ -30,6 +30,22 @@ CONF = conf.CONF
 MiB = 1024 * 1024
 
 
+INVALID = priv_memory.ErrorCode.INVALID_ARGUMENT
+# O_DIRECTORY | O_NOFOLLOW on a symbolic link: ENOTDIR.
+LINK_DIR = priv_memory.ErrorCode.WRONG_TYPE
+
+
+def _refused(code, call, *args):
+    """The message of the MemoryNodeError of ``code`` that ``call``
+    refuses ``args`` with; its arguments are what crosses the privsep
+    channel."""
+    with pytest.raises(priv_memory.MemoryNodeError) as caught:
+        call(*args)
+    assert caught.value.code is code, caught.value.message
+    assert caught.value.args == (code.value, caught.value.message)
+    return caught.value.message
+
+
 def test_create_reserves_the_memory(area):
     extent = make_extent(size_mb=3)
     path = area.create(extent)
@@ -146,7 +162,8 @@ class FakeOps(object):
 
 def test_enospc_from_fallocate_is_explained(tmp_path, monkeypatch):
     area = tmpfs.TmpfsArea(path=str(tmp_path), require_tmpfs=False,
-                           ops=FakeOps(OSError(errno.ENOSPC, 'No space')))
+                           ops=FakeOps(priv_memory.MemoryNodeError(
+                               priv_memory.ErrorCode.NO_SPACE, 'No space')))
     monkeypatch.setattr(tmpfs, 'mem_available_bytes', lambda: None)
     with pytest.raises(exception.DriverError) as err:
         area.create(make_extent(size_mb=1))
@@ -156,7 +173,9 @@ def test_enospc_from_fallocate_is_explained(tmp_path, monkeypatch):
 
 def test_other_create_errors_are_wrapped(tmp_path):
     area = tmpfs.TmpfsArea(path=str(tmp_path), require_tmpfs=False,
-                           ops=FakeOps(OSError(errno.EACCES, 'denied')))
+                           ops=FakeOps(priv_memory.MemoryNodeError(
+                               priv_memory.ErrorCode.NOT_PERMITTED,
+                               'denied')))
     with pytest.raises(exception.DriverError, match='could not create'):
         area.create(make_extent(size_mb=1))
 
@@ -299,15 +318,14 @@ def test_mem_available(tmp_path):
 @pytest.mark.parametrize('name', ['../etc/passwd', 'a/b', '', '.hidden',
                                   'x' * 300, 'extent-\n'])
 def test_bad_names_are_refused(tmp_path, privsep_in_process, name):
-    with pytest.raises(ValueError):
-        priv_memory.create_extent_file(str(tmp_path), name, MiB)
-    with pytest.raises(ValueError):
-        priv_memory.remove_extent_file(str(tmp_path), name)
+    _refused(INVALID, priv_memory.create_extent_file, str(tmp_path), name,
+             MiB)
+    _refused(INVALID, priv_memory.remove_extent_file, str(tmp_path), name)
 
 
 def test_relative_directory_is_refused(privsep_in_process):
-    with pytest.raises(ValueError):
-        priv_memory.create_extent_file('relative/dir', 'extent-1', MiB)
+    _refused(INVALID, priv_memory.create_extent_file, 'relative/dir',
+             'extent-1', MiB)
 
 
 def test_symlinks_are_not_followed(tmp_path, privsep_in_process):
@@ -316,27 +334,28 @@ def test_symlinks_are_not_followed(tmp_path, privsep_in_process):
     area_dir = tmp_path / 'area'
     area_dir.mkdir()
     (area_dir / 'extent-1').symlink_to(victim)
-    with pytest.raises(OSError):
-        priv_memory.create_extent_file(str(area_dir), 'extent-1', MiB)
+    # The kernel's ELOOP (O_NOFOLLOW).
+    assert 'Too many levels of symbolic links' in _refused(
+        priv_memory.ErrorCode.OS_ERROR, priv_memory.create_extent_file,
+        str(area_dir), 'extent-1', MiB)
     assert victim.read_text() == 'keep me'
     # Removing the link removes the link, not its target.
     assert priv_memory.remove_extent_file(str(area_dir), 'extent-1')
     assert victim.read_text() == 'keep me'
     # A symlinked area directory is refused.
     (tmp_path / 'link').symlink_to(area_dir)
-    with pytest.raises(OSError):
-        priv_memory.create_extent_file(str(tmp_path / 'link'), 'extent-2',
-                                       MiB)
+    _refused(LINK_DIR, priv_memory.create_extent_file,
+             str(tmp_path / 'link'), 'extent-2', MiB)
 
 
 def test_size_must_be_positive(tmp_path, privsep_in_process):
-    with pytest.raises(ValueError):
-        priv_memory.create_extent_file(str(tmp_path), 'extent-1', 0)
+    _refused(INVALID, priv_memory.create_extent_file, str(tmp_path),
+             'extent-1', 0)
 
 
 def test_list_skips_directories(tmp_path, privsep_in_process):
     (tmp_path / ('extent-' + str(uuid.uuid4()))).mkdir()
     assert priv_memory.list_extent_files(str(tmp_path), 'extent-') == []
-    with pytest.raises(OSError):
-        priv_memory.remove_extent_file(str(tmp_path),
-                                       os.listdir(tmp_path)[0])
+    assert 'is a directory' in _refused(
+        priv_memory.ErrorCode.WRONG_TYPE, priv_memory.remove_extent_file,
+        str(tmp_path), os.listdir(tmp_path)[0])

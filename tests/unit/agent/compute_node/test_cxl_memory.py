@@ -487,8 +487,12 @@ def test_names_are_checked_before_they_become_paths(privileged):
             priv_cxl.check_name(bad)
     with pytest.raises(ValueError):
         priv_cxl.memdev_by_serial('0x1/../..')
-    with pytest.raises(ValueError):
+    # A privileged function refuses it with its error type and code.
+    with pytest.raises(priv_cxl.CxlError) as caught:
         priv_cxl.make_region('mem0', -1)
+    assert caught.value.code is priv_cxl.ErrorCode.INVALID_ARGUMENT
+    assert 'a region size is a positive number of bytes' in str(
+        caught.value)
 
 
 def test_a_lease_grows_by_a_region_and_gives_back_parts_last_made_first(
@@ -539,3 +543,101 @@ def test_a_lease_grows_by_a_region_and_gives_back_parts_last_made_first(
     memory.detach(LEASE, first + second)
     assert destroyed == [again, base['lease-1-chunk-0']['region']]
     assert_nothing_left(kernel, state_file)
+
+
+# The errors of the privileged functions: one type, CxlError, whose code
+# the agent decides by (what crosses the privsep channel).
+
+def test_a_kernel_refusal_is_a_cxl_error_with_its_code(kernel, privileged):
+    made = priv_cxl.make_region('mem0', CHUNK_MB * MIB)
+    priv_cxl.online_region(made['region'])
+    # The kernel's EBUSY (the DAX device is system RAM) and an error the
+    # function raises itself: both CxlError, each with its code.
+    with pytest.raises(priv_cxl.CxlError) as caught:
+        priv_cxl.overwrite(made['region'])
+    assert caught.value.code is priv_cxl.ErrorCode.BUSY
+    assert 'is not with device_dax (kmem)' in caught.value.message
+    with pytest.raises(priv_cxl.CxlError) as caught:
+        priv_cxl.make_region('mem0', 64 * MIB)
+    # The kernel's ENOSPC: its text, without the errno number.
+    assert caught.value.code is priv_cxl.ErrorCode.NO_SPACE
+    assert caught.value.message.startswith('No space left on device: ')
+    assert caught.value.args == (caught.value.code.value,
+                                 caught.value.message)
+
+
+def test_a_cxl_error_crosses_the_privsep_channel_with_its_code(
+        kernel, privileged):
+    # oslo.privsep's daemon side answers the error as (class path,
+    # arguments); its channel carries them; its client rebuilds the
+    # error from them.
+    import socket
+
+    from oslo_privsep import comm
+    from oslo_privsep import daemon
+    from oslo_utils import importutils
+
+    server = daemon.Daemon(None, privsep.sys_admin_pctxt)
+    reply = server._process_cmd(
+        'msg-1', comm.Message.CALL, 'composable.privsep.cxl.overwrite',
+        ('region9',), {})
+    assert reply[0] == comm.Message.ERR.value
+    left, right = socket.socketpair()
+    try:
+        comm.Serializer(left).send(reply)
+        received = next(iter(comm.Deserializer(right)))
+    finally:
+        left.close()
+        right.close()
+    rebuilt = importutils.import_class(received[1])(*received[2])
+    assert isinstance(rebuilt, priv_cxl.CxlError)
+    assert rebuilt.code is priv_cxl.ErrorCode.NO_DEVICE
+    assert rebuilt.message == 'region region9 has no DAX device'
+
+
+class _RefusingDestroy(object):
+    """The privileged functions, with destroy_region refused busy once
+    (as Linux refuses to reset a decoder committed before another)."""
+
+    def __init__(self, privileged):
+        self.privileged = privileged
+        self.refused = 0
+
+    def __getattr__(self, name):
+        return getattr(self.privileged, name)
+
+    def destroy_region(self, *args):
+        if not self.refused:
+            self.refused += 1
+            raise priv_cxl.CxlError(priv_cxl.ErrorCode.BUSY,
+                                    'decoder2.0 is busy')
+        return self.privileged.destroy_region(*args)
+
+
+def test_a_region_the_kernel_cannot_free_yet_waits_scrubbed(
+        tmp_path, monkeypatch, state_file):
+    # A device without sanitize: its region is overwritten, then
+    # destroyed; the kernel's busy answer to the destroy (the code BUSY)
+    # keeps it, erased, for a later unbind.
+    kernel = fake_cxl.FakeCxlKernel(
+        tmp_path / 'host', devices=[(SERIAL, 16 * MIB, False)])
+    privsep.sys_admin_pctxt.set_client_mode(False)
+    monkeypatch.setattr(priv_cxl, 'ROOT', kernel.root)
+    monkeypatch.setattr(priv_cxl, 'WRITER', kernel.write)
+    monkeypatch.setattr(priv_cxl, 'BOUNDED_WRITER', kernel.bounded_write,
+                        raising=False)
+    try:
+        ops = _RefusingDestroy(priv_cxl)
+        memory = host(ops, state_file)
+        memory.attach(LEASE, chunks())
+        with pytest.raises(exception.DriverError) as caught:
+            memory.detach(LEASE, chunks())
+        assert ops.refused == 1
+        assert 'is offline and erased, but the kernel frees a device\'s ' \
+            'decoders last-made first' in caught.value.message
+        assert '(decoder2.0 is busy)' in caught.value.message
+        assert records(state_file)['lease-1/cmm0']['step'] == 'scrubbed'
+        memory.detach(LEASE, chunks())
+        assert_nothing_left(kernel, state_file)
+    finally:
+        privsep.sys_admin_pctxt.set_client_mode(True)

@@ -188,8 +188,9 @@ def test_rtslib_errors_become_driver_errors(privsep_in_process,
     rts.RTSRoot = broken
     monkeypatch.setattr(priv_lio, 'load_rtslib', lambda: rts)
     # rtslib's errors cross the privsep channel as LioError ...
-    with pytest.raises(priv_lio.LioError, match='LIO: configfs'):
+    with pytest.raises(priv_lio.LioError, match='LIO: configfs') as caught:
         priv_memory.lio_unexport('iqn.x:y')
+    assert caught.value.code is priv_lio.ErrorCode.REFUSED
     # ... which the exporter turns into a DriverError.
     exporter = lio.LioExporter('mem-1', backend=lio.PrivilegedLio(),
                                area=object())
@@ -202,8 +203,9 @@ def test_missing_rtslib_is_explained(monkeypatch):
         raise ImportError(name)
 
     monkeypatch.setattr(priv_lio.importlib, 'import_module', no_module)
-    with pytest.raises(priv_lio.LioError, match='rtslib-fb'):
+    with pytest.raises(priv_lio.LioError, match='rtslib-fb') as caught:
         priv_lio.load_rtslib()
+    assert caught.value.code is priv_lio.ErrorCode.NOT_INSTALLED
 
 
 def test_privileged_entrypoints_are_registered():

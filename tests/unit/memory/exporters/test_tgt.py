@@ -429,8 +429,10 @@ def test_privileged_tgtadm_runs_without_shell_and_masks(
 
 
 def test_privileged_tgtadm_refuses_a_string(privsep_in_process):
-    with pytest.raises(TypeError):
+    with pytest.raises(priv_memory.MemoryNodeError) as caught:
         priv_memory.tgtadm('--op show --mode target; rm -rf /')
+    assert caught.value.code is priv_memory.ErrorCode.INVALID_ARGUMENT
+    assert 'must be a list of strings' in caught.value.message
 
 
 def test_privileged_tgtadm_missing_binary(privsep_in_process, monkeypatch):
