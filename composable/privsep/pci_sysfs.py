@@ -802,11 +802,14 @@ def attach_function(locator, known=(), timeout=60, interval=1.0,
     Once it is found the answer always carries its ``address``, so that
     the caller can note it and take it off the bus later: a dict with
     ``address``, ``found`` (searched for now), and either
-    ``iommu_group``, ``vfio_node``, ``bound`` (newly bound) and
-    ``members`` (of its group), or ``error`` (an ErrorCode's value:
-    NOT_PERMITTED_BY_DEVICE_SPEC, IOMMU_GROUP_SHARED, ...) and
-    ``message`` (composable.common.locator.AttachResult reads it).
+    ``iommu_group``, ``vfio_node``, ``bound`` (newly bound),
+    ``members`` (of its group), ``find_ms`` and ``bind_ms`` (how long
+    the search and the group check with the bind took), or ``error``
+    (an ErrorCode's value: NOT_PERMITTED_BY_DEVICE_SPEC,
+    IOMMU_GROUP_SHARED, ...) and ``message``
+    (composable.common.locator.AttachResult reads it).
     """
+    started = clock()
     address = None
     if recorded:
         recorded = normalize_address(recorded)
@@ -827,6 +830,7 @@ def attach_function(locator, known=(), timeout=60, interval=1.0,
                 error=ErrorCode.NOT_PERMITTED_BY_DEVICE_SPEC.value,
                 message=conflicts[0]['message'])
             return answer
+    searched = clock()
     try:
         members = check_group_isolated(address, root)
         bound = bind_vfio(address, root, writer)
@@ -835,7 +839,9 @@ def attach_function(locator, known=(), timeout=60, interval=1.0,
         answer.update(_failed(address, exc))
         return answer
     answer.update(iommu_group=os.path.basename(node), vfio_node=node,
-                  bound=bound, members=members)
+                  bound=bound, members=members,
+                  find_ms=round((searched - started) * 1000.0, 1),
+                  bind_ms=round((clock() - searched) * 1000.0, 1))
     return answer
 
 

@@ -847,6 +847,8 @@ def test_attach_function_finds_checks_and_binds_in_one_call(fs, clock):
     known = pci.functions(fs.root)
     fs.add(GPU, group=12, driver='nouveau', hidden=True)
     answer = _attach(fs, clock, _locator(), known=known)
+    # How long the search and the bind took (the agent's debug log).
+    assert answer.pop('find_ms') >= 0 and answer.pop('bind_ms') >= 0
     assert answer == {
         'address': GPU, 'found': True, 'iommu_group': '12',
         'vfio_node': os.path.join(fs.root, 'dev', 'vfio', '12'),
