@@ -402,7 +402,7 @@ class RedfishFabricDriver(base.FabricDriver):
         return uris
 
     def _service_path(self, conn, name):
-        root = conn.get(connection.ROOT).body
+        root = conn.service_root()
         link = root.get(name) if isinstance(root, dict) else None
         if not isinstance(link, dict) or not isinstance(
                 link.get('@odata.id'), str):
