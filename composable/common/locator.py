@@ -211,7 +211,8 @@ class AttachResult(object):
     ``vfio_node`` (/dev/vfio/<group>), ``bound`` (newly bound to vfio-pci)
     and ``members`` (of its IOMMU group). Refused after it was found:
     ``error`` (a composable.privsep.pci_sysfs.ErrorCode value) and
-    ``message``.
+    ``message``. ``find_ms`` and ``bind_ms``: how long the search and the
+    bind took, where the module says.
     """
 
     address: str
@@ -222,6 +223,10 @@ class AttachResult(object):
     members: typing.Tuple[str, ...] = ()
     error: typing.Optional[str] = None
     message: typing.Optional[str] = None
+    # How long the module's search and its group check with the bind
+    # took, in ms, when it says (for the agent's debug log).
+    find_ms: typing.Optional[float] = None
+    bind_ms: typing.Optional[float] = None
 
     def __post_init__(self):
         object.__setattr__(self, 'address', pci_address(self.address,
@@ -243,6 +248,12 @@ class AttachResult(object):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise InvalidLocator(name, '%r is not text' % (value,))
+        for name in ('find_ms', 'bind_ms'):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or
+                                      not isinstance(value, (int, float))):
+                raise InvalidLocator(name, '%r is not a number of ms'
+                                     % (value,))
         if self.error is not None and (
                 not isinstance(self.error, str) or
                 not _CODE.fullmatch(self.error)):

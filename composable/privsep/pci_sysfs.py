@@ -24,7 +24,8 @@ number and rarely the host's bus address. The host then has to
   (``check_group_isolated``): vfio hands the whole group to the guest;
 * hand it to vfio-pci (``bind_vfio``) and check ``/dev/vfio/<group>``;
 * for SR-IOV devices, create the virtual functions (``set_num_vfs``) --
-  one VF per lease, the PF stays with the host;
+  one VF per lease, the PF stays with the host, and no host driver
+  probes the VFs;
 * on release, give it back (``release``) and remove it from the host's
   bus (``remove``) before the fabric unbinds it, so that no driver sees
   the device vanish under it.
@@ -498,6 +499,70 @@ def bind_vfio(address, root='/', writer=write):
     return True
 
 
+# How often bind_vfio_settled binds a function again that lost vfio-pci,
+# and the seconds between its looks.
+VFIO_BIND_ATTEMPTS = 3
+VFIO_SETTLE_INTERVAL = 0.05
+
+
+def vfio_bound(address, root='/'):
+    """The function's /dev/vfio/<group> when it is on vfio-pci and vfio
+    made that node, else None."""
+    if driver(address, root) != VFIO_DRIVER:
+        return None
+    try:
+        node = vfio_device_node(address, root)
+    except PciError:
+        return None
+    return node
+
+
+def bind_vfio_settled(address, root='/', writer=write,
+                      attempts=VFIO_BIND_ATTEMPTS,
+                      interval=VFIO_SETTLE_INTERVAL, sleep=time.sleep):
+    """bind_vfio, then check that the bind landed and held: the
+    function's driver link is vfio-pci and ``/dev/vfio/<group>`` exists,
+    read again after the bind. Returns (whether it was newly bound, the
+    node).
+
+    A driver that had the function before may let it go late: the nvme
+    driver, for one, releases a controller it could not start from a
+    work item that can run after vfio-pci took the function, and takes
+    vfio-pci's binding with it (a VF the host's driver probed the moment
+    sriov_numvfs made it). Such a function is bound again, up to
+    ``attempts`` times; one that still is not on vfio-pci then is a
+    PciError of code VFIO_REFUSED, never an attach that answers a
+    function vfio does not hold.
+    """
+    address = normalize_address(address)
+    bound = False
+    problem = None
+    for attempt in range(attempts):
+        if attempt:
+            sleep(interval)
+        try:
+            bound = bind_vfio(address, root, writer) or bound
+        except PciError as exc:
+            if exc.code is not ErrorCode.VFIO_REFUSED:
+                raise
+            problem = exc
+            continue
+        node = vfio_bound(address, root)
+        if node:
+            return bound, node
+        problem = PciError(
+            ErrorCode.VFIO_REFUSED,
+            '%s is on driver %s right after it was bound to %s' % (
+                address, driver(address, root) or 'none', VFIO_DRIVER))
+    if attempts > 1:
+        problem = PciError(problem.code, '%s (%d attempts)' % (
+            problem.message, attempts))
+    # The node's own message when only it is missing.
+    if driver(address, root) == VFIO_DRIVER:
+        vfio_device_node(address, root)
+    raise problem
+
+
 def vfio_device_node(address, root='/'):
     """Path of the function's /dev/vfio/<group>, which the guest's QEMU
     opens; a PciError of code VFIO_REFUSED when vfio did not create it."""
@@ -581,8 +646,26 @@ def set_num_vfs(pf_address, count, root='/', writer=write):
         if current:
             writer(_device(root, address, 'sriov_numvfs'), '0')
         if count:
+            _no_vf_autoprobe(address, root, writer)
             writer(_device(root, address, 'sriov_numvfs'), str(count))
     return virtual_functions(address, root)
+
+
+def _no_vf_autoprobe(pf_address, root, writer):
+    """Keep the host's drivers off the PF's VFs as they are made
+    (``sriov_drivers_autoprobe`` 0; kernels before 4.12 have no such
+    file). Every VF made here is for a lease, on its way to vfio-pci: a
+    host driver probing it meanwhile (the PF's own, such as nvme) only
+    races that bind, and may let go of the VF after vfio-pci took it
+    (see bind_vfio_settled). A bind with driver_override still probes
+    it."""
+    path = _device(root, pf_address, 'sriov_drivers_autoprobe')
+    try:
+        if _read(path) == '0':
+            return
+    except FileNotFoundError:
+        return
+    writer(path, '0')
 
 
 def _module_listed(path, name):
@@ -802,11 +885,16 @@ def attach_function(locator, known=(), timeout=60, interval=1.0,
     Once it is found the answer always carries its ``address``, so that
     the caller can note it and take it off the bus later: a dict with
     ``address``, ``found`` (searched for now), and either
-    ``iommu_group``, ``vfio_node``, ``bound`` (newly bound) and
-    ``members`` (of its group), or ``error`` (an ErrorCode's value:
-    NOT_PERMITTED_BY_DEVICE_SPEC, IOMMU_GROUP_SHARED, ...) and
-    ``message`` (composable.common.locator.AttachResult reads it).
+    ``iommu_group``, ``vfio_node``, ``bound`` (newly bound),
+    ``members`` (of its group), ``find_ms`` and ``bind_ms`` (how long
+    the search and the group check with the bind took), or ``error``
+    (an ErrorCode's value: NOT_PERMITTED_BY_DEVICE_SPEC,
+    IOMMU_GROUP_SHARED, ...) and ``message``
+    (composable.common.locator.AttachResult reads it). The bind is
+    bind_vfio_settled's: the function is on vfio-pci with its
+    /dev/vfio node when the answer says so.
     """
+    started = clock()
     address = None
     if recorded:
         recorded = normalize_address(recorded)
@@ -827,15 +915,17 @@ def attach_function(locator, known=(), timeout=60, interval=1.0,
                 error=ErrorCode.NOT_PERMITTED_BY_DEVICE_SPEC.value,
                 message=conflicts[0]['message'])
             return answer
+    searched = clock()
     try:
         members = check_group_isolated(address, root)
-        bound = bind_vfio(address, root, writer)
-        node = vfio_device_node(address, root)
+        bound, node = bind_vfio_settled(address, root, writer, sleep=sleep)
     except (PciError, ValueError, OSError) as exc:
         answer.update(_failed(address, exc))
         return answer
     answer.update(iommu_group=os.path.basename(node), vfio_node=node,
-                  bound=bound, members=members)
+                  bound=bound, members=members,
+                  find_ms=round((searched - started) * 1000.0, 1),
+                  bind_ms=round((clock() - searched) * 1000.0, 1))
     return answer
 
 

@@ -92,11 +92,7 @@ Usage: tools/bench/memory_bind.py [--cycles 50] [--memory-mb 128]
 """
 
 import argparse
-import bisect
-import datetime
 import os
-import re
-import statistics
 import sys
 import tempfile
 import time
@@ -111,6 +107,7 @@ from tests.functional import leftovers  # noqa: E402
 from tests.functional.compute_node import dataplane  # noqa: E402
 from tests.functional.dataplane import env  # noqa: E402
 from tests.functional.guest import build  # noqa: E402
+from tools.bench import phases  # noqa: E402
 
 
 # The guest agent's swap-on: a phase of the bind where the bind waits for
@@ -152,37 +149,18 @@ BUDGETS = {
 }
 # The whole bind's p50 and p99: the issue's target on a quiet machine.
 TOTAL_BUDGET = (60, 150)
-_LOG_TIME = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ')
 # The conductor's mark of a lease leaving binding (bound or bind_failed),
 # logged once the transition is committed.
-_BIND_ENDED = re.compile(r'Lease \S+: binding -\S+-> ')
-# Seconds between two looks at the conductor's log.
-_LOG_POLL = 0.002
+_BIND_ENDED = phases.BIND_ENDED
+log_marks = phases.log_marks
+percentile = phases.percentile
+LogFollower = phases.LogFollower
 
 
 def log_levels():
     """default_log_levels for the processes: the service's own, with
     the loggers of the marks at debug."""
-    from oslo_log import log as logging
-    return ','.join(logging.get_default_log_levels() + [
-        'pecan=WARN', 'routes=WARN', 'stevedore=INFO'] + [
-        '%s=DEBUG' % name for name in TIMING_LOGGERS])
-
-
-def log_marks(path):
-    """[(wall time, line)] of a process's log file."""
-    marks = []
-    try:
-        with open(path, errors='replace') as f:
-            for line in f:
-                found = _LOG_TIME.match(line)
-                if found:
-                    when = datetime.datetime.strptime(
-                        found.group(1), '%Y-%m-%d %H:%M:%S.%f').timestamp()
-                    marks.append((when, line))
-    except FileNotFoundError:
-        pass
-    return marks
+    return phases.log_levels(TIMING_LOGGERS)
 
 
 def phase_times(logs, windows):
@@ -195,44 +173,13 @@ def phase_times(logs, windows):
     phase of the bind when every bind's comes before its attach-ack (the
     bind waited for it); otherwise it is measured from the bound mark,
     looked for until the unbind ended (a detach waits for it)."""
-    found = []
-    regexes = {name: re.compile(pattern)
-               for name, proc, pattern in PHASES[:-1]}
-    for posted, seen, end, unbound in windows:
-        when = {}
-        for name, proc, pattern in PHASES[:-1]:
-            marks = logs.get(proc, ())
-            limit = unbound if name == GUEST_SWAP else end
-            first = bisect.bisect_left(marks, (posted - 0.002,))
-            for at, line in marks[first:]:
-                if at >= limit:
-                    break
-                if regexes[name].search(line):
-                    when[name] = at
-                    break
-        found.append(when)
+    found = phases.first_marks(
+        logs, PHASES, windows,
+        limit=lambda name, window: window[3 if name == GUEST_SWAP else 2])
     waited = all(GUEST_SWAP in when and 'attach-ack' in when and
                  when[GUEST_SWAP] <= when['attach-ack'] for when in found)
-    chain = [p for p in PHASES if p[0] != GUEST_SWAP or waited]
-    kept = [name for name, proc, pattern in chain[:-1]
-            if all(name in when for when in found)] + ['seen']
-    merged = {}
-    pending = []
-    for name, proc, pattern in chain:
-        pending.append(name)
-        if name in kept:
-            merged[name] = '+'.join(pending)
-            pending = []
-    times = {merged[name]: [] for name in kept}
-    for (posted, seen, end, unbound), when in zip(windows, found):
-        previous = posted
-        for name in kept:
-            # Marks logged after the benchmark saw the lease bound (a
-            # log written after the commit) end there.
-            at = seen if name == 'seen' else max(min(when[name], seen),
-                                                 previous)
-            times[merged[name]].append((at - previous) * 1000.0)
-            previous = at
+    chain = [p[0] for p in PHASES if p[0] != GUEST_SWAP or waited]
+    times = phases.chain_times(chain, found, windows)
     after = {}
     if not waited and all(GUEST_SWAP in when for when in found):
         after[AFTER_BOUND] = [
@@ -243,17 +190,7 @@ def phase_times(logs, windows):
 
 def budget_of(phase):
     """The p50 budget of a phase, merged ones included."""
-    return sum(BUDGETS.get(part, 0) for part in phase.split('+'))
-
-
-def percentile(values, pct):
-    ordered = sorted(values)
-    if not ordered:
-        return float('nan')
-    k = (len(ordered) - 1) * pct / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+    return phases.budget_of(phase, BUDGETS)
 
 
 def wait_status(session, url, headers, statuses, timeout=120, poll=0.02):
@@ -266,38 +203,6 @@ def wait_status(session, url, headers, statuses, timeout=120, poll=0.02):
             raise RuntimeError('lease stayed %s (fault: %s)' %
                                (lease['status'], lease.get('fault')))
         time.sleep(poll)
-
-
-class LogFollower(object):
-    """Follows a log file from where it ends now."""
-
-    def __init__(self, path):
-        self.path = path
-        try:
-            self.offset = os.path.getsize(path)
-        except FileNotFoundError:
-            self.offset = 0
-        self.pending = ''
-
-    def wait_for(self, regex, timeout, poll=_LOG_POLL):
-        """Wait until a line matching ``regex`` is written; False after
-        ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with open(self.path, errors='replace') as f:
-                    f.seek(self.offset)
-                    text = f.read()
-                    self.offset = f.tell()
-            except FileNotFoundError:
-                text = ''
-            lines = (self.pending + text).split('\n')
-            self.pending = lines.pop()
-            if any(regex.search(line) for line in lines):
-                return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(poll)
 
 
 def run(args):
@@ -396,61 +301,11 @@ def cycles(dp, guest, args, lease, count, first, windows):
     return times
 
 
-def report(times, phases, loads, scale, after=None):
+def report(times, phase_ms, loads, scale, after=None):
     """Print the table and the summary lines; the phases over budget
     (None without budgets). ``after``: the phases after bound."""
-    over = []
-    print('%-26s %9s %9s %9s' % ('phase', 'p50_ms', 'p99_ms', 'budget'))
-    for phase, values in phases.items():
-        p50 = percentile(values, 50)
-        limit = None if scale is None else budget_of(phase) * scale
-        if limit is not None and p50 > limit:
-            over.append(phase)
-        print('%-26s %9.1f %9.1f %9s%s' % (
-            phase, p50, percentile(values, 99),
-            '-' if limit is None else '%.0f' % limit,
-            '  OVER BUDGET' if phase in over else ''))
-    p50, p99 = percentile(times, 50), percentile(times, 99)
-    if scale is not None:
-        if p50 > TOTAL_BUDGET[0] * scale:
-            over.append('total-p50')
-        if p99 > TOTAL_BUDGET[1] * scale:
-            over.append('total-p99')
-    print('%-26s %9.1f %9.1f %9s' % (
-        'total', p50, p99, '-' if scale is None else '%.0f/%.0f' % (
-            TOTAL_BUDGET[0] * scale, TOTAL_BUDGET[1] * scale)))
-    after_lines = []
-    for phase, values in (after or {}).items():
-        a50, a99 = percentile(values, 50), percentile(values, 99)
-        limit = None if scale is None else budget_of(phase) * scale
-        # One word in the summary line: swap-on-after-bound.
-        token = re.sub(r'[^a-z0-9+]+', '-', phase).strip('-')
-        late = limit is not None and a50 > limit
-        if late:
-            over.append(token)
-        print('%-26s %9.1f %9.1f %9s%s  (after bound, not in the total)' % (
-            phase, a50, a99, '-' if limit is None else '%.0f' % limit,
-            '  OVER BUDGET' if late else ''))
-        after_lines.append(
-            'memory_bind: %s p50_ms=%.1f p99_ms=%.1f budget=%s' % (
-                token, a50, a99, 'off' if limit is None else
-                ('over' if late else 'ok')))
-    print('binds: %d, min %.1f ms, mean %.1f ms, max %.1f ms' % (
-        len(times), min(times), statistics.mean(times), max(times)))
-    print('load average: start %s, end %s (%d CPUs); budget scale %s' % (
-        '/'.join('%.2f' % x for x in loads[0]),
-        '/'.join('%.2f' % x for x in loads[1]), os.cpu_count() or 1,
-        'off' if scale is None else '%.2f' % scale))
-    for phase in over:
-        print('memory_bind: %s is over its budget' % phase,
-              file=sys.stderr)
-    for line in after_lines:
-        print(line)
-    print('memory_bind: p50_ms=%.1f p99_ms=%.1f load=%.2f budget=%s' % (
-        p50, p99, max(loads[0][0], loads[1][0]),
-        'off' if scale is None else
-        ('over:' + ','.join(over) if over else 'ok')))
-    return over
+    return phases.report('memory_bind', times, phase_ms, loads, scale,
+                         BUDGETS, TOTAL_BUDGET, after)
 
 
 def main(argv=None):
@@ -458,24 +313,14 @@ def main(argv=None):
     parser.add_argument('--cycles', type=int, default=50)
     parser.add_argument('--memory-mb', type=int, default=128)
     parser.add_argument('--per-guest', type=int, default=16)
-    parser.add_argument('--budget-scale', type=float, default=None,
-                        help='multiply the budgets by this (default: 1 + '
-                             'the 1-minute load average / CPUs, the larger '
-                             'of the start and the end of the run)')
-    parser.add_argument('--no-budget', action='store_true',
-                        help='report the phases, check no budget')
+    phases.add_budget_arguments(parser)
     parser.add_argument('--verbose', action='store_true')
     args = parser.parse_args(argv)
     start_load = os.getloadavg()
-    times, phases, after = run(args)
-    end_load = os.getloadavg()
-    if args.no_budget:
-        scale = None
-    elif args.budget_scale is not None:
-        scale = args.budget_scale
-    else:
-        scale = 1 + max(start_load[0], end_load[0]) / (os.cpu_count() or 1)
-    over = report(times, phases, (start_load, end_load), scale, after)
+    times, phase_ms, after = run(args)
+    loads = (start_load, os.getloadavg())
+    over = report(times, phase_ms, loads, phases.budget_scale(args, loads),
+                  after)
     return 1 if over else 0
 
 

@@ -90,6 +90,8 @@ class Connection(object):
         self._auth.set_context(_Root(self), self._connector)
         self._sessions = None
         self.root = {}
+        # The service root as an authenticated client reads it, once.
+        self._service_root = None
         # Members a collection read with $expand gave in full, by URI.
         self.expanded = {}
 
@@ -228,6 +230,15 @@ class Connection(object):
         response = self._call(self._connector.delete, 'DELETE', path, path,
                               headers=headers)
         return self._response('DELETE', path, response)
+
+    def service_root(self):
+        """The service root's body, read (authenticated) at the first
+        call and kept: one operation asks it for several of its links
+        (Systems, CompositionService, ...), and each request to a BMC
+        costs tens of milliseconds."""
+        if self._service_root is None:
+            self._service_root = self.get(ROOT).body
+        return self._service_root
 
     @property
     def expand_query(self):

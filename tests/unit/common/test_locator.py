@@ -162,6 +162,9 @@ def test_attach_result_of_a_bound_function():
     assert result.ok and result.bound and result.found
     assert result.members == ('0000:40:00.0', '0000:41:00.0')
     assert result.error is None and result.message is None
+    timed = locator.AttachResult.from_primitive(
+        dict(BOUND, find_ms=12.5, bind_ms=3))
+    assert (timed.find_ms, timed.bind_ms) == (12.5, 3)
     assert locator.AttachResult.from_primitive(
         json.loads(json.dumps(result.to_primitive()))) == result
 
@@ -181,7 +184,8 @@ def test_attach_result_of_a_refused_function():
     ({'members': '0000:41:00.0'}, 'members'),
     ({'members': ['../etc']}, 'members'),
     ({'iommu_group': 12}, 'iommu_group'),
-    ({'error': 'GroupNotIsolated'}, 'error'), ({'message': 3}, 'message')])
+    ({'error': 'GroupNotIsolated'}, 'error'), ({'message': 3}, 'message'),
+    ({'find_ms': '12'}, 'find_ms'), ({'bind_ms': True}, 'bind_ms')])
 def test_attach_result_refuses_bad_fields(change, field):
     value = dict(BOUND)
     value.update(change)

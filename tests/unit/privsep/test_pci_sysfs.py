@@ -65,6 +65,15 @@ class FakeSysfs(object):
         self.kernel_lock = threading.RLock()
         self.hidden = {}
         self.native = {}
+        # PF address -> the driver its VFs are probed with when made
+        # (while sriov_drivers_autoprobe, where the PF has it, is not 0).
+        self.vf_drivers = {}
+        # Drivers that let go of a function late: their unbind leaves a
+        # release that runs right after the next probe of the function,
+        # taking whatever driver bound it then (the nvme driver's removal
+        # of a controller it could not start).
+        self.late_releasers = set()
+        self._late_release = set()
         for path in ('sys/bus/pci/devices', 'sys/bus/pci/drivers',
                      'sys/kernel/iommu_groups', 'dev/vfio',
                      'sys/devices/' + DEVROOT):
@@ -146,9 +155,19 @@ class FakeSysfs(object):
             if not os.path.exists(node):
                 self._put(node, '')
 
+    def add_vf_driver(self, pf, name, autoprobe_file=True):
+        """The VFs ``pf`` makes are probed with driver ``name``; with
+        ``autoprobe_file`` the PF has sriov_drivers_autoprobe (1)."""
+        self.add_driver(name)
+        self.vf_drivers[pf] = name
+        if autoprobe_file:
+            self._put(self.dev(pf, 'sriov_drivers_autoprobe'), '1\n')
+
     def _unbind(self, address):
         name = os.path.basename(os.readlink(self.path(
             self.dev(address, 'driver'))))
+        if name in self.late_releasers:
+            self._late_release.add(address)
         os.unlink(self.path(self.dev(address, 'driver')))
         os.unlink(self.path('sys/bus/pci/drivers', name, address))
 
@@ -197,6 +216,10 @@ class FakeSysfs(object):
                 if name and os.path.isdir(self.path('sys/bus/pci/drivers',
                                                     name)):
                     self._bind(address, name)
+            if address in self._late_release and \
+                    self.driver_of(address) is not None:
+                self._late_release.discard(address)
+                self._unbind(address)
         elif parts[:4] == ['sys', 'bus', 'pci', 'devices']:
             address, attr = parts[4], '/'.join(parts[5:])
             if attr == 'driver/unbind':
@@ -209,6 +232,8 @@ class FakeSysfs(object):
                 self._destroy(address)
             elif attr == 'sriov_numvfs':
                 self._set_vfs(address, int(value))
+            elif attr == 'sriov_drivers_autoprobe':
+                self._put(self.dev(address, attr), '%d\n' % int(value))
             else:
                 raise AssertionError('unexpected write to %s' % rel)
         else:
@@ -230,6 +255,13 @@ class FakeSysfs(object):
             self._create(vf, vendor='0x15b3', device='0x101e',
                          cls='0x020000', driver=None, group=100 + n,
                          totalvfs=None, config=None, physfn=address)
+            self.native[vf] = self.vf_drivers.get(address)
+            try:
+                autoprobe = self.read(address, 'sriov_drivers_autoprobe')
+            except FileNotFoundError:
+                autoprobe = '1'
+            if self.native[vf] and autoprobe != '0':
+                self._bind(vf, self.native[vf])
             self._link(self.dev(address, 'virtfn%d' % n), '../' + vf)
         self._put(self.dev(address, 'sriov_numvfs'), '%d\n' % count)
 
@@ -581,6 +613,65 @@ def test_set_num_vfs_creates_the_vfs(fs, pf):
         ('sys/bus/pci/devices/%s/sriov_numvfs' % pf, '2')]
 
 
+def test_the_vfs_made_for_leases_get_no_host_driver(fs, pf):
+    """The PF's own driver would probe each VF as it is made, and may let
+    go of it only after vfio-pci took it: the VFs are made with
+    sriov_drivers_autoprobe 0, and a VF still binds to vfio-pci."""
+    fs.add_vf_driver(pf, 'nvme')
+    fs.late_releasers.add('nvme')
+    vfs = pci.set_num_vfs(pf, 2, fs.root, writer=fs.write)
+    assert fs.writes == [
+        ('sys/bus/pci/devices/%s/sriov_drivers_autoprobe' % pf, '0'),
+        ('sys/bus/pci/devices/%s/sriov_numvfs' % pf, '2')]
+    assert [fs.driver_of(vf) for vf in vfs] == [None, None]
+    answer = pci.attach_function(
+        _locator(vendor_id='15b3', product_id='101e', pci_address=vfs[0]),
+        timeout=1, root=fs.root, writer=fs.write)
+    assert answer['bound'] and 'error' not in answer, answer
+    assert fs.driver_of(vfs[0]) == pci.VFIO_DRIVER
+    # Already 0: not written again.
+    del fs.writes[:]
+    pci.set_num_vfs(pf, 0, fs.root, writer=fs.write)
+    pci.set_num_vfs(pf, 1, fs.root, writer=fs.write)
+    assert [rel.rsplit('/', 1)[1] for rel, _ in fs.writes] == [
+        'sriov_numvfs', 'sriov_numvfs']
+
+
+def test_a_vf_its_host_driver_lets_go_late_is_bound_again(fs, pf, clock):
+    """A kernel without sriov_drivers_autoprobe: the PF's driver probed
+    the VF, and its release of it runs after vfio-pci took the VF. The
+    attach binds it again and answers only once it is on vfio-pci with
+    its /dev/vfio node, never a VF left without a driver."""
+    fs.add_vf_driver(pf, 'nvme', autoprobe_file=False)
+    fs.late_releasers.add('nvme')
+    vfs = pci.set_num_vfs(pf, 2, fs.root, writer=fs.write)
+    assert fs.driver_of(vfs[1]) == 'nvme'
+    answer = _attach(fs, clock, _locator(
+        vendor_id='15b3', product_id='101e', pci_address=vfs[1]))
+    assert 'error' not in answer, answer
+    assert answer['bound'] is True
+    assert fs.driver_of(vfs[1]) == pci.VFIO_DRIVER
+    assert answer['vfio_node'] == fs.path('dev', 'vfio', '101')
+    assert os.path.exists(answer['vfio_node'])
+    probes = [w for w in fs.writes if w[0] == 'sys/bus/pci/drivers_probe']
+    assert probes == [('sys/bus/pci/drivers_probe', vfs[1])] * 2
+
+
+def test_a_function_that_keeps_losing_vfio_fails_the_attach(fs, clock):
+    """Bounded: a function that loses vfio-pci after every bind is
+    refused after VFIO_BIND_ATTEMPTS binds, naming the driver it has."""
+    known = pci.functions(fs.root)
+    fs.add(GPU, group=12, driver='nouveau', hidden=True)
+    fs.late_releasers.update(['nouveau', pci.VFIO_DRIVER])
+    answer = _attach(fs, clock, _locator(), known=known)
+    assert answer['error'] == 'vfio_refused'
+    assert answer['address'] == GPU
+    assert 'driver none' in answer['message']
+    assert '%d attempts' % pci.VFIO_BIND_ATTEMPTS in answer['message']
+    probes = [w for w in fs.writes if w[0] == 'sys/bus/pci/drivers_probe']
+    assert len(probes) == pci.VFIO_BIND_ATTEMPTS
+
+
 def test_set_num_vfs_changes_through_zero(fs, pf):
     pci.set_num_vfs(pf, 2, fs.root, writer=fs.write)
     del fs.writes[:]
@@ -847,6 +938,8 @@ def test_attach_function_finds_checks_and_binds_in_one_call(fs, clock):
     known = pci.functions(fs.root)
     fs.add(GPU, group=12, driver='nouveau', hidden=True)
     answer = _attach(fs, clock, _locator(), known=known)
+    # How long the search and the bind took (the agent's debug log).
+    assert answer.pop('find_ms') >= 0 and answer.pop('bind_ms') >= 0
     assert answer == {
         'address': GPU, 'found': True, 'iommu_group': '12',
         'vfio_node': os.path.join(fs.root, 'dev', 'vfio', '12'),
