@@ -465,7 +465,8 @@ class FabricSync(object):
         try:
             device = db_api.device_update(context, row.uuid,
                                           {'state': state})
-        except exception.DeviceInLease:
+        except (exception.DeviceInLease, states.StateChangeRefused):
+            # A lease took it, or its state moved on meanwhile.
             return False
         except exception.PoolCapacityInUse as exc:
             # Not a lease that won: the pool's leases need the device

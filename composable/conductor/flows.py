@@ -77,8 +77,10 @@ from composable import fabric as fabric_drivers
 CONF = conf.CONF
 LOG = logging.getLogger(__name__)
 
-CLEAR_EXPORT = {'export_state': states.EXTENT_UNEXPORTED, 'target_iqn': None,
-                'lun': None, 'chap_username': None, 'chap_secret': None}
+# What an unexport (and a scrub) clears of an extent's export, in the
+# write that moves its export state (db_api.extent_transition).
+CLEAR_EXPORT = {'target_iqn': None, 'lun': None, 'chap_username': None,
+                'chap_secret': None}
 
 
 class StepFailed(Exception):
@@ -440,7 +442,7 @@ class LeaseFlows(object):
                 # otherwise the compute agent finds the function by the
                 # rest of the locator.
                 pci = found.pci_address
-                db_api.device_set_state(context, device.id,
+                db_api.device_set_facts(context, device.id,
                                         {'pci_address': pci})
                 view_dev['pci_address'] = pci
                 view_dev['locator'] = found.to_primitive()
@@ -452,16 +454,17 @@ class LeaseFlows(object):
                 self.agents.attach_devices, view, devices) or {}
             for dev in devices:
                 pci = attached.get(dev['uuid']) or dev['pci_address']
-                db_api.device_set_state(context, dev['id'],
-                                        {'state': states.DEVICE_ATTACHED,
-                                         'pci_address': pci})
+                db_api.device_set_facts(context, dev['id'],
+                                        {'pci_address': pci})
+                db_api.device_transition(context, dev['id'],
+                                         states.DEVICE_ATTACH)
             details['devices'] = {d['uuid']: attached.get(d['uuid']) or
                                   d['pci_address'] for d in devices}
             details['locators'] = locators
 
-        db_api.attachment_update(context, attachment.id,
-                                 {'state': states.ATT_ATTACHED,
-                                  'details': details})
+        db_api.attachment_transition(context, attachment.id,
+                                     states.ATT_ATTACH_DONE,
+                                     {'details': details})
         if cxl and lease.extents:
             # Only now is the memory online on the host.
             host_memory.grow(context, self._lease(context, lease.id))
@@ -600,11 +603,11 @@ class LeaseFlows(object):
             (extent.index, node),
             self.agents.export_extent, extent_view(lease, extent),
             host.initiator_iqn, username, secret) or {}
-        values = {'export_state': states.EXTENT_EXPORTED,
-                  'target_iqn': result.get('target_iqn'),
+        values = {'target_iqn': result.get('target_iqn'),
                   'lun': result.get('lun')}
-        db_api.extent_update(context, extent.id, values)
-        _mirror(extent, values)
+        state = db_api.extent_transition(context, extent.id,
+                                         states.EXTENT_EXPORT, values)
+        _mirror(extent, dict(values, export_state=state))
         return result.get('portal')
 
     def _attachment(self, context, lease, host, live=None):
@@ -616,9 +619,9 @@ class LeaseFlows(object):
                 context, lease.id, states_=states.LIVE_ATTACHMENT_STATES)
         for row in live:
             if row.host_id == host.id:
-                db_api.attachment_update(
-                    context, row.id,
-                    {'state': states.ATT_ATTACHING, 'mode': lease.attach_mode,
+                db_api.attachment_transition(
+                    context, row.id, states.ATT_ATTACH,
+                    {'mode': lease.attach_mode,
                      'instance_uuid': lease.instance_uuid})
                 return row
         return db_api.attachment_create(context, {
@@ -722,8 +725,8 @@ class LeaseFlows(object):
                          not on_host_only)
             clean = True
             if att.state != states.ATT_DETACHING:
-                db_api.attachment_update(context, att.id,
-                                         {'state': states.ATT_DETACHING})
+                db_api.attachment_transition(context, att.id,
+                                             states.ATT_DETACH)
             if devices:
                 if host.name not in skip:
                     clean &= on_host(
@@ -789,7 +792,9 @@ class LeaseFlows(object):
                        '%s' % (extent.index, node),
                        self.agents.unexport_extent,
                        extent_view(lease, extent)):
-                db_api.extent_update(context, extent.id, CLEAR_EXPORT)
+                db_api.extent_transition(context, extent.id,
+                                         states.EXTENT_UNEXPORT,
+                                         CLEAR_EXPORT)
             else:
                 unexported = False
 
@@ -802,9 +807,9 @@ class LeaseFlows(object):
                                 'exports and fabric bindings are all '
                                 'removed.', {'host': host,
                                              'lease': lease.uuid})
-            db_api.attachment_update(
+            db_api.attachment_transition(
                 context, att_id,
-                {'state': states.ATT_DETACHED if clean else states.ATT_FAILED})
+                states.ATT_DETACH_DONE if clean else states.ATT_DETACH_FAIL)
         return problems
 
     def _unbind_devices(self, context, devices, host):
@@ -812,9 +817,10 @@ class LeaseFlows(object):
             if sriov.is_sriov_pool(device.pool):
                 # Released (and, on demand, removed) by the host's agent
                 # at detach; the fabric never had it.
-                db_api.device_set_state(context, device.id,
-                                        {'state': states.DEVICE_RESERVED,
-                                         'pci_address': None})
+                db_api.device_transition(context, device.id,
+                                         states.DEVICE_DETACH)
+                db_api.device_set_facts(context, device.id,
+                                        {'pci_address': None})
                 continue
             fabric = device.pool.fabric
             fabric_row = _row(fabric)
@@ -823,9 +829,10 @@ class LeaseFlows(object):
             driver = self._fabric_driver(fabric_row, what)
             self._call_fabric(fabric_row, what, driver.unbind_device,
                               device_view(device), _row(host))
-            db_api.device_set_state(context, device.id,
-                                    {'state': states.DEVICE_RESERVED,
-                                     'pci_address': None})
+            db_api.device_transition(context, device.id,
+                                     states.DEVICE_DETACH)
+            db_api.device_set_facts(context, device.id,
+                                    {'pci_address': None})
 
     # ------------------------------------------------------------ unbind
 
@@ -943,6 +950,5 @@ class LeaseFlows(object):
                 'scrubbing extent %d of the lease on memory node %s' %
                 (extent.index, node),
                 self.agents.scrub_extent, extent_view(lease, extent))
-            db_api.extent_update(context, extent.id,
-                                 dict(CLEAR_EXPORT,
-                                      export_state=states.EXTENT_SCRUBBED))
+            db_api.extent_transition(context, extent.id, states.EXTENT_SCRUB,
+                                     CLEAR_EXPORT)

@@ -117,7 +117,9 @@ def _unexport_unmarked(context, node, agents, lease_id, uuid, host,
                         (node.name, extent.index))
             # The backing file may hold what the lease wrote: the extent
             # stays to be scrubbed (unexported), with no credentials.
-            db_api.extent_update(context, extent.id, flows.CLEAR_EXPORT)
+            db_api.extent_transition(context, extent.id,
+                                     lease_states.EXTENT_UNEXPORT,
+                                     flows.CLEAR_EXPORT)
 
 
 def _check_targets(context, node, agents, exported, known, skip, host,

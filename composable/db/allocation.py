@@ -183,12 +183,15 @@ EXTENTS_BY_NODE = sa.select(
 DELETE_EXTENTS = EXTENTS.delete().where(
     EXTENTS.c.lease_id == _B('b_lease'))
 
-# Devices.
+# Devices. Their state changes are those of states.DEVICE_MACHINE, each
+# a compare-and-set from the event's declared sources (as
+# db.api.device_transition, here inside the allocator's transactions).
+_DEVICE = states.DEVICE_MACHINE
 TAKE_DEVICES = DEVICES.update().where(
     DEVICES.c.id.in_(_B('b_ids', expanding=True)),
-    DEVICES.c.state == states.DEVICE_AVAILABLE,
+    DEVICES.c.state.in_(_DEVICE.sources(states.DEVICE_CLAIM)),
     DEVICES.c.lease_id.is_(None)).values(
-        state=states.DEVICE_RESERVED, lease_id=_B('b_lease'))
+        state=_DEVICE.target(states.DEVICE_CLAIM), lease_id=_B('b_lease'))
 FREE_DEVICES = sa.select(*DEVICE_COLUMNS).where(
     DEVICES.c.pool_id == _B('b_pool'),
     DEVICES.c.state == states.DEVICE_AVAILABLE,
@@ -207,18 +210,21 @@ LOCK_LEASE_DEVICES = sa.select(*DEVICE_COLUMNS).where(
 RETURN_DEVICES = DEVICES.update().where(
     DEVICES.c.id.in_(_B('b_ids', expanding=True)),
     DEVICES.c.lease_id == _B('b_lease'),
+    # Never bound: of the sources of free, only reserved.
     DEVICES.c.state == states.DEVICE_RESERVED,
     DEVICES.c.pci_address.is_(None)).values(
-        state=states.DEVICE_AVAILABLE, lease_id=None)
+        state=_DEVICE.target(states.DEVICE_FREE), lease_id=None)
 DEVICES_BY_POOL = sa.select(DEVICES.c.pool_id, sa.func.count()).where(
     DEVICES.c.lease_id == _B('b_lease')).group_by(
     DEVICES.c.pool_id).order_by(DEVICES.c.pool_id)
 GIVE_BACK_DEVICES = DEVICES.update().where(
     DEVICES.c.lease_id == _B('b_lease')).values(
     lease_id=None, pci_address=None,
+    # Freed from the states free is declared from; any other state (none
+    # while leased: an operator cannot change it then) is kept.
     state=sa.case(
-        (DEVICES.c.state.in_([states.DEVICE_RESERVED, states.DEVICE_ATTACHED]),
-         states.DEVICE_AVAILABLE),
+        (DEVICES.c.state.in_(_DEVICE.sources(states.DEVICE_FREE)),
+         _DEVICE.target(states.DEVICE_FREE)),
         else_=DEVICES.c.state))
 
 # Leases and their action log.

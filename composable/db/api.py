@@ -720,21 +720,34 @@ def device_list(context, **kwargs):
 def device_update(context, ident, values):
     """Operators may set name, model, traits and move a device between
     available and maintenance/faulty; a leased device keeps its state.
+    The state changes by its event (states.DEVICE_SETTING_EVENTS)
+    through the device machine, in the transaction that holds the pool's
+    lock and recomputes its total (device_transition's own step).
 
     DeviceInLease when the device is in a lease and its state would
-    change; PoolCapacityInUse when its pool would hold less than its
-    leases use (both are InUse)."""
+    change; StateChangeRefused when the machine declares no such change;
+    PoolCapacityInUse when its pool would hold less than its leases use
+    (all are Conflict)."""
+    values = dict(values)
+    new_state = values.pop('state', None)
     with writer(context) as session:
         device = _get(session, models.Device, ident)
         pool = lock_pool(session, device.pool_id)
         device = locking(session.query(models.Device).filter(
             models.Device.id == device.id)).one()
-        new_state = values.get('state')
         if new_state and new_state != device.state:
             if device.lease_id is not None:
                 raise exception.DeviceInLease(name=device.uuid)
-        device.update(values)
-        session.flush()
+            event = states.DEVICE_SETTING_EVENTS.get(new_state)
+            if event is None:
+                raise states.StateChangeRefused('device', device.uuid,
+                                                device.state,
+                                                'set %s' % new_state)
+            _device_transition(session, device.id, pool.id, event)
+            session.refresh(device)
+        if values:
+            device.update(values)
+            session.flush()
         _recompute_pool_total(session, pool)
         if pool.total - pool.reserved < pool.used:
             raise exception.PoolCapacityInUse(
@@ -1350,14 +1363,136 @@ def attachment_list(context, lease_id, states_=None):
         return query.order_by(models.Attachment.id).all()
 
 
+def _transition(session, table, machine, row_id, event, values=None):
+    """Move the row ``row_id`` of ``table`` on ``event`` of ``machine``:
+    one compare-and-set, ``UPDATE ... SET state = <the event's target>
+    WHERE id = :id AND state IN (<the event's declared sources>)``,
+    with ``values`` (other columns) in the same statement. A row in a
+    state the event is not declared from is left as it is:
+    StateChangeRefused, naming it, its state and the event."""
+    column = table.c[_STATE_COLUMNS[table.name]]
+    sources = machine.sources(event)
+    values = dict(values or {})
+    values[column.name] = machine.target(event)
+    moved = session.execute(table.update().where(
+        table.c.id == row_id, column.in_(sources)).values(
+        **values)).rowcount
+    if moved == 1:
+        return values[column.name]
+    found = session.execute(sa.select(table.c.uuid, column).where(
+        table.c.id == row_id)).first()
+    if found is None:
+        raise exception.NotFound('%s %s not found.' % (machine.what,
+                                                       row_id))
+    raise states.StateChangeRefused(machine.what, found[0], found[1], event)
+
+
+_STATE_COLUMNS = {'memory_extents': 'export_state', 'attachments': 'state',
+                  'devices': 'state'}
+_ATTACHMENTS_T = models.Attachment.__table__
+_EXTENTS_T = models.MemoryExtent.__table__
+# What may change with an attachment's state.
+_ATTACHMENT_TRANSITION_COLUMNS = frozenset(['mode', 'instance_uuid',
+                                            'details'])
+# What may change with an extent's export state: the export's facts.
+_EXTENT_TRANSITION_COLUMNS = frozenset(['target_iqn', 'lun',
+                                        'chap_username', 'chap_secret'])
+
+
+def _refuse_columns(values, allowed, door):
+    unknown = set(values or {}) - allowed
+    if unknown:
+        raise ValueError('%s does not write %s' % (
+            door, ', '.join(sorted(unknown))))
+
+
+def attachment_transition(context, attachment_id, event, values=None):
+    """The one door of ``attachments.state``: the attachment moves on
+    ``event`` of states.ATTACHMENT_MACHINE (its new state returned), with
+    ``values`` (mode, instance_uuid, details) in the same write;
+    StateChangeRefused when it is in a state the event is not declared
+    from."""
+    _refuse_columns(values, _ATTACHMENT_TRANSITION_COLUMNS,
+                    'attachment_transition')
+    with writer(context) as session:
+        return _transition(session, _ATTACHMENTS_T,
+                           states.ATTACHMENT_MACHINE, attachment_id, event,
+                           values)
+
+
 def attachment_update(context, attachment_id, values):
+    """Write the details (or mode, instance_uuid) of an attachment as
+    given, for a writer under the lease's reservation while no report
+    of its host can be noted (the lease is binding or unbinding). The
+    state changes only through attachment_transition; details of a
+    bound lease through attachment_change_details."""
+    _refuse_columns(values, _ATTACHMENT_TRANSITION_COLUMNS,
+                    'attachment_update')
     with writer(context) as session:
         session.query(models.Attachment).filter(
             models.Attachment.id == attachment_id).update(
                 values, synchronize_session=False)
 
 
+def _locked_attachment(session, attachment_id):
+    return locking(session.query(models.Attachment).filter(
+        models.Attachment.id == attachment_id)).first()
+
+
+def attachment_change_details(context, attachment_id, change,
+                              resize_event=None, marked=None):
+    """Change the details of an attachment from what they are now, not
+    from what a caller read earlier: in one transaction the row is
+    locked (FOR UPDATE; SQLite's writers are serialized), ``change``
+    (details -> new details; it must not keep the dict it is given) is
+    applied to its details as they are then, and the result written. A
+    report of the host noted at the same moment (lease_guest_swap_noted,
+    lease_host_memory_restored lock the row the same way) is kept, not
+    overwritten.
+
+    ``resize_event``: an event of states.RESIZE_MACHINE, checked against
+    the resize state the details record (StateChangeRefused when it is
+    not declared from it) and written in the same change: the pending
+    mark of the state it leads to set to ``marked`` (extent uuids,
+    sorted), the mark of the state it leaves removed. The new details,
+    or None when there is no such attachment."""
+    with writer(context) as session:
+        row = _locked_attachment(session, attachment_id)
+        if row is None:
+            return None
+        details = dict(row.details or {})
+        if resize_event is not None:
+            current = states.resize_state(details)
+            target = states.next_resize_state(current, resize_event,
+                                              ident=row.uuid)
+            details.pop(states.RESIZE_MARKS.get(current), None)
+            if target in states.RESIZE_MARKS:
+                details[states.RESIZE_MARKS[target]] = sorted(marked or ())
+        details = change(details) if change is not None else details
+        session.execute(_ATTACHMENTS_T.update().where(
+            _ATTACHMENTS_T.c.id == row.id).values(details=details))
+        return details
+
+
+def extent_transition(context, extent_id, event, values=None):
+    """The one door of ``memory_extents.export_state``: the extent moves
+    on ``event`` of states.EXTENT_MACHINE (its new state returned), with
+    ``values`` (the export's target_iqn, lun and CHAP credentials) in
+    the same write; StateChangeRefused when it is in a state the event
+    is not declared from (never scrubbed while exported)."""
+    _refuse_columns(values, _EXTENT_TRANSITION_COLUMNS, 'extent_transition')
+    with writer(context) as session:
+        return _transition(session, _EXTENTS_T, states.EXTENT_MACHINE,
+                           extent_id, event, values)
+
+
 def extent_update(context, extent_id, values):
+    """Store an extent's CHAP credentials (before its first export, so
+    that a resumed bind reuses them and a teardown knows the extent may
+    be exported); its export state changes only through
+    extent_transition."""
+    _refuse_columns(values, frozenset(['chap_username', 'chap_secret']),
+                    'extent_update')
     with writer(context) as session:
         session.query(models.MemoryExtent).filter(
             models.MemoryExtent.id == extent_id).update(
@@ -1386,21 +1521,54 @@ def extent_list(context, lease_id):
 
 
 def device_set_facts(context, device_id, values):
-    """Store what the fabric says of a device (serial, health,
-    health_reason, reachable_hosts): one UPDATE of its row, no pool lock
-    (none of it is capacity); the row lock orders it with a claim that
-    reads the device's reachable hosts under that lock."""
+    """Store what the fabric or the bind says of a device (serial,
+    health, health_reason, reachable_hosts, pci_address, vendor_id,
+    product_id): one UPDATE of its row, no pool lock (none of it is
+    capacity); the row lock orders it with a claim that reads the
+    device's reachable hosts under that lock. Its state changes only
+    through device_transition."""
+    if 'state' in values or 'lease_id' in values:
+        raise ValueError('device_set_facts does not write the state or '
+                         'the lease of a device')
     with writer(context) as session:
         session.query(models.Device).filter(
             models.Device.id == device_id).update(
                 values, synchronize_session=False)
 
 
-def device_set_state(context, device_id, values):
+def _device_transition(session, device_id, pool_id, event):
+    counts = states.device_event_counts(event)
+    pool = lock_pool(session, pool_id) if counts else None
+    target = _transition(session, _DEVICES_T, states.DEVICE_MACHINE,
+                         device_id, event)
+    if pool is not None:
+        _recompute_pool_total(session, pool)
+    return target, pool
+
+
+def device_transition(context, device_id, event):
+    """The one door of ``devices.state``: the device moves on ``event``
+    of states.DEVICE_MACHINE, one compare-and-set (StateChangeRefused
+    when it is in a state the event is not declared from); its new state.
+    An event that can change how many of its pool's devices are in
+    service (states.device_event_counts) takes the pool's lock first and
+    recomputes the pool's total in the same transaction
+    (PoolCapacityInUse, nothing written, when the pool would hold less
+    than its leases use); the others, a bind's attach and detach, leave
+    the total as it is and take no pool lock."""
     with writer(context) as session:
-        session.query(models.Device).filter(
-            models.Device.id == device_id).update(
-                values, synchronize_session=False)
+        pool_id = session.execute(sa.select(_DEVICES_T.c.pool_id).where(
+            _DEVICES_T.c.id == device_id)).scalar()
+        if pool_id is None:
+            raise exception.DeviceNotFound(device=device_id)
+        target, pool = _device_transition(session, device_id, pool_id,
+                                          event)
+        if pool is not None and pool.total - pool.reserved < pool.used:
+            raise exception.PoolCapacityInUse(
+                resource='Device', name=device_id,
+                reason='pool %s would hold less than its leases use' %
+                pool.name)
+        return target
 
 
 # ---------------------------------------------------------------- usage
@@ -1515,12 +1683,16 @@ def lease_host_memory_restored(context, lease_uuid, host, result, message,
                 context, lease_id, host, action=_RESTORE, result=result,
                 message=message, fault=fault):
             return False
-        attachment = session.query(models.Attachment).filter(
+        # Locked, as attachment_change_details locks it: the details
+        # merged into are those of now, and a resize recording its
+        # extents at the same moment waits for this write (or this one
+        # for it) instead of writing over it.
+        attachment = locking(session.query(models.Attachment).filter(
             models.Attachment.lease_id == lease_id,
             models.Attachment.state.in_(states.LIVE_ATTACHMENT_STATES),
             models.Attachment.host_id == sa.select(_HOSTS_T.c.id).where(
                 _HOSTS_T.c.name == host).scalar_subquery()).order_by(
-            models.Attachment.id.desc()).first()
+            models.Attachment.id.desc())).first()
         if attachment is not None and memory:
             details = dict(attachment.details or {})
             known = dict(details.get('memory') or {})
@@ -1561,13 +1733,16 @@ def lease_guest_swap_noted(context, lease_uuid, host, instance_uuid, action,
         if lease is None or host_id is None or lease.host_id != host_id or \
                 lease.status not in (states.BINDING, states.BOUND):
             return False
-        attachment = session.query(models.Attachment).filter(
+        # Locked, as attachment_change_details locks it: a grow recording
+        # its extents at the same moment neither loses this report's
+        # guest_device nor has its own extents written over.
+        attachment = locking(session.query(models.Attachment).filter(
             models.Attachment.lease_id == lease.id,
             models.Attachment.host_id == host_id,
             models.Attachment.instance_uuid == instance_uuid,
             models.Attachment.state.in_(
                 states.LIVE_ATTACHMENT_STATES)).order_by(
-            models.Attachment.id.desc()).first()
+            models.Attachment.id.desc())).first()
         if attachment is None:
             return False
         if lease.status == states.BINDING:

@@ -25,6 +25,13 @@ Usage in a page::
 ``matrix`` (states by events, each cell the next state) or ``states``
 (each state, whether it is resting or transient, whether it holds
 capacity, and the events it accepts).
+
+The machines of memory extents, attachments, elastic resizes and
+devices (``composable.common.states.OBJECT_MACHINES``) are rendered the
+same way, one row per declared transition::
+
+    .. composable-object-states::
+       :machine: extent
 """
 
 from docutils import nodes
@@ -156,7 +163,33 @@ class LeaseStatesDirective(SphinxDirective):
         return node.children
 
 
+def object_transitions_table(machine):
+    rows = [[_code(src), _code(event), _code(dst)]
+            for src, event, dst in machine.transitions]
+    return _list_table(['From', 'Event', 'To'], rows, widths=[30, 30, 30])
+
+
+class ObjectStatesDirective(SphinxDirective):
+    has_content = False
+    option_spec = {'machine': directives.unchanged_required}
+
+    def run(self):
+        from composable.common import states
+
+        name = self.options.get('machine')
+        if name not in states.OBJECT_MACHINES:
+            raise self.error('unknown machine %r; one of %s' % (
+                name, ', '.join(sorted(states.OBJECT_MACHINES))))
+        lines = object_transitions_table(states.OBJECT_MACHINES[name])
+        node = nodes.container()
+        self.state.nested_parse(
+            StringList(lines, source='composable.common.states'),
+            self.content_offset, node)
+        return node.children
+
+
 def setup(app):
     app.add_directive('composable-lease-states', LeaseStatesDirective)
+    app.add_directive('composable-object-states', ObjectStatesDirective)
     return {'parallel_read_safe': True, 'parallel_write_safe': True,
             'version': '1.0'}

@@ -193,12 +193,17 @@ def _outcome(policy, rows, now, step_size, size_mb, low_since):
     return decision, low_since
 
 
-# Marks in the details of the lease's live attachment, written before a
-# resize touches anything outside the database and removed when it ends:
-# a conductor that dies in between leaves them for the next pass, which
-# rolls an interrupted grow back and finishes an interrupted shrink.
-PENDING_GROW = 'elastic_grow'
-PENDING_SHRINK = 'elastic_shrink'
+# The marks of the resize machine (states.RESIZE_MACHINE) in the details
+# of the lease's live attachment, written before a resize touches
+# anything outside the database and removed when it ends: a conductor
+# that dies in between leaves them for the next pass, which rolls an
+# interrupted grow back and finishes an interrupted shrink.
+PENDING_GROW = states.RESIZE_MARKS[states.RESIZE_GROWING]
+PENDING_SHRINK = states.RESIZE_MARKS[states.RESIZE_SHRINKING]
+# The event that sets (with extents) or clears (without) each mark.
+_MARK_EVENTS = {PENDING_GROW: (states.RESIZE_GROW, states.RESIZE_GROW_ENDED),
+                PENDING_SHRINK: (states.RESIZE_SHRINK,
+                                 states.RESIZE_SHRINK_ENDED)}
 
 
 def _live_attachment(context, lease):
@@ -219,16 +224,16 @@ def _pending(context, lease):
 
 
 def _mark(context, lease, key, uuids):
-    """Set (or with ``uuids`` None, clear) a pending mark."""
+    """Set (or with ``uuids`` None, clear) a pending mark: the event of
+    the resize machine that does it, refused (StateChangeRefused) when
+    the attachment's resize state does not allow it."""
     row = _live_attachment(context, lease)
     if row is None:
         return
-    details = dict(row.details or {})
-    if uuids:
-        details[key] = sorted(uuids)
-    else:
-        details.pop(key, None)
-    db_api.attachment_update(context, row.id, {'details': details})
+    start, end = _MARK_EVENTS[key]
+    db_api.attachment_change_details(context, row.id, None,
+                                     resize_event=start if uuids else end,
+                                     marked=uuids)
 
 
 def _cxl(lease):
@@ -638,9 +643,9 @@ class ElasticResizer(object):
             locators.update(self.flows.cxl_reach(lease, lease.host,
                                                  missing))
             if att is not None:
-                details['cxl_locators'] = locators
-                db_api.attachment_update(context, att.id,
-                                         {'details': details})
+                db_api.attachment_change_details(
+                    context, att.id,
+                    lambda now: dict(now, cxl_locators=locators))
         return locators
 
     def _let_go_of_devices(self, context, lease, gone, problems):
@@ -662,12 +667,15 @@ class ElasticResizer(object):
         except lease_flows.StepFailed as exc:
             problems.append(exc.message)
             return
-        details = dict(att.details or {})
-        locators = dict(details.get('cxl_locators') or {})
-        for name in devices:
-            locators.pop(name, None)
-        details['cxl_locators'] = locators
-        db_api.attachment_update(context, att.id, {'details': details})
+
+        def change(details):
+            locators = dict(details.get('cxl_locators') or {})
+            for name in devices:
+                locators.pop(name, None)
+            details['cxl_locators'] = locators
+            return details
+
+        db_api.attachment_change_details(context, att.id, change)
 
     def _undo_grow(self, context, lease_id, new):
         """Take back extents of a failed grow: (what could not be undone,
@@ -749,18 +757,18 @@ class ElasticResizer(object):
                             extent.index, node),
                         self.flows.agents.unexport_extent,
                         lease_flows.extent_view(lease, extent))
-                    db_api.extent_update(context, extent.id,
-                                         lease_flows.CLEAR_EXPORT)
+                    db_api.extent_transition(context, extent.id,
+                                             states.EXTENT_UNEXPORT,
+                                             lease_flows.CLEAR_EXPORT)
                     self.flows.call_agent(
                         context, node,
                         'scrubbing extent %d on memory node %s' % (
                             extent.index, node),
                         self.flows.agents.scrub_extent,
                         lease_flows.extent_view(lease, extent))
-                    db_api.extent_update(
-                        context, extent.id,
-                        dict(lease_flows.CLEAR_EXPORT,
-                             export_state=states.EXTENT_SCRUBBED))
+                    db_api.extent_transition(context, extent.id,
+                                             states.EXTENT_SCRUB,
+                                             lease_flows.CLEAR_EXPORT)
             except lease_flows.StepFailed as exc:
                 problems.append(exc.message)
                 continue
@@ -895,13 +903,11 @@ class ElasticResizer(object):
     @staticmethod
     def _record_attached(context, lease, extents, add, clear=None):
         """Add (or drop) ``extents`` ({uuid: host-side facts}) in the
-        details of the lease's live attachment on its host; ``clear``: a
-        pending mark removed in the same write."""
-        for row in db_api.attachment_list(
-                context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
-            if row.host_id != lease.host_id:
-                continue
-            details = dict(row.details or {})
+        details of the lease's live attachment on its host, as they are
+        when written (a guest's swap-on report noted meanwhile is kept);
+        ``clear``: a pending mark removed in the same write (the event
+        of the resize machine that ends it)."""
+        def change(details):
             memory = dict(details.get('memory') or {})
             for uuid, facts in extents.items():
                 if add:
@@ -909,6 +915,12 @@ class ElasticResizer(object):
                 else:
                     memory.pop(uuid, None)
             details['memory'] = memory
-            if clear:
-                details.pop(clear, None)
-            db_api.attachment_update(context, row.id, {'details': details})
+            return details
+
+        for row in db_api.attachment_list(
+                context, lease.id, states_=states.LIVE_ATTACHMENT_STATES):
+            if row.host_id != lease.host_id:
+                continue
+            db_api.attachment_change_details(
+                context, row.id, change,
+                resize_event=_MARK_EVENTS[clear][1] if clear else None)

@@ -112,13 +112,17 @@ def host_attachment(context, lease):
 
 
 def _mark(context, att, **values):
-    details = dict(att.details or {})
-    for key, value in values.items():
-        if value is None:
-            details.pop(key, None)
-        else:
-            details[key] = value
-    db_api.attachment_update(context, att.id, {'details': details})
+    def change(details):
+        for key, value in values.items():
+            if value is None:
+                details.pop(key, None)
+            else:
+                details[key] = value
+        return details
+
+    # On the details as they are when written: a report of the host
+    # noted meanwhile is kept.
+    db_api.attachment_change_details(context, att.id, change)
 
 
 def _compute_node(client, host):

@@ -128,3 +128,67 @@ def test_reserving_sees_a_claim_made_before_the_lock(server_db, monkeypatch):
     # Within what is free, it is set.
     dbapi.pool_update_checked(_admin(), 'mem', {'reserved': 1024})
     assert dbapi.pool_get(_admin(), 'mem').reserved == 1024
+
+
+def test_a_guest_swap_report_waits_for_a_resize_writing_the_details(
+        server_db):
+    # The resizer's write holds the attachment's row while it changes the
+    # details; a guest's swap-on report noted by another conductor at
+    # that moment reads the details only once that write committed, and
+    # neither undoes the other.
+    from composable.common import states
+
+    ctx = _admin()
+    pool, node = _inventory()
+    host = dbapi.host_create(ctx, {'name': 'compute1', 'fabric_id':
+                                   pool.fabric_id})
+    instance = 'a1b2c3d4-0000-4000-8000-00000000000a'
+    lease = dbapi.lease_create(ctx, {
+        'project_id': 'A', 'status': states.BOUND, 'memory_mb': 2048,
+        'memory_pool_id': pool.id, 'host_id': host.id,
+        'instance_uuid': instance, 'attach_mode': states.ATTACH_GUEST})
+    with dbapi.writer(ctx) as session:
+        extents = [models.MemoryExtent(uuid='e%035d' % i, lease_id=lease.id,
+                                       memory_node_id=node.id, size_mb=1024,
+                                       index=i) for i in range(2)]
+        session.add_all(extents)
+    bound, grown = ('e%035d' % i for i in range(2))
+    att = dbapi.attachment_create(ctx, {
+        'lease_id': lease.id, 'host_id': host.id, 'mode': 'guest',
+        'instance_uuid': instance, 'state': states.ATT_ATTACHED,
+        'details': {'memory': {bound: {'disk': 'vdb'}}}})
+    holding = threading.Event()
+    release = threading.Event()
+    noted = []
+
+    def grow_records(details):
+        holding.set()
+        assert release.wait(30)
+        details['memory'] = dict(details['memory'],
+                                 **{grown: {'disk': 'vdc'}})
+        return details
+
+    def report():
+        noted.append(dbapi.lease_guest_swap_noted(
+            _admin(), lease.uuid, 'compute1', instance, 'guest_swap',
+            dbapi.ACTION_SUCCESS, 'swapping',
+            {bound: {'guest_device': '/dev/vdb'}}))
+
+    writer = threading.Thread(target=dbapi.attachment_change_details,
+                              args=(_admin(), att.id, grow_records))
+    writer.start()
+    assert holding.wait(30)
+    reporter = threading.Thread(target=report)
+    reporter.start()
+    # The report waits for the row (its FOR UPDATE), however long.
+    reporter.join(1)
+    assert reporter.is_alive()
+    release.set()
+    writer.join(30)
+    reporter.join(30)
+    assert not writer.is_alive() and not reporter.is_alive()
+    assert noted == [True]
+    [row] = dbapi.attachment_list(ctx, lease.id)
+    assert row.details['memory'] == {
+        bound: {'disk': 'vdb', 'guest_device': '/dev/vdb'},
+        grown: {'disk': 'vdc'}}

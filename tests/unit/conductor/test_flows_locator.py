@@ -52,7 +52,7 @@ def test_the_locator_goes_to_the_agent_and_into_the_attachment(
     # The sync stored the device's ids and serial; the fake fabric's
     # bind answers the bus address and its reference only.
     for device in harness.devices:
-        db_api.device_set_state(h_mod.admin(), device.id, {
+        db_api.device_set_facts(h_mod.admin(), device.id, {
             'vendor_id': '10de', 'product_id': '2330',
             'serial': '0011223344556677'})
     uuid = _bind(harness)
@@ -79,7 +79,7 @@ def test_what_the_driver_answers_wins_over_the_row(harness, monkeypatch):
 
     monkeypatch.setattr(fake.FakeFabricDriver, 'bind_device', with_serial)
     for device in harness.devices:
-        db_api.device_set_state(h_mod.admin(), device.id,
+        db_api.device_set_facts(h_mod.admin(), device.id,
                                 {'serial': 'ROW-SERIAL'})
     harness.wait(_bind(harness), states.BOUND)
     assert sent[0]['locator']['serial'] == 'S9'

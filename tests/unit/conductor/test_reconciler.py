@@ -404,8 +404,8 @@ def test_orphan_targets_are_removed_and_live_ones_kept(harness):
 
     resting = harness.create(memory_mb=1024)
     unexported = harness.lease(resting).extents[0]
-    db_api.extent_update(h_mod.admin(), unexported.id,
-                         {'export_state': states.EXTENT_UNEXPORTED})
+    db_api.extent_transition(h_mod.admin(), unexported.id,
+                             states.EXTENT_UNEXPORT)
 
     unknown = 'feedface-0000-4000-8000-000000000001'
     _export_behind_the_db(harness, 'memory-0', unknown)

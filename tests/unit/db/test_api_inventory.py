@@ -329,8 +329,10 @@ def test_host_with_only_past_attachments_can_be_deleted():
                    host_id=None)
     with pytest.raises(exception.InUse, match='1 attachments'):
         dbapi.host_delete(inv.admin(), host.uuid)
-    dbapi.attachment_update(inv.admin(), attachment.id,
-                            {'state': 'detached'})
+    dbapi.attachment_transition(inv.admin(), attachment.id,
+                                states.ATT_DETACH)
+    dbapi.attachment_transition(inv.admin(), attachment.id,
+                                states.ATT_DETACH_DONE)
     dbapi.host_delete(inv.admin(), host.uuid)
     with pytest.raises(exception.HostNotFound):
         dbapi.host_get(inv.admin(), host.uuid)

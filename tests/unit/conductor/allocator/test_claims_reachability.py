@@ -163,9 +163,10 @@ def test_a_bound_device_is_not_traded():
     _, _, devices = _gpus([['compute-b'], None])
     lease = inv.new_lease(device_count=1, device_kind='gpu')
     inv.allocate(lease)
-    dbapi.device_set_state(inv.admin(), devices[0].id,
-                           {'state': states.DEVICE_ATTACHED,
-                            'pci_address': '0000:41:00.0'})
+    dbapi.device_set_facts(inv.admin(), devices[0].id,
+                           {'pci_address': '0000:41:00.0'})
+    dbapi.device_transition(inv.admin(), devices[0].id,
+                            states.DEVICE_ATTACH)
     with pytest.raises(exception.Conflict) as err:
         allocator.reach_host(inv.admin(), lease.id, 'compute-a')
     assert 'unbind the lease first' in err.value.message
