@@ -12,11 +12,15 @@
 
 """What the conductor does to a lease: allocate, bind, unbind, release.
 
-Each flow runs while its caller holds the lease's reservation, starting in
-the transient state the caller moved the lease to (allocating, binding,
-unbinding, releasing). Every status change goes through
-composable.conductor.task (the state machine of composable.common.states,
-a compare-and-set on the current status).
+Each flow is given the task (composable.conductor.task.LeaseTask) whose
+reservation its worker holds, and works on ``task.lease``, the lease as
+the task read it, starting in the transient state the task moved it to
+(allocating, binding, unbinding, releasing). Every status change goes
+through the task (the state machine of composable.common.states, a
+compare-and-set on the current status); the flow ends with
+``task.finish``. A bind reads the lease no more: what it writes of the
+extents is set on the rows it holds, and its last write of the attachment
+commits with the lease's move to ``bound``.
 
 Every step is idempotent and leaves a mark in the database *before* it
 acts, so a flow cut short at any point (conductor killed, agent or fabric
@@ -185,30 +189,6 @@ class LeaseFlows(object):
 
     # ------------------------------------------------------------ helpers
 
-    def _lease(self, context, lease_id):
-        return db_api.lease_get_by_id(context, lease_id)
-
-    def _finish(self, context, lease_id, current, event, action, fault=None,
-                values=None):
-        """Move the lease out of its transient state and end the action.
-
-        The fault is cleared on success and set on failure.
-        """
-        values = dict(values or {})
-        values['fault'] = fault
-        try:
-            target = lease_task.transition(context, lease_id, current, event,
-                                           values=values)
-        except StatusChanged:
-            LOG.warning('Lease %(lease)s left %(status)s while this '
-                        'conductor worked on it; not changing it.',
-                        {'lease': lease_id, 'status': current})
-            target = None
-        db_api.action_finish(context, lease_id, action,
-                             'error' if fault else 'success',
-                             message=fault)
-        return target
-
     def call_agent(self, context, node, what, call, *args, **kwargs):
         """``call(context, node, *args, **kwargs)``, one method of the
         agent RPC API (``self.agents.attach_memory``, ...), on agent
@@ -273,8 +253,7 @@ class LeaseFlows(object):
 
     # ------------------------------------------------------------ allocate
 
-    def allocate(self, context, lease_id, action='create',
-                 raise_input_errors=False):
+    def allocate(self, task, action='create', raise_input_errors=False):
         """Claim the lease's capacity: allocating -> reserved, or
         alloc_failed with the allocator's message as the fault.
 
@@ -282,29 +261,29 @@ class LeaseFlows(object):
         NotFound, Conflict) propagate to the caller, which deletes the new
         lease; otherwise they become the fault.
         """
+        context, lease_id = task.context, task.lease_id
         try:
             allocator.allocate(context, lease_id)
         except exception.InsufficientCapacity as exc:
-            return self._finish(context, lease_id, states.ALLOCATING,
-                                states.FAIL, action, fault=exc.message)
+            return task.finish(states.FAIL, action, fault=exc.message)
         except (exception.Invalid, exception.NotFound,
                 exception.Conflict) as exc:
             if raise_input_errors:
                 raise
-            return self._finish(context, lease_id, states.ALLOCATING,
-                                states.FAIL, action, fault=exc.message)
+            return task.finish(states.FAIL, action, fault=exc.message)
         except Exception:
             LOG.exception('Allocating lease %s failed', lease_id)
-            return self._finish(
-                context, lease_id, states.ALLOCATING, states.FAIL, action,
+            return task.finish(
+                states.FAIL, action,
                 fault='Allocation failed because of an internal error '
                       '(request %s); delete the lease and try again, or '
                       'tell your cloud operator.' %
                       getattr(context, 'request_id', None))
         # The allocator moved the lease to reserved itself (same
-        # transaction as the claim).
+        # transaction as the claim), with its extents and devices.
+        task.mark_stale()
         if placement_claims.enabled() and not (
-                placement_claims.claim_allocated(context, lease_id, action)):
+                placement_claims.claim_allocated(task, action)):
             # Refused by Placement: rolled back, alloc_failed, action ended.
             return states.ALLOC_FAILED
         db_api.action_finish(context, lease_id, action, 'success')
@@ -312,8 +291,11 @@ class LeaseFlows(object):
 
     # ------------------------------------------------------------ bind
 
-    def bind(self, context, lease_id, action='bind'):
-        lease = self._lease(context, lease_id)
+    def bind(self, task, action='bind'):
+        """Bind the task's lease to its host: binding -> bound, or
+        bind_failed with the failed step as the fault (what was done is
+        undone first); the lease's new status."""
+        lease = task.lease
         if lease.status != states.BINDING:
             LOG.info('Lease %(lease)s is %(status)s, not binding; nothing '
                      'to bind.', {'lease': lease.uuid,
@@ -323,7 +305,7 @@ class LeaseFlows(object):
         # reads them); nothing is logged at the default level.
         LOG.debug('Lease %s: bind started', lease.uuid)
         try:
-            self._bind(context, lease)
+            attached = self._bind(task)
         except Exception as exc:
             fault = self._fault('Binding', exc, lease,
                                 ' Bind the lease again once that is fixed, '
@@ -332,16 +314,14 @@ class LeaseFlows(object):
             if isinstance(exc, StepFailed) and exc.unreachable:
                 unreachable.add(exc.node)
             try:
-                self._undo_failed_bind(context, lease_id, unreachable)
+                self._undo_failed_bind(task, unreachable)
             except Exception:
                 # What was not undone stays marked; unbind or delete
                 # finish it. The lease must still leave binding.
                 LOG.exception('Undoing the failed bind of lease %s failed',
                               lease.uuid)
-            return self._finish(context, lease_id, states.BINDING,
-                                states.FAIL, action, fault=fault)
-        return self._finish(context, lease_id, states.BINDING, states.DONE,
-                            action)
+            return task.finish(states.FAIL, action, fault=fault)
+        return task.finish(states.DONE, action, attachment=attached)
 
     def _fault(self, doing, exc, lease, advice):
         if isinstance(exc, StepFailed):
@@ -351,7 +331,11 @@ class LeaseFlows(object):
         return ('%s failed because of an internal error (%s); tell your '
                 'cloud operator.%s' % (doing, type(exc).__name__, advice))
 
-    def _bind(self, context, lease):
+    def _bind(self, task):
+        """The steps of a bind; the attachment's last write, ``(id,
+        values)``, for the commit that moves the lease to bound (None when
+        it is written already)."""
+        context, lease = task.context, task.lease
         host = lease.host
         if host is None:
             raise StepFailed('preparing: the lease has no host to bind to')
@@ -363,8 +347,8 @@ class LeaseFlows(object):
         if stale:
             LOG.info('Lease %s has live attachments to other hosts; tearing '
                      'them down before binding to %s', lease.uuid, host.name)
-            self.teardown(context, lease)
-            lease = self._lease(context, lease.id)
+            self.teardown(task)
+            lease = task.reload()
             live = None
 
         cxl = media.is_cxl(lease.memory_pool)
@@ -462,12 +446,15 @@ class LeaseFlows(object):
                                   d['pci_address'] for d in devices}
             details['locators'] = locators
 
-        db_api.attachment_transition(context, attachment.id,
-                                     states.ATT_ATTACH_DONE,
-                                     {'details': details})
+        attached = (attachment.id, states.ATT_ATTACH_DONE,
+                    {'details': details})
         if cxl and lease.extents:
-            # Only now is the memory online on the host.
-            host_memory.grow(context, self._lease(context, lease.id))
+            # Only now is the memory online on the host: counted there
+            # from the attachment attached, before the lease is bound.
+            db_api.attachment_transition(context, *attached)
+            host_memory.grow(context, lease)
+            return None
+        return attached
 
     @staticmethod
     def _virtual_function(lease, device, host):
@@ -630,9 +617,11 @@ class LeaseFlows(object):
             'mode': lease.attach_mode, 'state': states.ATT_ATTACHING,
             'details': {}})
 
-    def _undo_failed_bind(self, context, lease_id, unreachable):
-        lease = self._lease(context, lease_id)
-        problems = self.teardown(context, lease, best_effort=True,
+    def _undo_failed_bind(self, task, unreachable):
+        # What the bind marked of the devices (their bus addresses) is
+        # read back: the detach names them so.
+        lease = task.reload()
+        problems = self.teardown(task, best_effort=True,
                                  skip_nodes=unreachable,
                                  abandon_skipped=True)
         if problems:
@@ -662,10 +651,11 @@ class LeaseFlows(object):
 
     # ------------------------------------------------------------ teardown
 
-    def teardown(self, context, lease, best_effort=False, skip_nodes=(),
+    def teardown(self, task, best_effort=False, skip_nodes=(),
                  abandon_skipped=False, abandon_unreachable=False):
         """Undo every bind step whose mark is in the database, in reverse
-        order: detach devices, fabric unbind, detach memory, unexport.
+        order: detach devices, fabric unbind, detach memory, unexport, on
+        ``task.lease`` (the caller reads it again after what changed it).
 
         Strict mode raises the first StepFailed. Best-effort mode goes on
         after failures, skips nodes in ``skip_nodes`` (they did not
@@ -680,6 +670,7 @@ class LeaseFlows(object):
         nothing of the lease is then reachable from it; otherwise a dead
         host would keep the lease from ever being bound elsewhere.
         """
+        context, lease = task.context, task.lease
         problems = []
         skip = set(skip_nodes)
 
@@ -836,7 +827,7 @@ class LeaseFlows(object):
 
     # ------------------------------------------------------------ unbind
 
-    def unbind(self, context, lease_id, action='unbind', keep_consumer=False,
+    def unbind(self, task, action='unbind', keep_consumer=False,
                host_gone=False, advice=None):
         """Undo the lease's binding; the lease's new status.
 
@@ -850,7 +841,7 @@ class LeaseFlows(object):
         reach it then -- as after a failed bind. Any other failure still
         fails the unbind.
         """
-        lease = self._lease(context, lease_id)
+        context, lease = task.context, task.lease
         if lease.status != states.UNBINDING:
             LOG.info('Lease %(lease)s is %(status)s, not unbinding.',
                      {'lease': lease.uuid, 'status': lease.status})
@@ -863,19 +854,17 @@ class LeaseFlows(object):
                 self._take_host_memory_back(context, lease)
             if host_gone:
                 host_memory.drop_hold(context, lease)
-                self._teardown_from_gone_host(context, lease)
+                self._teardown_from_gone_host(task)
             else:
-                self.teardown(context, lease)
+                self.teardown(task)
         except Exception as exc:
             host_memory.give_back(context, lease)
             fault = self._fault('Unbinding', exc, lease, advice)
-            return self._finish(context, lease_id, states.UNBINDING,
-                                states.FAIL, action, fault=fault)
+            return task.finish(states.FAIL, action, fault=fault)
         values = {'host_id': None}
         if not keep_consumer:
             values['instance_uuid'] = None
-        return self._finish(context, lease_id, states.UNBINDING, states.DONE,
-                            action, values=values)
+        return task.finish(states.DONE, action, values=values)
 
     @staticmethod
     def _take_host_memory_back(context, lease):
@@ -889,12 +878,13 @@ class LeaseFlows(object):
             raise StepFailed('taking CXL memory off its host: %s' %
                              exc.message.replace('Conflict: ', '', 1))
 
-    def _teardown_from_gone_host(self, context, lease):
-        problems = self.teardown(context, lease, best_effort=True,
+    def _teardown_from_gone_host(self, task):
+        context = task.context
+        problems = self.teardown(task, best_effort=True,
                                  abandon_unreachable=True)
-        live = db_api.attachment_list(context, lease.id,
+        live = db_api.attachment_list(context, task.lease_id,
                                       states_=states.LIVE_ATTACHMENT_STATES)
-        lease = self._lease(context, lease.id)
+        lease = task.reload()
         exported = [e for e in lease.extents or []
                     if e.export_state == states.EXTENT_EXPORTED or
                     e.chap_username]
@@ -908,27 +898,32 @@ class LeaseFlows(object):
 
     # ------------------------------------------------------------ release
 
-    def release(self, context, lease_id, action='delete'):
-        lease = self._lease(context, lease_id)
+    def release(self, task, action='delete'):
+        """Tear down, scrub and give back the task's lease: releasing ->
+        released, or error with the failed step as the fault; the lease's
+        new status."""
+        context, lease_id, lease = task.context, task.lease_id, task.lease
         if lease.status != states.RELEASING:
             LOG.info('Lease %(lease)s is %(status)s, not releasing.',
                      {'lease': lease.uuid, 'status': lease.status})
             return lease.status
         try:
             self._take_host_memory_back(context, lease)
-            self.teardown(context, lease)
-            lease = self._lease(context, lease_id)
+            self.teardown(task)
+            # The teardown's marks (nothing exported any more) decide
+            # what is scrubbed.
+            lease = task.reload()
             self._scrub(context, lease)
             db_api.lease_forget_binding(context, lease_id,
                                         expected_status=states.RELEASING)
             allocator.release_capacity(context, lease_id)
+            task.mark_stale()
         except Exception as exc:
             host_memory.give_back(context, lease)
             fault = self._fault('Releasing', exc, lease,
                                 ' Delete the lease again once that is '
                                 'fixed; until then it keeps its capacity.')
-            return self._finish(context, lease_id, states.RELEASING,
-                                states.FAIL, action, fault=fault)
+            return task.finish(states.FAIL, action, fault=fault)
         if placement_claims.enabled():
             placement_claims.release(lease.uuid)
         db_api.action_finish(context, lease_id, action, 'success')

@@ -455,6 +455,7 @@ class ConductorManager(object):
             traded = (allocator.reach_host(context, lease.id, host.name)
                       if task.lease.devices else {})
             if traded:
+                task.mark_stale()
                 LOG.info('Lease %(lease)s: devices %(old)s cannot be '
                          'reached from host %(host)s; the lease now holds '
                          '%(new)s instead',
@@ -463,11 +464,13 @@ class ConductorManager(object):
                           'host': host.name,
                           'new': ', '.join(traded[k]
                                            for k in sorted(traded))})
+            # The flow goes on with the row the task holds, moved to
+            # binding with these values and the host read above.
             task.process_event(
                 states.BIND, request='bind', action='bind',
                 values={'host_id': host.id, 'instance_uuid': instance_uuid,
-                        'attach_mode': mode, 'fault': None})
-            task.spawn_after(self.spawn, self.flows.bind, context, lease.id,
+                        'attach_mode': mode, 'fault': None}, host=host)
+            task.spawn_after(self.spawn, self.flows.bind, task,
                              action='bind')
         return lease.uuid
 
@@ -479,8 +482,8 @@ class ConductorManager(object):
             lease_task.check_event(task.lease, states.UNBIND, 'unbind')
             self._take_host_memory_back(context, task, states.UNBIND,
                                         'unbind', 'unbind')
-            task.spawn_after(self.spawn, self.flows.unbind, context,
-                             lease.id, action='unbind')
+            task.spawn_after(self.spawn, self.flows.unbind, task,
+                             action='unbind')
         return lease.uuid
 
     @staticmethod
@@ -521,8 +524,8 @@ class ConductorManager(object):
                 start = None
             self._take_host_memory_back(context, task, states.DELETE,
                                         'delete', start)
-            task.spawn_after(self.spawn, self.flows.release, context,
-                             lease.id, action=action)
+            task.spawn_after(self.spawn, self.flows.release, task,
+                             action=action)
         return lease.uuid
 
     @_EXPECTED

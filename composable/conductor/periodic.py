@@ -123,7 +123,7 @@ class PeriodicTasks(object):
         if method == 'unbind':
             options = nova_actions.unbind_options(action)
         task.spawn_after(self.manager.spawn, self._resume_flow(method),
-                         context, lease.id, action=action, **options)
+                         task, action=action, **options)
 
     def resume(self, context, lease):
         return self.resume_leases.for_lease(context, lease)
@@ -146,7 +146,7 @@ class PeriodicTasks(object):
         LOG.info('Lease %s reached its start time; allocating it',
                  lease.uuid)
         task.spawn_after(self.manager.spawn, self.manager.flows.allocate,
-                         context, lease.id, action='start')
+                         task, action='start')
 
     def start(self, context, lease):
         return self.start_due_leases.for_lease(context, lease)
@@ -182,7 +182,7 @@ class PeriodicTasks(object):
         task.process_event(states.EXPIRE, action='expire')
         LOG.info('Lease %s reached its end time; releasing it', lease.uuid)
         task.spawn_after(self.manager.spawn, self.manager.flows.release,
-                         context, lease.id, action='expire')
+                         task, action='expire')
 
     def expire(self, context, lease):
         return self.expire_leases.for_lease(context, lease)

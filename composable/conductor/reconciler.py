@@ -387,14 +387,13 @@ class Reconciler(object):
         self._start_action(context, lease.id, message)
         LOG.info('Reconciler: retrying the %(what)s of lease %(lease)s',
                  {'what': intent, 'lease': lease.uuid})
-        result = flow(context, lease.id, action=RECONCILE)
+        result = flow(task, action=RECONCILE)
         if result == states.RELEASED:
             summary['released'].append(lease.uuid)
         elif result == states.RESERVED:
             summary['unbound'].append(lease.uuid)
         else:
-            fault = db_api.lease_get_by_id(context, lease.id).fault
-            summary['retry_failed'][lease.uuid] = fault
+            summary['retry_failed'][lease.uuid] = task.lease.fault
         return result
 
     def retry(self, context, lease, flows, unreachable, summary):
@@ -422,7 +421,7 @@ class Reconciler(object):
         LOG.info('Reconciler: tearing down what the failed bind of '
                  'lease %s left', lease.uuid)
         try:
-            problems = flows.teardown(context, lease, best_effort=True)
+            problems = flows.teardown(task, best_effort=True)
         except Exception as exc:
             LOG.exception('Tearing down the failed bind of lease %s '
                           'failed', lease.uuid)

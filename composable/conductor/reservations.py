@@ -71,6 +71,9 @@ class Reservation(object):
         self.lease_id = lease_id
         self.host = host
         self.handed_off = False
+        # The lease as read when the reservation was taken (try_reserve
+        # with ``read``), else None.
+        self.lease = None
         self._released = False
         self._lock = threading.Lock()
 
@@ -117,30 +120,43 @@ class Reservation(object):
         return future
 
 
-def try_reserve(context, lease_id, host):
-    """Take the reservation now or return None."""
+def try_reserve(context, lease_id, host, read=False):
+    """Take the reservation now or return None.
+
+    ``read``: the lease is read whole in the transaction that takes the
+    reservation, as ``Reservation.lease`` (a task's first look at it).
+    """
     key = (host, lease_id)
     if not _take_local(key):
         return None
     try:
-        taken = db_api.lease_reserve(context, lease_id, host)
+        if read:
+            lease = db_api.lease_reserve_and_get(context, lease_id, host)
+            taken = lease is not None
+        else:
+            lease = None
+            taken = db_api.lease_reserve(context, lease_id, host)
     except Exception:
         _drop_local(key)
         raise
     if not taken:
         _drop_local(key)
         return None
-    return Reservation(context, lease_id, host)
+    reservation = Reservation(context, lease_id, host)
+    reservation.lease = lease
+    return reservation
 
 
-def reserve(context, lease_id, host, wait=None, lease_ident=None):
+def reserve(context, lease_id, host, wait=None, lease_ident=None,
+            read=False):
     """Take the reservation, waiting up to ``wait`` seconds (default
-    ``[conductor]reservation_wait``); raise LeaseLocked after that."""
+    ``[conductor]reservation_wait``); raise LeaseLocked after that.
+    ``read``: see try_reserve."""
     if wait is None:
         wait = CONF.conductor.reservation_wait
     deadline = time.monotonic() + wait
     while True:
-        reservation = try_reserve(context, lease_id, host)
+        reservation = try_reserve(context, lease_id, host, read=read)
         if reservation is not None:
             return reservation
         if time.monotonic() >= deadline:

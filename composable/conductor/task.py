@@ -24,8 +24,8 @@ ends::
 
     with task.acquire(context, lease.id, host, lease_ident=uuid) as t:
         t.process_event(states.BIND, request='bind', action='bind',
-                        values={...})
-        t.spawn_after(manager.spawn, flows.bind, context, lease.id)
+                        values={...}, host=host)
+        t.spawn_after(manager.spawn, flows.bind, t)
 
 :func:`acquire` waits for the reservation (RPC methods, which answer
 LeaseLocked after ``[conductor]reservation_wait``); :func:`try_acquire`
@@ -33,8 +33,16 @@ does not (periodic tasks, the reconciler, Nova's events: a lease busy now
 is looked at again on the next pass). The periodic tasks, the reconciler
 and the elastic resizer write only what they do to one lease, decorated
 with :func:`lease_periodic`, which lists the leases and takes each one's
-reservation. The flows, which run in the worker holding the reservation,
-end their transitions with :func:`transition`.
+reservation. The flows, the resizer's steps and the Placement claim run
+in the worker holding the reservation and are given the task: they work
+on ``task.lease`` and end their transitions with :meth:`LeaseTask.finish`.
+
+The lease is read once: with the reservation, in the same transaction.
+A transition made through the task is set on the row it holds (the new
+status and what was written), so a bind goes from the RPC call to the end
+of its flow on that one read. Whatever changes the lease elsewhere (the
+allocator's claims, a resize's extents) tells the task with
+:meth:`LeaseTask.mark_stale`, and the next look reads it again.
 """
 
 import functools
@@ -80,19 +88,19 @@ def check_event(lease, event, request):
 
 def transition(context, lease_id, current, event, values=None, action=None,
                message=None):
-    """Move a lease from ``current`` on ``event`` with ``values``, then
-    start its ``action`` (if given) in the action log. The new status;
-    StatusChanged when the lease is no longer ``current``.
+    """Move a lease from ``current`` on ``event`` with ``values`` and
+    start its ``action`` (if given) in the action log, in one
+    transaction. The new status; StatusChanged when the lease is no
+    longer ``current``.
 
     For the holder of the lease's reservation (a task, or the flow a task
     handed its reservation to).
     """
     target = db_api.lease_transition(context, lease_id, current, event,
-                                     values=values)
+                                     values=values, action=action,
+                                     message=message)
     if target is None:
         raise StatusChanged('lease %s is no longer %s' % (lease_id, current))
-    if action is not None:
-        db_api.action_start(context, lease_id, action, message=message)
     return target
 
 
@@ -105,20 +113,42 @@ class LeaseTask(object):
         self.context = context
         self.reservation = reservation
         self._lease = lease
-        # After a transition the row is read again only when someone
-        # looks at it: a task that hands its reservation to a flow (which
-        # reads the lease itself) answers the RPC call without a read.
+        # Set when the lease was changed by something else than this
+        # task's own writes: it is read again on the next look only.
         self._stale = False
         self.future = None
         self._spawn = None
 
     @property
     def lease(self):
-        """The lease as it is under the reservation (read again on the
-        first look after a transition)."""
+        """The lease as it is under the reservation: the row read with
+        it, with what this task wrote since (read again on the first look
+        after mark_stale)."""
         if self._stale:
             self.reload()
         return self._lease
+
+    def mark_stale(self):
+        """The lease was changed by a writer other than this task (the
+        allocator's claim, trade or resize): read it again on the next
+        look."""
+        self._stale = True
+
+    def _moved(self, target, values, host=None):
+        """Set on the row held the ``target`` status and the ``values``
+        just written with it, as the database has them now. A host_id
+        changed without its ``host`` row leaves the row stale."""
+        lease = self._lease
+        lease.status = target
+        self._wrote(values or {})
+        if 'host_id' in (values or {}):
+            host_id = values['host_id']
+            if host_id is None:
+                lease.host = None
+            elif host is not None and host.id == host_id:
+                lease.host = host
+            elif lease.host is None or lease.host.id != host_id:
+                self._stale = True
 
     @property
     def lease_id(self):
@@ -140,12 +170,13 @@ class LeaseTask(object):
         return False
 
     def reload(self):
+        """Read the lease again (under the reservation); the row."""
         self._lease = db_api.lease_get_by_id(self.context, self.lease_id)
         self._stale = False
         return self._lease
 
     def process_event(self, event, action=None, values=None, message=None,
-                      request=None):
+                      request=None, host=None):
         """Move the lease on ``event``; its new status.
 
         ``request``: what the user asked (bind, unbind, delete). The
@@ -155,7 +186,11 @@ class LeaseTask(object):
         InvalidTransition and a lease that moved StatusChanged.
 
         ``action`` (with ``message``): the entry of the lease's action log
-        started once the lease moved.
+        started once the lease moved, in the same transaction.
+
+        The row held gets the new status and ``values`` (``host``: the
+        Host row of a ``host_id`` among them), so the worker given the
+        task goes on without reading the lease again.
         """
         lease = self.lease
         if request is not None:
@@ -171,7 +206,31 @@ class LeaseTask(object):
             raise exception.InvalidState(
                 lease=lease.uuid, status=current.status, action=request,
                 hint=states.hint(current.status, event))
-        self._stale = True
+        self._moved(target, values, host=host)
+        return target
+
+    def finish(self, event, action, fault=None, values=None,
+               attachment=None):
+        """End the flow the task was given: move the lease out of the
+        transient state it holds on ``event`` with ``values``, the fault
+        set to ``fault`` (None: cleared), and end its running ``action``
+        (error when there is a fault); ``attachment`` (``(id, event, values)``,
+        the flow's last write of the lease's attachment) in the same
+        transaction (db_api.lease_flow_end). The new status, or None when
+        the lease left that state meanwhile (logged; not changed)."""
+        current = self._lease.status
+        values = dict(values or {}, fault=fault)
+        target = db_api.lease_flow_end(
+            self.context, self.lease_id, current, event, action,
+            'error' if fault else 'success', values=values, message=fault,
+            attachment=attachment)
+        if target is None:
+            LOG.warning('Lease %(lease)s left %(status)s while this '
+                        'conductor worked on it; not changing it.',
+                        {'lease': self.lease_id, 'status': current})
+            self._stale = True
+            return None
+        self._moved(target, values)
         return target
 
     def edit(self, **fields):
@@ -191,7 +250,13 @@ class LeaseTask(object):
             raise exception.InvalidState(
                 lease=lease.uuid, status=current.status,
                 action='changing %s' % ', '.join(sorted(fields)))
-        self.reload()
+        self._wrote(fields)
+
+    def _wrote(self, values):
+        """Set on the row held the ``values`` just written to the lease
+        (its status unchanged)."""
+        for key, value in values.items():
+            setattr(self._lease, key, value)
 
     def set_end(self, end_at):
         """Move the lease's end to ``end_at`` (naive UTC, None: no end);
@@ -207,7 +272,7 @@ class LeaseTask(object):
         if not db_api.lease_set_fault(self.context, self.lease_id, fault,
                                       self.lease.status):
             return False
-        self.reload()
+        self._wrote({'fault': fault})
         if action is not None:
             db_api.action_start(self.context, self.lease_id, action,
                                 message=fault)
@@ -222,7 +287,7 @@ class LeaseTask(object):
         if not db_api.lease_link_instance(self.context, self.lease_id,
                                           instance_uuid, self.lease.status):
             return False
-        self.reload()
+        self._wrote({'instance_uuid': instance_uuid})
         return True
 
     def set_low_since(self, since):
@@ -232,7 +297,7 @@ class LeaseTask(object):
         if not db_api.lease_set_low_since(self.context, self.lease_id, since,
                                           self.lease.status):
             return False
-        self.reload()
+        self._wrote({'elastic_low_since': since})
         return True
 
     def spawn_after(self, spawn_method, fn, *args, **kwargs):
@@ -248,7 +313,7 @@ def acquire(context, lease_id, host, wait=None, lease_ident=None):
     ``[conductor]reservation_wait``) for its reservation; LeaseLocked
     after that."""
     reservation = reservations.reserve(context, lease_id, host, wait=wait,
-                                       lease_ident=lease_ident)
+                                       lease_ident=lease_ident, read=True)
     return _task(context, reservation)
 
 
@@ -260,19 +325,16 @@ def try_acquire(context, lease_id, host, listed=None):
     """
     if listed is not None and listed.reservation is not None:
         return None
-    reservation = reservations.try_reserve(context, lease_id, host)
+    reservation = reservations.try_reserve(context, lease_id, host,
+                                           read=True)
     if reservation is None:
         return None
     return _task(context, reservation)
 
 
 def _task(context, reservation):
-    try:
-        lease = db_api.lease_get_by_id(context, reservation.lease_id)
-    except Exception:
-        reservation.release()
-        raise
-    return LeaseTask(context, reservation, lease)
+    """The task on a reservation taken with the lease's read."""
+    return LeaseTask(context, reservation, reservation.lease)
 
 
 # ---------------------------------------------------------------- periodic

@@ -1067,12 +1067,16 @@ def transition_target(current, event):
 
 
 def lease_transition(context, lease_id, current, event, values=None,
-                     session=None, statement=None, params=None):
+                     session=None, statement=None, params=None, action=None,
+                     message=None):
     """Move a lease from ``current`` on ``event`` (see transition_target),
     setting ``values`` too: the one writer of ``leases.status``.
 
     A compare-and-set on the status: the new status, or None when the
     lease is no longer in ``current`` (nothing written).
+
+    ``action`` (with ``message``): the entry of the lease's action log
+    started, in the same transaction, once the lease moved.
 
     ``session``: in the caller's transaction (the allocator's claim and
     release, the Placement roll-back). ``statement``: a prebuilt UPDATE
@@ -1085,16 +1089,54 @@ def lease_transition(context, lease_id, current, event, values=None,
         with writer(context) as session:
             moved = _transition_in(session, lease_id, current, target,
                                    values, statement, params)
+            if moved and action is not None:
+                action_start(context, lease_id, action, session=session,
+                             message=message)
     else:
         moved = _transition_in(session, lease_id, current, target, values,
                                statement, params)
+        if moved and action is not None:
+            action_start(context, lease_id, action, session=session,
+                         message=message)
     if not moved:
         return None
+    _log_transition(lease_id, current, event, target)
+    return target
+
+
+def lease_flow_end(context, lease_id, current, event, action, result,
+                   values=None, message=None, attachment=None):
+    """The end of a flow, in one transaction: ``attachment`` (``(id,
+    event, values)``: the flow's last move of the lease's attachment, a
+    bind's ``attached``, through attachment_transition) written, the lease moved from ``current`` on ``event``
+    with ``values`` (as lease_transition), and its running ``action``
+    finished with ``result`` and ``message``. A lease is thus never
+    bound with its attachment still attaching, nor the other way round.
+
+    The new status, or None when the lease is no longer in ``current``:
+    its status is left as it is then, the attachment and the action are
+    written all the same (they say what the flow did).
+    """
+    target = transition_target(current, event)
+    with writer(context) as session:
+        if attachment is not None:
+            attachment_transition(context, *attachment)
+        moved = _transition_in(session, lease_id, current, target, values,
+                               None, None)
+        action_finish(context, lease_id, action, result, message=message,
+                      session=session)
+    if not moved:
+        return None
+    _log_transition(lease_id, current, event, target)
+    return target
+
+
+def _log_transition(lease_id, current, event, target):
+    # Once committed: tools/bench/memory_bind.py times a bind by it.
     LOG.debug('Lease %(lease)s: %(source)s -%(event)s-> %(target)s',
               {'lease': lease_id, 'source': current,
                'event': event if isinstance(event, str) else
                ','.join(event), 'target': target})
-    return target
 
 
 def _transition_in(session, lease_id, current, target, values, statement,
@@ -1150,6 +1192,16 @@ def lease_reserve(context, lease_id, conductor):
         holder = session.query(models.Lease.reservation).filter(
             models.Lease.id == lease_id).scalar()
         return holder == conductor
+
+
+def lease_reserve_and_get(context, lease_id, conductor):
+    """lease_reserve, and when the reservation is taken the lease read
+    whole (as lease_get_by_id) in the same transaction; None when another
+    conductor holds it."""
+    with writer(context):
+        if not lease_reserve(context, lease_id, conductor):
+            return None
+        return lease_get_by_id(context, lease_id)
 
 
 def lease_release_reservation(context, lease_id, conductor):

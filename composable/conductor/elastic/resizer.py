@@ -396,14 +396,13 @@ class ElasticResizer(object):
         if _pending(context, lease):
             # A resize cut short (its conductor died): settle it
             # before predicting anything.
-            task.spawn_after(self.manager.spawn, self.settle, context,
-                             lease.id)
+            task.spawn_after(self.manager.spawn, self.settle, task)
         else:
             decision = self.decide(context, task, now=now)
             if decision is None:
                 return None
-            task.spawn_after(self.manager.spawn, self.resize, context,
-                             lease.id, decision)
+            task.spawn_after(self.manager.spawn, self.resize, task,
+                             decision)
 
     def consider(self, context, ref, now=None):
         """Predict for one lease (``ref``: an elastic_lease_refs row)
@@ -428,12 +427,13 @@ class ElasticResizer(object):
             task.set_low_since(low_since)
         return decision
 
-    def settle(self, context, lease_id):
-        """Finish what an interrupted resize left (in the worker holding
-        the lease's reservation): a grow is rolled back (its extents may
-        not have reached the host), a shrink is completed (its extents
-        may already be detached)."""
-        lease = db_api.lease_get_by_id(context, lease_id)
+    def settle(self, task):
+        """Finish what an interrupted resize of the task's lease left (in
+        the worker holding the lease's reservation): a grow is rolled
+        back (its extents may not have reached the host), a shrink is
+        completed (its extents may already be detached)."""
+        context, lease_id = task.context, task.lease_id
+        lease = task.reload()
         pending = _pending(context, lease)
         grow = pending.get(PENDING_GROW) or []
         shrink = pending.get(PENDING_SHRINK) or []
@@ -449,8 +449,7 @@ class ElasticResizer(object):
                         if what))
         problems = []
         if grow:
-            undo_problems, settled = self._undo_grow(context, lease_id,
-                                                     grow)
+            undo_problems, settled = self._undo_grow(task, grow)
             problems += undo_problems
             if settled:
                 _mark(context, lease, PENDING_GROW, None)
@@ -472,27 +471,28 @@ class ElasticResizer(object):
                     # The host keeps using them: the shrink is off.
                     _mark(context, lease, PENDING_SHRINK, None)
             else:
-                problems += self._finish_shrink(context, lease_id, shrink)
+                problems += self._finish_shrink(task, shrink)
         db_api.action_finish(
             context, lease_id, ACTION, 'error' if problems else 'success',
             message=('Not all of it could be settled (%s); the lease holds '
                      'those extents until it is deleted.' %
                      '; '.join(problems)) if problems else None)
-        return db_api.lease_get_by_id(context, lease_id).memory_mb
+        return task.reload().memory_mb
 
     # ------------------------------------------------------------ resize
 
-    def resize(self, context, lease_id, decision):
-        """Grow or shrink (in the worker holding the lease's
+    def resize(self, task, decision):
+        """Grow or shrink the task's lease (in the worker holding its
         reservation); the lease's memory_mb afterwards."""
+        context, lease_id = task.context, task.lease_id
         db_api.action_start(context, lease_id, ACTION,
                             message=decision.describe())
         started = time.monotonic()
         try:
             if decision.kind == GROW:
-                message = self._grow(context, lease_id, decision)
+                message = self._grow(task, decision)
             else:
-                message = self._shrink(context, lease_id, decision)
+                message = self._shrink(task, decision)
         except Exception as exc:
             LOG.exception('Resizing lease %s failed', lease_id)
             message = ('%s Kept at %d MiB: the resize failed because of an '
@@ -508,19 +508,19 @@ class ElasticResizer(object):
             message=message or '%s Done in %.1f s.%s' % (
                 decision.describe(), time.monotonic() - started,
                 ' ' + done if done else ''))
-        lease = db_api.lease_get_by_id(context, lease_id)
+        lease = task.reload()
         if not failed:
-            db_api.lease_set_low_since(context, lease_id, None,
-                                       expected_status=lease.status)
+            task.set_low_since(None)
         return lease.memory_mb
 
     def _kept(self, decision, why):
         return '%s Kept at %d MiB: %s' % (decision.describe(),
                                           decision.size_mb, why)
 
-    def _grow(self, context, lease_id, decision):
+    def _grow(self, task, decision):
         """None when grown, else the message of a refused grow."""
-        before = db_api.lease_get_by_id(context, lease_id)
+        context, lease_id = task.context, task.lease_id
+        before = task.reload()
         cxl = _cxl(before)
         if cxl:
             refusal = _cxl_refusal(before)
@@ -535,26 +535,28 @@ class ElasticResizer(object):
                                     'size': decision.size_mb,
                                     'why': exc.message})
             return self._kept(decision, exc.message + '.')
+        # Its new extents: read again for whoever looks next.
+        task.mark_stale()
         try:
-            placement_claims.update_claim(lease_id)
+            placement_claims.update_claim(task)
         except Exception as exc:
             LOG.warning('Placement refused to grow the allocation of lease '
                         '%(lease)s: %(err)s', {'lease': lease_id,
                                                'err': exc})
             allocator.shrink_memory(context, lease_id, new)
-            self._rewrite_placement(lease_id)
+            self._rewrite_placement(task)
             return self._kept(decision, 'Placement has no room for more on '
                                         'the lease\'s pool.')
-        lease = db_api.lease_get_by_id(context, lease_id)
+        lease = task.reload()
         _mark(context, lease, PENDING_GROW, new)
         if cxl:
-            return self._grow_cxl(context, lease, new, decision)
+            return self._grow_cxl(task, new, decision)
         extents = [e for e in lease.extents if e.uuid in set(new)]
         host = lease.host
         try:
             portals = {e.uuid: self.flows._export(context, lease, e, host)
                        for e in extents}
-            lease = db_api.lease_get_by_id(context, lease_id)
+            lease = task.reload()
             extents = [e for e in lease.extents if e.uuid in set(new)]
             views = [lease_flows.extent_view(lease, e,
                                              portal=portals.get(e.uuid),
@@ -568,7 +570,7 @@ class ElasticResizer(object):
                 lease_flows.lease_view(lease), views,
                 lease.attach_mode, lease.instance_uuid) or {}
         except lease_flows.StepFailed as exc:
-            problems, _settled = self._undo_grow(context, lease_id, new)
+            problems, _settled = self._undo_grow(task, new)
             _mark(context, lease, PENDING_GROW, None)
             why = '%s.' % exc.message
             if problems:
@@ -580,7 +582,7 @@ class ElasticResizer(object):
                               clear=PENDING_GROW)
         return None
 
-    def _grow_cxl(self, context, lease, new, decision):
+    def _grow_cxl(self, task, new, decision):
         """The rest of a grow of a CXL lease in virtio-mem mode, once its
         new chunks are claimed (in the database and in Placement) and
         marked: make the devices of chunks on a device the lease had none
@@ -590,6 +592,7 @@ class ElasticResizer(object):
         reaches CXL memory itself), then count them on the host's
         MEMORY_MB and in the guest's hold. Any failure is undone in the
         reverse order."""
+        context, lease = task.context, task.lease
         extents = [e for e in lease.extents if e.uuid in set(new)]
         host = lease.host
         added = sum(e.size_mb for e in extents)
@@ -612,7 +615,7 @@ class ElasticResizer(object):
                     'counting the new memory on compute node %s: %s' % (
                         host.name, exc.message))
         except lease_flows.StepFailed as exc:
-            problems, settled = self._undo_grow(context, lease.id, new)
+            problems, settled = self._undo_grow(task, new)
             why = '%s.' % exc.message
             if not settled:
                 why += (' The host has not confirmed that it let the new '
@@ -677,7 +680,7 @@ class ElasticResizer(object):
 
         db_api.attachment_change_details(context, att.id, change)
 
-    def _undo_grow(self, context, lease_id, new):
+    def _undo_grow(self, task, new):
         """Take back extents of a failed grow: (what could not be undone,
         whether it is settled). The agent is asked to detach them first: a
         call that timed out may still have attached them. A network
@@ -685,9 +688,10 @@ class ElasticResizer(object):
         whatever it did; a CXL lease's chunks stay with the lease (not
         settled) until the host confirms that it destroyed their
         regions."""
-        lease = db_api.lease_get_by_id(context, lease_id)
+        context, lease_id = task.context, task.lease_id
+        lease = task.reload()
         if _cxl(lease):
-            return self._undo_grow_cxl(context, lease, new)
+            return self._undo_grow_cxl(task, new)
         extents = [e for e in lease.extents if e.uuid in set(new)]
         problems = []
         host = lease.host
@@ -708,10 +712,11 @@ class ElasticResizer(object):
         given_back = self._release_extents(context, lease, extents, problems)
         if given_back:
             allocator.shrink_memory(context, lease_id, given_back)
-            self._rewrite_placement(lease_id)
+            self._rewrite_placement(task)
         return problems, True
 
-    def _undo_grow_cxl(self, context, lease, new):
+    def _undo_grow_cxl(self, task, new):
+        context, lease = task.context, task.lease
         extents = [e for e in lease.extents if e.uuid in set(new)]
         host = lease.host
         if not extents:
@@ -739,7 +744,7 @@ class ElasticResizer(object):
         # Nothing to unexport or scrub: the host erased the chunks when
         # it destroyed their regions.
         allocator.shrink_memory(context, lease.id, [e.uuid for e in extents])
-        self._rewrite_placement(lease.id)
+        self._rewrite_placement(task)
         return problems, True
 
     def _release_extents(self, context, lease, extents, problems):
@@ -775,18 +780,22 @@ class ElasticResizer(object):
             done.append(extent.uuid)
         return done
 
-    def _rewrite_placement(self, lease_id):
+    def _rewrite_placement(self, task):
+        """Placement's allocation of the task's lease made to hold what
+        the allocator just left it (best effort)."""
+        task.mark_stale()
         try:
-            placement_claims.update_claim(lease_id)
+            placement_claims.update_claim(task)
         except Exception as exc:
             # The periodic Placement pass makes it match the database.
             LOG.warning('Could not update the Placement allocation of '
                         'lease %(lease)s (%(err)s); the periodic Placement '
-                        'pass will.', {'lease': lease_id, 'err': exc})
+                        'pass will.', {'lease': task.lease_id, 'err': exc})
 
-    def _shrink(self, context, lease_id, decision):
+    def _shrink(self, task, decision):
         """None when shrunk, else the message of a refused shrink."""
-        lease = db_api.lease_get_by_id(context, lease_id)
+        context = task.context
+        lease = task.reload()
         step = lease.memory_pool.step_size or 1
         count = decision.amount_mb // step
         cxl = _cxl(lease)
@@ -847,8 +856,7 @@ class ElasticResizer(object):
             # memory): the extents stay, attached as they were.
             _mark(context, lease, PENDING_SHRINK, None)
             return self._kept(decision, '%s.' % exc.message)
-        problems = self._finish_shrink(context, lease_id,
-                                       [e.uuid for e in victims])
+        problems = self._finish_shrink(task, [e.uuid for e in victims])
         if problems and cxl:
             return ('%s The guest and the host let the memory go, but: %s.'
                     % (decision.describe(), '; '.join(problems)))
@@ -874,10 +882,11 @@ class ElasticResizer(object):
                 'lease': lease.uuid, 'err': exc.message})
             problems.append(exc.message)
 
-    def _finish_shrink(self, context, lease_id, uuids):
+    def _finish_shrink(self, task, uuids):
         """Unexport, scrub and give back extents the host let go of;
         what could not be done."""
-        lease = db_api.lease_get_by_id(context, lease_id)
+        context, lease_id = task.context, task.lease_id
+        lease = task.reload()
         victims = [e for e in lease.extents if e.uuid in set(uuids)]
         problems = []
         if _cxl(lease):
@@ -896,7 +905,7 @@ class ElasticResizer(object):
         given_back = self._release_extents(context, lease, victims, problems)
         if given_back:
             allocator.shrink_memory(context, lease_id, given_back)
-            self._rewrite_placement(lease_id)
+            self._rewrite_placement(task)
         _mark(context, lease, PENDING_SHRINK, None)
         return problems
 

@@ -315,21 +315,21 @@ class InstanceBinding(object):
                                     lease_ident=lease.uuid) as task:
                 task.process_event(states.UNBIND, request='unbind',
                                    action=ACTION_RELEASE, message=why)
-                task.spawn_after(manager.spawn, self._unbind, admin,
-                                 lease.id, fault)
+                task.spawn_after(manager.spawn, self._unbind, task, fault)
         except (exception.LeaseLocked, exception.InvalidState):
             return False
         return True
 
-    def _unbind(self, context, lease_id, fault=None):
-        """LeaseFlows' unbind, the lease staying linked to its instance."""
+    def _unbind(self, task, fault=None):
+        """LeaseFlows' unbind of the task's lease, the lease staying
+        linked to its instance; ``fault``: what the lease is told once
+        unbound (why its instance stopped)."""
         target = self.flows.unbind(
-            context, lease_id, action=ACTION_RELEASE, keep_consumer=True,
+            task, action=ACTION_RELEASE, keep_consumer=True,
             advice=' It is unbound again at the next stop or start of its '
                    'instance, or unbind or delete it.')
         if fault and target == states.RESERVED:
-            db_api.lease_set_fault(context, lease_id, fault,
-                                   expected_status=states.RESERVED)
+            task.set_fault(fault)
         return target
 
     def release(self, instance_uuid, host_name, wait=0, leases=None,

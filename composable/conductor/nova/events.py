@@ -624,49 +624,49 @@ class NovaEventHandler(object):
                 raise _Busy()
             LOG.info('Lease %(lease)s: %(msg)s Unbinding it from its old '
                      'host.', {'lease': lease.uuid, 'msg': message})
-            task.spawn_after(manager.spawn, self._move_flow, context,
-                             lease.id, instance,
-                             target.id if target is not None else None,
-                             message, action)
+            task.spawn_after(manager.spawn, self._move_flow, task,
+                             instance, target, message, action)
 
-    def _move_flow(self, context, lease_id, instance, host_id, message,
+    def _move_flow(self, task, instance, host, message,
                    action=nova_actions.MOVE):
-        """Runs in a conductor worker holding the lease's reservation."""
+        """Unbind the task's lease, then bind it on ``host`` (None: on no
+        host); runs in a conductor worker holding the lease's
+        reservation."""
         flows = self.manager.flows
+        context, lease_id = task.context, task.lease_id
         # Evacuating: the old host not answering does not keep the lease
         # from following (flows.unbind, host_gone).
-        if flows.unbind(context, lease_id, action=action,
+        if flows.unbind(task, action=action,
                         **nova_actions.unbind_options(action)) != (
                 states.RESERVED):
             # Unbinding failed: the lease is in error with a fault, and
             # the reconciler retries the unbind.
             return
-        if host_id is None:
+        if host is None:
             return
-        lease = db_api.lease_get_by_id(context, lease_id)
+        lease = task.lease
         # The new host may not reach the lease's devices: they are traded
         # for ones it reaches, or the bind fails saying why.
         refusal = None
         try:
-            allocator.reach_host_id(context, lease_id, host_id)
+            if allocator.reach_host_id(context, lease_id, host.id):
+                task.mark_stale()
         except exception.Conflict as exc:
             refusal = exc.message
-        values = {'instance_uuid': instance, 'host_id': host_id,
+        values = {'instance_uuid': instance, 'host_id': host.id,
                   'attach_mode': lease.attach_mode, 'fault': None}
         try:
-            lease_task.transition(context, lease_id, states.RESERVED,
-                                  states.BIND, values=values, action='bind',
-                                  message=message)
+            task.process_event(states.BIND, values=values, action='bind',
+                               message=message, host=host)
         except lease_task.StatusChanged:
             return
         if refusal is not None:
             LOG.warning('Lease %(lease)s cannot follow instance %(inst)s: '
                         '%(reason)s', {'lease': lease.uuid, 'inst': instance,
                                        'reason': refusal})
-            flows._finish(context, lease_id, states.BINDING, states.FAIL,
-                          'bind', fault=refusal)
+            task.finish(states.FAIL, 'bind', fault=refusal)
             return
-        flows.bind(context, lease_id, action='bind')
+        flows.bind(task, action='bind')
 
 
 class _Endpoint(object):

@@ -215,13 +215,16 @@ def after_create(context, lease_uuid, status, host):
         return claim(context, lease, 'create')
 
 
-def claim_allocated(context, lease_id, action):
-    """Claim in Placement a lease the allocator just moved to reserved
-    (flows.allocate, under the lease's reservation). True when claimed;
-    False when Placement refused: the lease is alloc_failed then, and its
-    running ``action`` ended with the fault."""
-    lease = db_api.lease_get_by_id(context, lease_id)
-    return claim(context, lease, action) == states.RESERVED
+def claim_allocated(task, action):
+    """Claim in Placement the lease of ``task`` (a LeaseTask), which the
+    allocator just moved to reserved (flows.allocate, in the worker
+    holding the lease's reservation). True when claimed; False when
+    Placement refused: the lease is alloc_failed then, and its running
+    ``action`` ended with the fault."""
+    claimed = claim(task.context, task.lease, action) == states.RESERVED
+    if not claimed:
+        task.mark_stale()
+    return claimed
 
 
 def claim(context, lease, action):
@@ -393,16 +396,17 @@ def _claim(context, lease):
     _write(client, db_api.lease_get_by_id(admin, lease.id))
 
 
-def update_claim(lease_id):
-    """Make the Placement allocation of a lease that was resized (an
-    elastic memory lease) hold what the lease holds in the database now,
-    with the consumer generation Placement last gave it: a concurrent
-    change of the same consumer is re-read and retried, never
-    overwritten. Raises what Placement refused (PlacementError and
-    subclasses); a lease Nova claimed for is left alone."""
+def update_claim(task):
+    """Make the Placement allocation of the lease of ``task`` (a
+    LeaseTask: its reservation held), which was resized (an elastic
+    memory lease), hold what the lease holds now, with the consumer
+    generation Placement last gave it: a concurrent change of the same
+    consumer is re-read and retried, never overwritten. Raises what
+    Placement refused (PlacementError and subclasses); a lease Nova
+    claimed for is left alone."""
     if not enabled():
         return False
-    lease = db_api.lease_get_by_id(ctx_mod.get_admin_context(), lease_id)
+    lease = task.lease
     if sync.nova_claimed(lease):
         return False
     writer = get_writer()

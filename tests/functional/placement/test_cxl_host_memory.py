@@ -568,18 +568,17 @@ def test_virtio_mem_hold_goes_with_a_gone_host(harness, client, cxl_host):
     unbind checks nothing there, and deletes the hold, so the dead
     compute node's provider holds nothing of the lease."""
     from composable.common import states
-    from composable.conductor import task as lease_task
 
     node = cxl_host['node']
     uuid = virtio_mem_lease(harness, cxl_host)
     instance(client, node, 3584)
     ctx = h_mod.admin()
     lease = harness.lease(uuid)
-    lease_task.transition(ctx, lease.id, states.BOUND, states.UNBIND,
-                          action='evacuate')
-    assert harness.conductor.flows.unbind(
-        ctx, lease.id, action='evacuate', keep_consumer=True,
-        host_gone=True) == states.RESERVED
+    with h_mod.task_on(lease.id, context=ctx) as task:
+        task.process_event(states.UNBIND, action='evacuate')
+        assert harness.conductor.flows.unbind(
+            task, action='evacuate', keep_consumer=True,
+            host_gone=True) == states.RESERVED
     assert held(client, node, uuid) == 0
     assert used(client, node) == 3584
 
@@ -601,6 +600,11 @@ def _decision(kind, size_mb, target_mb):
                             prediction_window=60, headroom=0.2)
 
 
+def _resize(harness, lease, decision):
+    with h_mod.task_on(lease.id) as task:
+        return harness.conductor.resizer.resize(task, decision)
+
+
 def test_elastic_virtio_mem_lease_resizes_the_count_and_the_hold(
         harness, client, cxl_host, monkeypatch):
     from tests.unit.conductor.elastic import fake_vmem_agent
@@ -619,10 +623,9 @@ def test_elastic_virtio_mem_lease_resizes_the_count_and_the_hold(
     before = free(client, node)
     assert (memory(client, node)['total'], held(client, node, uuid)) == (
         5120, 1024)
-    resizer = harness.conductor.resizer
     ctx = h_mod.admin()
 
-    assert resizer.resize(ctx, lease.id, _decision('grow', 1024, 2048)) \
+    assert _resize(harness, lease, _decision('grow', 1024, 2048)) \
         == 2048
     assert fake.requested[uuid] == 2048
     assert (memory(client, node)['total'], held(client, node, uuid)) == (
@@ -635,13 +638,13 @@ def test_elastic_virtio_mem_lease_resizes_the_count_and_the_hold(
     # the total first, the hold at once after it.
     instance(client, node, int(before))
     assert free(client, node) == 0
-    assert resizer.resize(ctx, lease.id, _decision('grow', 2048, 2560)) \
+    assert _resize(harness, lease, _decision('grow', 2048, 2560)) \
         == 2560
     assert (memory(client, node)['total'], held(client, node, uuid)) == (
         6656, 2560)
     assert free(client, node) == 0
 
-    assert resizer.resize(ctx, lease.id, _decision('shrink', 2560, 1024)) \
+    assert _resize(harness, lease, _decision('shrink', 2560, 1024)) \
         == 1024
     assert fake.requested[uuid] == 1024
     assert (memory(client, node)['total'], held(client, node, uuid)) == (
@@ -652,7 +655,7 @@ def test_elastic_virtio_mem_lease_resizes_the_count_and_the_hold(
 
     # A guest that does not give the memory back: nothing moves.
     fake.floor_mb = 1024
-    assert resizer.resize(ctx, lease.id, _decision('shrink', 1024, 512)) \
+    assert _resize(harness, lease, _decision('shrink', 1024, 512)) \
         == 1024
     assert (memory(client, node)['total'], held(client, node, uuid)) == (
         5120, 1024)

@@ -31,6 +31,7 @@ from composable import conf
 from composable.conductor import manager as conductor_manager
 from composable.conductor import reservations
 from composable.conductor import rpcapi
+from composable.conductor import task as lease_task
 from composable.db import api as db_api
 from composable.db import models
 from composable import fabric as fabric_drivers
@@ -52,6 +53,14 @@ def user_context(project=PROJECT):
 
 def admin():
     return ctx_mod.get_admin_context()
+
+
+def task_on(lease_id, context=None, host=CONDUCTOR):
+    """A task on the lease, as a conductor's worker is given one: its
+    reservation (taken now, for ``host``) and the lease read under it.
+    For calling a flow or a resizer step directly; a context manager that
+    releases the reservation at its end."""
+    return lease_task.acquire(context or admin(), lease_id, host, wait=0)
 
 
 class Harness(object):

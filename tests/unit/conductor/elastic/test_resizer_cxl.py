@@ -509,7 +509,8 @@ def _shrink_to(harness, lease, target_mb):
         kind=resizer_mod.SHRINK, size_mb=harness.lease(lease.uuid).memory_mb,
         target_mb=target_mb, peak_mb=100.0, order=1, samples=10,
         prediction_window=60, headroom=0.2)
-    return harness.conductor.resizer.resize(admin(), lease.id, decision)
+    with harness_mod.task_on(lease.id) as task:
+        return harness.conductor.resizer.resize(task, decision)
 
 
 def test_a_shrink_smaller_than_the_newest_region_keeps_it(harness, env):

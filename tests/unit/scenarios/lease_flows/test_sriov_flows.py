@@ -199,8 +199,8 @@ def test_bind_to_another_host_is_refused_and_touches_nothing(sriov_env):
         'status': states.BINDING, 'host_id': h.hosts['compute-1'].id},
         expected_status=states.RESERVED)
     db_api.action_start(h_mod.user_context(), lease.id, 'bind')
-    assert h.conductor.flows.bind(h_mod.admin(), lease.id) == (
-        states.BIND_FAILED)
+    with h_mod.task_on(lease.id) as task:
+        assert h.conductor.flows.bind(task) == states.BIND_FAILED
     lease = h.lease(uuid)
     assert lease.status == states.BIND_FAILED
     assert 'preparing: ' + refusal in lease.fault
