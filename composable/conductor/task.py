@@ -214,10 +214,10 @@ class LeaseTask(object):
         """End the flow the task was given: move the lease out of the
         transient state it holds on ``event`` with ``values``, the fault
         set to ``fault`` (None: cleared), and end its running ``action``
-        (error when there is a fault); ``attachment`` (``(id, event, values)``,
-        the flow's last write of the lease's attachment) in the same
-        transaction (db_api.lease_flow_end). The new status, or None when
-        the lease left that state meanwhile (logged; not changed)."""
+        (error when there is a fault); ``attachment`` (``(id, event,
+        values)``, the flow's last move of the lease's attachment) in the
+        same transaction (db_api.lease_flow_end). The new status, or None
+        when the lease left that state meanwhile (logged; not changed)."""
         current = self._lease.status
         values = dict(values or {}, fault=fault)
         target = db_api.lease_flow_end(

@@ -1108,10 +1108,11 @@ def lease_flow_end(context, lease_id, current, event, action, result,
                    values=None, message=None, attachment=None):
     """The end of a flow, in one transaction: ``attachment`` (``(id,
     event, values)``: the flow's last move of the lease's attachment, a
-    bind's ``attached``, through attachment_transition) written, the lease moved from ``current`` on ``event``
-    with ``values`` (as lease_transition), and its running ``action``
-    finished with ``result`` and ``message``. A lease is thus never
-    bound with its attachment still attaching, nor the other way round.
+    bind's ``attached``, through attachment_transition) written, the
+    lease moved from ``current`` on ``event`` with ``values`` (as
+    lease_transition), and its running ``action`` finished with
+    ``result`` and ``message``. A lease is thus never bound with its
+    attachment still attaching, nor the other way round.
 
     The new status, or None when the lease is no longer in ``current``:
     its status is left as it is then, the attachment and the action are
