@@ -427,8 +427,10 @@ def test_privileged_side_runs_only_the_configured_command(pax, tmp_path):
     impostor = Switch(other, PAX_STATE)
     argv = ['fabric', 'gfms_dump', DEVICE, '-t', 'PAX_ALL']
     for program in (impostor.program, 'switchtec', '/bin/sh'):
-        with pytest.raises(ValueError):
+        with pytest.raises(privsep_fabric.FabricError) as refused:
             privsep_fabric.switchtec([program] + argv, 5)
+        assert refused.value.code is \
+            privsep_fabric.ErrorCode.INVALID_ARGUMENT
     assert pax.calls == [] and impostor.calls == []
     rc, out, err = privsep_fabric.switchtec([pax.program] + argv, 5)
     assert rc == 0 and out.startswith('PAX ID: 0')
