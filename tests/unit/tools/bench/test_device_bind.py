@@ -22,8 +22,8 @@ import pytest
 
 pytest.importorskip('libvirt')
 
-PATH = os.path.join(os.path.dirname(__file__), '..', '..', 'tools', 'bench',
-                    'device_bind.py')
+PATH = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..',
+                    'tools', 'bench', 'device_bind.py')
 CONDUCTOR = 'conductor-0'
 HOST = 'compute-host'
 
