@@ -23,6 +23,7 @@ import contextlib
 import pytest
 
 from tests.functional.fabric import redfish_emulator
+from tests.functional.fabric import root_reads as root_reads_
 
 
 @pytest.fixture(scope='session', autouse=True)
@@ -80,3 +81,10 @@ def stack_on(tmp_path, profile):
                 redfish_stack.running(tmp_path, profile(config)))
 
         yield start
+
+
+@pytest.fixture
+def root_reads(monkeypatch):
+    """The service root reads of the test's redfish connections
+    (root_reads.record)."""
+    return root_reads_.record(monkeypatch)

@@ -22,6 +22,13 @@ read-only itself::
 
     COMPOSABLE_REDFISH_CXL_MOCKUP=.../mockups/public-cxl \\
         pytest tests/functional/fabric/test_redfish_cxl_mockup.py
+
+or, to read it through DMTF's own server (Redfish-Mockup-Server, run
+apart), point ``COMPOSABLE_REDFISH_CXL_MOCKUP_URL`` at that server::
+
+    python3 redfishMockupServer.py -S -D .../mockups/public-cxl -p 8000
+    COMPOSABLE_REDFISH_CXL_MOCKUP_URL=http://127.0.0.1:8000 \\
+        pytest tests/functional/fabric/test_redfish_cxl_mockup.py
 """
 
 import json
@@ -32,14 +39,17 @@ from wsgiref import simple_server
 import pytest
 
 from composable.fabric import cxl
+from tests.functional.fabric import root_reads as reads
 
 MOCKUP = os.environ.get('COMPOSABLE_REDFISH_CXL_MOCKUP')
+SERVED = os.environ.get('COMPOSABLE_REDFISH_CXL_MOCKUP_URL')
 
 pytestmark = pytest.mark.skipif(
-    not MOCKUP or not os.path.isfile(os.path.join(MOCKUP or '.',
-                                                  'index.json')),
+    not SERVED and (not MOCKUP or not os.path.isfile(
+        os.path.join(MOCKUP or '.', 'index.json'))),
     reason='set COMPOSABLE_REDFISH_CXL_MOCKUP to a folder of DMTF\'s CXL '
-           'mockups (e.g. Redfish-Publications/mockups/public-cxl)')
+           'mockups (e.g. Redfish-Publications/mockups/public-cxl), or '
+           'COMPOSABLE_REDFISH_CXL_MOCKUP_URL to a server of one')
 
 
 class _Quiet(simple_server.WSGIRequestHandler):
@@ -77,6 +87,9 @@ def _app(environ, start_response):
 
 @pytest.fixture
 def mockup():
+    if SERVED:
+        yield SERVED.rstrip('/')
+        return
     server = simple_server.make_server('127.0.0.1', 0, _app,
                                        handler_class=_Quiet)
     thread = threading.Thread(target=server.serve_forever,
@@ -90,12 +103,13 @@ def mockup():
         thread.join(5)
 
 
-def test_memory_devices_of_the_mockup(mockup, capsys):
+def test_memory_devices_of_the_mockup(mockup, capsys, root_reads):
     driver = cxl.CxlFabricDriver()
     fabric = {'name': 'mockup', 'driver_info': {
         'backend': 'redfish', 'address': mockup, 'username': 'mockup',
         'password': 'mockup', 'timeout': 30, 'poll_interval': 0.05}}
     found = driver.discover_memory(fabric)
+    reads.assert_once_per_connection(root_reads)
     with capsys.disabled():
         print('\n' + json.dumps(found, indent=1, sort_keys=True))
     assert found, 'the mockup shows no memory domain a target endpoint ' \

@@ -36,6 +36,7 @@ import pytest
 
 from composable.fabric import base
 from composable.fabric.redfish import driver as redfish_driver
+from tests.functional.fabric import root_reads as reads
 
 URL = os.environ.get('COMPOSABLE_REDFISH_MOCKUP_URL')
 STATEFUL = bool(os.environ.get('COMPOSABLE_REDFISH_MOCKUP_STATEFUL'))
@@ -54,9 +55,11 @@ def _fabric(**info):
     return {'name': 'mockup', 'driver_info': driver_info}
 
 
-def test_every_device_of_the_mockup_is_read_or_refused_with_a_reason():
+def test_every_device_of_the_mockup_is_read_or_refused_with_a_reason(
+        root_reads):
     driver = redfish_driver.RedfishFabricDriver()
     found = driver.discover(_fabric())
+    reads.assert_once_per_connection(root_reads)
     assert found, 'the mockup shows no device at all'
     for item in found:
         assert not item.get('error'), item
@@ -70,7 +73,8 @@ def test_every_device_of_the_mockup_is_read_or_refused_with_a_reason():
 @pytest.mark.skipif(not STATEFUL, reason='the mockup server changes '
                     'nothing; set COMPOSABLE_REDFISH_MOCKUP_STATEFUL with '
                     'tools/redfish-mockup-state.py in front of it')
-def test_a_device_given_to_a_host_is_taken_back_and_given_again():
+def test_a_device_given_to_a_host_is_taken_back_and_given_again(
+        root_reads):
     driver = redfish_driver.RedfishFabricDriver()
     found = driver.discover(_fabric())
     held = [d for d in found if not d.get('not_poolable')
@@ -87,10 +91,14 @@ def test_a_device_given_to_a_host_is_taken_back_and_given_again():
         if holder in (systems[uri].names() or ())][0]
     fabric = _fabric(system_map={'mockup-host': system})
     host = {'name': 'mockup-host'}
+    del root_reads[:]
     driver.unbind_device(fabric, device, host)
+    reads.assert_once_per_connection(root_reads)
     after = {d['address']: d for d in driver.discover(fabric)}
     assert after[device['address']]['bound_to'] is None
+    del root_reads[:]
     locator = driver.bind_device(fabric, device, host)
+    reads.assert_once_per_connection(root_reads)
     assert locator.fabric_ref == device['address']
     assert locator.vendor_id == device['vendor_id']
     after = {d['address']: d for d in driver.discover(fabric)}

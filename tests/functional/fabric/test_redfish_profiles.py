@@ -241,6 +241,32 @@ def test_auth_type_forces_basic_on_a_service_with_sessions(emulator,
     assert not [r for r in seen if r[3]]
 
 
+@pytest.mark.parametrize('auth_type', ['session', 'basic'])
+def test_one_operation_reads_the_service_root_once_logged_in(emulator,
+                                                             driver,
+                                                             auth_type):
+    # A bind follows several of the root's links (Systems,
+    # CompositionService, ...): the service sees one read of the root
+    # before the login and one after it, per operation; the next
+    # operation reads it again (the service may have changed).
+    url, emulator_ = emulator
+    fabric = _fabric(url, auth_type=auth_type)
+
+    def root_reads():
+        return [(r[2] or r[3]) for r in _auth_headers(emulator_)
+                if r[0] == 'GET' and r[1].rstrip('/') == emu.ROOT]
+
+    for operation in (
+            lambda: driver.discover(fabric),
+            lambda: driver.bind_device(fabric, _device(GPU0),
+                                       {'name': 'compute-0'}),
+            lambda: driver.unbind_device(fabric, _device(GPU0),
+                                         {'name': 'compute-0'})):
+        del emulator_.requests[:]
+        operation()
+        assert root_reads() == [False, True]
+
+
 @pytest.mark.parametrize('change', [{'auth_type': 'kerberos'},
                                     {'auth_type': ''},
                                     {'mode': 'zones'}])
