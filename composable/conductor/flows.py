@@ -436,6 +436,8 @@ class LeaseFlows(object):
                 context, host.name,
                 'attaching devices on host %s' % host.name,
                 self.agents.attach_devices, view, devices) or {}
+            LOG.debug('Lease %(lease)s: devices attached on %(host)s',
+                      {'lease': lease.uuid, 'host': host.name})
             for dev in devices:
                 pci = attached.get(dev['uuid']) or dev['pci_address']
                 db_api.device_set_facts(context, dev['id'],

@@ -25,7 +25,8 @@ The ``@entrypoint`` functions fail with one error type each, with a code
 (composable.privsep.errors.ErrorCode) the callers decide by: the tmpfs
 and extent file ones with MemoryNodeError (NO_SPACE when the area cannot
 hold a file's pages, EXISTS for a file of another size, ...), the LIO
-ones with composable.privsep.lio.LioError.
+ones with composable.privsep.lio.LioError, the tgt ones (a whole export
+or unexport, one call each) with composable.privsep.tgt.TgtError.
 """
 
 import os
@@ -38,11 +39,12 @@ from oslo_log import log as logging
 from composable import privsep
 from composable.privsep import errors
 from composable.privsep import lio as priv_lio
+from composable.privsep import tgt as priv_tgt
 
 LOG = logging.getLogger(__name__)
 
-MASK = '***'
-SECRET_FLAGS = ('--password', '-w')
+MASK = priv_tgt.MASK
+SECRET_FLAGS = priv_tgt.SECRET_FLAGS
 TGTADM = 'tgtadm'
 TGTADM_TIMEOUT = 60
 MOUNT_TIMEOUT = 60
@@ -58,28 +60,10 @@ class MemoryNodeError(errors.PrivilegedError):
 ErrorCode = errors.ErrorCode
 _typed = errors.typed(MemoryNodeError)
 _lio_typed = errors.typed(priv_lio.LioError)
+_tgt_typed = errors.typed(priv_tgt.TgtError)
 
 
-def masked_command(argv):
-    """The command as one string for logs, with secrets masked."""
-    out = []
-    hide_next = False
-    for arg in argv:
-        arg = str(arg)
-        if hide_next:
-            out.append(MASK)
-            hide_next = False
-            continue
-        flag, sep, _value = arg.partition('=')
-        if flag in SECRET_FLAGS:
-            if sep:
-                out.append(flag + '=' + MASK)
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return ' '.join(out)
+masked_command = priv_tgt.masked_command
 
 
 def _check_args(args):
@@ -98,6 +82,54 @@ def tgtadm(args):
     """
     _check_args(args)
     return _run([TGTADM] + list(args), TGTADM_TIMEOUT)
+
+
+def _run_tgtadm(args):
+    return _run([TGTADM] + list(args), TGTADM_TIMEOUT)
+
+
+def _outcome(config, **result):
+    """What a tgt call returns besides its result: the drivers tgtd
+    lacks and the commands run (masked), for the caller's log."""
+    return dict(result, absent=sorted(config.absent),
+                commands=list(config.ran))
+
+
+@privsep.sys_admin_pctxt.entrypoint
+@_tgt_typed
+def tgt_export(lld, iqn, path, initiator_iqn, user, password, absent=()):
+    """Export ``path`` as LUN 1 of target ``iqn`` to ``initiator_iqn``
+    under the CHAP account ``user``: the whole tgtadm sequence of
+    composable.privsep.tgt.TgtConfig.export in this one call, with its
+    rollback. ``absent``: the drivers tgtd last said it lacks.
+
+    Returns the tid, whether the target was created now, the drivers
+    tgtd lacks and the commands run (masked); fails with TgtError, whose
+    message has the password masked.
+    """
+    config = priv_tgt.TgtConfig(_run_tgtadm, absent)
+    result = config.export(lld, iqn, path, initiator_iqn, user, password)
+    return _outcome(config, **result)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+@_tgt_typed
+def tgt_unexport(lld, iqn, user=None, absent=()):
+    """Delete target ``iqn`` and its accounts (TgtConfig.unexport) in one
+    call; the number of targets deleted and the drivers tgtd lacks."""
+    config = priv_tgt.TgtConfig(_run_tgtadm, absent)
+    removed = config.unexport(lld, iqn, user)
+    return _outcome(config, removed=removed)
+
+
+@privsep.sys_admin_pctxt.entrypoint
+@_tgt_typed
+def tgt_targets(lld, absent=(), every=True):
+    """tgtd's targets over every driver it has (TgtConfig.targets) and
+    the drivers it lacks."""
+    config = priv_tgt.TgtConfig(_run_tgtadm, absent)
+    targets = config.targets(lld, every=every)
+    return _outcome(config, targets=targets)
 
 
 def _run(argv, timeout):

@@ -13,11 +13,15 @@
 """Lease flows end to end in one process: conductor RPC server, real agent
 RPC servers (noop exporter, no-op attach), fake fabric, SQLite file DB."""
 
+import re
+
 from composable.common import exception
 from composable.common import states
 from composable.conductor.allocator import claims as allocator
 from composable.db import api as db_api
 from tests.unit.conductor import harness as h_mod
+from tools.bench import device_bind
+from tools.bench import memory_bind
 
 
 def test_create_allocates_to_reserved(harness):
@@ -213,3 +217,24 @@ def test_guest_mode_records_the_instance(harness):
     assert att.mode == 'guest' and att.instance_uuid == server
     memory, _ = harness.host_attachments()['compute-0']
     assert all(d['mode'] == 'guest' for d in memory[uuid].values())
+
+
+def test_bind_marks_its_phases_for_the_benchmarks(harness, caplog):
+    """tools/bench/memory_bind.py and device_bind.py cut a bind into
+    phases by the conductor's debug marks: each one they look for is
+    logged, in order."""
+    caplog.set_level('DEBUG', logger='composable.conductor.flows')
+    uuid = harness.create(memory_mb=1024, device_count=1)
+    host = harness.hosts['compute-0']
+    harness.api.bind_lease(h_mod.user_context(), uuid, host.uuid)
+    harness.wait(uuid, states.BOUND)
+    flows = [r.getMessage() for r in caplog.records
+             if r.name == 'composable.conductor.flows']
+    for bench in (memory_bind, device_bind):
+        marks = [(name, pattern) for name, where, pattern in bench.PHASES
+                 if where == 'conductor-0' and pattern and
+                 re.search(r'(attached on|bind started)', pattern)]
+        assert marks, bench
+        for name, pattern in marks:
+            assert any(re.search(pattern, m) and uuid in m
+                       for m in flows), (bench.__name__, name, flows)

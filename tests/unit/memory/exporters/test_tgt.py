@@ -505,7 +505,9 @@ def test_is_address_rule(rule, address):
 def test_loaded_by_name():
     exporter = exporters.get_exporter('tgt', 'mem-1')
     assert isinstance(exporter, tgt.TgtExporter)
-    assert exporter._runner is priv_memory.tgtadm
+    # No runner: every tgt sequence is one privileged call.
+    assert exporter._runner is None
+    assert isinstance(exporter._tgt, tgt._Privileged)
     assert isinstance(exporter.area, tmpfs.TmpfsArea)
     assert isinstance(exporters.get_exporter('lio', 'mem-1'),
                       lio.LioExporter)
