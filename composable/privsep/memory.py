@@ -81,18 +81,11 @@ def tgtadm(args):
     ("this target already exists", "can't find the target") are expected.
     """
     _check_args(args)
-    return _run([TGTADM] + list(args), TGTADM_TIMEOUT)
+    return _run_tgtadm(args)
 
 
 def _run_tgtadm(args):
     return _run([TGTADM] + list(args), TGTADM_TIMEOUT)
-
-
-def _outcome(config, **result):
-    """What a tgt call returns besides its result: the drivers tgtd
-    lacks and the commands run (masked), for the caller's log."""
-    return dict(result, absent=sorted(config.absent),
-                commands=list(config.ran))
 
 
 @privsep.sys_admin_pctxt.entrypoint
@@ -107,9 +100,8 @@ def tgt_export(lld, iqn, path, initiator_iqn, user, password, absent=()):
     tgtd lacks and the commands run (masked); fails with TgtError, whose
     message has the password masked.
     """
-    config = priv_tgt.TgtConfig(_run_tgtadm, absent)
-    result = config.export(lld, iqn, path, initiator_iqn, user, password)
-    return _outcome(config, **result)
+    return priv_tgt.export(_run_tgtadm, absent, lld, iqn, path,
+                           initiator_iqn, user, password)
 
 
 @privsep.sys_admin_pctxt.entrypoint
@@ -117,9 +109,7 @@ def tgt_export(lld, iqn, path, initiator_iqn, user, password, absent=()):
 def tgt_unexport(lld, iqn, user=None, absent=()):
     """Delete target ``iqn`` and its accounts (TgtConfig.unexport) in one
     call; the number of targets deleted and the drivers tgtd lacks."""
-    config = priv_tgt.TgtConfig(_run_tgtadm, absent)
-    removed = config.unexport(lld, iqn, user)
-    return _outcome(config, removed=removed)
+    return priv_tgt.unexport(_run_tgtadm, absent, lld, iqn, user)
 
 
 @privsep.sys_admin_pctxt.entrypoint
@@ -127,9 +117,7 @@ def tgt_unexport(lld, iqn, user=None, absent=()):
 def tgt_targets(lld, absent=(), every=True):
     """tgtd's targets over every driver it has (TgtConfig.targets) and
     the drivers it lacks."""
-    config = priv_tgt.TgtConfig(_run_tgtadm, absent)
-    targets = config.targets(lld, every=every)
-    return _outcome(config, targets=targets)
+    return priv_tgt.targets(_run_tgtadm, absent, lld, every=every)
 
 
 def _run(argv, timeout):

@@ -319,9 +319,9 @@ class TgtConfig(object):
         try:
             for user in accounts:
                 self._delete_account(lld, user)
-            self._tgtadm(['--lld', lld, '--op', 'delete', '--force',
-                          '--mode', 'target', '--tid', str(target['tid'])],
-                         ok=(NO_TARGET,))
+            # A target created now has no accounts of its own: this
+            # deletes the target only.
+            self._delete_target(target)
         except TgtError as exc:
             # The export's own error is the one raised; an unexport
             # removes what is left.
@@ -469,3 +469,33 @@ class TgtConfig(object):
                                'target %s is still there after its removal'
                                % iqn)
         return len(mine)
+
+
+# One operation each, as the privileged entry points and the exporter's
+# in-process runner both run it: the result, the drivers tgtd lacks (for
+# the caller's next call) and the commands run (masked, for its log).
+
+def _outcome(config, **result):
+    return dict(result, absent=sorted(config.absent),
+                commands=list(config.ran))
+
+
+def export(runner, absent, lld, iqn, path, initiator_iqn, user, password):
+    """TgtConfig.export over ``runner``: the tid and whether the target
+    was created now."""
+    config = TgtConfig(runner, absent)
+    return _outcome(config, **config.export(lld, iqn, path, initiator_iqn,
+                                            user, password))
+
+
+def unexport(runner, absent, lld, iqn, user=None):
+    """TgtConfig.unexport over ``runner``: the number of targets
+    deleted."""
+    config = TgtConfig(runner, absent)
+    return _outcome(config, removed=config.unexport(lld, iqn, user))
+
+
+def targets(runner, absent, lld, every=True):
+    """TgtConfig.targets over ``runner``."""
+    config = TgtConfig(runner, absent)
+    return _outcome(config, targets=config.targets(lld, every=every))

@@ -80,26 +80,14 @@ class _InProcess(object):
     def __init__(self, runner):
         self.runner = runner
 
-    def _config(self, absent):
-        return priv_tgt.TgtConfig(self.runner, absent)
-
-    @staticmethod
-    def _outcome(config, **result):
-        return dict(result, absent=sorted(config.absent),
-                    commands=list(config.ran))
-
     def export(self, absent, *args):
-        config = self._config(absent)
-        return self._outcome(config, **config.export(*args))
+        return priv_tgt.export(self.runner, absent, *args)
 
     def unexport(self, absent, lld, iqn, user):
-        config = self._config(absent)
-        return self._outcome(config,
-                             removed=config.unexport(lld, iqn, user))
+        return priv_tgt.unexport(self.runner, absent, lld, iqn, user)
 
     def targets(self, absent, lld):
-        config = self._config(absent)
-        return self._outcome(config, targets=config.targets(lld))
+        return priv_tgt.targets(self.runner, absent, lld)
 
 
 def lld_for(extent):
